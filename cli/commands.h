@@ -1,0 +1,11 @@
+// commands.h — each file of cli/ registers one family of subcommands on the root app.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+namespace fp4::cli {
+
+// `fp4lab quant ...`: the quantizer probe.
+void register_quant_commands(CLI::App& app);
+
+}  // namespace fp4::cli

@@ -1,0 +1,34 @@
+// main.cpp — fp4lab's entry point. Exit codes: 0 success, 1 a failed run or internal error,
+// 2 bad input (a usage error, or a std::invalid_argument thrown by a module: by convention every
+// module reports errors the user caused, with their one-line explanation, as std::invalid_argument).
+#include <cstdio>
+#include <exception>
+#include <stdexcept>
+
+#include "cli/commands.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"fp4lab: how much does a 4-bit training recipe cost against BF16, and how does it scale"};
+  app.set_version_flag("--version", std::string("fp4lab ") + FP4LAB_VERSION);
+  app.require_subcommand(1);
+  fp4::cli::register_quant_commands(app);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    std::fprintf(stderr, "fp4lab: error: %s (see fp4lab --help)\n", e.what());
+    return 2;
+  } catch (const std::invalid_argument& e) {
+    std::fprintf(stderr, "fp4lab: error: %s\n", e.what());
+    return 2;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "fp4lab: failed: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}

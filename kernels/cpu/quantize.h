@@ -1,0 +1,49 @@
+// quantize.h — the reference quantizer: a bf16 tensor [rows, cols] into one operand slot.
+//
+// This is the plain, readable statement of NUMERICS.md §2–4 and §6 over a whole tensor; the CUDA
+// kernels are held to it bit for bit. Every per-value decision is taken by kernels/numerics.h, so
+// this file only decides which values form a block, in which order, and where results go.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "kernels/numerics.h"
+
+namespace fp4::cpu {
+
+// One quantized copy of a tensor.
+//
+// Layouts: `dequant`, `codes` and `transformed` are in the source tensor's row-major layout
+// [rows, cols], whatever the blocking direction. `scales` holds one value per block, row-major over
+// the block grid: [rows, cols/B] for BlockAlong::row, [rows/B, cols] for BlockAlong::column, and
+// [rows/B, cols/B] for 16x16 (BxB) tiles.
+struct QuantizedTensor {
+  int rows = 0, cols = 0;
+  QuantSpec spec;
+  std::vector<bf16_t> dequant;     // the GEMM operand; true value = dequant * tensor_scale
+  std::vector<uint8_t> codes;      // sign << 3 | magnitude index; kNonFiniteCode in non-finite blocks
+  std::vector<float> scales;       // stored block scales (fp32 s, E4M3 value, or 2^e); NaN if non-finite
+  std::vector<float> transformed;  // the values that were rounded (after the RHT), if asked for
+  float amax = 0.0f;               // max |value| after the RHT over finite values (e4m3x2's amax_t)
+  float tensor_scale = 1.0f;       // S_dec for e4m3x2, 1 otherwise
+  bool nonfinite = false;          // some block held a NaN or an infinity
+};
+
+// Number of blocks along each axis of the scale grid for a given shape and spec.
+struct ScaleGrid {
+  int rows = 0, cols = 0;
+};
+ScaleGrid scale_grid(int rows, int cols, const QuantSpec& spec);
+
+// Empty when the shape and spec fit together; otherwise one line saying which dimension is not a
+// multiple of what (the caller adds where the shape came from).
+std::string shape_error(int rows, int cols, const QuantSpec& spec);
+
+// Quantizes x (bf16 bits, [rows, cols] row-major). Throws std::invalid_argument with the message of
+// shape_error() when the shape does not fit the spec.
+QuantizedTensor quantize(const bf16_t* x, int rows, int cols, const QuantSpec& spec,
+                         bool keep_transformed = false);
+
+}  // namespace fp4::cpu
