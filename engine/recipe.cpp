@@ -1,0 +1,315 @@
+// recipe.cpp — presets, validation and the JSON form of a recipe.
+#include "engine/recipe.h"
+
+#include <algorithm>
+#include <set>
+#include <stdexcept>
+
+namespace fp4::engine {
+
+namespace {
+
+constexpr std::array<const char*, kSlotCount> kSlotNames = {"fprop_x",  "fprop_w",  "dgrad_dy",
+                                                           "dgrad_w",  "wgrad_dy", "wgrad_x"};
+constexpr std::array<const char*, 3> kGemmNames = {"fprop", "dgrad", "wgrad"};
+constexpr std::array<const char*, 3> kOperandNames = {"x", "w", "dy"};
+
+const char* grid_name(Grid g) { return g == Grid::e2m1 ? "e2m1" : "e1m2"; }
+const char* scale_name(ScaleMode s) {
+  return s == ScaleMode::fp32 ? "fp32" : (s == ScaleMode::e4m3x2 ? "e4m3x2" : "e8m0");
+}
+const char* signs_name(RhtSigns s) {
+  switch (s) {
+    case RhtSigns::fixed: return "fixed";
+    case RhtSigns::seeded: return "seeded";
+    case RhtSigns::per_layer: return "per_layer";
+    case RhtSigns::per_step: return "per_step";
+  }
+  return "fixed";
+}
+
+[[noreturn]] void bad(const std::string& where, const std::string& what) {
+  throw std::invalid_argument("recipe " + where + ": " + what);
+}
+
+Grid parse_grid(const nlohmann::json& v, const std::string& where) {
+  if (v.is_string() && v == "e2m1") return Grid::e2m1;
+  if (v.is_string() && v == "e1m2") return Grid::e1m2;
+  bad(where, "grid must be \"e2m1\" or \"e1m2\", got " + v.dump());
+}
+ScaleMode parse_scale(const nlohmann::json& v, const std::string& where) {
+  for (ScaleMode s : {ScaleMode::fp32, ScaleMode::e4m3x2, ScaleMode::e8m0})
+    if (v.is_string() && v == scale_name(s)) return s;
+  bad(where, "scale must be \"fp32\", \"e4m3x2\" or \"e8m0\", got " + v.dump());
+}
+RhtSigns parse_signs(const nlohmann::json& v, const std::string& where) {
+  for (RhtSigns s : {RhtSigns::fixed, RhtSigns::seeded, RhtSigns::per_layer, RhtSigns::per_step})
+    if (v.is_string() && v == signs_name(s)) return s;
+  bad(where, "rht_signs must be fixed, seeded, per_layer or per_step, got " + v.dump());
+}
+bool parse_bool(const nlohmann::json& v, const std::string& where, const char* key) {
+  if (!v.is_boolean()) bad(where, std::string(key) + " must be true or false, got " + v.dump());
+  return v.get<bool>();
+}
+float parse_number(const nlohmann::json& v, const std::string& where, const char* key) {
+  if (!v.is_number()) bad(where, std::string(key) + " must be a number, got " + v.dump());
+  return v.get<float>();
+}
+
+SlotRecipe quantized_slot(Grid grid, ScaleMode scale, int block) {
+  SlotRecipe s;
+  s.grid = grid;
+  s.clip = grid_full_max(grid);
+  s.scale = scale;
+  s.block = block;
+  return s;
+}
+
+// Fills a preset's six slots: one element format everywhere, RHT on the listed GEMMs, SR on dY.
+Recipe make_preset(const std::string& name, Grid grid, ScaleMode scale, int block, bool w_2d,
+                   std::initializer_list<Gemm> rht_gemms) {
+  Recipe r;
+  r.name = name;
+  r.quantized = true;
+  for (int i = 0; i < kSlotCount; ++i) {
+    const Slot slot = static_cast<Slot>(i);
+    SlotRecipe s = quantized_slot(grid, scale, block);
+    s.weight_block_2d = w_2d && slot_operand(slot) == Operand::w;
+    s.rht = std::find(rht_gemms.begin(), rht_gemms.end(), slot_gemm(slot)) != rht_gemms.end();
+    s.sr = slot_operand(slot) == Operand::dy;
+    r.slots[i] = s;
+  }
+  return r;
+}
+
+}  // namespace
+
+const char* slot_name(Slot s) { return kSlotNames[static_cast<int>(s)]; }
+
+Gemm slot_gemm(Slot s) {
+  switch (s) {
+    case Slot::fprop_x: case Slot::fprop_w: return Gemm::fprop;
+    case Slot::dgrad_dy: case Slot::dgrad_w: return Gemm::dgrad;
+    default: return Gemm::wgrad;
+  }
+}
+
+Operand slot_operand(Slot s) {
+  switch (s) {
+    case Slot::fprop_x: case Slot::wgrad_x: return Operand::x;
+    case Slot::fprop_w: case Slot::dgrad_w: return Operand::w;
+    default: return Operand::dy;
+  }
+}
+
+// Blocks run along the GEMM's reduction dimension (NUMERICS.md §1): X [T,K] and W [N,K] along K
+// (a row) in fprop; dY [T,N] along N (a row) and W [N,K] along N (a column) in dgrad; dY and X
+// along T (a column) in wgrad.
+BlockAlong slot_blocking(Slot s) {
+  switch (s) {
+    case Slot::fprop_x: case Slot::fprop_w: case Slot::dgrad_dy: return BlockAlong::row;
+    default: return BlockAlong::column;
+  }
+}
+
+const std::vector<std::string>& recipe_preset_names() {
+  static const std::vector<std::string> names = {"bf16", "e2m1", "ufp4", "nvfp4", "mxfp4", "ufp4-e4m3"};
+  return names;
+}
+
+Recipe recipe_preset(const std::string& name) {
+  using G = Gemm;
+  if (name == "bf16") return Recipe{};
+  if (name == "e2m1") return make_preset(name, Grid::e2m1, ScaleMode::fp32, 16, false, {G::wgrad});
+  if (name == "ufp4")
+    return make_preset(name, Grid::e1m2, ScaleMode::fp32, 16, false, {G::fprop, G::dgrad, G::wgrad});
+  if (name == "nvfp4") return make_preset(name, Grid::e2m1, ScaleMode::e4m3x2, 16, true, {G::wgrad});
+  if (name == "mxfp4") return make_preset(name, Grid::e2m1, ScaleMode::e8m0, 32, false, {G::wgrad});
+  if (name == "ufp4-e4m3")
+    return make_preset(name, Grid::e1m2, ScaleMode::e4m3x2, 16, false, {G::fprop, G::dgrad, G::wgrad});
+  std::string known;
+  for (const auto& n : recipe_preset_names()) known += (known.empty() ? "" : ", ") + n;
+  throw std::invalid_argument("unknown recipe preset \"" + name + "\" (known: " + known + ")");
+}
+
+std::vector<int> resolve_bf16_layers(const std::vector<std::string>& spec, int n_layers) {
+  std::set<int> out;
+  for (const std::string& e : spec) {
+    auto count_after = [&](const std::string& prefix) {
+      const std::string rest = e.substr(prefix.size());
+      if (rest.empty() || rest.find_first_not_of("0123456789") != std::string::npos)
+        throw std::invalid_argument("bf16_layers entry \"" + e + "\" must be " + prefix + "<count>");
+      return std::stoi(rest);
+    };
+    if (e.rfind("first:", 0) == 0) {
+      const int k = count_after("first:");
+      for (int i = 0; i < std::min(k, n_layers); ++i) out.insert(i);
+    } else if (e.rfind("last:", 0) == 0) {
+      const int k = count_after("last:");
+      for (int i = std::max(0, n_layers - k); i < n_layers; ++i) out.insert(i);
+    } else {
+      if (e.empty() || e.find_first_not_of("0123456789") != std::string::npos)
+        throw std::invalid_argument("bf16_layers entry \"" + e +
+                                    "\" is not a block index, \"first:k\" or \"last:k\"");
+      const int i = std::stoi(e);
+      if (i >= n_layers)
+        throw std::invalid_argument("bf16_layers entry " + e + " is out of range: the model has " +
+                                    std::to_string(n_layers) + " blocks (0.." +
+                                    std::to_string(n_layers - 1) + ")");
+      out.insert(i);
+    }
+  }
+  return {out.begin(), out.end()};
+}
+
+std::string recipe_error(const Recipe& r) {
+  if (!r.quantized) return {};
+  for (int i = 0; i < kSlotCount; ++i) {
+    const SlotRecipe& s = r.slots[i];
+    const std::string where = std::string("slot ") + kSlotNames[i] + ": ";
+    if (s.block != 16 && s.block != 32) return where + "block must be 16 or 32";
+    if (s.block == 32 && s.scale != ScaleMode::e8m0) return where + "block 32 is only allowed with scale e8m0";
+    if (s.grid == Grid::e2m1 && s.clip != 2.0f && s.clip != 3.0f && s.clip != 4.0f && s.clip != 6.0f)
+      return where + "an e2m1 clip must be 2, 3, 4 or 6";
+    if (s.grid == Grid::e1m2 && (s.clip < 1.0f || s.clip > 7.0f || s.clip != static_cast<int>(s.clip)))
+      return where + "an e1m2 clip must be an integer from 1 to 7";
+    if (s.weight_block_2d && slot_operand(static_cast<Slot>(i)) != Operand::w)
+      return where + "weight_block_2d applies to weight slots only";
+  }
+  for (int g = 0; g < 3; ++g) {
+    const SlotRecipe& a = r.slots[2 * g];
+    const SlotRecipe& b = r.slots[2 * g + 1];
+    if (a.rht != b.rht || a.rht_signs != b.rht_signs)
+      return std::string("GEMM ") + kGemmNames[g] +
+             ": both operands must use the same RHT setting (it cancels in the product only then)";
+  }
+  return {};
+}
+
+QuantSpec slot_quant_spec(const SlotRecipe& s, Slot slot) {
+  QuantSpec q;
+  q.grid = s.grid;
+  q.gmax = s.clip;
+  q.scale = s.scale;
+  q.block = s.block;
+  q.tile_2d = s.weight_block_2d && slot_operand(slot) == Operand::w;
+  q.along = slot_blocking(slot);
+  q.rht = s.rht;
+  q.rounding = s.sr ? Rounding::sr : Rounding::rn;
+  return q;
+}
+
+nlohmann::json recipe_to_json(const Recipe& r) {
+  nlohmann::json j;
+  j["name"] = r.name;
+  j["base"] = r.quantized ? "custom" : "bf16";
+  j["bf16_layers"] = r.bf16_layers;
+  if (!r.quantized) return j;
+  nlohmann::json slots = nlohmann::json::object();
+  for (int i = 0; i < kSlotCount; ++i) {
+    const SlotRecipe& s = r.slots[i];
+    slots[kSlotNames[i]] = {{"grid", grid_name(s.grid)},       {"clip", s.clip},
+                            {"scale", scale_name(s.scale)},    {"block", s.block},
+                            {"weight_block_2d", s.weight_block_2d}, {"rht", s.rht},
+                            {"rht_signs", signs_name(s.rht_signs)}, {"sr", s.sr}};
+  }
+  j["slots"] = slots;
+  return j;
+}
+
+Recipe recipe_from_json(const nlohmann::json& j) {
+  if (j.is_string()) return recipe_preset(j.get<std::string>());
+  if (!j.is_object()) bad("", "must be a preset name or an object, got " + j.dump());
+  static const std::set<std::string> top_keys = {"name", "base", "grid", "clip", "scale", "block",
+                                                 "weight_block_2d", "rht", "rht_signs", "sr",
+                                                 "bf16_layers", "slots"};
+  for (auto it = j.begin(); it != j.end(); ++it)
+    if (!top_keys.count(it.key())) bad("", "unknown field \"" + it.key() + "\"");
+
+  // "custom" marks the fully resolved form written by recipe_to_json: every slot is spelled out.
+  const std::string base = j.contains("base") ? j.at("base").get<std::string>() : "bf16";
+  Recipe r = base == "custom" ? make_preset("custom", Grid::e2m1, ScaleMode::fp32, 16, false, {})
+                              : recipe_preset(base);
+  r.name = j.contains("name") ? j.at("name").get<std::string>() : base;
+  const bool overrides = j.contains("grid") || j.contains("clip") || j.contains("scale") ||
+                         j.contains("block") || j.contains("weight_block_2d") || j.contains("rht") ||
+                         j.contains("rht_signs") || j.contains("sr") || j.contains("slots");
+  if (!r.quantized && overrides)
+    bad(r.name, "a bf16 recipe has no quantization fields: set base to a 4-bit preset (e.g. \"ufp4\")");
+
+  // Fields that apply to every slot.
+  for (int i = 0; i < kSlotCount && r.quantized; ++i) {
+    SlotRecipe& s = r.slots[i];
+    const Slot slot = static_cast<Slot>(i);
+    if (j.contains("grid")) {
+      s.grid = parse_grid(j["grid"], r.name);
+      s.clip = grid_full_max(s.grid);
+    }
+    if (j.contains("clip")) s.clip = parse_number(j["clip"], r.name, "clip");
+    if (j.contains("scale")) s.scale = parse_scale(j["scale"], r.name);
+    if (j.contains("block")) s.block = static_cast<int>(parse_number(j["block"], r.name, "block"));
+    if (j.contains("weight_block_2d"))
+      s.weight_block_2d = parse_bool(j["weight_block_2d"], r.name, "weight_block_2d") &&
+                          slot_operand(slot) == Operand::w;
+    if (j.contains("rht_signs")) s.rht_signs = parse_signs(j["rht_signs"], r.name);
+    if (j.contains("rht")) {
+      if (!j["rht"].is_array()) bad(r.name, "rht must be a list of GEMMs (fprop, dgrad, wgrad)");
+      s.rht = false;
+      for (const auto& g : j["rht"]) {
+        if (!g.is_string() || std::find(kGemmNames.begin(), kGemmNames.end(), g.get<std::string>()) == kGemmNames.end())
+          bad(r.name, "rht entries must be fprop, dgrad or wgrad, got " + g.dump());
+        if (g == kGemmNames[static_cast<int>(slot_gemm(slot))]) s.rht = true;
+      }
+    }
+    if (j.contains("sr")) {
+      if (!j["sr"].is_array()) bad(r.name, "sr must be a list of operands (x, w, dy)");
+      s.sr = false;
+      for (const auto& o : j["sr"]) {
+        if (!o.is_string() || std::find(kOperandNames.begin(), kOperandNames.end(), o.get<std::string>()) == kOperandNames.end())
+          bad(r.name, "sr entries must be x, w or dy, got " + o.dump());
+        if (o == kOperandNames[static_cast<int>(slot_operand(slot))]) s.sr = true;
+      }
+    }
+  }
+  if (j.contains("bf16_layers")) {
+    if (!j["bf16_layers"].is_array()) bad(r.name, "bf16_layers must be a list");
+    r.bf16_layers.clear();
+    for (const auto& e : j["bf16_layers"]) {
+      if (e.is_number_integer()) r.bf16_layers.push_back(std::to_string(e.get<int>()));
+      else if (e.is_string()) r.bf16_layers.push_back(e.get<std::string>());
+      else bad(r.name, "bf16_layers entries are block indices or \"first:k\" / \"last:k\"");
+    }
+  }
+
+  // Per-slot overrides.
+  if (j.contains("slots")) {
+    if (!j["slots"].is_object()) bad(r.name, "slots must be a table of slot names");
+    static const std::set<std::string> slot_keys = {"grid", "clip", "scale", "block", "weight_block_2d",
+                                                    "rht", "rht_signs", "sr"};
+    for (auto it = j["slots"].begin(); it != j["slots"].end(); ++it) {
+      auto pos = std::find(kSlotNames.begin(), kSlotNames.end(), it.key());
+      if (pos == kSlotNames.end())
+        bad(r.name, "unknown slot \"" + it.key() + "\" (slots: fprop_x, fprop_w, dgrad_dy, dgrad_w, wgrad_dy, wgrad_x)");
+      SlotRecipe& s = r.slots[pos - kSlotNames.begin()];
+      const std::string where = r.name + " slot " + it.key();
+      const nlohmann::json& o = it.value();
+      for (auto k = o.begin(); k != o.end(); ++k)
+        if (!slot_keys.count(k.key())) bad(where, "unknown field \"" + k.key() + "\"");
+      if (o.contains("grid")) {
+        s.grid = parse_grid(o["grid"], where);
+        if (!o.contains("clip")) s.clip = grid_full_max(s.grid);
+      }
+      if (o.contains("clip")) s.clip = parse_number(o["clip"], where, "clip");
+      if (o.contains("scale")) s.scale = parse_scale(o["scale"], where);
+      if (o.contains("block")) s.block = static_cast<int>(parse_number(o["block"], where, "block"));
+      if (o.contains("weight_block_2d")) s.weight_block_2d = parse_bool(o["weight_block_2d"], where, "weight_block_2d");
+      if (o.contains("rht")) s.rht = parse_bool(o["rht"], where, "rht");
+      if (o.contains("rht_signs")) s.rht_signs = parse_signs(o["rht_signs"], where);
+      if (o.contains("sr")) s.sr = parse_bool(o["sr"], where, "sr");
+    }
+  }
+  if (std::string err = recipe_error(r); !err.empty()) bad(r.name, err);
+  return r;
+}
+
+}  // namespace fp4::engine

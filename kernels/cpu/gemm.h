@@ -1,0 +1,14 @@
+// gemm.h — the CPU backend's one matrix product, fp32 in and out.
+//
+// Row-major throughout: op(A) is M x K, op(B) is K x N, C is M x N. With trans_a, A is stored as
+// [K, M]; with trans_b, B is stored as [N, K] (so C = A · Bᵀ, the fprop of a linear layer).
+// Deterministic: the result for a given machine and shape never depends on the thread count,
+// because rows are cut into fixed-size panels and each panel is one independent product.
+#pragma once
+
+namespace fp4::cpu {
+
+void gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* a,
+          const float* b, float beta, float* c);
+
+}  // namespace fp4::cpu
