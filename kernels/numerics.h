@@ -212,7 +212,7 @@ FP4_HD uint8_t e4m3_encode(float v) {
 FP4_HD float e4m3_decode(uint8_t b) {
   float s = (b & 0x80) ? -1.0f : 1.0f;
   int e = (b >> 3) & 0xf, m = b & 0x7;
-  if (e == 0xf && m == 0x7) return bits_float(0x7fc00000u);
+  if (e == 0xf && m == 0x7) return bits_float((b & 0x80) ? 0xffc00000u : 0x7fc00000u);  // NaN, sign kept
   if (e == 0) return s * static_cast<float>(m) * exp2_int(-9);
   return s * static_cast<float>(8 + m) * exp2_int(e - 10);
 }
@@ -422,8 +422,10 @@ FP4_HD uint32_t philox_word_for_element(uint64_t seed, uint32_t stream, uint32_t
 //   bits 13..12  operand: x 0, w 1, dy 2
 //   bits 11..0   micro-step within the optimizer step (gradient accumulation), up to 4095
 // Element draws use counter word 1 = index >> 34, which is 0 for any tensor under 2^34 elements;
-// draws that are not per element (the RHT sign vectors) use word 1 = kPhiloxNonElementDomain so the
-// two families never share a counter.
+// draws that are not per element use other values of word 1 so no two families share a counter:
+//   0xffffffff  RHT sign vectors (below)
+//   0xfffffffe  the quantization probe's samples (engine/quant_probe.cpp)
+//   top bits 10 the data sources' draws (engine/data/data_random.h)
 enum class Gemm : uint8_t { fprop = 0, dgrad = 1, wgrad = 2 };
 enum class Operand : uint8_t { x = 0, w = 1, dy = 2 };
 
@@ -436,18 +438,22 @@ FP4_HD uint32_t philox_stream(uint32_t linear_id, Gemm gemm, Operand operand, ui
          (static_cast<uint32_t>(operand) << 12) | (micro_step & kMaxMicroStep);
 }
 
-// RHT sign policies (NUMERICS.md §4). For `seeded` the draw uses linear id 0xffff and step 0; for
-// `per_layer` the layer's id and step 0; for `per_step` the layer's id and the optimizer step, so
-// a per-step vector is also distinct per layer. The mask is the low 16 bits of word 0 of
-// philox(counter = (linear_id, 0xffffffff, 0x5248'5400 "RHT", step), key = seed).
+// RHT sign policies (NUMERICS.md §4). The mask is the low 16 bits of word 0 of
+// philox(counter = (layer, 0xffffffff, 0x5248'5400 "RHT", step), key = seed), where
+//   seeded:    layer = 0xffffffff (no linear id reaches it), step = 0xffffffff
+//   per_layer: layer = the linear id,                         step = 0xffffffff
+//   per_step:  layer = the linear id,                         step = the optimizer step
+// so the three policies never draw the same counter (no optimizer step reaches 0xffffffff), and a
+// per-step vector is also distinct per layer.
 enum class RhtSigns : uint8_t { fixed = 0, seeded = 1, per_layer = 2, per_step = 3 };
 
 constexpr uint32_t kRhtSignStream = 0x52485400u;
+constexpr uint32_t kRhtNoLayerOrStep = 0xffffffffu;
 
 FP4_HD uint16_t rht_sign_mask(RhtSigns policy, uint64_t seed, uint32_t linear_id, uint32_t step) {
   if (policy == RhtSigns::fixed) return kRhtFixedSigns;
-  uint32_t layer = policy == RhtSigns::seeded ? kMaxLinearId : linear_id;
-  uint32_t s = policy == RhtSigns::per_step ? step : 0u;
+  uint32_t layer = policy == RhtSigns::seeded ? kRhtNoLayerOrStep : linear_id;
+  uint32_t s = policy == RhtSigns::per_step ? step : kRhtNoLayerOrStep;
   Philox4 r = philox4x32_10(layer, kPhiloxNonElementDomain, kRhtSignStream, s,
                             static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32));
   return static_cast<uint16_t>(r.w[0] & 0xffffu);

@@ -107,7 +107,8 @@ QuantizedTensor quantize(const bf16_t* x, int rows, int cols, const QuantSpec& s
       for (int r = b.r0; r < b.r0 + b.nr; ++r)
         for (int c = b.c0; c < b.c0 + b.nc; ++c) {
           const int64_t i = static_cast<int64_t>(r) * cols + c;
-          if (!is_finite(bf16_to_float(x[i]))) finite = false;
+          // Non-finite source, or a finite source whose RHT overflowed fp32 (§3's v is after the RHT).
+          if (!is_finite(bf16_to_float(x[i])) || !is_finite(v[i])) finite = false;
           float a = abs_f(v[i]);
           if (a > amax_b) amax_b = a;
         }
