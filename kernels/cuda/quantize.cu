@@ -1,0 +1,278 @@
+// quantize.cu — see quantize.cuh: the host API (checks, launches) and the tensor amax pass. The
+// fused quantize kernel itself is in quantize_kernels.cuh.
+//
+// e4m3x2 needs each copy's tensor amax before any block can be scaled: a first kernel reads x once
+// for both copies and leaves per-CTA maxima, a one-CTA kernel reduces them and makes the tensor
+// scales. Maxima of non-negative, non-NaN floats do not depend on the order of reduction, so the
+// result is deterministic (no atomics on floats).
+#include "kernels/cuda/quantize.cuh"
+
+#include <algorithm>
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+
+#include "kernels/cpu/quantize.h"  // shape_error: the shape rules are the reference's
+#include "kernels/cuda/quantize_kernels.cuh"
+
+namespace fp4::cuda {
+
+void throw_on_cuda_error(cudaError_t err, const char* what, const char* file, int line) {
+  if (err == cudaSuccess) return;
+  throw std::runtime_error(std::string(file) + ":" + std::to_string(line) + ": " + what + ": " +
+                           cudaGetErrorName(err) + ": " + cudaGetErrorString(err));
+}
+
+Workspace::~Workspace() {
+  if (ptr_ != nullptr) cudaFree(ptr_);  // a destructor must not throw; nothing to do on failure
+}
+
+void* Workspace::get(size_t bytes) {
+  if (bytes > bytes_) {
+    if (ptr_ != nullptr) {
+      FP4_CUDA_CHECK(cudaFree(ptr_));  // synchronizes: earlier users of the old buffer are done
+      ptr_ = nullptr;
+      bytes_ = 0;
+    }
+    FP4_CUDA_CHECK(cudaMalloc(&ptr_, bytes));
+    bytes_ = bytes;
+  }
+  return ptr_;
+}
+
+namespace {
+
+using namespace detail;
+
+// The amax pass loops over tiles with at most this many CTAs (its per-CTA maxima fit the workspace).
+constexpr int kMaxAmaxBlocks = 1024;
+
+// ---------------------------------------------------------------------------------------------
+// Tensor amax (e4m3x2's amax_t, and any copy that asks for its amax)
+// ---------------------------------------------------------------------------------------------
+
+struct AmaxArgs {
+  Source src;
+  int tiles;
+  bool row_rht, col_rht;  // col_rht only when the column copy exists (then rows % 16 == 0)
+  uint16_t row_signs, col_signs;
+};
+
+// Per-CTA maxima over finite values, three of them: of |x|, of the row copy's values after its RHT
+// along rows, of the column copy's values after its RHT along columns. partials: [gridDim.x][3].
+__global__ void __launch_bounds__(kThreads) amax_kernel(const AmaxArgs a, float* partials) {
+  __shared__ __align__(16) bf16_t tile[16 * kPitch];
+  __shared__ float warp_max[3][kWarps];
+  float m_plain = 0.0f, m_row = 0.0f, m_col = 0.0f;
+  for (int t = blockIdx.x; t < a.tiles; t += gridDim.x) {
+    const int r0 = (t / a.src.col_tiles) * 16, c0 = (t % a.src.col_tiles) * kTileCols;
+    load_tile<16>(a.src, r0, c0, tile);
+    __syncthreads();
+    // 16-element row vectors: 16 rows × 32 per tile, 2 per thread (zero padding adds nothing).
+#pragma unroll
+    for (int it = 0; it < 2; ++it) {
+      const int k = it * kThreads + threadIdx.x;
+      const bf16_t* p = tile + (k % 16) * kPitch + (k / 16) * 16;
+      float v[16];
+      bool finite = true;
+      unpack8(*reinterpret_cast<const uint4*>(p), v, finite);
+      unpack8(*reinterpret_cast<const uint4*>(p + 8), v + 8, finite);
+#pragma unroll
+      for (int j = 0; j < 16; ++j) m_plain = max_abs_finite(m_plain, v[j]);
+      if (a.row_rht) {
+        rht16(v, a.row_signs);
+#pragma unroll
+        for (int j = 0; j < 16; ++j) m_row = max_abs_finite(m_row, v[j]);
+      }
+    }
+    if (a.col_rht) {
+      // 16-element column vectors: each thread takes a pair of adjacent columns.
+      const int lc = 2 * threadIdx.x;
+      float v0[16], v1[16];
+#pragma unroll
+      for (int r = 0; r < 16; ++r) {
+        const uint32_t w = *reinterpret_cast<const uint32_t*>(tile + r * kPitch + lc);
+        v0[r] = bf16_to_float(static_cast<bf16_t>(w & 0xffffu));
+        v1[r] = bf16_to_float(static_cast<bf16_t>(w >> 16));
+      }
+      rht16(v0, a.col_signs);
+      rht16(v1, a.col_signs);
+#pragma unroll
+      for (int r = 0; r < 16; ++r) m_col = max_abs_finite(max_abs_finite(m_col, v0[r]), v1[r]);
+    }
+    __syncthreads();  // before the next tile overwrites this one
+  }
+  float m[3] = {m_plain, m_row, m_col};
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+#pragma unroll
+  for (int i = 0; i < 3; ++i) {
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) m[i] = fmaxf(m[i], __shfl_xor_sync(0xffffffffu, m[i], off));
+    if (lane == 0) warp_max[i][warp] = m[i];
+  }
+  __syncthreads();
+  if (threadIdx.x < 3) {
+    float r = 0.0f;
+    for (int w = 0; w < kWarps; ++w) r = fmaxf(r, warp_max[threadIdx.x][w]);
+    partials[blockIdx.x * 3 + threadIdx.x] = r;
+  }
+}
+
+struct FinalizeCopy {
+  bool present, rht, two_level;
+  float gmax;
+  float* amax_out;          // may be null
+  float* tensor_scale_out;  // may be null; written only for e4m3x2 (the quantize pass writes 1)
+};
+
+// One CTA: reduces the per-CTA maxima and makes each copy's tensor scale (ts_out[0]: row copy,
+// ts_out[1]: column copy).
+__global__ void __launch_bounds__(kThreads) finalize_amax_kernel(const float* partials, int n, FinalizeCopy row,
+                                                                 FinalizeCopy col, TensorScale* ts_out) {
+  __shared__ float warp_max[3][kWarps];
+  float m[3] = {0.0f, 0.0f, 0.0f};
+  for (int i = threadIdx.x; i < n; i += kThreads)
+#pragma unroll
+    for (int j = 0; j < 3; ++j) m[j] = fmaxf(m[j], partials[i * 3 + j]);
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+#pragma unroll
+  for (int j = 0; j < 3; ++j) {
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) m[j] = fmaxf(m[j], __shfl_xor_sync(0xffffffffu, m[j], off));
+    if (lane == 0) warp_max[j][warp] = m[j];
+  }
+  __syncthreads();
+  if (threadIdx.x != 0) return;
+  float total[3] = {0.0f, 0.0f, 0.0f};
+  for (int j = 0; j < 3; ++j)
+    for (int w = 0; w < kWarps; ++w) total[j] = fmaxf(total[j], warp_max[j][w]);
+  const FinalizeCopy copies[2] = {row, col};
+  for (int i = 0; i < 2; ++i) {
+    const FinalizeCopy& c = copies[i];
+    if (!c.present) continue;
+    const float amax = c.rht ? total[1 + i] : total[0];
+    TensorScale ts{1.0f, 1.0f};
+    if (c.two_level) ts = make_tensor_scale(amax, c.gmax);
+    ts_out[i] = ts;
+    if (c.amax_out != nullptr) *c.amax_out = amax;
+    if (c.two_level && c.tensor_scale_out != nullptr) *c.tensor_scale_out = ts.dec;
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Host side
+// ---------------------------------------------------------------------------------------------
+
+bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+void check_copy(const CopyOut* c, BlockAlong along, int rows, int cols) {
+  if (c == nullptr) return;
+  const char* which = along == BlockAlong::row ? "row" : "column";
+  if (c->spec.along != along)
+    throw std::invalid_argument(std::string("quantize_fused: the ") + which + " copy's spec must block along " +
+                                which + "s");
+  if (std::string err = cpu::shape_error(rows, cols, c->spec); !err.empty()) throw std::invalid_argument(err);
+  if (!aligned16(c->dequant) || !aligned16(c->codes) || !aligned16(c->scales))
+    throw std::invalid_argument(std::string("quantize_fused: the ") + which +
+                                " copy's device buffers must be 16-byte aligned");
+}
+
+CopyArgs copy_args(const CopyOut* c, const TensorScale* ts) {
+  CopyArgs a{};
+  a.present = c != nullptr;
+  if (c == nullptr) return a;
+  a.spec = c->spec;
+  a.dequant = c->dequant;
+  a.codes = c->codes;
+  a.scales = c->scales;
+  a.ts = ts;
+  a.max_index = spec_max_index(c->spec);
+  return a;
+}
+
+bool two_level(const CopyOut* c) { return c != nullptr && c->spec.scale == ScaleMode::e4m3x2; }
+
+Source make_source(const bf16_t* x, int rows, int cols) {
+  return Source{x, rows, cols, (cols + kTileCols - 1) / kTileCols, cols % 8 == 0};
+}
+
+// The amax pass: per-CTA maxima, then one CTA makes amax_t and the tensor scales (ts[0] for the row
+// copy, ts[1] for the column copy) and writes the copies' amax / tensor_scale outputs.
+void launch_amax(const bf16_t* x, int rows, int cols, const CopyOut* row_copy, const CopyOut* col_copy,
+                 float* partials, TensorScale* ts, cudaStream_t stream) {
+  AmaxArgs aa{};
+  aa.src = make_source(x, rows, cols);
+  aa.tiles = static_cast<int>((rows + 15) / 16 * static_cast<int64_t>(aa.src.col_tiles));
+  aa.row_rht = row_copy != nullptr && row_copy->spec.rht;
+  aa.col_rht = col_copy != nullptr && col_copy->spec.rht;
+  aa.row_signs = row_copy != nullptr ? row_copy->spec.rht_signs : 0;
+  aa.col_signs = col_copy != nullptr ? col_copy->spec.rht_signs : 0;
+  const int blocks = std::min(aa.tiles, kMaxAmaxBlocks);
+  amax_kernel<<<blocks, kThreads, 0, stream>>>(aa, partials);
+  FP4_CUDA_CHECK(cudaGetLastError());
+  auto fin = [](const CopyOut* c) {
+    FinalizeCopy f{};
+    f.present = c != nullptr;
+    if (c == nullptr) return f;
+    f.rht = c->spec.rht;
+    f.two_level = two_level(c);
+    f.gmax = c->spec.gmax;
+    f.amax_out = c->amax;
+    f.tensor_scale_out = c->tensor_scale;
+    return f;
+  };
+  finalize_amax_kernel<<<1, kThreads, 0, stream>>>(partials, blocks, fin(row_copy), fin(col_copy), ts);
+  FP4_CUDA_CHECK(cudaGetLastError());
+}
+
+// One launch of the fused kernel for copies that share the block size b (either may be null).
+void launch_quantize(const bf16_t* x, int rows, int cols, const CopyOut* row_copy, const CopyOut* col_copy,
+                     const TensorScale* ts, unsigned* nonfinite_flag, cudaStream_t stream) {
+  const int b = row_copy != nullptr ? row_copy->spec.block : col_copy->spec.block;
+  FusedArgs a{};
+  a.src = make_source(x, rows, cols);
+  a.row = copy_args(row_copy, ts);
+  a.col = copy_args(col_copy, ts + 1);
+  a.pair_stores = cols % 2 == 0;
+  a.nonfinite_flag = nonfinite_flag;
+  a.unit_tensor_scale[0] = row_copy != nullptr && !two_level(row_copy) ? row_copy->tensor_scale : nullptr;
+  a.unit_tensor_scale[1] = col_copy != nullptr && !two_level(col_copy) ? col_copy->tensor_scale : nullptr;
+
+  const int64_t tiles = (rows + b - 1) / b * static_cast<int64_t>(a.src.col_tiles);
+  if (tiles > 0x7fffffff) throw std::invalid_argument("quantize_fused: tensor too large for one launch");
+  const bool col_sr = col_copy != nullptr && col_copy->spec.rounding == Rounding::sr;
+  const int smem = fused_smem_bytes(b, col_sr);
+  if (b == 16) launch_fused_b16(a, static_cast<int>(tiles), smem, stream);
+  else launch_fused_b32(a, static_cast<int>(tiles), smem, stream);
+}
+
+}  // namespace
+
+void quantize_fused(const bf16_t* x, int rows, int cols, const CopyOut* row_copy, const CopyOut* col_copy,
+                    unsigned* nonfinite_flag, Workspace& workspace, cudaStream_t stream) {
+  check_copy(row_copy, BlockAlong::row, rows, cols);
+  check_copy(col_copy, BlockAlong::column, rows, cols);
+  if (row_copy == nullptr && col_copy == nullptr) return;
+  if (x == nullptr || !aligned16(x))
+    throw std::invalid_argument("quantize_fused: the source must be a 16-byte aligned device pointer");
+
+  // Workspace: per-CTA maxima of the amax pass, then the two tensor scales.
+  const size_t partial_bytes = kMaxAmaxBlocks * 3 * sizeof(float);
+  auto* ws = static_cast<unsigned char*>(workspace.get(partial_bytes + 2 * sizeof(TensorScale)));
+  auto* partials = reinterpret_cast<float*>(ws);
+  auto* ts = reinterpret_cast<TensorScale*>(ws + partial_bytes);
+
+  auto wants_amax = [](const CopyOut* c) { return c != nullptr && (two_level(c) || c->amax != nullptr); };
+  if (wants_amax(row_copy) || wants_amax(col_copy))
+    launch_amax(x, rows, cols, row_copy, col_copy, partials, ts, stream);
+
+  if (row_copy != nullptr && col_copy != nullptr && row_copy->spec.block != col_copy->spec.block) {
+    // Different block sizes need different tile heights: one launch each (x is read twice).
+    launch_quantize(x, rows, cols, row_copy, nullptr, ts, nonfinite_flag, stream);
+    launch_quantize(x, rows, cols, nullptr, col_copy, ts, nonfinite_flag, stream);
+  } else {
+    launch_quantize(x, rows, cols, row_copy, col_copy, ts, nonfinite_flag, stream);
+  }
+}
+
+}  // namespace fp4::cuda

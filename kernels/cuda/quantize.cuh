@@ -1,0 +1,74 @@
+// quantize.cuh — fused CUDA quantizers: one read of a bf16 tensor yields every 4-bit copy a linear
+// layer needs (the copy blocked along rows and the copy blocked along columns, each with or without
+// the RHT, 1D blocks or 2D tiles), plus the tensor amax that two-level (e4m3x2) scales need.
+//
+// Outputs are bit-identical to the CPU reference, fp4::cpu::quantize (kernels/cpu/quantize.h), and
+// use its layouts: dequantized values and codes in the source tensor's row-major layout, scales
+// row-major over the block grid ([rows, cols/B] along rows, [rows/B, cols] along columns,
+// [rows/B, cols/B] for 2D tiles). Every per-value decision is taken by kernels/numerics.h.
+//
+// This header is plain C++ on the host side (no CLI11/TOML/SQLite here, nothing nvcc-specific), so
+// .cpp files can call the API.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "kernels/numerics.h"
+
+namespace fp4::cuda {
+
+// Throws std::runtime_error("file:line: what: CUDA error text") when `err` is not cudaSuccess.
+void throw_on_cuda_error(cudaError_t err, const char* what, const char* file, int line);
+
+}  // namespace fp4::cuda
+
+// Every CUDA runtime call in the quantizer, its tests and its benchmark goes through this.
+#define FP4_CUDA_CHECK(expr) ::fp4::cuda::throw_on_cuda_error((expr), #expr, __FILE__, __LINE__)
+
+namespace fp4::cuda {
+
+// One quantized copy to produce. All pointers are device memory, 16-byte aligned (cudaMalloc gives
+// 256); any of them may be null when that output is not wanted.
+struct CopyOut {
+  QuantSpec spec;                 // spec.along says which slot of quantize_fused it goes in
+  bf16_t* dequant = nullptr;      // [rows, cols]: the GEMM operand (true value = dequant * S_dec)
+  uint8_t* codes = nullptr;       // [rows, cols]: sign << 3 | magnitude index, kNonFiniteCode
+  float* scales = nullptr;        // the scale grid, row-major; NaN for non-finite blocks
+  float* tensor_scale = nullptr;  // one float: S_dec for e4m3x2, 1 otherwise
+  float* amax = nullptr;          // one float: max |value| after the RHT over finite values
+};
+
+// Scratch device memory for the amax pass (per-CTA partial maxima and the tensor scales). One per
+// stream: calls that share a workspace must be ordered on one stream. Allocated on first use.
+class Workspace {
+ public:
+  Workspace() = default;
+  ~Workspace();
+  Workspace(const Workspace&) = delete;
+  Workspace& operator=(const Workspace&) = delete;
+
+  // Device memory of at least `bytes` bytes (synchronous allocation the first time, or on growth).
+  void* get(size_t bytes);
+
+ private:
+  void* ptr_ = nullptr;
+  size_t bytes_ = 0;
+};
+
+// Quantizes x (bf16 bits, [rows, cols] row-major, device memory) into up to two copies in one pass
+// over x (two passes when a copy uses e4m3x2 or asks for its amax: the amax pass comes first; one
+// more when the two copies have different block sizes, which need different tile heights).
+//   row_copy: spec.along == BlockAlong::row (blocks run along a row), or null;
+//   col_copy: spec.along == BlockAlong::column, or null.
+// nonfinite_flag (device, may be null) is set to 1 when some block holds a NaN or an infinity; it is
+// never cleared here, so one flag can collect a whole step. Asynchronous on `stream`.
+// Throws std::invalid_argument (with fp4::cpu::shape_error's message when the shape does not fit a
+// spec) before launching anything, and std::runtime_error on a CUDA error.
+void quantize_fused(const bf16_t* x, int rows, int cols, const CopyOut* row_copy,
+                    const CopyOut* col_copy, unsigned* nonfinite_flag, Workspace& workspace,
+                    cudaStream_t stream);
+
+}  // namespace fp4::cuda

@@ -1,0 +1,561 @@
+// quantize_kernels.cuh — the fused quantize kernel (internal to kernels/cuda; the API is
+// quantize.cuh). It is a template on the block size B; quantize_b16.cu and quantize_b32.cu each
+// compile one instance, so the two build in parallel.
+//
+// How the work is laid out. The source is cut into tiles of B rows × 512 columns. A persistent CTA of
+// 256 threads takes every gridDim.x-th tile; it loads each into shared memory once, with 16-byte
+// asynchronous copies issued while it still works on the previous tile (two buffers), then:
+//   * column copy: each thread takes a pair of adjacent columns (B rows: one block each), runs the
+//     RHT down the columns, takes the block amax, quantizes and stores straight to global memory:
+//     the 32 lanes of a warp write 128 contiguous bytes of one row, a whole cache line;
+//   * row copy: each thread takes one B-element block of one row, quantizes it and writes the
+//     dequantized values back into the tile in place (it is the only reader of those bytes), then
+//     the CTA stores the tile with 16-byte coalesced stores.
+// In the row phase consecutive lanes take consecutive rows, so the B rows of a 2D tile sit in B
+// consecutive lanes and the tile amax is a shuffle reduction; the shared rows are padded by 16 bytes
+// so that those lanes' 16-byte accesses fall in different banks.
+//
+// Per-value arithmetic is numerics.h (block scales, RHT, Philox) and quantize_element.cuh (the
+// element rounding, numerics.h's quantize_element without data-dependent branches), compiled for
+// the copy's grid, rounding and scale mode as compile-time constants: the kernel switches on them
+// once per block.
+#pragma once
+
+#include <cuda_pipeline.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <type_traits>
+
+#include "kernels/cuda/quantize.cuh"
+#include "kernels/cuda/quantize_element.cuh"
+#include "kernels/numerics.h"
+
+namespace fp4::cuda::detail {
+
+constexpr int kThreads = 256;
+constexpr int kWarps = kThreads / 32;
+constexpr int kTileCols = 512;
+// Shared tile row pitch in bf16 elements: 16 bytes of padding put the rows that consecutive lanes
+// read in the row phase on different banks (1040 bytes = 16 mod 128).
+constexpr int kPitch = kTileCols + 8;
+constexpr uint32_t kF32QuietNaN = 0x7fc00000u;
+
+// Shared memory of the fused kernel for block size B: two tiles (the one being quantized and the
+// next, loading), the row copy's block scales staged for a coalesced store (+1 column against bank
+// conflicts), and, when the column copy rounds stochastically, one Philox word per tile element.
+__host__ __device__ constexpr int tile_bytes(int b) { return b * kPitch * 2; }
+__host__ __device__ constexpr int row_scale_bytes(int b) { return (b * (kTileCols / b + 1) * 4 + 15) / 16 * 16; }
+__host__ __device__ constexpr int word_bytes(int b) { return b * kTileCols * 4; }
+__host__ __device__ constexpr int fused_smem_bytes(int b, bool col_sr) {
+  return 2 * tile_bytes(b) + row_scale_bytes(b) + (col_sr ? word_bytes(b) : 0);
+}
+
+// One copy as the kernels see it.
+struct CopyArgs {
+  bool present;
+  QuantSpec spec;
+  bf16_t* dequant;
+  uint8_t* codes;
+  float* scales;
+  const TensorScale* ts;  // device; read for e4m3x2 only
+  int max_index;
+};
+
+struct Source {
+  const bf16_t* x;
+  int rows, cols;
+  int col_tiles;  // tiles across the columns
+  bool vec_load;  // cols % 8 == 0: a tile row loads as 16-byte chunks
+};
+
+struct FusedArgs {
+  Source src;
+  CopyArgs row, col;
+  bool pair_stores;             // cols even: a column pair stores as one 4-byte / 2-byte word
+  unsigned* nonfinite_flag;     // may be null
+  float* unit_tensor_scale[2];  // tensor_scale outputs of non-e4m3x2 copies: CTA 0 writes 1
+};
+
+// Launches the fused kernel for block size 16 or 32 (defined in quantize_b16.cu, quantize_b32.cu).
+// tiles: B-row × 512-column tiles of the source; smem: fused_smem_bytes.
+void launch_fused_b16(const FusedArgs& a, int tiles, int smem, cudaStream_t stream);
+void launch_fused_b32(const FusedArgs& a, int tiles, int smem, cudaStream_t stream);
+
+#if defined(__CUDACC__)
+
+// Max of a running amax m (never NaN) and |v|; NaN never wins, as in the reference's `a > m`.
+// fmaxf returns the non-NaN operand, and neither operand is -0, so this is exactly that max.
+__device__ __forceinline__ float max_abs(float m, float v) { return fmaxf(m, abs_f(v)); }
+
+// The same over finite values only (the tensor amax ignores NaN and infinities).
+__device__ __forceinline__ float max_abs_finite(float m, float v) {
+  const float a = abs_f(v);
+  return fmaxf(m, is_finite(a) ? a : 0.0f);
+}
+
+// 8 bf16 (one 16-byte chunk) to fp32; `finite` is cleared if any of them is NaN or infinite.
+__device__ __forceinline__ void unpack8(uint4 q, float* v, bool& finite) {
+  const uint32_t w[4] = {q.x, q.y, q.z, q.w};
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    v[2 * j] = bf16_to_float(static_cast<bf16_t>(w[j] & 0xffffu));
+    v[2 * j + 1] = bf16_to_float(static_cast<bf16_t>(w[j] >> 16));
+    finite = finite && is_finite(v[2 * j]) && is_finite(v[2 * j + 1]);
+  }
+}
+
+// Loads source rows [r0, r0 + TR) × columns [c0, c0 + kTileCols) into the shared tile; what lies
+// outside the tensor reads as 0 (and is never stored).
+template <int TR>
+__device__ __forceinline__ void load_tile(const Source& s, int r0, int c0, bf16_t* tile) {
+  if (s.vec_load) {
+    constexpr int kChunksPerRow = kTileCols / 8;
+    constexpr int kPerThread = TR * kChunksPerRow / kThreads;
+    uint4 chunk[kPerThread];
+    // All loads first, then all shared stores: kPerThread 16-byte loads in flight per thread.
+#pragma unroll
+    for (int i = 0; i < kPerThread; ++i) {
+      const int k = i * kThreads + threadIdx.x;
+      const int r = k / kChunksPerRow, c = (k % kChunksPerRow) * 8;
+      chunk[i] = make_uint4(0u, 0u, 0u, 0u);
+      if (r0 + r < s.rows && c0 + c < s.cols)  // cols % 8 == 0: a chunk is wholly in or out
+        chunk[i] = __ldg(reinterpret_cast<const uint4*>(s.x + static_cast<int64_t>(r0 + r) * s.cols + c0 + c));
+    }
+#pragma unroll
+    for (int i = 0; i < kPerThread; ++i) {
+      const int k = i * kThreads + threadIdx.x;
+      const int r = k / kChunksPerRow, c = (k % kChunksPerRow) * 8;
+      *reinterpret_cast<uint4*>(tile + r * kPitch + c) = chunk[i];
+    }
+  } else {
+    for (int k = threadIdx.x; k < TR * kTileCols; k += kThreads) {
+      const int r = k / kTileCols, c = k % kTileCols;
+      bf16_t v = 0;
+      if (r0 + r < s.rows && c0 + c < s.cols) v = s.x[static_cast<int64_t>(r0 + r) * s.cols + c0 + c];
+      tile[r * kPitch + c] = v;
+    }
+  }
+}
+
+// Starts loading the tile at (r0, c0) into `tile` (as load_tile) without waiting: 16-byte cp.async
+// copies that land while the CTA works on the previous tile; the caller commits and waits. Chunks
+// outside the tensor are zeroed by plain stores. Without 16-byte rows it loads synchronously.
+template <int TR>
+__device__ __forceinline__ void issue_tile_load(const Source& s, int r0, int c0, bf16_t* tile) {
+  if (!s.vec_load) {
+    load_tile<TR>(s, r0, c0, tile);
+    return;
+  }
+  constexpr int kChunksPerRow = kTileCols / 8;
+#pragma unroll
+  for (int i = 0; i < TR * kChunksPerRow / kThreads; ++i) {
+    const int k = i * kThreads + threadIdx.x;
+    const int r = k / kChunksPerRow, c = (k % kChunksPerRow) * 8;
+    bf16_t* dst = tile + r * kPitch + c;
+    if (r0 + r < s.rows && c0 + c < s.cols)
+      __pipeline_memcpy_async(dst, s.x + static_cast<int64_t>(r0 + r) * s.cols + c0 + c, 16);
+    else
+      *reinterpret_cast<uint4*>(dst) = make_uint4(0u, 0u, 0u, 0u);
+  }
+}
+
+// Calls f(grid, rounding, scale mode) with each a std::integral_constant, so the per-element code
+// is compiled once per combination, with no per-element branch on any of them.
+template <class F>
+__device__ __forceinline__ void dispatch_kind(const QuantSpec& s, F&& f) {
+  auto by_scale = [&](auto g, auto r) {
+    if (s.scale == ScaleMode::e4m3x2) f(g, r, std::integral_constant<ScaleMode, ScaleMode::e4m3x2>{});
+    else if (s.scale == ScaleMode::e8m0) f(g, r, std::integral_constant<ScaleMode, ScaleMode::e8m0>{});
+    else f(g, r, std::integral_constant<ScaleMode, ScaleMode::fp32>{});
+  };
+  auto by_rounding = [&](auto g) {
+    if (s.rounding == Rounding::sr) by_scale(g, std::integral_constant<Rounding, Rounding::sr>{});
+    else by_scale(g, std::integral_constant<Rounding, Rounding::rn>{});
+  };
+  if (s.grid == Grid::e1m2) by_rounding(std::integral_constant<Grid, Grid::e1m2>{});
+  else by_rounding(std::integral_constant<Grid, Grid::e2m1>{});
+}
+
+__device__ __forceinline__ TensorScale load_tensor_scale(const CopyArgs& c) {
+  if (c.spec.scale == ScaleMode::e4m3x2) return *c.ts;
+  return TensorScale{1.0f, 1.0f};
+}
+
+// What every element of a block that is not quantized normally becomes: NaN / kNonFiniteCode in a
+// non-finite block, and numerics.h's zero-block output (fp32 and e8m0 blocks with amax 0).
+__device__ __forceinline__ QuantizedElement special_block_element(bool finite) {
+  if (!finite) return QuantizedElement{kBf16QuietNaN, kNonFiniteCode};
+  BlockScale z{};
+  z.zero_block = true;
+  return quantize_element(0.0f, z, Grid::e2m1, 0, Rounding::rn, 0.0f);
+}
+
+// Quantizes the N values v[0..N) of one block (or one column of a tile): emit(j, element) receives
+// each result, uniform(j) gives element j's SR uniform (not called for RN). The branches here are
+// per block.
+template <int N, Grid G, Rounding R, ScaleMode M, class Uniform, class Emit>
+__device__ __forceinline__ void quantize_values(const float* v, const BlockScale& bs, bool finite, int max_index,
+                                                Uniform&& uniform, Emit&& emit) {
+  const BlockQuantizer<G, R, M> q(bs, max_index);
+  if (!finite || bs.zero_block) {
+    const QuantizedElement e = special_block_element(finite);
+#pragma unroll
+    for (int j = 0; j < N; ++j) emit(j, e);
+  } else if (q.fast()) {
+#pragma unroll
+    for (int j = 0; j < N; ++j) {
+      float u = 0.0f;
+      if constexpr (R == Rounding::sr) u = uniform(j);
+      emit(j, q(v[j], u));
+    }
+  } else {
+#pragma unroll
+    for (int j = 0; j < N; ++j) {
+      float u = 0.0f;
+      if constexpr (R == Rounding::sr) u = uniform(j);
+      emit(j, q.reference(v[j], u));
+    }
+  }
+}
+
+// The column copy's SR needs one Philox word per element, and one Philox call makes the words of
+// 4 consecutive source indices, which lie along a row: the CTA computes each call once into shared
+// memory, words[r][c] for tile element (r, c). Within a row the calls start at the row's first
+// index rounded down to a multiple of 4, so a 512-column row needs 128 calls (129 when cols is not
+// a multiple of 4 and the row start falls inside a group).
+template <int TR>
+__device__ void fill_words(const Source& src, const QuantSpec& s, int r0, int c0, uint32_t* words) {
+  const bool aligned = src.cols % 4 == 0;
+  const int per_row = aligned ? kTileCols / 4 : kTileCols / 4 + 1;
+  for (int k = threadIdx.x; k < TR * per_row; k += kThreads) {
+    const int r = k / per_row, j = k % per_row;
+    if (r0 + r >= src.rows) continue;
+    const uint64_t row_start = static_cast<uint64_t>(r0 + r) * src.cols + c0;
+    const uint64_t first = ((row_start >> 2) + j) << 2;  // the element index of word 0
+    const Philox4 w = philox_for_elements(s.seed, s.stream, s.step, first);
+    const int lc = static_cast<int>(static_cast<int64_t>(first) - static_cast<int64_t>(row_start));
+    uint32_t* dst = words + r * kTileCols;
+    if (aligned) {
+      *reinterpret_cast<uint4*>(dst + lc) = make_uint4(w.w[0], w.w[1], w.w[2], w.w[3]);
+    } else {
+#pragma unroll
+      for (int q = 0; q < 4; ++q)
+        if (lc + q >= 0 && lc + q < kTileCols) dst[lc + q] = w.w[q];
+    }
+  }
+}
+
+// Column copy: blocks of B consecutive rows of one column (tile_2d: B × B tiles). Thread t takes
+// columns (2t, 2t + 1) of the tile. Returns whether a block it stored was non-finite.
+template <int B, Grid G, Rounding R, ScaleMode M>
+__device__ bool col_blocks(const FusedArgs& a, const bf16_t* tile, const uint32_t* words, int r0, int c0) {
+  static_assert(kTileCols / 2 == kThreads, "one column pair per thread");
+  const CopyArgs& c = a.col;
+  const QuantSpec& s = c.spec;
+  const int rows = a.src.rows, cols = a.src.cols;
+  const int lc = 2 * threadIdx.x;
+  const int gr = r0, gc = c0 + lc;
+  const bool valid0 = gr < rows && gc < cols;  // rows % B == 0: the tile's rows are all in or out
+  const bool valid1 = gr < rows && gc + 1 < cols;
+
+  float v0[B], v1[B];
+  bool f0 = true, f1 = true;
+#pragma unroll
+  for (int r = 0; r < B; ++r) {
+    const uint32_t w = *reinterpret_cast<const uint32_t*>(tile + r * kPitch + lc);
+    v0[r] = bf16_to_float(static_cast<bf16_t>(w & 0xffffu));
+    v1[r] = bf16_to_float(static_cast<bf16_t>(w >> 16));
+    f0 = f0 && is_finite(v0[r]);
+    f1 = f1 && is_finite(v1[r]);
+  }
+  if (s.rht) {
+#pragma unroll
+    for (int j = 0; j < B; j += kRhtSize) {
+      rht16(v0 + j, s.rht_signs);
+      rht16(v1 + j, s.rht_signs);
+    }
+  }
+  float amax0 = 0.0f, amax1 = 0.0f;
+#pragma unroll
+  for (int r = 0; r < B; ++r) {
+    amax0 = max_abs(amax0, v0[r]);
+    amax1 = max_abs(amax1, v1[r]);
+  }
+  if (s.tile_2d) {
+    // A tile's B columns are the pairs of B/2 consecutive, aligned lanes: combine over them.
+    float m = fmaxf(amax0, amax1);
+    int f = f0 && f1;
+#pragma unroll
+    for (int off = 1; off < B / 2; off <<= 1) {
+      m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, off));
+      f &= __shfl_xor_sync(0xffffffffu, f, off);
+    }
+    amax0 = amax1 = m;
+    f0 = f1 = f != 0;
+  }
+  const TensorScale ts = load_tensor_scale(c);
+  const BlockScale bs0 = make_block_scale(s.scale, amax0, s.gmax, ts);
+  const BlockScale bs1 = make_block_scale(s.scale, amax1, s.gmax, ts);
+
+  // One column at a time, packed as they come: out[r] holds row r's two bf16, code[r / 2] the
+  // codes of rows r and r + 1 (two bytes each). The SR uniforms come from the tile's words.
+  uint32_t out[B], code[B / 2];
+#pragma unroll
+  for (int r = 0; r < B / 2; ++r) code[r] = 0;
+  quantize_values<B, G, R, M>(
+      v0, bs0, f0, c.max_index, [&](int r) { return uniform_from_word(words[r * kTileCols + lc]); },
+      [&](int r, QuantizedElement e) {
+        out[r] = e.out;
+        code[r / 2] |= uint32_t{e.code} << (16 * (r % 2));
+      });
+  quantize_values<B, G, R, M>(
+      v1, bs1, f1, c.max_index, [&](int r) { return uniform_from_word(words[r * kTileCols + lc + 1]); },
+      [&](int r, QuantizedElement e) {
+        out[r] |= uint32_t{e.out} << 16;
+        code[r / 2] |= uint32_t{e.code} << (16 * (r % 2) + 8);
+      });
+
+  const int64_t base = static_cast<int64_t>(gr) * cols + gc;
+  if (a.pair_stores) {
+    // cols is even, so valid0 implies valid1: one 4-byte and one 2-byte store per row.
+    if (valid0 && c.dequant != nullptr) {
+#pragma unroll
+      for (int r = 0; r < B; ++r)
+        *reinterpret_cast<uint32_t*>(c.dequant + base + static_cast<int64_t>(r) * cols) = out[r];
+    }
+    if (valid0 && c.codes != nullptr) {
+#pragma unroll
+      for (int r = 0; r < B; ++r)
+        *reinterpret_cast<uint16_t*>(c.codes + base + static_cast<int64_t>(r) * cols) =
+            static_cast<uint16_t>(code[r / 2] >> (16 * (r % 2)));
+    }
+  } else {
+#pragma unroll
+    for (int r = 0; r < B; ++r) {
+      const int64_t i = base + static_cast<int64_t>(r) * cols;
+      const uint32_t pair = code[r / 2] >> (16 * (r % 2));
+      if (c.dequant != nullptr) {
+        if (valid0) c.dequant[i] = static_cast<bf16_t>(out[r] & 0xffffu);
+        if (valid1) c.dequant[i + 1] = static_cast<bf16_t>(out[r] >> 16);
+      }
+      if (c.codes != nullptr) {
+        if (valid0) c.codes[i] = static_cast<uint8_t>(pair & 0xffu);
+        if (valid1) c.codes[i + 1] = static_cast<uint8_t>((pair >> 8) & 0xffu);
+      }
+    }
+  }
+
+  const float nan = bits_float(kF32QuietNaN);
+  const float st0 = f0 ? bs0.stored : nan, st1 = f1 ? bs1.stored : nan;
+  if (c.scales != nullptr) {
+    if (s.tile_2d) {
+      if (valid0 && lc % B == 0) c.scales[static_cast<int64_t>(gr / B) * (cols / B) + gc / B] = st0;
+    } else {
+      float* p = c.scales + static_cast<int64_t>(gr / B) * cols + gc;
+      if (a.pair_stores) {
+        if (valid0) *reinterpret_cast<float2*>(p) = make_float2(st0, st1);
+      } else {
+        if (valid0) p[0] = st0;
+        if (valid1) p[1] = st1;
+      }
+    }
+  }
+  return (valid0 && !f0) || (valid1 && !f1);
+}
+
+// Row copy: blocks of B consecutive elements of one row (tile_2d: B × B tiles). Item k of the tile
+// is row k % B, block column k / B, so consecutive lanes take consecutive rows. The dequantized
+// block overwrites its own source bytes in the tile; the caller stores the tile afterwards.
+template <int B, Grid G, Rounding R, ScaleMode M>
+__device__ bool row_blocks(const FusedArgs& a, bf16_t* tile, float* rscale, int r0, int c0) {
+  constexpr int kBlocksPerRow = kTileCols / B;
+  constexpr int kItems = B * kBlocksPerRow / kThreads;
+  constexpr int kScalePitch = kBlocksPerRow + 1;
+  const CopyArgs& c = a.row;
+  const QuantSpec& s = c.spec;
+  const int rows = a.src.rows, cols = a.src.cols;
+  const TensorScale ts = load_tensor_scale(c);
+  bool any_nonfinite = false;
+#pragma unroll 1
+  for (int it = 0; it < kItems; ++it) {
+    const int k = it * kThreads + threadIdx.x;
+    const int r = k % B, bc = k / B;
+    const int gr = r0 + r, gc = c0 + bc * B;
+    const bool valid = gr < rows && gc < cols;  // cols % B == 0: a block is wholly in or out
+    bf16_t* p = tile + r * kPitch + bc * B;
+
+    float v[B];
+    bool finite = true;
+#pragma unroll
+    for (int j = 0; j < B; j += 8) unpack8(*reinterpret_cast<const uint4*>(p + j), v + j, finite);
+    if (s.rht) {
+#pragma unroll
+      for (int j = 0; j < B; j += kRhtSize) rht16(v + j, s.rht_signs);
+    }
+    float amax = 0.0f;
+#pragma unroll
+    for (int j = 0; j < B; ++j) amax = max_abs(amax, v[j]);
+    if (s.tile_2d) {
+      // The B rows of a tile are the B consecutive, aligned lanes of one half-warp or warp.
+      int f = finite;
+#pragma unroll
+      for (int off = 1; off < B; off <<= 1) {
+        amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, off));
+        f &= __shfl_xor_sync(0xffffffffu, f, off);
+      }
+      finite = f != 0;
+    }
+    const BlockScale bs = make_block_scale(s.scale, amax, s.gmax, ts);
+
+    float u[B] = {};  // SR only (dead code for RN)
+    if constexpr (R == Rounding::sr) {
+      // Source indices 4g..4g+3 of the block (a multiple of 16 apart from the row start) are
+      // exactly the 4 words of one Philox call.
+      const uint64_t index0 = static_cast<uint64_t>(gr) * cols + gc;
+#pragma unroll
+      for (int g = 0; g < B / 4; ++g) {
+        const Philox4 w = philox_for_elements(s.seed, s.stream, s.step, index0 + 4 * g);
+#pragma unroll
+        for (int j = 0; j < 4; ++j) u[4 * g + j] = uniform_from_word(w.w[j]);
+      }
+    }
+    uint32_t out[B / 2], code[B / 4];  // bf16 pairs, code quadruples
+#pragma unroll
+    for (int j = 0; j < B / 4; ++j) code[j] = 0;
+    quantize_values<B, G, R, M>(
+        v, bs, finite, c.max_index, [&](int j) { return u[j]; },
+        [&](int j, QuantizedElement e) {
+          if (j % 2 == 0) out[j / 2] = e.out;
+          else out[j / 2] |= uint32_t{e.out} << 16;
+          code[j / 4] |= uint32_t{e.code} << (8 * (j % 4));
+        });
+
+#pragma unroll
+    for (int j = 0; j < B / 8; ++j)
+      *reinterpret_cast<uint4*>(p + 8 * j) = make_uint4(out[4 * j], out[4 * j + 1], out[4 * j + 2], out[4 * j + 3]);
+    if (valid && c.codes != nullptr) {
+      uint8_t* dst = c.codes + static_cast<int64_t>(gr) * cols + gc;
+#pragma unroll
+      for (int j = 0; j < B / 16; ++j)
+        *reinterpret_cast<uint4*>(dst + 16 * j) = make_uint4(code[4 * j], code[4 * j + 1], code[4 * j + 2], code[4 * j + 3]);
+    }
+    const float stored = finite ? bs.stored : bits_float(kF32QuietNaN);
+    if (!s.tile_2d) {
+      rscale[r * kScalePitch + bc] = stored;
+    } else if (valid && c.scales != nullptr && r % B == 0) {
+      c.scales[static_cast<int64_t>(gr / B) * (cols / B) + gc / B] = stored;
+    }
+    any_nonfinite = any_nonfinite || (valid && !finite);
+  }
+  return any_nonfinite;
+}
+
+// Stores the row copy's tile (dequantized in place) and its staged block scales, coalesced.
+template <int B>
+__device__ void store_row_copy(const FusedArgs& a, const bf16_t* tile, const float* rscale, int r0, int c0) {
+  const CopyArgs& c = a.row;
+  const int rows = a.src.rows, cols = a.src.cols;
+  if (c.dequant != nullptr) {
+    constexpr int kChunksPerRow = kTileCols / 8;
+#pragma unroll
+    for (int i = 0; i < B * kChunksPerRow / kThreads; ++i) {
+      const int k = i * kThreads + threadIdx.x;
+      const int r = k / kChunksPerRow, cc = (k % kChunksPerRow) * 8;
+      if (r0 + r < rows && c0 + cc < cols)
+        *reinterpret_cast<uint4*>(c.dequant + static_cast<int64_t>(r0 + r) * cols + c0 + cc) =
+            *reinterpret_cast<const uint4*>(tile + r * kPitch + cc);
+    }
+  }
+  if (c.scales != nullptr && !c.spec.tile_2d) {
+    constexpr int kBlocksPerRow = kTileCols / B;
+    const int grid_cols = cols / B;
+#pragma unroll
+    for (int i = 0; i < B * kBlocksPerRow / kThreads; ++i) {
+      const int k = i * kThreads + threadIdx.x;
+      const int r = k / kBlocksPerRow, bc = k % kBlocksPerRow;
+      if (r0 + r < rows && c0 + bc * B < cols)
+        c.scales[static_cast<int64_t>(r0 + r) * grid_cols + c0 / B + bc] = rscale[r * (kBlocksPerRow + 1) + bc];
+    }
+  }
+}
+
+// CTAs per SM the register allocation must allow: without a bound the compiler spends registers on
+// scheduling freedom (114 for B = 16, 226 for B = 32) and one or two CTAs fit, too few to keep
+// enough loads in flight; these bounds cost a few bytes of spills.
+constexpr int min_ctas_per_sm(int b) { return b == 16 ? 3 : 2; }
+
+// The quantize pass for copies with block size B (tiles of B rows × 512 columns), either copy
+// optional. Persistent: CTA b takes tiles b, b + gridDim.x, ..., and loads each next tile into the
+// other buffer while it quantizes the current one.
+template <int B>
+__global__ void __launch_bounds__(kThreads, min_ctas_per_sm(B)) fused_quantize_kernel(const FusedArgs a, int tiles) {
+  extern __shared__ __align__(16) unsigned char smem[];
+  bf16_t* const buffers[2] = {reinterpret_cast<bf16_t*>(smem), reinterpret_cast<bf16_t*>(smem + tile_bytes(B))};
+  float* rscale = reinterpret_cast<float*>(smem + 2 * tile_bytes(B));
+  uint32_t* words = reinterpret_cast<uint32_t*>(smem + 2 * tile_bytes(B) + row_scale_bytes(B));
+  const bool col_sr = a.col.present && a.col.spec.rounding == Rounding::sr;
+  auto origin = [&](int t, int& r0, int& c0) {
+    r0 = (t / a.src.col_tiles) * B;
+    c0 = (t % a.src.col_tiles) * kTileCols;
+  };
+
+  if (blockIdx.x == 0 && threadIdx.x < 2 && a.unit_tensor_scale[threadIdx.x] != nullptr)
+    *a.unit_tensor_scale[threadIdx.x] = 1.0f;
+
+  int r0, c0;
+  origin(blockIdx.x, r0, c0);
+  issue_tile_load<B>(a.src, r0, c0, buffers[0]);
+  __pipeline_commit();
+  bool nonfinite = false;
+  int k = 0;
+  for (int t = blockIdx.x; t < tiles; t += gridDim.x, ++k) {
+    bf16_t* tile = buffers[k & 1];
+    if (t + static_cast<int>(gridDim.x) < tiles) {
+      int nr0, nc0;
+      origin(t + gridDim.x, nr0, nc0);
+      issue_tile_load<B>(a.src, nr0, nc0, buffers[(k + 1) & 1]);
+    }
+    __pipeline_commit();
+    __pipeline_wait_prior(1);  // this thread's copies of the current tile have landed
+    origin(t, r0, c0);
+    if (col_sr) fill_words<B>(a.src, a.col.spec, r0, c0, words);
+    __syncthreads();  // everyone's copies have landed, and the words are written
+
+    if (a.col.present) {
+      dispatch_kind(a.col.spec, [&](auto g, auto rd, auto m) {
+        nonfinite = col_blocks<B, decltype(g)::value, decltype(rd)::value, decltype(m)::value>(a, tile, words, r0, c0) ||
+                    nonfinite;
+      });
+    }
+    if (a.row.present) {
+      __syncthreads();  // the column phase has read the whole tile
+      dispatch_kind(a.row.spec, [&](auto g, auto rd, auto m) {
+        nonfinite = row_blocks<B, decltype(g)::value, decltype(rd)::value, decltype(m)::value>(a, tile, rscale, r0, c0) ||
+                    nonfinite;
+      });
+      __syncthreads();
+      store_row_copy<B>(a, tile, rscale, r0, c0);
+    }
+    __syncthreads();  // this buffer, the staged scales and the words are free for the next tiles
+  }
+  if (nonfinite && a.nonfinite_flag != nullptr) atomicOr(a.nonfinite_flag, 1u);
+}
+
+template <int B>
+void launch_fused(const FusedArgs& a, int tiles, int smem, cudaStream_t stream) {
+  if (smem > 48 * 1024)
+    FP4_CUDA_CHECK(cudaFuncSetAttribute(fused_quantize_kernel<B>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  int device = 0, sms = 0, per_sm = 0;
+  FP4_CUDA_CHECK(cudaGetDevice(&device));
+  FP4_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  FP4_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, fused_quantize_kernel<B>, kThreads, smem));
+  const int grid = std::max(1, std::min(tiles, sms * std::max(per_sm, 1)));
+  fused_quantize_kernel<B><<<grid, kThreads, smem, stream>>>(a, tiles);
+  FP4_CUDA_CHECK(cudaGetLastError());
+}
+
+#endif  // __CUDACC__
+
+}  // namespace fp4::cuda::detail

@@ -1,0 +1,236 @@
+// [gpu] The branch-free element rounding of the fused kernels (kernels/cuda/quantize_element.cuh)
+// against numerics.h on the device: every non-negative float for the two rounding steps, every
+// float for the bf16 conversion, and billions of random operands for the division and for whole
+// elements.
+#include <catch2/catch.hpp>
+
+#include <cstdint>
+#include <cstdio>
+#include <string>
+
+#include "kernels/cuda/quantize.cuh"
+#include "kernels/cuda/quantize_element.cuh"
+#include "kernels/numerics.h"
+
+namespace {
+
+using namespace fp4;
+using namespace fp4::cuda::detail;
+
+// Mismatch count and the first mismatching input (as raw bits), on the device.
+struct Report {
+  unsigned long long mismatches;
+  unsigned long long first_a, first_b;
+  int seen;
+};
+
+__device__ void report(Report* r, uint64_t a, uint64_t b) {
+  atomicAdd(&r->mismatches, 1ull);
+  if (atomicCAS(&r->seen, 0, 1) == 0) {
+    r->first_a = a;
+    r->first_b = b;
+  }
+}
+
+// Random words for sample k of a test (Philox, so every run checks the same samples).
+__device__ Philox4 sample_words(uint64_t k, uint32_t test) { return philox4x32_10(static_cast<uint32_t>(k), static_cast<uint32_t>(k >> 32), test, 0, 0x1234u, 0x5678u); }
+
+// A float with the given exponent range [lo, hi] (unbiased) and random mantissa and sign.
+__device__ float random_float(uint32_t w_exp, uint32_t w_mant, int lo, int hi, bool random_sign) {
+  const int e = lo + static_cast<int>(w_exp % static_cast<uint32_t>(hi - lo + 1));
+  const uint32_t sign = random_sign ? (w_exp & 0x80000000u) : 0u;
+  return bits_float(sign | (static_cast<uint32_t>(e + 127) << 23) | (w_mant & 0x7fffffu));
+}
+
+// Every non-negative float bit pattern x (NaNs included), each grid's every clip: the RN index.
+template <Grid G>
+__global__ void check_nearest(int min_index, Report* r) {
+  for (uint64_t k = blockIdx.x * static_cast<uint64_t>(blockDim.x) + threadIdx.x; k <= 0x7fffffffull;
+       k += static_cast<uint64_t>(gridDim.x) * blockDim.x) {
+    const float x = bits_float(static_cast<uint32_t>(k));
+    const float x_ref = (x == x) ? x : 0.0f;  // quantize_element's NaN -> 0
+    for (int mi = min_index; mi <= 7; ++mi)
+      if (nearest_index<G>(x, mi) != round_nearest_index(G, x_ref, mi)) report(r, k, static_cast<uint64_t>(mi));
+  }
+}
+
+// Every non-negative, non-NaN float x, each clip, one random u per x and u = 0: the SR index.
+template <Grid G>
+__global__ void check_stochastic(int min_index, Report* r) {
+  for (uint64_t k = blockIdx.x * static_cast<uint64_t>(blockDim.x) + threadIdx.x; k <= 0x7f800000ull;
+       k += static_cast<uint64_t>(gridDim.x) * blockDim.x) {
+    const float x = bits_float(static_cast<uint32_t>(k));
+    const float u_rand = uniform_from_word(sample_words(k, 1).w[0]);
+    for (int mi = min_index; mi <= 7; ++mi) {
+      const float gmax = grid_magnitude(G, mi);
+      const float us[2] = {u_rand, 0.0f};
+      for (float u : us)
+        if (stochastic_index<G>(x, mi, gmax, u) != round_stochastic_index(G, x, mi, u))
+          report(r, k, static_cast<uint64_t>(mi));
+    }
+  }
+}
+
+// The hardware's bf16 conversion against float_to_bf16 on every float that is not a NaN.
+__global__ void check_bf16(Report* r) {
+  for (uint64_t k = blockIdx.x * static_cast<uint64_t>(blockDim.x) + threadIdx.x; k <= 0xffffffffull;
+       k += static_cast<uint64_t>(gridDim.x) * blockDim.x) {
+    const float x = bits_float(static_cast<uint32_t>(k));
+    if (x != x) continue;
+    if (hw_float_to_bf16(x) != float_to_bf16(x)) report(r, k, hw_float_to_bf16(x));
+  }
+}
+
+// The fast fp32 division: random divisors in its range and quotients in [2^-30, 8) must give
+// exactly |v / s|; tiny quotients must agree with |v / s| on being zero and stay below 2^-28.
+__global__ void check_division(uint64_t samples, Report* r) {
+  for (uint64_t k = blockIdx.x * static_cast<uint64_t>(blockDim.x) + threadIdx.x; k < samples;
+       k += static_cast<uint64_t>(gridDim.x) * blockDim.x) {
+    const Philox4 w = sample_words(k, 2);
+    const float s = random_float(w.w[0], w.w[1], -60, 59, false);
+    const FastDivisor d = make_fast_divisor(s);
+    // Quotient exponent: mostly the normal range [-30, 2], one sample in 8 tiny ([-160, -31]).
+    const bool tiny = (w.w[2] & 7u) == 0;
+    const float qt = tiny ? random_float(w.w[2] >> 3, w.w[3], -160, -31, true)
+                          : random_float(w.w[2] >> 3, w.w[3], -30, 2, true);
+    // v near qt * s; every fourth sample exactly a representable quotient times s, when exact.
+    float v = __fmul_rn(qt, s);
+    if ((w.w[3] & 3u) == 1u) v = bits_float(float_bits(v) + 1u);
+    if ((w.w[3] & 3u) == 2u) v = bits_float(float_bits(v) - 1u);
+    if (!is_finite(v) || v == 0.0f) continue;
+    const float want = abs_f(v / s);
+    if (abs_f(v) >= d.tiny_below) {
+      const float got_rn = fast_quotient_abs<false>(v, d), got_sr = fast_quotient_abs<true>(v, d);
+      if (float_bits(got_rn) != float_bits(want) || float_bits(got_sr) != float_bits(want))
+        report(r, float_bits(v), float_bits(s));
+    } else {
+      const float got_rn = fast_quotient_abs<false>(v, d), got_sr = fast_quotient_abs<true>(v, d);
+      if (!(got_rn < 3.7252903e-9f /* 2^-28 */) || (got_sr > 0.0f) != (want > 0.0f) || got_sr >= 3.7252903e-9f)
+        report(r, float_bits(v), float_bits(s));
+    }
+  }
+}
+
+// Whole elements: BlockQuantizer against quantize_element on random blocks and values.
+template <Grid G, Rounding R, ScaleMode M>
+__global__ void check_elements(uint64_t samples, Report* r) {
+  for (uint64_t k = blockIdx.x * static_cast<uint64_t>(blockDim.x) + threadIdx.x; k < samples;
+       k += static_cast<uint64_t>(gridDim.x) * blockDim.x) {
+    const Philox4 w = sample_words(k, 3);
+    const Philox4 w2 = sample_words(k, 4);
+    const int max_index = G == Grid::e2m1 ? 4 + static_cast<int>(w2.w[0] % 4u) : 1 + static_cast<int>(w2.w[0] % 7u);
+    const float gmax = grid_magnitude(G, max_index);
+    // Block amax over a wide range (the fp32 fast range and beyond), tensor amax above it.
+    const float amax_b = random_float(w.w[0], w.w[1], -70, 70, false);
+    const float amax_t = amax_b * (1.0f + static_cast<float>(w2.w[1] >> 8) * (1.0f / 16777216.0f) * 1000.0f);
+    const TensorScale ts = make_tensor_scale(amax_t, gmax);
+    const BlockScale bs = make_block_scale(M, amax_b, gmax, ts);
+    if (bs.zero_block) continue;
+    // A value of the block: |v| <= amax_b, of any smaller magnitude too; sometimes amax itself.
+    const float frac = static_cast<float>(w.w[2] >> 8) * (1.0f / 16777216.0f);
+    float v = amax_b * frac;
+    const int shift = static_cast<int>(w2.w[2] % 48u);
+    if (shift > 24) v = v * exp2_int(-(shift - 24) * 3);
+    if ((w2.w[2] & 0x300u) == 0) v = amax_b;
+    if (w.w[2] & 1u) v = -v;
+    const float u = (w2.w[3] & 0xf0u) == 0 ? 0.0f : uniform_from_word(w.w[3]);
+    const BlockQuantizer<G, R, M> q(bs, max_index);
+    if (!q.fast()) continue;
+    const QuantizedElement got = q(v, u);
+    const QuantizedElement want = quantize_element(v, bs, G, max_index, R, u);
+    if (got.out != want.out || got.code != want.code) report(r, float_bits(v), float_bits(amax_b));
+  }
+}
+
+class DeviceReport {
+ public:
+  DeviceReport() {
+    FP4_CUDA_CHECK(cudaMalloc(&p_, sizeof(Report)));
+    FP4_CUDA_CHECK(cudaMemset(p_, 0, sizeof(Report)));
+  }
+  ~DeviceReport() { cudaFree(p_); }
+  Report* get() { return p_; }
+  Report read() {
+    FP4_CUDA_CHECK(cudaGetLastError());
+    FP4_CUDA_CHECK(cudaDeviceSynchronize());
+    Report h{};
+    FP4_CUDA_CHECK(cudaMemcpy(&h, p_, sizeof h, cudaMemcpyDeviceToHost));
+    return h;
+  }
+
+ private:
+  Report* p_ = nullptr;
+};
+
+std::string describe(const Report& r) {
+  char buf[160];
+  std::snprintf(buf, sizeof buf, "%llu mismatches; first: 0x%llx / 0x%llx", r.mismatches, r.first_a, r.first_b);
+  return buf;
+}
+
+constexpr int kGrid = 132 * 16, kBlock = 256;
+
+template <Grid G, Rounding R, ScaleMode M>
+void check_elements_of() {
+  DeviceReport rep;
+  check_elements<G, R, M><<<kGrid, kBlock>>>(uint64_t{1} << 28, rep.get());
+  const Report r = rep.read();
+  INFO("grid " << static_cast<int>(G) << " rounding " << static_cast<int>(R) << " scale " << static_cast<int>(M));
+  INFO(describe(r));
+  CHECK(r.mismatches == 0);
+}
+
+}  // namespace
+
+TEST_CASE("gpu element rounding: nearest index equals numerics.h on every float", "[gpu]") {
+  DeviceReport e2m1, e1m2;
+  check_nearest<Grid::e2m1><<<kGrid, kBlock>>>(4, e2m1.get());
+  check_nearest<Grid::e1m2><<<kGrid, kBlock>>>(1, e1m2.get());
+  const Report a = e2m1.read(), b = e1m2.read();
+  INFO("e2m1: " << describe(a));
+  INFO("e1m2: " << describe(b));
+  CHECK(a.mismatches == 0);
+  CHECK(b.mismatches == 0);
+}
+
+TEST_CASE("gpu element rounding: stochastic index equals numerics.h on every float", "[gpu]") {
+  DeviceReport e2m1, e1m2;
+  check_stochastic<Grid::e2m1><<<kGrid, kBlock>>>(4, e2m1.get());
+  check_stochastic<Grid::e1m2><<<kGrid, kBlock>>>(1, e1m2.get());
+  const Report a = e2m1.read(), b = e1m2.read();
+  INFO("e2m1: " << describe(a));
+  INFO("e1m2: " << describe(b));
+  CHECK(a.mismatches == 0);
+  CHECK(b.mismatches == 0);
+}
+
+TEST_CASE("gpu element rounding: the hardware bf16 conversion is float_to_bf16 on every non-NaN", "[gpu]") {
+  DeviceReport rep;
+  check_bf16<<<kGrid, kBlock>>>(rep.get());
+  const Report r = rep.read();
+  INFO(describe(r));
+  CHECK(r.mismatches == 0);
+}
+
+TEST_CASE("gpu element rounding: the fast fp32 division is the IEEE quotient", "[gpu]") {
+  DeviceReport rep;
+  check_division<<<kGrid, kBlock>>>(uint64_t{1} << 33, rep.get());
+  const Report r = rep.read();
+  INFO(describe(r));
+  CHECK(r.mismatches == 0);
+}
+
+TEST_CASE("gpu element rounding: whole elements equal quantize_element", "[gpu]") {
+  check_elements_of<Grid::e2m1, Rounding::rn, ScaleMode::fp32>();
+  check_elements_of<Grid::e2m1, Rounding::sr, ScaleMode::fp32>();
+  check_elements_of<Grid::e1m2, Rounding::rn, ScaleMode::fp32>();
+  check_elements_of<Grid::e1m2, Rounding::sr, ScaleMode::fp32>();
+  check_elements_of<Grid::e2m1, Rounding::rn, ScaleMode::e4m3x2>();
+  check_elements_of<Grid::e2m1, Rounding::sr, ScaleMode::e4m3x2>();
+  check_elements_of<Grid::e1m2, Rounding::rn, ScaleMode::e4m3x2>();
+  check_elements_of<Grid::e1m2, Rounding::sr, ScaleMode::e4m3x2>();
+  check_elements_of<Grid::e2m1, Rounding::rn, ScaleMode::e8m0>();
+  check_elements_of<Grid::e2m1, Rounding::sr, ScaleMode::e8m0>();
+  check_elements_of<Grid::e1m2, Rounding::rn, ScaleMode::e8m0>();
+  check_elements_of<Grid::e1m2, Rounding::sr, ScaleMode::e8m0>();
+}

@@ -1,0 +1,469 @@
+// [gpu] The fused CUDA quantizers against the CPU reference (kernels/cpu/quantize.h): codes, scales,
+// dequantized values, tensor scale, amax and the non-finite flag must be bit-identical, for every
+// preset of NUMERICS.md §5, each slot kind (row copy, column copy, 2D tiles), RN and SR, with and
+// without the RHT, on many shapes and input distributions.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <optional>
+#include <random>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "kernels/cpu/quantize.h"
+#include "kernels/cuda/quantize.cuh"
+
+namespace {
+
+using namespace fp4;
+
+// Device memory for n values of T, freed on scope exit.
+template <class T>
+class DeviceBuffer {
+ public:
+  explicit DeviceBuffer(size_t n) : n_(n) { FP4_CUDA_CHECK(cudaMalloc(&p_, std::max<size_t>(n, 1) * sizeof(T))); }
+  ~DeviceBuffer() { cudaFree(p_); }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+
+  T* get() const { return p_; }
+  // A byte pattern no output produces, so an element the kernel failed to write shows up.
+  void poison() { FP4_CUDA_CHECK(cudaMemset(p_, 0xA5, n_ * sizeof(T))); }
+  void upload(const std::vector<T>& h) {
+    FP4_CUDA_CHECK(cudaMemcpy(p_, h.data(), n_ * sizeof(T), cudaMemcpyHostToDevice));
+  }
+  std::vector<T> download() const {
+    std::vector<T> h(n_);
+    FP4_CUDA_CHECK(cudaMemcpy(h.data(), p_, n_ * sizeof(T), cudaMemcpyDeviceToHost));
+    return h;
+  }
+
+ private:
+  T* p_ = nullptr;
+  size_t n_;
+};
+
+// ---------------------------------------------------------------------------------------------
+// Inputs
+// ---------------------------------------------------------------------------------------------
+
+enum class Dist { gaussian, student_t3, outliers, zeros, nonfinite, tiny, huge };
+
+const char* dist_name(Dist d) {
+  switch (d) {
+    case Dist::gaussian: return "gaussian";
+    case Dist::student_t3: return "student-t(3)";
+    case Dist::outliers: return "outliers";
+    case Dist::zeros: return "zeros";
+    case Dist::nonfinite: return "non-finite";
+    case Dist::tiny: return "tiny (subnormal)";
+    case Dist::huge: return "huge";
+  }
+  return "?";
+}
+
+const Dist kAllDists[] = {Dist::gaussian, Dist::student_t3, Dist::outliers, Dist::zeros,
+                          Dist::nonfinite, Dist::tiny,      Dist::huge};
+
+std::vector<bf16_t> make_input(int rows, int cols, Dist d, uint64_t seed) {
+  const size_t n = static_cast<size_t>(rows) * cols;
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::student_t_distribution<float> student(3.0f);
+  std::uniform_real_distribution<float> uniform(0.0f, 1.0f);
+  std::vector<bf16_t> x(n);
+  for (size_t i = 0; i < n; ++i) {
+    float v = 0.0f;
+    switch (d) {
+      case Dist::gaussian:
+      case Dist::nonfinite: v = normal(rng); break;
+      case Dist::student_t3: v = student(rng); break;
+      case Dist::outliers:
+        v = normal(rng);
+        if (uniform(rng) < 0.002f) v *= 200.0f + 800.0f * uniform(rng);
+        break;
+      case Dist::zeros: v = i % 3 == 0 ? -0.0f : 0.0f; break;  // signed zeros too
+      case Dist::tiny: v = std::ldexp(normal(rng), -128); break;  // bf16 and fp32 subnormals
+      case Dist::huge: v = std::ldexp(normal(rng), 100); break;   // large, but the RHT cannot overflow
+    }
+    x[i] = float_to_bf16(v);
+  }
+  if (d == Dist::nonfinite) {
+    x[0] = kBf16QuietNaN;
+    x[n / 3] = 0x7f80;      // +Inf
+    x[n / 2 + 1] = 0xff80;  // -Inf
+    x[n - 1] = 0xffc1;      // a negative NaN with a payload
+  }
+  return x;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Specs
+// ---------------------------------------------------------------------------------------------
+
+struct Preset {
+  const char* name;
+  Grid grid;
+  float gmax;
+  ScaleMode scale;
+  int block;
+};
+
+// NUMERICS.md §5 (bf16 has no quantizer), plus a clipped e2m1 for the clip path.
+const Preset kPresets[] = {
+    {"e2m1", Grid::e2m1, 6.0f, ScaleMode::fp32, 16},        {"ufp4", Grid::e1m2, 7.0f, ScaleMode::fp32, 16},
+    {"nvfp4", Grid::e2m1, 6.0f, ScaleMode::e4m3x2, 16},     {"mxfp4", Grid::e2m1, 6.0f, ScaleMode::e8m0, 32},
+    {"ufp4-e4m3", Grid::e1m2, 7.0f, ScaleMode::e4m3x2, 16}, {"e2m1-clip4", Grid::e2m1, 4.0f, ScaleMode::fp32, 16},
+};
+
+struct Variant {
+  bool rht;
+  Rounding rounding;
+  bool tile_2d;
+};
+
+std::vector<Variant> all_variants() {
+  std::vector<Variant> v;
+  for (bool tile_2d : {false, true})
+    for (bool rht : {false, true})
+      for (Rounding r : {Rounding::rn, Rounding::sr}) v.push_back({rht, r, tile_2d});
+  return v;
+}
+
+QuantSpec make_spec(const Preset& p, BlockAlong along, const Variant& v) {
+  QuantSpec s;
+  s.grid = p.grid;
+  s.gmax = p.gmax;
+  s.scale = p.scale;
+  s.block = p.block;
+  s.tile_2d = v.tile_2d;
+  s.along = along;
+  s.rht = v.rht;
+  // The two copies use different sign vectors and Philox streams, as two slots would.
+  s.rht_signs = along == BlockAlong::row ? kRhtFixedSigns : static_cast<uint16_t>(0x9c35);
+  s.rounding = v.rounding;
+  s.seed = 0x0123456789abcdefull;
+  s.stream = philox_stream(7, along == BlockAlong::row ? Gemm::dgrad : Gemm::wgrad, Operand::dy, 3);
+  s.step = 11;
+  return s;
+}
+
+std::string describe(const QuantSpec& s) {
+  std::ostringstream o;
+  o << (s.along == BlockAlong::row ? "row" : "column") << " copy: grid " << (s.grid == Grid::e2m1 ? "e2m1" : "e1m2")
+    << " gmax " << s.gmax << " scale "
+    << (s.scale == ScaleMode::fp32 ? "fp32" : s.scale == ScaleMode::e4m3x2 ? "e4m3x2" : "e8m0") << " block "
+    << s.block << (s.tile_2d ? " 2D" : "") << (s.rht ? " rht" : "") << (s.rounding == Rounding::sr ? " sr" : " rn");
+  return o.str();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Running the GPU quantizer
+// ---------------------------------------------------------------------------------------------
+
+struct GpuCopy {
+  std::vector<bf16_t> dequant;
+  std::vector<uint8_t> codes;
+  std::vector<float> scales;
+  float tensor_scale = 0.0f;
+  float amax = 0.0f;
+};
+
+struct GpuResult {
+  std::optional<GpuCopy> row, col;
+  bool nonfinite = false;
+};
+
+// Device outputs of one copy, poisoned before the call.
+struct DeviceCopy {
+  DeviceBuffer<bf16_t> dequant;
+  DeviceBuffer<uint8_t> codes;
+  DeviceBuffer<float> scales;
+  DeviceBuffer<float> scalars;  // tensor_scale, amax
+  cpu::ScaleGrid grid;
+
+  DeviceCopy(int rows, int cols, const QuantSpec& s)
+      : dequant(static_cast<size_t>(rows) * cols),
+        codes(static_cast<size_t>(rows) * cols),
+        scales(std::max<size_t>(1, static_cast<size_t>(cpu::scale_grid(rows, cols, s).rows) *
+                                       cpu::scale_grid(rows, cols, s).cols)),
+        scalars(2),
+        grid(cpu::scale_grid(rows, cols, s)) {
+    dequant.poison();
+    codes.poison();
+    scales.poison();
+    scalars.poison();
+  }
+
+  cuda::CopyOut out(const QuantSpec& s, bool want_amax) const {
+    cuda::CopyOut o;
+    o.spec = s;
+    o.dequant = dequant.get();
+    o.codes = codes.get();
+    o.scales = scales.get();
+    o.tensor_scale = scalars.get();
+    o.amax = want_amax ? scalars.get() + 1 : nullptr;
+    return o;
+  }
+
+  GpuCopy fetch() const {
+    GpuCopy g;
+    g.dequant = dequant.download();
+    g.codes = codes.download();
+    g.scales = scales.download();
+    g.scales.resize(static_cast<size_t>(grid.rows) * grid.cols);
+    const std::vector<float> s = scalars.download();
+    g.tensor_scale = s[0];
+    g.amax = s[1];
+    return g;
+  }
+};
+
+cuda::Workspace& workspace() {
+  static cuda::Workspace ws;  // shared by every call, as one stream's calls would share it
+  return ws;
+}
+
+GpuResult run_gpu(const std::vector<bf16_t>& x, int rows, int cols, const QuantSpec* row, const QuantSpec* col,
+                  bool want_amax) {
+  DeviceBuffer<bf16_t> dx(x.size());
+  dx.upload(x);
+  DeviceBuffer<unsigned> flag(1);
+  FP4_CUDA_CHECK(cudaMemset(flag.get(), 0, sizeof(unsigned)));
+  std::unique_ptr<DeviceCopy> drow, dcol;
+  cuda::CopyOut orow, ocol;
+  if (row != nullptr) {
+    drow = std::make_unique<DeviceCopy>(rows, cols, *row);
+    orow = drow->out(*row, want_amax);
+  }
+  if (col != nullptr) {
+    dcol = std::make_unique<DeviceCopy>(rows, cols, *col);
+    ocol = dcol->out(*col, want_amax);
+  }
+  cuda::quantize_fused(dx.get(), rows, cols, row != nullptr ? &orow : nullptr, col != nullptr ? &ocol : nullptr,
+                       flag.get(), workspace(), nullptr);
+  FP4_CUDA_CHECK(cudaDeviceSynchronize());
+  GpuResult r;
+  if (drow) r.row = drow->fetch();
+  if (dcol) r.col = dcol->fetch();
+  r.nonfinite = flag.download()[0] != 0;
+  return r;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Comparing
+// ---------------------------------------------------------------------------------------------
+
+template <class T>
+uint64_t bits_of(T v) {
+  uint64_t b = 0;
+  std::memcpy(&b, &v, sizeof v);
+  return b;
+}
+
+// Number of elements whose bits differ; `first` describes the first of them.
+template <class T>
+size_t mismatches(const std::vector<T>& want, const std::vector<T>& got, int cols, std::string& first) {
+  size_t n = 0;
+  if (want.size() != got.size()) {
+    first = "sizes differ: " + std::to_string(want.size()) + " vs " + std::to_string(got.size());
+    return std::max(want.size(), got.size());
+  }
+  for (size_t i = 0; i < want.size(); ++i) {
+    if (bits_of(want[i]) == bits_of(got[i])) continue;
+    if (n++ == 0) {
+      std::ostringstream o;
+      o << "first at [" << i / cols << ", " << i % cols << "]: cpu 0x" << std::hex << bits_of(want[i]) << " gpu 0x"
+        << bits_of(got[i]);
+      first = o.str();
+    }
+  }
+  return n;
+}
+
+void check_copy(const cpu::QuantizedTensor& ref, const GpuCopy& got, bool want_amax) {
+  std::string first;
+  const size_t bad_dequant = mismatches(ref.dequant, got.dequant, ref.cols, first);
+  INFO("dequant: " << first);
+  first.clear();
+  const size_t bad_codes = mismatches(ref.codes, got.codes, ref.cols, first);
+  INFO("codes: " << first);
+  first.clear();
+  const size_t bad_scales = mismatches(ref.scales, got.scales, std::max(1, cpu::scale_grid(ref.rows, ref.cols, ref.spec).cols), first);
+  INFO("scales: " << first);
+  CHECK(bad_dequant == 0);
+  CHECK(bad_codes == 0);
+  CHECK(bad_scales == 0);
+  CHECK(bits_of(got.tensor_scale) == bits_of(ref.tensor_scale));
+  if (want_amax) CHECK(bits_of(got.amax) == bits_of(ref.amax));
+}
+
+// Quantizes x into the row and the column copy with one fused call and compares both with the
+// reference. When a spec does not fit the shape, the fused call must be refused with the
+// reference's message, and the copy that fits is checked alone.
+void compare(const std::vector<bf16_t>& x, int rows, int cols, const QuantSpec& rs, const QuantSpec& cs,
+             bool want_amax, const std::string& label) {
+  INFO(label);
+  INFO(describe(rs));
+  INFO(describe(cs));
+  const std::string row_err = cpu::shape_error(rows, cols, rs);
+  const std::string col_err = cpu::shape_error(rows, cols, cs);
+  const QuantSpec* row = row_err.empty() ? &rs : nullptr;
+  const QuantSpec* col = col_err.empty() ? &cs : nullptr;
+  if (row == nullptr || col == nullptr) {
+    CHECK_THROWS_AS(run_gpu(x, rows, cols, &rs, &cs, want_amax), std::invalid_argument);
+    CHECK_THROWS_WITH(run_gpu(x, rows, cols, &rs, &cs, want_amax), row_err.empty() ? col_err : row_err);
+  }
+  if (row == nullptr && col == nullptr) return;
+  const GpuResult got = run_gpu(x, rows, cols, row, col, want_amax);
+  bool ref_nonfinite = false;
+  if (row != nullptr) {
+    INFO("checking the row copy");
+    const cpu::QuantizedTensor ref = cpu::quantize(x.data(), rows, cols, *row);
+    ref_nonfinite = ref_nonfinite || ref.nonfinite;
+    REQUIRE(got.row.has_value());
+    check_copy(ref, *got.row, want_amax);
+  }
+  if (col != nullptr) {
+    INFO("checking the column copy");
+    const cpu::QuantizedTensor ref = cpu::quantize(x.data(), rows, cols, *col);
+    ref_nonfinite = ref_nonfinite || ref.nonfinite;
+    REQUIRE(got.col.has_value());
+    check_copy(ref, *got.col, want_amax);
+  }
+  CHECK(got.nonfinite == ref_nonfinite);
+}
+
+std::string label_of(int rows, int cols, Dist d, const Preset& p) {
+  return std::to_string(rows) + "x" + std::to_string(cols) + " " + dist_name(d) + " preset " + p.name;
+}
+
+struct Shape {
+  int rows, cols;
+};
+
+// Every preset × every variant × every distribution on each shape.
+void sweep(const std::vector<Shape>& shapes, const std::vector<Dist>& dists, const std::vector<Variant>& variants) {
+  uint64_t seed = 1;
+  for (const Shape& sh : shapes)
+    for (Dist d : dists) {
+      const std::vector<bf16_t> x = make_input(sh.rows, sh.cols, d, seed++);
+      for (const Preset& p : kPresets)
+        for (size_t vi = 0; vi < variants.size(); ++vi) {
+          const Variant& v = variants[vi];
+          // Ask for the amax on every other call: the amax pass runs then even for fp32 and e8m0.
+          compare(x, sh.rows, sh.cols, make_spec(p, BlockAlong::row, v), make_spec(p, BlockAlong::column, v),
+                  vi % 2 == 1, label_of(sh.rows, sh.cols, d, p));
+        }
+    }
+}
+
+}  // namespace
+
+TEST_CASE("gpu quantizer: small and odd shapes match the CPU reference", "[gpu]") {
+  // Odd ones: partial tiles in both directions, column counts that are odd (scalar loads and
+  // stores), not a multiple of 4 (Philox groups straddle rows) or of 8 (no 16-byte loads), and
+  // shapes only one of the copies fits.
+  sweep({{16, 16}, {48, 80}, {32, 4112}, {64, 1024}, {256, 528}, {160, 48}, {96, 96},
+         {32, 65}, {32, 66}, {48, 36}, {33, 48}, {5, 32}},
+        std::vector<Dist>(std::begin(kAllDists), std::end(kAllDists)), all_variants());
+}
+
+TEST_CASE("gpu quantizer: thin shapes match the CPU reference", "[gpu]") {
+  sweep({{16, 65536}, {65536, 16}}, {Dist::outliers, Dist::nonfinite}, all_variants());
+}
+
+TEST_CASE("gpu quantizer: 4096x4096 matches the CPU reference", "[gpu]") {
+  sweep({{4096, 4096}}, {Dist::student_t3},
+        {{false, Rounding::rn, false}, {true, Rounding::sr, false}, {true, Rounding::rn, true}});
+}
+
+TEST_CASE("gpu quantizer: single copies and mixed slots match the CPU reference", "[gpu]") {
+  const Variant rn_plain{false, Rounding::rn, false}, sr_rht{true, Rounding::sr, false};
+  uint64_t seed = 100;
+  for (Shape sh : {Shape{64, 1024}, Shape{96, 96}, Shape{32, 4112}})
+    for (Dist d : {Dist::gaussian, Dist::nonfinite}) {
+      const std::vector<bf16_t> x = make_input(sh.rows, sh.cols, d, seed++);
+      for (const Preset& p : kPresets) {
+        const std::string label = label_of(sh.rows, sh.cols, d, p);
+        INFO(label);
+        // One copy per launch.
+        for (const Variant& v : {rn_plain, sr_rht}) {
+          for (BlockAlong along : {BlockAlong::row, BlockAlong::column}) {
+            const QuantSpec s = make_spec(p, along, v);
+            if (!cpu::shape_error(sh.rows, sh.cols, s).empty()) continue;
+            INFO(describe(s));
+            const bool is_row = along == BlockAlong::row;
+            const GpuResult got = run_gpu(x, sh.rows, sh.cols, is_row ? &s : nullptr, is_row ? nullptr : &s, true);
+            const cpu::QuantizedTensor ref = cpu::quantize(x.data(), sh.rows, sh.cols, s);
+            check_copy(ref, is_row ? *got.row : *got.col, true);
+            CHECK(got.nonfinite == ref.nonfinite);
+          }
+        }
+        // The usual pairing of a linear layer's input: rows RN without the RHT (fprop), columns SR
+        // with it (wgrad); and the reverse.
+        compare(x, sh.rows, sh.cols, make_spec(p, BlockAlong::row, rn_plain),
+                make_spec(p, BlockAlong::column, sr_rht), true, label);
+        compare(x, sh.rows, sh.cols, make_spec(p, BlockAlong::row, sr_rht),
+                make_spec(p, BlockAlong::column, rn_plain), false, label);
+      }
+      // Different block sizes in the two copies (two launches) and different presets.
+      compare(x, sh.rows, sh.cols, make_spec(kPresets[2], BlockAlong::row, sr_rht),
+              make_spec(kPresets[3], BlockAlong::column, sr_rht), true, label_of(sh.rows, sh.cols, d, kPresets[3]));
+      compare(x, sh.rows, sh.cols, make_spec(kPresets[3], BlockAlong::row, rn_plain),
+              make_spec(kPresets[4], BlockAlong::column, sr_rht), true, label_of(sh.rows, sh.cols, d, kPresets[4]));
+    }
+}
+
+TEST_CASE("gpu quantizer: the non-finite flag is raised only by non-finite blocks", "[gpu]") {
+  const int rows = 64, cols = 128;
+  std::vector<bf16_t> x = make_input(rows, cols, Dist::gaussian, 7);
+  const QuantSpec rs = make_spec(kPresets[2], BlockAlong::row, {true, Rounding::rn, false});
+  const QuantSpec cs = make_spec(kPresets[2], BlockAlong::column, {true, Rounding::sr, false});
+  CHECK_FALSE(run_gpu(x, rows, cols, &rs, &cs, true).nonfinite);
+  x[5 * cols + 77] = 0x7f80;  // one +Inf: one row block, one column block, all else finite
+  const GpuResult got = run_gpu(x, rows, cols, &rs, &cs, true);
+  CHECK(got.nonfinite);
+  const cpu::QuantizedTensor ref_row = cpu::quantize(x.data(), rows, cols, rs);
+  const cpu::QuantizedTensor ref_col = cpu::quantize(x.data(), rows, cols, cs);
+  check_copy(ref_row, *got.row, true);
+  check_copy(ref_col, *got.col, true);
+  CHECK(got.row->dequant[5 * cols + 77] == kBf16QuietNaN);
+  CHECK(got.col->codes[0 * cols + 77] == kNonFiniteCode);
+}
+
+TEST_CASE("gpu quantizer: bad shapes and specs are refused before anything runs", "[gpu]") {
+  const std::vector<bf16_t> x = make_input(48, 80, Dist::gaussian, 3);
+  const Variant v{false, Rounding::rn, false};
+  const QuantSpec mx_row = make_spec(kPresets[3], BlockAlong::row, v);
+  const QuantSpec nv_row = make_spec(kPresets[2], BlockAlong::row, v);
+  const QuantSpec nv_col = make_spec(kPresets[2], BlockAlong::column, v);
+
+  // A blocked dimension that is not a multiple of the block: the reference's own message.
+  REQUIRE(cpu::shape_error(48, 80, mx_row) == "columns (80) are not a multiple of the block size 32");
+  CHECK_THROWS_WITH(run_gpu(x, 48, 80, &mx_row, nullptr, false), cpu::shape_error(48, 80, mx_row));
+  CHECK_THROWS_AS(run_gpu(x, 48, 80, &mx_row, nullptr, false), std::invalid_argument);
+  const std::vector<bf16_t> x40(40 * 16, 0);
+  CHECK_THROWS_WITH(run_gpu(x40, 40, 16, nullptr, &nv_col, false), "rows (40) are not a multiple of the block size 16");
+
+  // An unsupported block size and an empty tensor.
+  QuantSpec b24 = nv_row;
+  b24.block = 24;
+  CHECK_THROWS_WITH(run_gpu(x, 48, 80, &b24, nullptr, false), cpu::shape_error(48, 80, b24));
+  DeviceBuffer<bf16_t> dx(16);
+  cuda::Workspace ws;
+  cuda::CopyOut empty;
+  empty.spec = nv_row;
+  CHECK_THROWS_WITH(cuda::quantize_fused(dx.get(), 0, 16, &empty, nullptr, nullptr, ws, nullptr),
+                    "tensor shape 0x16 is empty");
+
+  // A spec in the wrong slot.
+  CHECK_THROWS_AS(run_gpu(x, 48, 80, &nv_col, nullptr, false), std::invalid_argument);
+  CHECK_THROWS_AS(run_gpu(x, 48, 80, nullptr, &nv_row, false), std::invalid_argument);
+}
