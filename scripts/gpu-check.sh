@@ -3,9 +3,12 @@
 # the [gpu] tests, then the quantizer benchmark. Every log is also written to $OUT when it is set
 # (the device tool's output folder); a summary is printed last.
 #
-#   source .devdeps/activate.sh && bash scripts/gpu-check.sh [--no-bench] [--profile]
+#   source .devdeps/activate.sh && bash scripts/gpu-check.sh [--no-bench] [--profile] [--prebuilt DIR]
 #
 # --profile also runs Nsight Compute on the fused kernel (two launches) into ncu.txt.
+# --prebuilt DIR skips the build and runs DIR/fp4lab_gpu_tests and DIR/fp4lab_bench_quantize, built
+# elsewhere from this tree with the same configuration (Release, CMAKE_CUDA_ARCHITECTURES=90; an
+# x86-64 machine with the same CUDA), to save device time; carry DIR with the call.
 #
 # Exit status: the tests' (0 when all passed), or the build's when it failed.
 set -uo pipefail
@@ -13,9 +16,14 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 bench=1
 profile=0
-for arg in "$@"; do
-  [ "$arg" = "--no-bench" ] && bench=0
-  [ "$arg" = "--profile" ] && profile=1
+prebuilt=
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --no-bench) bench=0 ;;
+    --profile) profile=1 ;;
+    --prebuilt) prebuilt=$2; shift ;;
+  esac
+  shift
 done
 logdir=${OUT:-build-gpu/logs}
 mkdir -p "$logdir"
@@ -25,28 +33,37 @@ echo "== machine" | tee "$logdir/machine.log"
 { nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.max.sm --format=csv
   nvcc --version | tail -n 2; cmake --version | head -n 1; nproc; } 2>&1 | tee -a "$logdir/machine.log"
 
-echo "== configure and build"
-start=$(date +%s)
-cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 \
-  >"$logdir/build.log" 2>&1 &&
-  cmake --build "$build" --target fp4lab_gpu_tests fp4lab_bench_quantize >>"$logdir/build.log" 2>&1
-build_rc=$?
-echo "build: exit $build_rc in $(( $(date +%s) - start )) s"
-if [ $build_rc -ne 0 ]; then
-  grep -E "error|Error" -A3 "$logdir/build.log" | head -n 60
-  exit $build_rc
+tests_bin=$build/tests/fp4lab_gpu_tests
+bench_bin=$build/bench/fp4lab_bench_quantize
+if [ -n "$prebuilt" ]; then
+  echo "== prebuilt binaries from $prebuilt (no build here)"
+  tests_bin=$prebuilt/fp4lab_gpu_tests
+  bench_bin=$prebuilt/fp4lab_bench_quantize
+  ls -l "$tests_bin" "$bench_bin" || exit 1
+else
+  echo "== configure and build"
+  start=$(date +%s)
+  cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 \
+    >"$logdir/build.log" 2>&1 &&
+    cmake --build "$build" --target fp4lab_gpu_tests fp4lab_bench_quantize >>"$logdir/build.log" 2>&1
+  build_rc=$?
+  echo "build: exit $build_rc in $(( $(date +%s) - start )) s"
+  if [ $build_rc -ne 0 ]; then
+    grep -E "error|Error" -A3 "$logdir/build.log" | head -n 60
+    exit $build_rc
+  fi
 fi
 
 echo "== [gpu] tests"
 start=$(date +%s)
-timeout 400 "$build/tests/fp4lab_gpu_tests" "[gpu]" --durations yes >"$logdir/tests.log" 2>&1
+timeout 400 "$tests_bin" "[gpu]" --durations yes >"$logdir/tests.log" 2>&1
 test_rc=$?
 echo "tests: exit $test_rc in $(( $(date +%s) - start )) s"
 grep -E "^[0-9.]+ s: |FAILED|failed|passed|skipped|with expansion" "$logdir/tests.log" | head -n 40
 
 if [ $bench -eq 1 ]; then
-  echo "== benchmark: $build/bench/fp4lab_bench_quantize 8192 8192"
-  timeout 240 "$build/bench/fp4lab_bench_quantize" 8192 8192 >"$logdir/bench.log" 2>&1
+  echo "== benchmark: $bench_bin 8192 8192"
+  timeout 240 "$bench_bin" 8192 8192 >"$logdir/bench.log" 2>&1
   echo "bench: exit $?"
   cat "$logdir/bench.log"
 fi
@@ -56,7 +73,7 @@ if [ $profile -eq 1 ] && command -v ncu >/dev/null 2>&1; then
   timeout 300 ncu --clock-control none -k regex:fused_quantize -c 2 \
     --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats \
     --section SchedulerStats --section MemoryWorkloadAnalysis \
-    "$build/bench/fp4lab_bench_quantize" --profile >"$logdir/ncu.txt" 2>&1
+    "$bench_bin" --profile >"$logdir/ncu.txt" 2>&1
   echo "ncu: exit $?"
   grep -E "Duration|Throughput|Achieved Occupancy|Registers|Issued Warp|No Eligible|Stall|Warp Cycles|One or More|Bank" "$logdir/ncu.txt" | head -n 80
 fi

@@ -74,9 +74,8 @@ __global__ void __launch_bounds__(kThreads) amax_kernel(const AmaxArgs a, float*
       const int k = it * kThreads + threadIdx.x;
       const bf16_t* p = tile + (k % 16) * kPitch + (k / 16) * 16;
       float v[16];
-      bool finite = true;
-      unpack8(*reinterpret_cast<const uint4*>(p), v, finite);
-      unpack8(*reinterpret_cast<const uint4*>(p + 8), v + 8, finite);
+      unpack8(*reinterpret_cast<const uint4*>(p), v);
+      unpack8(*reinterpret_cast<const uint4*>(p + 8), v + 8);
 #pragma unroll
       for (int j = 0; j < 16; ++j) m_plain = max_abs_finite(m_plain, v[j]);
       if (a.row_rht) {

@@ -22,36 +22,47 @@ namespace fp4::cuda::detail {
 #if defined(__CUDACC__)
 
 // ---------------------------------------------------------------------------------------------
-// Round to nearest: round_nearest_index as seven thresholds
+// Round to nearest as float arithmetic: the rounded magnitude itself, not its index
 // ---------------------------------------------------------------------------------------------
 //
-// round_nearest_index returns the number of thresholds T_1 < ... < T_7 that x passes, clipped to
-// max_index: e2m1's chain tests x <= 0.25, x < 0.75, x <= 1.25, x < 1.75, x <= 2.5, x < 3.5,
-// x <= 5 in turn, so index >= k exactly when x passes T_k, with "x > T_k" for odd k (a tie stays at
-// the even index below) and "x >= T_k" for even k (a tie goes up to the even index). e1m2's
-// floor/fraction form is the same with T_k = k - 1/2: frac = x - floor(x) is exact (Sterbenz), so
-// "frac > 0.5" is "x > lo + 0.5", and a tie at lo + 0.5 goes up exactly when lo is odd, i.e. when k
-// is even. x = +Inf passes all seven; a NaN passes none and gives 0, which is what
-// quantize_element's NaN -> 0 gives. Three compares find the count (a binary search).
+// nearest_magnitude<G>(x, gmax) == grid_magnitude(G, round_nearest_index(G, x, max_index)) for
+// every non-NaN x >= 0 (+Inf included), gmax = grid_magnitude(G, max_index); checked on every such
+// float by tests/gpu/element_test.cu. Why it is equal:
+//   e2m1: inside a binade [2^e, 2^(e+1)), e >= 0, the grid (extended past 6 by 8, 12, ...) is the
+//   multiples of the quantum 2^(e-1): {1, 1.5, 2}, {2, 3, 4}, {4, 6, 8}; below 1 it is the multiples
+//   of 0.5: {0, 0.5, 1}. With k = 2^max(e, 0) (the exponent bits of max(x, 1)), y = x * (2 / k) is
+//   exact (a power-of-two scaling; subnormal x only doubles), and rint(y) (round half to even) picks
+//   the nearest multiple. An exact tie falls on y = 2.5 or 3.5 (or 0.5, 1.5 below 1), and the even
+//   integer is the even code: 2.5 -> 2 is 1.25 -> 1 / 2.5 -> 2 / 5 -> 4 (indices 2, 4, 6), 3.5 -> 4
+//   is 1.75 -> 2 / 3.5 -> 4 (indices 4, 6), 0.5 -> 0 is 0.25 -> 0, 1.5 -> 2 is 0.75 -> 1 (indices 0,
+//   2): exactly round_nearest_index's "<=" / "<" chain. r = rint(y) * (k / 2) is exact (a small
+//   integer times a power of two; it may overflow to +Inf for x >= 2^127, which saturates anyway).
+//   Anything that rounds past 6 (x > 5 with the 5 -> 4 tie) is >= 8 and saturates.
+//   e1m2: the grid is the integers, round half to even is rint.
+//   Both: clip restricts the grid to a prefix, so the restricted nearest value is min(nearest,
+//   G_max) (numerics.h's argument). x = +Inf: e2m1 gives k = 2^128's bits, 2 / k = 0, Inf * 0 = NaN,
+//   and fminf returns its non-NaN operand, G_max; e1m2's rint(Inf) = Inf -> G_max. A NaN x is never
+//   passed (the fast path's quotients of finite values are never NaN).
+// The instructions: FMNMX, LOP3, two IADD, FMUL, FRND, FMUL, FMNMX (e2m1); FRND, FMNMX (e1m2),
+// against three compares, selects and an index->magnitude lookup for the threshold search.
 template <Grid G>
-__device__ __forceinline__ float rn_threshold(int k) {
+__device__ __forceinline__ float nearest_magnitude(float x, float gmax) {
   if constexpr (G == Grid::e2m1) {
-    constexpr float t[8] = {0.0f, 0.25f, 0.75f, 1.25f, 1.75f, 2.5f, 3.5f, 5.0f};
-    return t[k];
+    const uint32_t k = float_bits(fmaxf(x, 1.0f)) & 0x7f800000u;  // 2^max(e, 0) (Inf: 0x7f800000)
+    const float two_over_k = bits_float(0x7f800000u - k);         // 2^(1 - e): biased exponent 255 - (e + 127)
+    const float half_k = bits_float(k - 0x00800000u);             // 2^(e - 1) >= 0.5
+    return fminf(__fmul_rn(rintf(__fmul_rn(x, two_over_k)), half_k), gmax);
   } else {
-    return static_cast<float>(k) - 0.5f;
+    return fminf(rintf(x), gmax);
   }
 }
 
+// The magnitude index of a grid magnitude r (r = grid_magnitude(G, i), i returned). Only needed
+// when codes are requested. e2m1: 0, 0.5, 1, 1.5, 2 are i / 2; 3, 4 are i - 2; 6 is 7.
 template <Grid G>
-__device__ __forceinline__ int nearest_index(float x, int max_index) {
-  const bool ge4 = x >= rn_threshold<G>(4);
-  const bool ge_even = x >= (ge4 ? rn_threshold<G>(6) : rn_threshold<G>(2));
-  const float t_odd = ge4 ? (ge_even ? rn_threshold<G>(7) : rn_threshold<G>(5))
-                          : (ge_even ? rn_threshold<G>(3) : rn_threshold<G>(1));
-  const bool gt_odd = x > t_odd;
-  const int i = (ge4 ? 4 : 0) + (ge_even ? 2 : 0) + (gt_odd ? 1 : 0);
-  return i < max_index ? i : max_index;
+__device__ __forceinline__ int magnitude_index(float r) {
+  if constexpr (G == Grid::e2m1) return r <= 2.0f ? static_cast<int>(r * 2.0f) : (r < 5.0f ? static_cast<int>(r) + 2 : 7);
+  return static_cast<int>(r);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -158,6 +169,13 @@ __device__ __forceinline__ float magnitude_unit_scale(float stored) {
 
 __device__ __forceinline__ bf16_t hw_float_to_bf16(float x) { return __bfloat16_as_ushort(__float2bfloat16_rn(x)); }
 
+// Two at once (one cvt.rn.bf16x2.f32): lo in bits 0..15, hi in 16..31. The same rounding per half as
+// hw_float_to_bf16 (checked on every non-NaN float by tests/gpu/element_test.cu).
+__device__ __forceinline__ uint32_t hw_pack_bf16x2(float lo, float hi) {
+  const __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
+  return static_cast<uint32_t>(__bfloat16_as_ushort(h.x)) | (static_cast<uint32_t>(__bfloat16_as_ushort(h.y)) << 16);
+}
+
 // ---------------------------------------------------------------------------------------------
 // One block's quantizer
 // ---------------------------------------------------------------------------------------------
@@ -188,21 +206,40 @@ struct BlockQuantizer {
   }
 
   // quantize_element(v, bs, G, max_index, R, u) for a finite v of a finite, non-zero block, when
-  // fast(): t by the exact replacements above, then quantize_element's steps.
-  __device__ __forceinline__ QuantizedElement operator()(float v, float u) const {
+  // fast(): t by the exact replacements above, then quantize_element's steps. Returns the signed
+  // dequantized value in fp32 (the caller rounds it to bf16 with the hardware conversion, two at a
+  // time); with kCodes, also the code. The product is grid_magnitude(i) * stored, as in numerics.h
+  // (RN: nearest_magnitude is that magnitude; SR: magnitude_units * unit_scale is the same real
+  // product), and is >= +0 and not NaN, so setting the sign bit is numerics.h's "neg ? -deq : deq".
+  template <bool kCodes>
+  __device__ __forceinline__ float quantize(float v, float u, uint32_t& code) const {
     float x;
     if constexpr (M == ScaleMode::e4m3x2) x = abs_f(v * bs.mul);
     else if constexpr (M == ScaleMode::e8m0) x = abs_f(v * inv);  // == v / 2^e: the same real, rounded once
     else x = fast_quotient_abs<R == Rounding::sr>(v, div);
-    x = fmaxf(x, 0.0f);  // NaN -> 0, as quantize_element (x >= 0 otherwise, so nothing else changes)
-    int i;
-    if constexpr (R == Rounding::rn) i = nearest_index<G>(x, max_index);
-    else i = stochastic_index<G>(x, max_index, gmax, u);
-    const bool neg = sign_bit(v);
-    const float deq = magnitude_units<G>(i) * unit_scale;
+    float deq;
+    int i = 0;
+    if constexpr (R == Rounding::rn) {
+      const float r = nearest_magnitude<G>(x, gmax);  // x is never NaN here (see nearest_magnitude)
+      deq = r * bs.stored;
+      if constexpr (kCodes) i = magnitude_index<G>(r);
+    } else {
+      x = fmaxf(x, 0.0f);  // NaN -> 0, as quantize_element (x >= 0 otherwise, so nothing else changes)
+      i = stochastic_index<G>(x, max_index, gmax, u);
+      deq = magnitude_units<G>(i) * unit_scale;
+    }
+    const uint32_t sign = float_bits(v) & 0x80000000u;
+    if constexpr (kCodes) code = (sign >> 28) | static_cast<uint32_t>(i);
+    return bits_float(float_bits(deq) | sign);
+  }
+
+  // The same as a QuantizedElement (the element tests compare it with quantize_element).
+  __device__ __forceinline__ QuantizedElement operator()(float v, float u) const {
+    uint32_t code = 0;
+    const float d = quantize<true>(v, u, code);
     QuantizedElement r;
-    r.out = hw_float_to_bf16(neg ? -deq : deq);
-    r.code = static_cast<uint8_t>((neg ? 8 : 0) | i);
+    r.out = hw_float_to_bf16(d);
+    r.code = static_cast<uint8_t>(code);
     return r;
   }
 

@@ -85,26 +85,46 @@ void launch_fused_b32(const FusedArgs& a, int tiles, int smem, cudaStream_t stre
 
 #if defined(__CUDACC__)
 
-// Max of a running amax m (never NaN) and |v|; NaN never wins, as in the reference's `a > m`.
-// fmaxf returns the non-NaN operand, and neither operand is -0, so this is exactly that max.
-__device__ __forceinline__ float max_abs(float m, float v) { return fmaxf(m, abs_f(v)); }
-
 // The same over finite values only (the tensor amax ignores NaN and infinities).
 __device__ __forceinline__ float max_abs_finite(float m, float v) {
   const float a = abs_f(v);
   return fmaxf(m, is_finite(a) ? a : 0.0f);
 }
 
-// 8 bf16 (one 16-byte chunk) to fp32; `finite` is cleared if any of them is NaN or infinite.
-__device__ __forceinline__ void unpack8(uint4 q, float* v, bool& finite) {
+// 8 bf16 (one 16-byte chunk) to fp32: one shift or mask per value (bf16_to_float of each half).
+__device__ __forceinline__ void unpack8(uint4 q, float* v) {
   const uint32_t w[4] = {q.x, q.y, q.z, q.w};
 #pragma unroll
   for (int j = 0; j < 4; ++j) {
-    v[2 * j] = bf16_to_float(static_cast<bf16_t>(w[j] & 0xffffu));
-    v[2 * j + 1] = bf16_to_float(static_cast<bf16_t>(w[j] >> 16));
-    finite = finite && is_finite(v[2 * j]) && is_finite(v[2 * j + 1]);
+    v[2 * j] = bits_float(w[j] << 16);
+    v[2 * j + 1] = bits_float(w[j] & 0xffff0000u);
   }
 }
+
+// The block's amax and finiteness in one pass: the unsigned maximum of the magnitude bits of its
+// values (after the RHT). For non-NaN floats >= 0 the unsigned order of the bits is the numeric
+// order, so when every value is finite this is the bits of max|v| (the reference's amax_b: a
+// running max from 0, where -0 counts as 0); a NaN or infinity has magnitude bits >= 0x7f800000,
+// above every finite value, so the block is finite exactly when the maximum is below that.
+//
+// Why the values after the RHT only: numerics.h's block is non-finite when a source value or a
+// value after the RHT is. Without the RHT they are the same values. With it, every output of the
+// butterfly depends on all 16 inputs through sums and differences, and a sum or difference with a
+// non-finite operand is non-finite (Inf +- finite = Inf, Inf - Inf = NaN, NaN stays NaN), as is
+// 0.25 * Inf; so a non-finite source makes its whole 16-vector non-finite, and the check after the
+// RHT also catches a finite source whose butterfly overflowed fp32 (e.g. 16 values near 2^127).
+template <int N>
+__device__ __forceinline__ uint32_t absmax_bits(const float* v) {
+  uint32_t m = 0;
+#pragma unroll
+  for (int j = 0; j < N; ++j) m = max(m, float_bits(v[j]) & 0x7fffffffu);
+  return m;
+}
+constexpr uint32_t kF32InfBits = 0x7f800000u;
+
+// The bf16 pair every element of a non-finite block becomes (numerics.h's kBf16QuietNaN; the
+// hardware conversion would give its own canonical NaN, so it is written as bits).
+constexpr uint32_t kNaNPair = uint32_t{kBf16QuietNaN} | (uint32_t{kBf16QuietNaN} << 16);
 
 // Loads source rows [r0, r0 + TR) × columns [c0, c0 + kTileCols) into the shared tile; what lies
 // outside the tensor reads as 0 (and is never stored).
@@ -161,14 +181,19 @@ __device__ __forceinline__ void issue_tile_load(const Source& s, int r0, int c0,
   }
 }
 
-// Calls f(grid, rounding, scale mode) with each a std::integral_constant, so the per-element code
-// is compiled once per combination, with no per-element branch on any of them.
+// Calls f(grid, rounding, scale mode, codes wanted) with each a std::integral_constant, so the
+// per-element code is compiled once per combination, with no per-element branch on any of them.
+// Without codes (training never asks for them) no code is computed, packed or stored at all.
 template <class F>
-__device__ __forceinline__ void dispatch_kind(const QuantSpec& s, F&& f) {
+__device__ __forceinline__ void dispatch_kind(const QuantSpec& s, bool codes, F&& f) {
+  auto by_codes = [&](auto g, auto r, auto m) {
+    if (codes) f(g, r, m, std::true_type{});
+    else f(g, r, m, std::false_type{});
+  };
   auto by_scale = [&](auto g, auto r) {
-    if (s.scale == ScaleMode::e4m3x2) f(g, r, std::integral_constant<ScaleMode, ScaleMode::e4m3x2>{});
-    else if (s.scale == ScaleMode::e8m0) f(g, r, std::integral_constant<ScaleMode, ScaleMode::e8m0>{});
-    else f(g, r, std::integral_constant<ScaleMode, ScaleMode::fp32>{});
+    if (s.scale == ScaleMode::e4m3x2) by_codes(g, r, std::integral_constant<ScaleMode, ScaleMode::e4m3x2>{});
+    else if (s.scale == ScaleMode::e8m0) by_codes(g, r, std::integral_constant<ScaleMode, ScaleMode::e8m0>{});
+    else by_codes(g, r, std::integral_constant<ScaleMode, ScaleMode::fp32>{});
   };
   auto by_rounding = [&](auto g) {
     if (s.rounding == Rounding::sr) by_scale(g, std::integral_constant<Rounding, Rounding::sr>{});
@@ -183,39 +208,39 @@ __device__ __forceinline__ TensorScale load_tensor_scale(const CopyArgs& c) {
   return TensorScale{1.0f, 1.0f};
 }
 
-// What every element of a block that is not quantized normally becomes: NaN / kNonFiniteCode in a
-// non-finite block, and numerics.h's zero-block output (fp32 and e8m0 blocks with amax 0).
-__device__ __forceinline__ QuantizedElement special_block_element(bool finite) {
-  if (!finite) return QuantizedElement{kBf16QuietNaN, kNonFiniteCode};
-  BlockScale z{};
-  z.zero_block = true;
-  return quantize_element(0.0f, z, Grid::e2m1, 0, Rounding::rn, 0.0f);
-}
-
-// Quantizes the N values v[0..N) of one block (or one column of a tile): emit(j, element) receives
-// each result, uniform(j) gives element j's SR uniform (not called for RN). The branches here are
-// per block.
-template <int N, Grid G, Rounding R, ScaleMode M, class Uniform, class Emit>
-__device__ __forceinline__ void quantize_values(const float* v, const BlockScale& bs, bool finite, int max_index,
-                                                Uniform&& uniform, Emit&& emit) {
+// Quantizes the N values v[0..N) of one block (or one column of a tile) in place: v[j] becomes the
+// signed dequantized value in fp32, exactly representable in bf16 or rounded to it by the caller's
+// hardware conversion (hw_pack_bf16x2), and with kCodes code[j] its code. uniform(j) gives element
+// j's SR uniform (not called for RN). The branches here are per block:
+//   * non-finite block: v[j] = 0 (the caller writes kNaNPair over it), code kNonFiniteCode;
+//   * zero block (fp32 / e8m0 with amax 0): numerics.h's output +0, code 0;
+//   * fast blocks: BlockQuantizer::quantize; other blocks: numerics.h's quantize_element, whose bf16
+//     result (never NaN in a finite block) converts to fp32 and back unchanged.
+template <int N, Grid G, Rounding R, ScaleMode M, bool kCodes, class Uniform>
+__device__ __forceinline__ void quantize_values(float* v, uint32_t* code, const BlockScale& bs, bool finite,
+                                                int max_index, Uniform&& uniform) {
   const BlockQuantizer<G, R, M> q(bs, max_index);
   if (!finite || bs.zero_block) {
-    const QuantizedElement e = special_block_element(finite);
 #pragma unroll
-    for (int j = 0; j < N; ++j) emit(j, e);
+    for (int j = 0; j < N; ++j) {
+      v[j] = 0.0f;
+      if constexpr (kCodes) code[j] = finite ? 0u : uint32_t{kNonFiniteCode};
+    }
   } else if (q.fast()) {
 #pragma unroll
     for (int j = 0; j < N; ++j) {
       float u = 0.0f;
       if constexpr (R == Rounding::sr) u = uniform(j);
-      emit(j, q(v[j], u));
+      v[j] = q.template quantize<kCodes>(v[j], u, code[j]);
     }
   } else {
 #pragma unroll
     for (int j = 0; j < N; ++j) {
       float u = 0.0f;
       if constexpr (R == Rounding::sr) u = uniform(j);
-      emit(j, q.reference(v[j], u));
+      const QuantizedElement e = q.reference(v[j], u);
+      v[j] = bf16_to_float(e.out);
+      if constexpr (kCodes) code[j] = e.code;
     }
   }
 }
@@ -249,7 +274,7 @@ __device__ void fill_words(const Source& src, const QuantSpec& s, int r0, int c0
 
 // Column copy: blocks of B consecutive rows of one column (tile_2d: B × B tiles). Thread t takes
 // columns (2t, 2t + 1) of the tile. Returns whether a block it stored was non-finite.
-template <int B, Grid G, Rounding R, ScaleMode M>
+template <int B, Grid G, Rounding R, ScaleMode M, bool kCodes>
 __device__ bool col_blocks(const FusedArgs& a, const bf16_t* tile, const uint32_t* words, int r0, int c0) {
   static_assert(kTileCols / 2 == kThreads, "one column pair per thread");
   const CopyArgs& c = a.col;
@@ -261,14 +286,11 @@ __device__ bool col_blocks(const FusedArgs& a, const bf16_t* tile, const uint32_
   const bool valid1 = gr < rows && gc + 1 < cols;
 
   float v0[B], v1[B];
-  bool f0 = true, f1 = true;
 #pragma unroll
   for (int r = 0; r < B; ++r) {
     const uint32_t w = *reinterpret_cast<const uint32_t*>(tile + r * kPitch + lc);
-    v0[r] = bf16_to_float(static_cast<bf16_t>(w & 0xffffu));
-    v1[r] = bf16_to_float(static_cast<bf16_t>(w >> 16));
-    f0 = f0 && is_finite(v0[r]);
-    f1 = f1 && is_finite(v1[r]);
+    v0[r] = bits_float(w << 16);
+    v1[r] = bits_float(w & 0xffff0000u);
   }
   if (s.rht) {
 #pragma unroll
@@ -277,45 +299,30 @@ __device__ bool col_blocks(const FusedArgs& a, const bf16_t* tile, const uint32_
       rht16(v1 + j, s.rht_signs);
     }
   }
-  float amax0 = 0.0f, amax1 = 0.0f;
-#pragma unroll
-  for (int r = 0; r < B; ++r) {
-    amax0 = max_abs(amax0, v0[r]);
-    amax1 = max_abs(amax1, v1[r]);
-  }
+  uint32_t m0 = absmax_bits<B>(v0), m1 = absmax_bits<B>(v1);  // amax and finiteness (absmax_bits)
   if (s.tile_2d) {
     // A tile's B columns are the pairs of B/2 consecutive, aligned lanes: combine over them.
-    float m = fmaxf(amax0, amax1);
-    int f = f0 && f1;
+    uint32_t m = max(m0, m1);
 #pragma unroll
-    for (int off = 1; off < B / 2; off <<= 1) {
-      m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, off));
-      f &= __shfl_xor_sync(0xffffffffu, f, off);
-    }
-    amax0 = amax1 = m;
-    f0 = f1 = f != 0;
+    for (int off = 1; off < B / 2; off <<= 1) m = max(m, __shfl_xor_sync(0xffffffffu, m, off));
+    m0 = m1 = m;
   }
+  const bool f0 = m0 < kF32InfBits, f1 = m1 < kF32InfBits;
   const TensorScale ts = load_tensor_scale(c);
-  const BlockScale bs0 = make_block_scale(s.scale, amax0, s.gmax, ts);
-  const BlockScale bs1 = make_block_scale(s.scale, amax1, s.gmax, ts);
+  const BlockScale bs0 = make_block_scale(s.scale, f0 ? bits_float(m0) : 0.0f, s.gmax, ts);
+  const BlockScale bs1 = make_block_scale(s.scale, f1 ? bits_float(m1) : 0.0f, s.gmax, ts);
 
-  // One column at a time, packed as they come: out[r] holds row r's two bf16, code[r / 2] the
-  // codes of rows r and r + 1 (two bytes each). The SR uniforms come from the tile's words.
-  uint32_t out[B], code[B / 2];
+  // The SR uniforms come from the tile's words.
+  uint32_t code0[B], code1[B];
+  quantize_values<B, G, R, M, kCodes>(v0, code0, bs0, f0, c.max_index,
+                                      [&](int r) { return uniform_from_word(words[r * kTileCols + lc]); });
+  quantize_values<B, G, R, M, kCodes>(v1, code1, bs1, f1, c.max_index,
+                                      [&](int r) { return uniform_from_word(words[r * kTileCols + lc + 1]); });
+  // out[r]: row r's two bf16 (column lc in the low half), NaN halves for non-finite blocks.
+  const uint32_t nan_mask = (f0 ? 0u : 0x0000ffffu) | (f1 ? 0u : 0xffff0000u);
+  uint32_t out[B];
 #pragma unroll
-  for (int r = 0; r < B / 2; ++r) code[r] = 0;
-  quantize_values<B, G, R, M>(
-      v0, bs0, f0, c.max_index, [&](int r) { return uniform_from_word(words[r * kTileCols + lc]); },
-      [&](int r, QuantizedElement e) {
-        out[r] = e.out;
-        code[r / 2] |= uint32_t{e.code} << (16 * (r % 2));
-      });
-  quantize_values<B, G, R, M>(
-      v1, bs1, f1, c.max_index, [&](int r) { return uniform_from_word(words[r * kTileCols + lc + 1]); },
-      [&](int r, QuantizedElement e) {
-        out[r] |= uint32_t{e.out} << 16;
-        code[r / 2] |= uint32_t{e.code} << (16 * (r % 2) + 8);
-      });
+  for (int r = 0; r < B; ++r) out[r] = (hw_pack_bf16x2(v0[r], v1[r]) & ~nan_mask) | (kNaNPair & nan_mask);
 
   const int64_t base = static_cast<int64_t>(gr) * cols + gc;
   if (a.pair_stores) {
@@ -325,24 +332,25 @@ __device__ bool col_blocks(const FusedArgs& a, const bf16_t* tile, const uint32_
       for (int r = 0; r < B; ++r)
         *reinterpret_cast<uint32_t*>(c.dequant + base + static_cast<int64_t>(r) * cols) = out[r];
     }
-    if (valid0 && c.codes != nullptr) {
+    if constexpr (kCodes) {
+      if (valid0) {
 #pragma unroll
-      for (int r = 0; r < B; ++r)
-        *reinterpret_cast<uint16_t*>(c.codes + base + static_cast<int64_t>(r) * cols) =
-            static_cast<uint16_t>(code[r / 2] >> (16 * (r % 2)));
+        for (int r = 0; r < B; ++r)
+          *reinterpret_cast<uint16_t*>(c.codes + base + static_cast<int64_t>(r) * cols) =
+              static_cast<uint16_t>((code0[r] & 0xffu) | ((code1[r] & 0xffu) << 8));
+      }
     }
   } else {
 #pragma unroll
     for (int r = 0; r < B; ++r) {
       const int64_t i = base + static_cast<int64_t>(r) * cols;
-      const uint32_t pair = code[r / 2] >> (16 * (r % 2));
       if (c.dequant != nullptr) {
         if (valid0) c.dequant[i] = static_cast<bf16_t>(out[r] & 0xffffu);
         if (valid1) c.dequant[i + 1] = static_cast<bf16_t>(out[r] >> 16);
       }
-      if (c.codes != nullptr) {
-        if (valid0) c.codes[i] = static_cast<uint8_t>(pair & 0xffu);
-        if (valid1) c.codes[i + 1] = static_cast<uint8_t>((pair >> 8) & 0xffu);
+      if constexpr (kCodes) {
+        if (valid0) c.codes[i] = static_cast<uint8_t>(code0[r]);
+        if (valid1) c.codes[i + 1] = static_cast<uint8_t>(code1[r]);
       }
     }
   }
@@ -368,7 +376,7 @@ __device__ bool col_blocks(const FusedArgs& a, const bf16_t* tile, const uint32_
 // Row copy: blocks of B consecutive elements of one row (tile_2d: B × B tiles). Item k of the tile
 // is row k % B, block column k / B, so consecutive lanes take consecutive rows. The dequantized
 // block overwrites its own source bytes in the tile; the caller stores the tile afterwards.
-template <int B, Grid G, Rounding R, ScaleMode M>
+template <int B, Grid G, Rounding R, ScaleMode M, bool kCodes>
 __device__ bool row_blocks(const FusedArgs& a, bf16_t* tile, float* rscale, int r0, int c0) {
   constexpr int kBlocksPerRow = kTileCols / B;
   constexpr int kItems = B * kBlocksPerRow / kThreads;
@@ -387,27 +395,20 @@ __device__ bool row_blocks(const FusedArgs& a, bf16_t* tile, float* rscale, int 
     bf16_t* p = tile + r * kPitch + bc * B;
 
     float v[B];
-    bool finite = true;
 #pragma unroll
-    for (int j = 0; j < B; j += 8) unpack8(*reinterpret_cast<const uint4*>(p + j), v + j, finite);
+    for (int j = 0; j < B; j += 8) unpack8(*reinterpret_cast<const uint4*>(p + j), v + j);
     if (s.rht) {
 #pragma unroll
       for (int j = 0; j < B; j += kRhtSize) rht16(v + j, s.rht_signs);
     }
-    float amax = 0.0f;
-#pragma unroll
-    for (int j = 0; j < B; ++j) amax = max_abs(amax, v[j]);
+    uint32_t m = absmax_bits<B>(v);  // amax and finiteness (absmax_bits)
     if (s.tile_2d) {
       // The B rows of a tile are the B consecutive, aligned lanes of one half-warp or warp.
-      int f = finite;
 #pragma unroll
-      for (int off = 1; off < B; off <<= 1) {
-        amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, off));
-        f &= __shfl_xor_sync(0xffffffffu, f, off);
-      }
-      finite = f != 0;
+      for (int off = 1; off < B; off <<= 1) m = max(m, __shfl_xor_sync(0xffffffffu, m, off));
     }
-    const BlockScale bs = make_block_scale(s.scale, amax, s.gmax, ts);
+    const bool finite = m < kF32InfBits;
+    const BlockScale bs = make_block_scale(s.scale, finite ? bits_float(m) : 0.0f, s.gmax, ts);
 
     float u[B] = {};  // SR only (dead code for RN)
     if constexpr (R == Rounding::sr) {
@@ -421,25 +422,27 @@ __device__ bool row_blocks(const FusedArgs& a, bf16_t* tile, float* rscale, int 
         for (int j = 0; j < 4; ++j) u[4 * g + j] = uniform_from_word(w.w[j]);
       }
     }
-    uint32_t out[B / 2], code[B / 4];  // bf16 pairs, code quadruples
-#pragma unroll
-    for (int j = 0; j < B / 4; ++j) code[j] = 0;
-    quantize_values<B, G, R, M>(
-        v, bs, finite, c.max_index, [&](int j) { return u[j]; },
-        [&](int j, QuantizedElement e) {
-          if (j % 2 == 0) out[j / 2] = e.out;
-          else out[j / 2] |= uint32_t{e.out} << 16;
-          code[j / 4] |= uint32_t{e.code} << (8 * (j % 4));
-        });
+    uint32_t code[B];
+    quantize_values<B, G, R, M, kCodes>(v, code, bs, finite, c.max_index, [&](int j) { return u[j]; });
 
+    uint32_t out[B / 2];  // bf16 pairs
+#pragma unroll
+    for (int j = 0; j < B / 2; ++j) out[j] = finite ? hw_pack_bf16x2(v[2 * j], v[2 * j + 1]) : kNaNPair;
 #pragma unroll
     for (int j = 0; j < B / 8; ++j)
       *reinterpret_cast<uint4*>(p + 8 * j) = make_uint4(out[4 * j], out[4 * j + 1], out[4 * j + 2], out[4 * j + 3]);
-    if (valid && c.codes != nullptr) {
-      uint8_t* dst = c.codes + static_cast<int64_t>(gr) * cols + gc;
+    if constexpr (kCodes) {
+      if (valid) {
+        uint32_t quad[B / 4];  // code quadruples, element j in byte j % 4
 #pragma unroll
-      for (int j = 0; j < B / 16; ++j)
-        *reinterpret_cast<uint4*>(dst + 16 * j) = make_uint4(code[4 * j], code[4 * j + 1], code[4 * j + 2], code[4 * j + 3]);
+        for (int j = 0; j < B / 4; ++j)
+          quad[j] = (code[4 * j] & 0xffu) | ((code[4 * j + 1] & 0xffu) << 8) | ((code[4 * j + 2] & 0xffu) << 16) |
+                    (code[4 * j + 3] << 24);
+        uint8_t* dst = c.codes + static_cast<int64_t>(gr) * cols + gc;
+#pragma unroll
+        for (int j = 0; j < B / 16; ++j)
+          *reinterpret_cast<uint4*>(dst + 16 * j) = make_uint4(quad[4 * j], quad[4 * j + 1], quad[4 * j + 2], quad[4 * j + 3]);
+      }
     }
     const float stored = finite ? bs.stored : bits_float(kF32QuietNaN);
     if (!s.tile_2d) {
@@ -524,15 +527,17 @@ __global__ void __launch_bounds__(kThreads, min_ctas_per_sm(B)) fused_quantize_k
     __syncthreads();  // everyone's copies have landed, and the words are written
 
     if (a.col.present) {
-      dispatch_kind(a.col.spec, [&](auto g, auto rd, auto m) {
-        nonfinite = col_blocks<B, decltype(g)::value, decltype(rd)::value, decltype(m)::value>(a, tile, words, r0, c0) ||
+      dispatch_kind(a.col.spec, a.col.codes != nullptr, [&](auto g, auto rd, auto m, auto cd) {
+        nonfinite = col_blocks<B, decltype(g)::value, decltype(rd)::value, decltype(m)::value, decltype(cd)::value>(
+                        a, tile, words, r0, c0) ||
                     nonfinite;
       });
     }
     if (a.row.present) {
       __syncthreads();  // the column phase has read the whole tile
-      dispatch_kind(a.row.spec, [&](auto g, auto rd, auto m) {
-        nonfinite = row_blocks<B, decltype(g)::value, decltype(rd)::value, decltype(m)::value>(a, tile, rscale, r0, c0) ||
+      dispatch_kind(a.row.spec, a.row.codes != nullptr, [&](auto g, auto rd, auto m, auto cd) {
+        nonfinite = row_blocks<B, decltype(g)::value, decltype(rd)::value, decltype(m)::value, decltype(cd)::value>(
+                        a, tile, rscale, r0, c0) ||
                     nonfinite;
       });
       __syncthreads();

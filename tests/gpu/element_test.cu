@@ -42,15 +42,20 @@ __device__ float random_float(uint32_t w_exp, uint32_t w_mant, int lo, int hi, b
   return bits_float(sign | (static_cast<uint32_t>(e + 127) << 23) | (w_mant & 0x7fffffu));
 }
 
-// Every non-negative float bit pattern x (NaNs included), each grid's every clip: the RN index.
+// Every non-negative, non-NaN float x (+Inf included), each grid's every clip: the RN magnitude by
+// float arithmetic is the magnitude of numerics.h's RN index, bit for bit, and its index is that
+// index.
 template <Grid G>
 __global__ void check_nearest(int min_index, Report* r) {
-  for (uint64_t k = blockIdx.x * static_cast<uint64_t>(blockDim.x) + threadIdx.x; k <= 0x7fffffffull;
+  for (uint64_t k = blockIdx.x * static_cast<uint64_t>(blockDim.x) + threadIdx.x; k <= 0x7f800000ull;
        k += static_cast<uint64_t>(gridDim.x) * blockDim.x) {
     const float x = bits_float(static_cast<uint32_t>(k));
-    const float x_ref = (x == x) ? x : 0.0f;  // quantize_element's NaN -> 0
-    for (int mi = min_index; mi <= 7; ++mi)
-      if (nearest_index<G>(x, mi) != round_nearest_index(G, x_ref, mi)) report(r, k, static_cast<uint64_t>(mi));
+    for (int mi = min_index; mi <= 7; ++mi) {
+      const int want = round_nearest_index(G, x, mi);
+      const float got = nearest_magnitude<G>(x, grid_magnitude(G, mi));
+      if (float_bits(got) != float_bits(grid_magnitude(G, want)) || magnitude_index<G>(got) != want)
+        report(r, k, static_cast<uint64_t>(mi));
+    }
   }
 }
 
@@ -78,6 +83,12 @@ __global__ void check_bf16(Report* r) {
     const float x = bits_float(static_cast<uint32_t>(k));
     if (x != x) continue;
     if (hw_float_to_bf16(x) != float_to_bf16(x)) report(r, k, hw_float_to_bf16(x));
+    // The packed conversion, x in each half (paired with a neighbour pattern in the other).
+    const float y = bits_float(static_cast<uint32_t>(k) ^ 0x00400001u);
+    if (y != y) continue;
+    const uint32_t p = hw_pack_bf16x2(x, y), q = hw_pack_bf16x2(y, x);
+    if ((p & 0xffffu) != float_to_bf16(x) || (p >> 16) != float_to_bf16(y) || (q >> 16) != float_to_bf16(x))
+      report(r, k, p);
   }
 }
 
@@ -182,7 +193,7 @@ void check_elements_of() {
 
 }  // namespace
 
-TEST_CASE("gpu element rounding: nearest index equals numerics.h on every float", "[gpu]") {
+TEST_CASE("gpu element rounding: nearest magnitude equals numerics.h on every float", "[gpu]") {
   DeviceReport e2m1, e1m2;
   check_nearest<Grid::e2m1><<<kGrid, kBlock>>>(4, e2m1.get());
   check_nearest<Grid::e1m2><<<kGrid, kBlock>>>(1, e1m2.get());
@@ -204,7 +215,7 @@ TEST_CASE("gpu element rounding: stochastic index equals numerics.h on every flo
   CHECK(b.mismatches == 0);
 }
 
-TEST_CASE("gpu element rounding: the hardware bf16 conversion is float_to_bf16 on every non-NaN", "[gpu]") {
+TEST_CASE("gpu element rounding: the hardware bf16 conversions (one and two at a time) are float_to_bf16 on every non-NaN", "[gpu]") {
   DeviceReport rep;
   check_bf16<<<kGrid, kBlock>>>(rep.get());
   const Report r = rep.read();

@@ -53,7 +53,7 @@ class DeviceBuffer {
 // Inputs
 // ---------------------------------------------------------------------------------------------
 
-enum class Dist { gaussian, student_t3, outliers, zeros, nonfinite, tiny, huge };
+enum class Dist { gaussian, student_t3, outliers, zeros, nonfinite, tiny, huge, rht_overflow };
 
 const char* dist_name(Dist d) {
   switch (d) {
@@ -64,12 +64,13 @@ const char* dist_name(Dist d) {
     case Dist::nonfinite: return "non-finite";
     case Dist::tiny: return "tiny (subnormal)";
     case Dist::huge: return "huge";
+    case Dist::rht_overflow: return "RHT overflow";
   }
   return "?";
 }
 
 const Dist kAllDists[] = {Dist::gaussian, Dist::student_t3, Dist::outliers, Dist::zeros,
-                          Dist::nonfinite, Dist::tiny,      Dist::huge};
+                          Dist::nonfinite, Dist::tiny,      Dist::huge,     Dist::rht_overflow};
 
 std::vector<bf16_t> make_input(int rows, int cols, Dist d, uint64_t seed) {
   const size_t n = static_cast<size_t>(rows) * cols;
@@ -91,6 +92,22 @@ std::vector<bf16_t> make_input(int rows, int cols, Dist d, uint64_t seed) {
       case Dist::zeros: v = i % 3 == 0 ? -0.0f : 0.0f; break;  // signed zeros too
       case Dist::tiny: v = std::ldexp(normal(rng), -128); break;  // bf16 and fp32 subnormals
       case Dist::huge: v = std::ldexp(normal(rng), 100); break;   // large, but the RHT cannot overflow
+      case Dist::rht_overflow: {
+        // Finite bf16 values whose RHT overflows fp32: in every other 32x32 region (a checkerboard,
+        // so both copies' blocks and 2D tiles of 16 and 32 meet them, and are wholly in or out of a
+        // region: some blocks stay finite) magnitudes in [2^125, 2^127) with random
+        // signs: the butterfly's sum of squares is 16x the inputs', so some output of a 16-vector
+        // of values >= 2^126 reaches 2^128 (Inf), and Inf - Inf makes NaNs; vectors with smaller
+        // values may or may not overflow. Elsewhere large values that never overflow.
+        const size_t r = i / static_cast<size_t>(cols), c = i % static_cast<size_t>(cols);
+        if ((r / 32 + c / 32) % 2 == 0) {
+          v = std::ldexp(1.0f + uniform(rng), uniform(rng) < 0.75f ? 126 : 125);
+          if (uniform(rng) < 0.5f) v = -v;
+        } else {
+          v = std::ldexp(normal(rng), 120);
+        }
+        break;
+      }
     }
     x[i] = float_to_bf16(v);
   }
@@ -201,11 +218,11 @@ struct DeviceCopy {
     scalars.poison();
   }
 
-  cuda::CopyOut out(const QuantSpec& s, bool want_amax) const {
+  cuda::CopyOut out(const QuantSpec& s, bool want_amax, bool want_codes) const {
     cuda::CopyOut o;
     o.spec = s;
     o.dequant = dequant.get();
-    o.codes = codes.get();
+    o.codes = want_codes ? codes.get() : nullptr;
     o.scales = scales.get();
     o.tensor_scale = scalars.get();
     o.amax = want_amax ? scalars.get() + 1 : nullptr;
@@ -230,8 +247,10 @@ cuda::Workspace& workspace() {
   return ws;
 }
 
+// want_codes = false leaves the codes out, as training does (the kernels then skip them entirely);
+// the fetched codes are then empty.
 GpuResult run_gpu(const std::vector<bf16_t>& x, int rows, int cols, const QuantSpec* row, const QuantSpec* col,
-                  bool want_amax) {
+                  bool want_amax, bool want_codes = true) {
   DeviceBuffer<bf16_t> dx(x.size());
   dx.upload(x);
   DeviceBuffer<unsigned> flag(1);
@@ -240,11 +259,11 @@ GpuResult run_gpu(const std::vector<bf16_t>& x, int rows, int cols, const QuantS
   cuda::CopyOut orow, ocol;
   if (row != nullptr) {
     drow = std::make_unique<DeviceCopy>(rows, cols, *row);
-    orow = drow->out(*row, want_amax);
+    orow = drow->out(*row, want_amax, want_codes);
   }
   if (col != nullptr) {
     dcol = std::make_unique<DeviceCopy>(rows, cols, *col);
-    ocol = dcol->out(*col, want_amax);
+    ocol = dcol->out(*col, want_amax, want_codes);
   }
   cuda::quantize_fused(dx.get(), rows, cols, row != nullptr ? &orow : nullptr, col != nullptr ? &ocol : nullptr,
                        flag.get(), workspace(), nullptr);
@@ -252,6 +271,10 @@ GpuResult run_gpu(const std::vector<bf16_t>& x, int rows, int cols, const QuantS
   GpuResult r;
   if (drow) r.row = drow->fetch();
   if (dcol) r.col = dcol->fetch();
+  if (!want_codes) {
+    if (r.row) r.row->codes.clear();
+    if (r.col) r.col->codes.clear();
+  }
   r.nonfinite = flag.download()[0] != 0;
   return r;
 }
@@ -292,7 +315,7 @@ void check_copy(const cpu::QuantizedTensor& ref, const GpuCopy& got, bool want_a
   const size_t bad_dequant = mismatches(ref.dequant, got.dequant, ref.cols, first);
   INFO("dequant: " << first);
   first.clear();
-  const size_t bad_codes = mismatches(ref.codes, got.codes, ref.cols, first);
+  const size_t bad_codes = got.codes.empty() ? 0 : mismatches(ref.codes, got.codes, ref.cols, first);  // not asked for
   INFO("codes: " << first);
   first.clear();
   const size_t bad_scales = mismatches(ref.scales, got.scales, std::max(1, cpu::scale_grid(ref.rows, ref.cols, ref.spec).cols), first);
@@ -308,8 +331,9 @@ void check_copy(const cpu::QuantizedTensor& ref, const GpuCopy& got, bool want_a
 // reference. When a spec does not fit the shape, the fused call must be refused with the
 // reference's message, and the copy that fits is checked alone.
 void compare(const std::vector<bf16_t>& x, int rows, int cols, const QuantSpec& rs, const QuantSpec& cs,
-             bool want_amax, const std::string& label) {
+             bool want_amax, const std::string& label, bool want_codes = true) {
   INFO(label);
+  INFO("codes " << (want_codes ? "asked for" : "not asked for"));
   INFO(describe(rs));
   INFO(describe(cs));
   const std::string row_err = cpu::shape_error(rows, cols, rs);
@@ -321,7 +345,7 @@ void compare(const std::vector<bf16_t>& x, int rows, int cols, const QuantSpec& 
     CHECK_THROWS_WITH(run_gpu(x, rows, cols, &rs, &cs, want_amax), row_err.empty() ? col_err : row_err);
   }
   if (row == nullptr && col == nullptr) return;
-  const GpuResult got = run_gpu(x, rows, cols, row, col, want_amax);
+  const GpuResult got = run_gpu(x, rows, cols, row, col, want_amax, want_codes);
   bool ref_nonfinite = false;
   if (row != nullptr) {
     INFO("checking the row copy");
@@ -358,8 +382,9 @@ void sweep(const std::vector<Shape>& shapes, const std::vector<Dist>& dists, con
         for (size_t vi = 0; vi < variants.size(); ++vi) {
           const Variant& v = variants[vi];
           // Ask for the amax on every other call: the amax pass runs then even for fp32 and e8m0.
+          // Codes on two calls in three (over the distributions every variant runs both ways).
           compare(x, sh.rows, sh.cols, make_spec(p, BlockAlong::row, v), make_spec(p, BlockAlong::column, v),
-                  vi % 2 == 1, label_of(sh.rows, sh.cols, d, p));
+                  vi % 2 == 1, label_of(sh.rows, sh.cols, d, p), (seed + vi) % 3 != 0);
         }
     }
 }
@@ -466,4 +491,26 @@ TEST_CASE("gpu quantizer: bad shapes and specs are refused before anything runs"
   // A spec in the wrong slot.
   CHECK_THROWS_AS(run_gpu(x, 48, 80, &nv_col, nullptr, false), std::invalid_argument);
   CHECK_THROWS_AS(run_gpu(x, 48, 80, nullptr, &nv_row, false), std::invalid_argument);
+}
+
+TEST_CASE("gpu quantizer: blocks whose RHT overflows fp32 are non-finite, as in the reference", "[gpu]") {
+  // Finite bf16 inputs near 2^126..2^127: the reference marks a block non-finite when a value after
+  // the RHT is; the kernels must too (row and column copies, every preset and scale mode, 1D and
+  // 2D, RN and SR, codes asked for and not).
+  for (Shape sh : {Shape{64, 64}, Shape{96, 160}}) {
+    const std::vector<bf16_t> x = make_input(sh.rows, sh.cols, Dist::rht_overflow, 4242);
+    for (const Preset& p : kPresets)
+      for (const Variant& v : all_variants()) {
+        const QuantSpec rs = make_spec(p, BlockAlong::row, v), cs = make_spec(p, BlockAlong::column, v);
+        if (v.rht) {
+          // The input does what it is for: some blocks overflow, and not all of them.
+          const cpu::QuantizedTensor ref = cpu::quantize(x.data(), sh.rows, sh.cols, rs);
+          INFO(describe(rs));
+          CHECK(ref.nonfinite);
+          CHECK(std::count(ref.dequant.begin(), ref.dequant.end(), kBf16QuietNaN) < static_cast<long>(ref.dequant.size()));
+        }
+        for (bool codes : {true, false})
+          compare(x, sh.rows, sh.cols, rs, cs, true, label_of(sh.rows, sh.cols, Dist::rht_overflow, p), codes);
+      }
+  }
 }
