@@ -8,4 +8,10 @@ namespace fp4::cli {
 // `fp4lab quant ...`: the quantizer probe.
 void register_quant_commands(CLI::App& app);
 
+// `fp4lab data ...`: token shards from text, synthetic sources, their entropies.
+void register_data_commands(CLI::App& app);
+
+// `fp4lab train --config run.json --dir DIR [--resume]`: one training run.
+void register_train_commands(CLI::App& app);
+
 }  // namespace fp4::cli

@@ -12,6 +12,8 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", std::string("fp4lab ") + FP4LAB_VERSION);
   app.require_subcommand(1);
   fp4::cli::register_quant_commands(app);
+  fp4::cli::register_data_commands(app);
+  fp4::cli::register_train_commands(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

@@ -1,0 +1,74 @@
+// train_commands.cpp — `fp4lab train`: options in, engine/run/trainer out.
+//
+// Exit codes (docs/train.md): 0 succeeded, 3 diverged (a result, recorded in status.json), 1 the
+// run failed, 2 bad input, 128 + signal when SIGTERM/SIGINT stopped it (a checkpoint was written;
+// --resume continues). main() maps exceptions to 1 and 2; the others leave through std::exit
+// once the trainer has closed every file it opened.
+#include <cstdio>
+#include <cstdlib>
+#include <iostream>
+#include <memory>
+#include <string>
+
+#include "cli/commands.h"
+#include "engine/run/config.h"
+#include "engine/run/trainer.h"
+
+namespace fp4::cli {
+
+namespace {
+
+struct TrainCliOptions {
+  std::string config;
+  std::string dir;
+  bool resume = false;
+  bool quiet = false;
+  bool print_config = false;
+  int64_t stop_after = -1;
+};
+
+void run_train(const TrainCliOptions& o) {
+  if (o.print_config) {
+    const run::RunConfig c = run::load_config(o.config);
+    std::cout << run::config_to_json(c).dump(2) << "\n";
+    std::cerr << "config hash " << run::config_hash(c) << "\n";
+    return;
+  }
+  if (o.dir.empty()) throw std::invalid_argument("train: --dir is required (the run directory)");
+  run::TrainOptions t;
+  t.config = o.config;
+  t.dir = o.dir;
+  t.resume = o.resume;
+  t.stop_after = o.stop_after;
+  t.echo = !o.quiet;
+  const int code = run::exit_code(run::train(t));
+  if (code != 0) {
+    std::fflush(stdout);
+    std::fflush(stderr);
+    std::exit(code);
+  }
+}
+
+}  // namespace
+
+void register_train_commands(CLI::App& app) {
+  auto o = std::make_shared<TrainCliOptions>();
+  CLI::App* cmd = app.add_subcommand(
+      "train",
+      "Train one model as its JSON config says, writing only into --dir (docs/train.md).\n"
+      "Exit codes: 0 succeeded, 3 diverged, 1 failed, 2 bad input, 128+signal when stopped by\n"
+      "SIGTERM/SIGINT (a checkpoint is written; --resume continues).");
+  cmd->add_option("--config", o->config, "The run's JSON config")->required();
+  cmd->add_option("--dir", o->dir, "The run directory (created if missing)");
+  cmd->add_flag("--resume", o->resume,
+                "Continue the run in --dir from its newest valid checkpoint (from scratch if it has none)");
+  cmd->add_flag("--quiet", o->quiet, "Write progress to train.log only, not to stderr");
+  cmd->add_flag("--print-config", o->print_config,
+                "Print the fully resolved config (every default written out) and its hash, and exit");
+  cmd->add_option("--stop-after", o->stop_after,
+                  "Act as if SIGTERM arrived during step N: checkpoint, exit 143 (for testing resumption)")
+      ->check(CLI::PositiveNumber);
+  cmd->callback([o] { run_train(*o); });
+}
+
+}  // namespace fp4::cli

@@ -1,0 +1,472 @@
+// config.cpp — reading, validating and resolving a run config (see config.h, docs/train.md).
+#include "engine/run/config.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <optional>
+#include <set>
+#include <stdexcept>
+
+#include <fmt/format.h>
+
+#include "engine/data/sha256.h"
+#include "engine/data/synthetic_spec.h"
+#include "engine/model/model_config.h"
+#include "engine/quantized_linear.h"
+#include "engine/run/io.h"
+
+namespace fp4::run {
+
+namespace {
+
+using nlohmann::json;
+
+// Every message starts with the file and names the field: "run.json: train.lr must be > 0, got -1".
+struct Where {
+  const std::string& file;
+  [[noreturn]] void bad(const std::string& field, const std::string& what) const {
+    throw std::invalid_argument(file + ": " + field + " " + what);
+  }
+};
+
+std::string join(const std::set<std::string>& keys) {
+  std::string out;
+  for (const auto& k : keys) out += (out.empty() ? "" : ", ") + k;
+  return out;
+}
+
+// One section of the config (an object), with its known keys: an unknown key is refused rather
+// than ignored, because a misspelled field silently taking its default is a wrong experiment.
+class Section {
+ public:
+  Section(const Where& w, const json* obj, std::string name, std::set<std::string> known)
+      : w_(w), obj_(obj), name_(std::move(name)) {
+    if (obj_ == nullptr) return;
+    if (!obj_->is_object()) w_.bad(name_, "must be an object, got " + obj_->dump());
+    for (auto it = obj_->begin(); it != obj_->end(); ++it)
+      if (!known.count(it.key()))
+        w_.bad(field(it.key()), "is not a known key (" + name_ + " has: " + join(known) + ")");
+  }
+
+  std::string field(const std::string& key) const { return name_ + "." + key; }
+  bool has(const char* key) const { return obj_ != nullptr && obj_->contains(key); }
+  const json& at(const char* key) const { return obj_->at(key); }
+
+  std::optional<int64_t> integer(const char* key) const {
+    if (!has(key)) return std::nullopt;
+    const json& v = at(key);
+    if (v.is_number_unsigned()) {
+      if (v.get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
+        w_.bad(field(key), "is too large, got " + v.dump());
+      return v.get<int64_t>();
+    }
+    if (v.is_number_integer()) return v.get<int64_t>();
+    if (v.is_number_float()) {
+      // 1e8 tokens is a natural way to write an integer; 1.5 steps is not.
+      const double d = v.get<double>();
+      if (d == std::floor(d) && std::fabs(d) < 9.0e15) return static_cast<int64_t>(d);
+    }
+    w_.bad(field(key), "must be an integer, got " + v.dump());
+  }
+
+  std::optional<uint64_t> unsigned_integer(const char* key) const {
+    if (!has(key)) return std::nullopt;
+    const json& v = at(key);
+    if (v.is_number_unsigned()) return v.get<uint64_t>();
+    if (v.is_number_integer()) {
+      if (v.get<int64_t>() < 0) w_.bad(field(key), "must be >= 0, got " + v.dump());
+      return static_cast<uint64_t>(v.get<int64_t>());
+    }
+    if (v.is_number_float()) {
+      const double d = v.get<double>();
+      if (d == std::floor(d) && d >= 0 && d < 9.0e15) return static_cast<uint64_t>(d);
+    }
+    w_.bad(field(key), "must be a non-negative integer, got " + v.dump());
+  }
+
+  std::optional<double> number(const char* key) const {
+    if (!has(key)) return std::nullopt;
+    const json& v = at(key);
+    if (!v.is_number()) w_.bad(field(key), "must be a number, got " + v.dump());
+    return v.get<double>();
+  }
+
+  std::optional<std::string> string(const char* key) const {
+    if (!has(key)) return std::nullopt;
+    const json& v = at(key);
+    if (!v.is_string()) w_.bad(field(key), "must be a string, got " + v.dump());
+    return v.get<std::string>();
+  }
+
+  int small_int(const char* key, int fallback) const {
+    const auto v = integer(key);
+    if (!v) return fallback;
+    if (*v > std::numeric_limits<int>::max() || *v < std::numeric_limits<int>::min())
+      w_.bad(field(key), fmt::format("is out of range, got {}", *v));
+    return static_cast<int>(*v);
+  }
+
+ private:
+  const Where& w_;
+  const json* obj_;
+  std::string name_;
+};
+
+const json* child(const json& root, const char* key) {
+  return root.contains(key) ? &root.at(key) : nullptr;
+}
+
+void require_positive(const Where& w, const std::string& field, int64_t v) {
+  if (v <= 0) w.bad(field, fmt::format("must be > 0, got {}", v));
+}
+void require_non_negative(const Where& w, const std::string& field, int64_t v) {
+  if (v < 0) w.bad(field, fmt::format("must be >= 0, got {}", v));
+}
+
+ModelConfig read_model(const Where& w, const json* j) {
+  const Section s(w, j, "model", {"preset", "n_layers", "d_model", "n_heads", "head_dim", "d_ff", "seq_len"});
+  if (j == nullptr) w.bad("model", "is required (e.g. {\"preset\": \"d2\"})");
+  ModelConfig m;
+  m.preset = s.string("preset").value_or("custom");
+  if (m.preset != "custom") {
+    try {
+      m = model_preset(m.preset);
+    } catch (const std::invalid_argument& e) {
+      w.bad("model.preset", e.what());
+    }
+  } else if (!s.has("n_layers") || !s.has("d_model")) {
+    w.bad("model", "needs a preset (\"d<L>\", e.g. \"d2\") or both n_layers and d_model");
+  }
+  m.n_layers = s.small_int("n_layers", m.n_layers);
+  m.d_model = s.small_int("d_model", m.d_model);
+  m.head_dim = s.small_int("head_dim", m.head_dim);
+  m.seq_len = s.small_int("seq_len", m.seq_len);
+  require_positive(w, "model.n_layers", m.n_layers);
+  require_positive(w, "model.d_model", m.d_model);
+  require_positive(w, "model.head_dim", m.head_dim);
+  require_positive(w, "model.seq_len", m.seq_len);
+  if (m.head_dim % 2 != 0)
+    w.bad("model.head_dim", fmt::format("must be even (RoPE rotates pairs of features), got {}", m.head_dim));
+  if (!s.has("n_heads") && m.d_model % m.head_dim != 0)
+    w.bad("model.d_model", fmt::format("({}) is not a multiple of model.head_dim ({}): change one or set model.n_heads",
+                                       m.d_model, m.head_dim));
+  m.n_heads = s.small_int("n_heads", m.d_model / m.head_dim);
+  require_positive(w, "model.n_heads", m.n_heads);
+  if (static_cast<int64_t>(m.n_heads) * m.head_dim != m.d_model)
+    w.bad("model.n_heads", fmt::format("× model.head_dim must equal model.d_model ({} × {} ≠ {})",
+                                       m.n_heads, m.head_dim, m.d_model));
+  m.d_ff = s.small_int("d_ff", default_d_ff(m.d_model));
+  require_positive(w, "model.d_ff", m.d_ff);
+  // The model's own limits (e.g. the layer count the random-stream packing allows).
+  model::ModelConfig shape;
+  shape.n_layers = m.n_layers;
+  shape.d_model = m.d_model;
+  shape.n_heads = m.n_heads;
+  shape.head_dim = m.head_dim;
+  shape.d_ff = m.d_ff;
+  if (const std::string e = model::config_error(shape); !e.empty())
+    throw std::invalid_argument(w.file + ": " + e);
+  return m;
+}
+
+engine::Recipe read_recipe(const Where& w, const json* j) {
+  if (j == nullptr) return engine::recipe_preset("bf16");
+  try {
+    return engine::recipe_from_json(*j);
+  } catch (const std::invalid_argument& e) {
+    w.bad("recipe:", e.what());
+  } catch (const json::exception& e) {
+    // recipe_from_json reads some fields with get<>(), which throws type errors of its own.
+    w.bad("recipe:", std::string("a field has the wrong type (") + e.what() + ")");
+  }
+}
+
+TrainConfig read_train(const Where& w, const json* j, const ModelConfig& model) {
+  const Section s(w, j, "train",
+                  {"seed", "tokens", "steps", "batch_tokens", "micro_batch", "lr", "min_lr", "warmup_steps",
+                   "schedule", "decay_fraction", "beta1", "beta2", "eps", "weight_decay", "grad_clip"});
+  if (j == nullptr) w.bad("train", "is required (at least train.tokens or train.steps)");
+  TrainConfig t;
+  t.seed = s.unsigned_integer("seed").value_or(t.seed);
+  t.batch_tokens = s.integer("batch_tokens").value_or(t.batch_tokens);
+  require_positive(w, "train.batch_tokens", t.batch_tokens);
+  t.micro_batch = s.small_int("micro_batch", t.micro_batch);
+  require_positive(w, "train.micro_batch", t.micro_batch);
+  const int64_t micro_tokens = static_cast<int64_t>(t.micro_batch) * model.seq_len;
+  if (t.batch_tokens % micro_tokens != 0)
+    w.bad("train.batch_tokens",
+          fmt::format("({}) must be a multiple of train.micro_batch × model.seq_len ({} × {} = {}), so that "
+                      "gradient accumulation is a whole number of micro-steps",
+                      t.batch_tokens, t.micro_batch, model.seq_len, micro_tokens));
+  const int64_t accum = t.batch_tokens / micro_tokens;
+  if (accum > static_cast<int64_t>(kMaxMicroStep) + 1)
+    w.bad("train.batch_tokens",
+          fmt::format("gives {} micro-steps per step, more than the {} the random-stream packing allows "
+                      "(NUMERICS.md §6): raise train.micro_batch",
+                      accum, kMaxMicroStep + 1));
+
+  const auto tokens = s.integer("tokens");
+  const auto steps = s.integer("steps");
+  if (!tokens && !steps) w.bad("train", "needs train.tokens (total training tokens) or train.steps");
+  if (tokens) require_positive(w, "train.tokens", *tokens);
+  if (steps) require_positive(w, "train.steps", *steps);
+  if (tokens && steps && *tokens != *steps * t.batch_tokens)
+    w.bad("train.tokens", fmt::format("({}) disagrees with train.steps × train.batch_tokens ({} × {} = {}): give one of them",
+                                      *tokens, *steps, t.batch_tokens, *steps * t.batch_tokens));
+  // Tokens round up to whole steps; the resolved config records the tokens actually trained on.
+  t.steps = steps ? *steps : (*tokens + t.batch_tokens - 1) / t.batch_tokens;
+  if (t.steps > std::numeric_limits<int32_t>::max())
+    w.bad("train.steps", fmt::format("({}) exceeds 2^31 - 1 (the Philox step counter is 32 bits)", t.steps));
+  t.tokens = t.steps * t.batch_tokens;
+
+  t.lr = s.number("lr").value_or(t.lr);
+  if (!(t.lr > 0)) w.bad("train.lr", fmt::format("must be > 0, got {}", t.lr));
+  // lr / 10, kept to 15 significant digits so that 3e-3 gives 3e-4, not 3.0000000000000003e-4.
+  t.min_lr = s.number("min_lr").value_or(std::stod(fmt::format("{:.15g}", t.lr / 10)));
+  if (!(t.min_lr >= 0 && t.min_lr <= t.lr))
+    w.bad("train.min_lr", fmt::format("must be between 0 and train.lr ({}), got {}", t.lr, t.min_lr));
+  t.warmup_steps = s.integer("warmup_steps").value_or(t.steps / 20);
+  if (t.warmup_steps < 0 || t.warmup_steps > t.steps)
+    w.bad("train.warmup_steps", fmt::format("must be between 0 and train.steps ({}), got {}", t.steps, t.warmup_steps));
+
+  const std::string schedule = s.string("schedule").value_or("cosine");
+  if (schedule == "cosine") t.schedule = Schedule::cosine;
+  else if (schedule == "wsd") t.schedule = Schedule::wsd;
+  else w.bad("train.schedule", "must be \"cosine\" or \"wsd\", got \"" + schedule + "\"");
+  if (t.schedule == Schedule::cosine) {
+    if (s.has("decay_fraction"))
+      w.bad("train.decay_fraction", "applies only to train.schedule \"wsd\" (the schedule is \"cosine\")");
+  } else {
+    t.decay_fraction = s.number("decay_fraction").value_or(t.decay_fraction);
+    if (!(t.decay_fraction > 0 && t.decay_fraction <= 1))
+      w.bad("train.decay_fraction", fmt::format("must be in (0, 1], got {}", t.decay_fraction));
+    const int64_t decay = std::max<int64_t>(1, std::llround(t.decay_fraction * static_cast<double>(t.steps)));
+    if (t.warmup_steps + decay > t.steps)
+      w.bad("train.warmup_steps", fmt::format("({}) plus the decay steps ({}) exceed train.steps ({})",
+                                              t.warmup_steps, decay, t.steps));
+  }
+
+  t.beta1 = s.number("beta1").value_or(t.beta1);
+  if (!(t.beta1 >= 0 && t.beta1 < 1)) w.bad("train.beta1", fmt::format("must be in [0, 1), got {}", t.beta1));
+  t.beta2 = s.number("beta2").value_or(t.beta2);
+  if (!(t.beta2 >= 0 && t.beta2 < 1)) w.bad("train.beta2", fmt::format("must be in [0, 1), got {}", t.beta2));
+  t.eps = s.number("eps").value_or(t.eps);
+  if (!(t.eps > 0)) w.bad("train.eps", fmt::format("must be > 0, got {}", t.eps));
+  t.weight_decay = s.number("weight_decay").value_or(t.weight_decay);
+  if (!(t.weight_decay >= 0)) w.bad("train.weight_decay", fmt::format("must be >= 0, got {}", t.weight_decay));
+  t.grad_clip = s.number("grad_clip").value_or(t.grad_clip);
+  if (!(t.grad_clip >= 0)) w.bad("train.grad_clip", fmt::format("must be >= 0 (0 turns clipping off), got {}", t.grad_clip));
+  return t;
+}
+
+// Every blocked dimension of every quantized linear must be a multiple of its slot's block
+// (NUMERICS.md §1). linear_shape_error is the authority; we only find which config field is at
+// fault by asking again with the other two dimensions replaced by a size every block divides.
+void check_blocks(const Where& w, const RunConfig& c) {
+  if (!c.recipe.quantized) return;
+  std::vector<int> kept;
+  try {
+    kept = engine::resolve_bf16_layers(c.recipe.bf16_layers, c.model.n_layers);
+  } catch (const std::invalid_argument& e) {
+    w.bad("recipe.bf16_layers:", e.what());
+  }
+  if (static_cast<int>(kept.size()) == c.model.n_layers) return;  // nothing is quantized
+
+  constexpr int kFits = 1024;  // a multiple of every block size (16, 32) and tile
+  const int64_t t = c.tokens_per_micro_step();
+  const int inner = c.model.n_heads * c.model.head_dim;
+  const std::string t_field = fmt::format("train.micro_batch × model.seq_len ({} × {} = {})",
+                                          c.train.micro_batch, c.model.seq_len, t);
+  struct Linear {
+    const char* name;
+    int k;
+    std::string k_field;
+    int n;
+    std::string n_field;
+  };
+  const Linear linears[] = {
+      {"attention output", inner, fmt::format("model.d_model = {}", inner), c.model.d_model,
+       fmt::format("model.d_model = {}", c.model.d_model)},
+      {"MLP output", c.model.d_ff, fmt::format("model.d_ff = {}", c.model.d_ff), c.model.d_model,
+       fmt::format("model.d_model = {}", c.model.d_model)},
+      {"MLP input", c.model.d_model, fmt::format("model.d_model = {}", c.model.d_model), 2 * c.model.d_ff,
+       fmt::format("2 × model.d_ff = {}", 2 * c.model.d_ff)},  // gate | up
+      {"qkv", c.model.d_model, fmt::format("model.d_model = {}", c.model.d_model), 3 * inner,
+       fmt::format("3 × model.d_model = {}", 3 * inner)},
+  };
+  if (t > std::numeric_limits<int>::max()) w.bad("train.micro_batch", "× model.seq_len is too large");
+  for (const Linear& l : linears) {
+    const std::string err = engine::linear_shape_error(c.recipe, static_cast<int>(t), l.k, l.n);
+    if (err.empty()) continue;
+    std::string field;
+    if (!engine::linear_shape_error(c.recipe, static_cast<int>(t), kFits, kFits).empty()) field = t_field;
+    else if (!engine::linear_shape_error(c.recipe, kFits, l.k, kFits).empty()) field = l.k_field;
+    else field = l.n_field;
+    throw std::invalid_argument(w.file + ": " + field + " does not fit recipe \"" + c.recipe.name +
+                                "\" (" + l.name + " layer: " + err + ")");
+  }
+}
+
+}  // namespace
+
+const char* schedule_name(Schedule s) { return s == Schedule::cosine ? "cosine" : "wsd"; }
+
+int default_d_ff(int d_model) { return model::nearest_d_ff(d_model); }
+
+ModelConfig model_preset(const std::string& preset) {
+  const auto fail = [&] {
+    throw std::invalid_argument("must be \"d<L>\" with L from 1 to 64 (e.g. \"d4\") or \"custom\", got \"" +
+                                preset + "\"");
+  };
+  if (preset.size() < 2 || preset.size() > 3 || preset[0] != 'd' || preset[1] == '0' ||
+      preset.find_first_not_of("0123456789", 1) != std::string::npos)
+    fail();
+  if (std::stoi(preset.substr(1)) > 64) fail();
+  const model::ModelConfig p = model::model_preset(preset);
+  ModelConfig m;
+  m.preset = preset;
+  m.n_layers = p.n_layers;
+  m.d_model = p.d_model;
+  m.head_dim = p.head_dim;
+  m.n_heads = p.n_heads;
+  m.d_ff = p.d_ff;
+  return m;
+}
+
+RunConfig config_from_json(const nlohmann::json& j, const std::string& file) {
+  const Where w{file};
+  if (!j.is_object()) throw std::invalid_argument(file + ": the config must be a JSON object, got " + j.dump());
+  static const std::set<std::string> top = {"model", "recipe", "data", "train", "eval",
+                                            "probe", "checkpoint", "device", "storage"};
+  for (auto it = j.begin(); it != j.end(); ++it)
+    if (!top.count(it.key())) w.bad(it.key(), "is not a known key (the config has: " + join(top) + ")");
+
+  RunConfig c;
+  c.model = read_model(w, child(j, "model"));
+  c.recipe = read_recipe(w, child(j, "recipe"));
+  if (!j.contains("data")) w.bad("data", "is required: a shard directory or \"synthetic:...\"");
+  if (!j["data"].is_string() || j["data"].get<std::string>().empty())
+    w.bad("data", "must be a non-empty string (a shard directory or \"synthetic:...\"), got " + j["data"].dump());
+  c.data = j["data"].get<std::string>();
+  if (data::is_synthetic_spec(c.data)) {
+    // The canonical spec names every parameter, so equal sources give equal configs and hashes.
+    try {
+      c.data = data::canonical_synthetic_spec(data::parse_synthetic_spec(c.data));
+    } catch (const std::invalid_argument& e) {
+      w.bad("data:", e.what());
+    }
+  }
+  c.train = read_train(w, child(j, "train"), c.model);
+
+  {
+    const Section s(w, child(j, "eval"), "eval", {"every", "tokens"});
+    c.eval.every = s.integer("every").value_or(c.eval.every);
+    require_non_negative(w, "eval.every", c.eval.every);
+    c.eval.tokens = s.integer("tokens").value_or(c.eval.tokens);
+    require_positive(w, "eval.tokens", c.eval.tokens);
+    if (c.eval.tokens % c.model.seq_len != 0)
+      w.bad("eval.tokens", fmt::format("({}) must be a multiple of model.seq_len ({}): the held-out set is whole sequences",
+                                       c.eval.tokens, c.model.seq_len));
+  }
+  {
+    const Section s(w, child(j, "probe"), "probe", {"every"});
+    c.probe.every = s.integer("every").value_or(c.probe.every);
+    require_non_negative(w, "probe.every", c.probe.every);
+  }
+  if (c.probe.every > 0 && c.eval.tokens < c.tokens_per_micro_step())
+    w.bad("eval.tokens", fmt::format("({}) must be at least train.micro_batch × model.seq_len ({}) when the probe is on: "
+                                     "it measures one micro-batch of the held-out set",
+                                     c.eval.tokens, c.tokens_per_micro_step()));
+  {
+    const Section s(w, child(j, "checkpoint"), "checkpoint", {"every"});
+    c.checkpoint.every = s.integer("every").value_or(c.checkpoint.every);
+    require_non_negative(w, "checkpoint.every", c.checkpoint.every);
+  }
+  if (j.contains("device")) {
+    if (!j["device"].is_string()) w.bad("device", "must be a string, got " + j["device"].dump());
+    c.device = j["device"].get<std::string>();
+  }
+  if (c.device != "cpu")
+    w.bad("device", "must be \"cpu\" (the cuda backend does not train yet), got \"" + c.device + "\"");
+  if (j.contains("storage")) {
+    if (!j["storage"].is_string()) w.bad("storage", "must be a string, got " + j["storage"].dump());
+    c.storage = j["storage"].get<std::string>();
+  }
+  if (c.storage != "bf16") w.bad("storage", "must be \"bf16\", got \"" + c.storage + "\"");
+
+  check_blocks(w, c);
+  return c;
+}
+
+RunConfig config_from_text(const std::string& text, const std::string& file) {
+  json j;
+  try {
+    j = json::parse(text);
+  } catch (const json::parse_error& e) {
+    // nlohmann reports a byte offset; people look for line and column.
+    const size_t at = std::min<size_t>(e.byte == 0 ? 0 : e.byte - 1, text.size());
+    int line = 1, col = 1;
+    for (size_t i = 0; i < at; ++i) {
+      if (text[i] == '\n') ++line, col = 1;
+      else ++col;
+    }
+    std::string what = e.what();
+    if (const size_t p = what.find(": "); what.rfind("[json.exception", 0) == 0 && p != std::string::npos) {
+      what = what.substr(p + 2);
+      if (const size_t q = what.find(": "); what.rfind("parse error", 0) == 0 && q != std::string::npos)
+        what = what.substr(q + 2);
+    }
+    throw std::invalid_argument(fmt::format("{}:{}:{}: malformed JSON: {}", file, line, col, what));
+  }
+  return config_from_json(j, file);
+}
+
+RunConfig load_config(const std::filesystem::path& path) {
+  std::string text;
+  try {
+    text = read_file(path);
+  } catch (const std::runtime_error& e) {
+    throw std::invalid_argument(e.what());
+  }
+  return config_from_text(text, path.string());
+}
+
+nlohmann::json config_to_json(const RunConfig& c) {
+  json j;
+  j["model"] = {{"preset", c.model.preset},   {"n_layers", c.model.n_layers}, {"d_model", c.model.d_model},
+                {"n_heads", c.model.n_heads}, {"head_dim", c.model.head_dim}, {"d_ff", c.model.d_ff},
+                {"seq_len", c.model.seq_len}};
+  j["recipe"] = engine::recipe_to_json(c.recipe);
+  j["data"] = c.data;
+  const TrainConfig& t = c.train;
+  j["train"] = {{"seed", t.seed},
+                {"tokens", t.tokens},
+                {"steps", t.steps},
+                {"batch_tokens", t.batch_tokens},
+                {"micro_batch", t.micro_batch},
+                {"lr", t.lr},
+                {"min_lr", t.min_lr},
+                {"warmup_steps", t.warmup_steps},
+                {"schedule", schedule_name(t.schedule)},
+                {"beta1", t.beta1},
+                {"beta2", t.beta2},
+                {"eps", t.eps},
+                {"weight_decay", t.weight_decay},
+                {"grad_clip", t.grad_clip}};
+  if (t.schedule == Schedule::wsd) j["train"]["decay_fraction"] = t.decay_fraction;
+  j["eval"] = {{"every", c.eval.every}, {"tokens", c.eval.tokens}};
+  j["probe"] = {{"every", c.probe.every}};
+  j["checkpoint"] = {{"every", c.checkpoint.every}};
+  j["device"] = c.device;
+  j["storage"] = c.storage;
+  return j;
+}
+
+std::string config_canonical(const RunConfig& c) { return config_to_json(c).dump(); }
+
+std::string config_hash(const RunConfig& c) {
+  return data::sha256_hex(config_canonical(c));
+}
+
+}  // namespace fp4::run

@@ -1,0 +1,105 @@
+// config.h — one training run, described by one JSON document (docs/train.md has the schema).
+//
+// A config is read, validated and resolved in one pass: every field the file leaves out gets its
+// default written in, so config_to_json() of the result says everything the run depends on and
+// reading that back gives the same config (resolution is idempotent). Its canonical dump (sorted
+// keys, shortest round-trip numbers) hashed with SHA-256 identifies the run: a checkpoint records
+// the hash and a resume with any other config is refused.
+//
+// Errors are the user's: each is a std::invalid_argument with one line that starts with the file
+// name and names the field, e.g. "run.json: train.lr must be > 0, got -1".
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "engine/recipe.h"
+
+namespace fp4::run {
+
+struct ModelConfig {
+  std::string preset = "custom";  // "d<L>" fixes n_layers = L, d_model = 64·L; "custom" otherwise
+  int n_layers = 0;
+  int d_model = 0;
+  int n_heads = 0;                // default d_model / head_dim
+  int head_dim = 64;
+  int d_ff = 0;                   // default: the multiple of 64 nearest 8/3 · d_model (SwiGLU)
+  int seq_len = 256;
+};
+
+enum class Schedule : uint8_t { cosine = 0, wsd = 1 };
+const char* schedule_name(Schedule s);
+
+struct TrainConfig {
+  uint64_t seed = 0;
+  int64_t tokens = 0;             // total training tokens = steps · batch_tokens (resolved)
+  int64_t steps = 0;              // optimizer steps
+  int64_t batch_tokens = 16384;   // tokens per optimizer step
+  int micro_batch = 8;            // sequences per micro-step
+  double lr = 1e-3;               // peak learning rate
+  double min_lr = 0.0;            // floor; default lr / 10 (to 15 significant digits)
+  int64_t warmup_steps = 0;       // default steps / 20
+  Schedule schedule = Schedule::cosine;
+  double decay_fraction = 0.2;    // wsd only: the last fraction of steps decays linearly
+  double beta1 = 0.9;
+  double beta2 = 0.95;
+  double eps = 1e-8;
+  double weight_decay = 0.1;      // decoupled (AdamW), not applied to norm gains
+  double grad_clip = 1.0;         // global-norm clip; 0 turns it off
+};
+
+struct EvalConfig {
+  int64_t every = 250;            // steps between evaluations (0: only at the start and the end)
+  int64_t tokens = 65536;         // size of the fixed held-out set, a multiple of model.seq_len
+};
+
+struct ProbeConfig {
+  int64_t every = 0;              // steps between shrinkage probes (0: off)
+};
+
+struct CheckpointConfig {
+  int64_t every = 500;            // steps between checkpoints (0: only at the end and on a signal)
+};
+
+struct RunConfig {
+  ModelConfig model;
+  engine::Recipe recipe;          // default the bf16 preset
+  std::string data;               // a shard directory or "synthetic:..."
+  TrainConfig train;
+  EvalConfig eval;
+  ProbeConfig probe;
+  CheckpointConfig checkpoint;
+  std::string device = "cpu";
+  std::string storage = "bf16";
+
+  int64_t tokens_per_micro_step() const {
+    return static_cast<int64_t>(train.micro_batch) * model.seq_len;
+  }
+  // Micro-steps per optimizer step (gradient accumulation); resolution makes it exact.
+  int64_t grad_accum() const { return train.batch_tokens / tokens_per_micro_step(); }
+};
+
+// Parses, validates and resolves. `file` names the source in messages ("run.json").
+RunConfig config_from_json(const nlohmann::json& j, const std::string& file);
+// As above from text; malformed JSON is reported as "file:line:col: malformed JSON: ...".
+RunConfig config_from_text(const std::string& text, const std::string& file);
+// Reads the file; an unreadable file is a std::invalid_argument naming it.
+RunConfig load_config(const std::filesystem::path& path);
+
+// The fully resolved form: every field, defaults included.
+nlohmann::json config_to_json(const RunConfig& c);
+// Sorted keys, no whitespace: the bytes that are hashed.
+std::string config_canonical(const RunConfig& c);
+// SHA-256 of config_canonical, 64 hex digits.
+std::string config_hash(const RunConfig& c);
+
+// "d<L>" presets (engine/model): n_layers = L, d_model = 64·L, n_heads = L, head_dim 64, d_ff by
+// the rule below. Throws std::invalid_argument for anything else.
+ModelConfig model_preset(const std::string& preset);
+// engine/model's rule: the multiple of 64 nearest to 8/3 · d_model.
+int default_d_ff(int d_model);
+
+}  // namespace fp4::run

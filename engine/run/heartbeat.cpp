@@ -1,0 +1,56 @@
+// heartbeat.cpp — see heartbeat.h.
+#include "engine/run/heartbeat.h"
+
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+
+#include <fmt/format.h>
+
+#include "engine/data/atomic_file.h"
+#include "engine/run/io.h"
+
+namespace fp4::run {
+
+Heartbeat::Heartbeat(std::filesystem::path path, double interval_s)
+    : path_(std::move(path)), interval_s_(interval_s) {
+  beat();
+  thread_ = std::thread([this] { loop(); });
+}
+
+Heartbeat::~Heartbeat() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  thread_.join();
+  set_phase("exited");
+  beat();  // the last word: where the process stood when it left
+}
+
+void Heartbeat::beat() {
+  const std::string line = fmt::format("{{\"pid\": {}, \"step\": {}, \"time\": {:.3f}, \"phase\": \"{}\"}}\n",
+                                       static_cast<long>(::getpid()), step_.load(std::memory_order_relaxed),
+                                       unix_time_s(), phase_.load(std::memory_order_relaxed));
+  std::lock_guard<std::mutex> lock(write_mu_);
+  try {
+    data::write_file_atomic(path_, {line});
+  } catch (const std::exception& e) {
+    // A missed beat is not worth killing the run for; a stale heartbeat will say it.
+    std::fprintf(stderr, "fp4lab: warning: %s\n", e.what());
+  }
+}
+
+void Heartbeat::loop() {
+  std::unique_lock<std::mutex> lock(mu_);
+  const auto interval = std::chrono::duration<double>(interval_s_);
+  while (!cv_.wait_for(lock, interval, [this] { return stop_; })) {
+    lock.unlock();
+    beat();
+    lock.lock();
+  }
+}
+
+}  // namespace fp4::run

@@ -1,0 +1,58 @@
+// run_dir.cpp — see run_dir.h.
+#include "engine/run/run_dir.h"
+
+#include <cerrno>
+#include <cstring>
+#include <ctime>
+#include <stdexcept>
+
+#include "engine/data/atomic_file.h"
+#include "engine/run/io.h"
+
+namespace fp4::run {
+
+void write_status(const std::filesystem::path& path, nlohmann::json status) {
+  status["time"] = unix_time_s();
+  const std::string text = status.dump(2) + "\n";
+  data::write_file_atomic(path, {text});
+}
+
+nlohmann::json read_status(const std::filesystem::path& path) {
+  std::error_code ec;
+  if (!std::filesystem::exists(path, ec)) return nullptr;
+  try {
+    return nlohmann::json::parse(read_file(path));
+  } catch (const std::exception&) {
+    return nullptr;
+  }
+}
+
+TrainLog::TrainLog(const std::filesystem::path& path, bool echo) : echo_(echo) {
+  f_ = std::fopen(path.c_str(), "ab");
+  if (f_ == nullptr) throw std::runtime_error("cannot open " + path.string() + ": " + std::strerror(errno));
+}
+
+TrainLog::~TrainLog() {
+  if (f_ != nullptr) std::fclose(f_);
+}
+
+void TrainLog::line(const std::string& message) {
+  const std::time_t now = std::time(nullptr);
+  std::tm utc{};
+  gmtime_r(&now, &utc);
+  char stamp[32];
+  std::strftime(stamp, sizeof stamp, "%Y-%m-%dT%H:%M:%SZ", &utc);
+  std::fprintf(f_, "%s %s\n", stamp, message.c_str());
+  std::fflush(f_);
+  if (echo_) std::fprintf(stderr, "%s\n", message.c_str());
+}
+
+void TrainLog::warn(const std::string& message) {
+  const bool echo = echo_;
+  echo_ = false;
+  line("warning: " + message);
+  echo_ = echo;
+  std::fprintf(stderr, "fp4lab: warning: %s\n", message.c_str());
+}
+
+}  // namespace fp4::run

@@ -1,0 +1,576 @@
+// trainer.cpp — see trainer.h; docs/train.md documents every file and row this writes.
+#include "engine/run/trainer.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <csignal>
+#include <memory>
+#include <numbers>
+#include <optional>
+#include <span>
+#include <stdexcept>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "engine/data/atomic_file.h"
+#include "engine/data/data_source.h"
+#include "engine/model/model_config.h"
+#include "engine/model/transformer.h"
+#include "engine/quantized_linear.h"
+#include "engine/run/checkpoint.h"
+#include "engine/run/config.h"
+#include "engine/run/heartbeat.h"
+#include "engine/run/io.h"
+#include "engine/run/metrics.h"
+#include "engine/run/optimizer.h"
+#include "engine/run/run_dir.h"
+#include "engine/run/schedule.h"
+#include "kernels/cpu/quant_metrics.h"
+
+namespace fp4::run {
+
+namespace {
+
+using nlohmann::json;
+
+// ---- Signals ------------------------------------------------------------------------------------
+
+volatile std::sig_atomic_t g_stop_signal = 0;
+
+// Records the first SIGTERM/SIGINT and restores the default action, so a second one kills at once
+// (an impatient Ctrl-C still works). Only async-signal-safe calls here.
+extern "C" void on_stop_signal(int signo) {
+  g_stop_signal = signo;
+  struct sigaction dfl = {};
+  dfl.sa_handler = SIG_DFL;
+  sigemptyset(&dfl.sa_mask);
+  sigaction(signo, &dfl, nullptr);
+}
+
+class StopSignals {
+ public:
+  StopSignals() {
+    g_stop_signal = 0;
+    struct sigaction sa = {};
+    sa.sa_handler = on_stop_signal;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = SA_RESTART;  // file writes in flight must not fail with EINTR
+    sigaction(SIGTERM, &sa, &old_term_);
+    sigaction(SIGINT, &sa, &old_int_);
+  }
+  ~StopSignals() {
+    sigaction(SIGTERM, &old_term_, nullptr);
+    sigaction(SIGINT, &old_int_, nullptr);
+  }
+  StopSignals(const StopSignals&) = delete;
+  StopSignals& operator=(const StopSignals&) = delete;
+
+ private:
+  struct sigaction old_term_ = {}, old_int_ = {};
+};
+
+const char* signal_name(int s) { return s == SIGINT ? "SIGINT" : s == SIGTERM ? "SIGTERM" : "a signal"; }
+
+// ---- Batches -------------------------------------------------------------------------------------
+
+// The model's view of B sequences: inputs and targets [B, T], split from the data's layout of
+// B runs of T + 1 tokens.
+struct Tokens {
+  std::vector<int32_t> inputs, targets;
+  int batch = 0, seq_len = 0;
+
+  model::Batch view(int64_t first_sequence = 0, int count = -1) const {
+    model::Batch b;
+    const size_t at = static_cast<size_t>(first_sequence) * static_cast<size_t>(seq_len);
+    b.inputs = inputs.data() + at;
+    b.targets = targets.data() + at;
+    b.batch_size = count < 0 ? batch : count;
+    b.seq_len = seq_len;
+    return b;
+  }
+};
+
+void split_sequences(const int32_t* runs, int batch, int seq_len, Tokens& out) {
+  const size_t t = static_cast<size_t>(seq_len);
+  out.batch = batch;
+  out.seq_len = seq_len;
+  out.inputs.resize(static_cast<size_t>(batch) * t);
+  out.targets.resize(static_cast<size_t>(batch) * t);
+  for (size_t r = 0; r < static_cast<size_t>(batch); ++r)
+    for (size_t j = 0; j < t; ++j) {
+      out.inputs[r * t + j] = runs[r * (t + 1) + j];
+      out.targets[r * t + j] = runs[r * (t + 1) + j + 1];
+    }
+}
+
+// The fixed held-out set: eval.tokens / T sequences over eval.tokens + 1 consecutive validation
+// tokens (neighbours share a token, as in the train stream), so eval.tokens tokens are predicted.
+struct EvalSet {
+  Tokens tokens;
+  double bytes_per_token = 0.0;  // byte tokenizer only: document bytes per token (else 0: no bpb)
+};
+
+EvalSet make_eval_set(const data::DataSource& data, const RunConfig& c) {
+  const uint64_t need = static_cast<uint64_t>(c.eval.tokens) + 1;
+  if (data.validation_tokens() != 0 && data.validation_tokens() < need)
+    throw std::invalid_argument(fmt::format(
+        "eval.tokens = {} needs {} validation tokens, but data \"{}\" has {}: lower eval.tokens", c.eval.tokens,
+        need, c.data, data.validation_tokens()));
+  const data::ValidationSet v = data.validation(need);
+  if (v.tokens.size() < need)
+    throw std::invalid_argument(fmt::format("data \"{}\" gave {} validation tokens, eval.tokens = {} needs {}", c.data,
+                                            v.tokens.size(), c.eval.tokens, need));
+  EvalSet e;
+  const int t = c.model.seq_len;
+  const int sequences = static_cast<int>(c.eval.tokens / t);
+  std::vector<int32_t> runs(static_cast<size_t>(sequences) * (t + 1));
+  for (size_t r = 0; r < static_cast<size_t>(sequences); ++r)
+    for (size_t j = 0; j <= static_cast<size_t>(t); ++j) runs[r * (t + 1) + j] = v.tokens[r * t + j];
+  split_sequences(runs.data(), sequences, t, e.tokens);
+  // Bits per byte needs bytes: the byte tokenizer's document bytes when the data counts them
+  // (separators are not text), else one byte per token.
+  if (data.vocab_size() == 256)
+    e.bytes_per_token = v.document_bytes > 0
+                            ? static_cast<double>(v.document_bytes) / static_cast<double>(v.tokens.size())
+                            : 1.0;
+  return e;
+}
+
+struct EvalOutcome {
+  double loss = 0.0;  // nats per token
+  bool nonfinite = false;
+};
+
+// Mean cross-entropy over the held-out set in micro-batches of B sequences, summed in order.
+EvalOutcome evaluate(model::Model& m, const EvalSet& e, int micro_batch, const model::StepContext& ctx) {
+  double sum = 0.0;
+  int64_t count = 0;
+  bool nonfinite = false;
+  for (int first = 0; first < e.tokens.batch; first += micro_batch) {
+    const int n = std::min(micro_batch, e.tokens.batch - first);
+    const model::EvalResult r = m.evaluate(e.tokens.view(first, n), ctx);
+    sum += r.loss_sum;
+    count += r.tokens;
+    nonfinite = nonfinite || r.nonfinite;
+  }
+  const double loss = sum / static_cast<double>(count);
+  return {loss, nonfinite || !std::isfinite(loss)};
+}
+
+// ---- The shrinkage probe (NUMERICS.md §8) ------------------------------------------------------
+
+const char* linear_name(int position) {
+  static const char* names[4] = {"qkv", "attn_out", "mlp_in", "mlp_out"};
+  return names[position & 3];
+}
+const char* gemm_name(int g) {
+  static const char* names[3] = {"fprop", "dgrad", "wgrad"};
+  return names[g];
+}
+
+// One forward and backward on the first micro-batch of the held-out set (fixed, so probes at
+// different steps measure the same inputs), quantizing each slot again to measure it. Writes a
+// "probe" row per quantized slot and a "probe_gemm" row (eta) per GEMM. Touches no training state.
+void run_probe(model::Model& m, const EvalSet& e, int micro_batch, const model::StepContext& ctx,
+               MetricsWriter& metrics, int64_t step, int64_t tokens) {
+  struct Measured {
+    uint32_t linear_id;
+    engine::Slot slot;
+    cpu::QuantMetrics q;
+  };
+  std::vector<Measured> measured;
+  const model::ProbeFn fn = [&](const engine::LinearSite& site, engine::Slot slot, const bf16_t* operand, int rows,
+                                int cols) {
+    if (!engine::site_is_quantized(site)) return;
+    const cpu::QuantizedTensor q = engine::quantize_slot(site, slot, operand, rows, cols, true);
+    measured.push_back({site.linear_id, slot, cpu::quant_metrics(q)});
+  };
+  m.probe(e.tokens.view(0, std::min(micro_batch, e.tokens.batch)), ctx, fn);
+
+  const auto base = [&](const char* kind, uint32_t linear_id) {
+    return json{{"kind", kind}, {"step", step}, {"tokens", tokens}, {"layer", linear_id / 4},
+                {"linear", linear_name(static_cast<int>(linear_id % 4))}};
+  };
+  for (const Measured& x : measured) {
+    json row = base("probe", x.linear_id);
+    row["slot"] = engine::slot_name(x.slot);
+    row["gemm"] = gemm_name(static_cast<int>(engine::slot_gemm(x.slot)));
+    row["alpha"] = finite_or_null(x.q.alpha);
+    row["nmse"] = finite_or_null(x.q.nmse);
+    row["sqnr_db"] = finite_or_null(x.q.sqnr_db);
+    row["shrink"] = finite_or_null(x.q.shrink);
+    row["b_eff"] = finite_or_null(x.q.b_eff);
+    row["count"] = x.q.count;
+    row["nonfinite"] = x.q.nonfinite;
+    metrics.write(row);
+  }
+  // eta = alpha_A · alpha_B for each GEMM whose two operands were both measured.
+  for (size_t i = 0; i < measured.size(); ++i) {
+    const int slot_a = static_cast<int>(measured[i].slot);
+    if (slot_a % 2 != 0) continue;  // A operands are the even slots (fprop_x, dgrad_dy, wgrad_dy)
+    for (size_t j = 0; j < measured.size(); ++j) {
+      if (measured[j].linear_id != measured[i].linear_id || static_cast<int>(measured[j].slot) != slot_a + 1) continue;
+      json row = base("probe_gemm", measured[i].linear_id);
+      row["gemm"] = gemm_name(slot_a / 2);
+      row["alpha_a"] = finite_or_null(measured[i].q.alpha);
+      row["alpha_b"] = finite_or_null(measured[j].q.alpha);
+      row["eta"] = finite_or_null(measured[i].q.alpha * measured[j].q.alpha);
+      metrics.write(row);
+      break;
+    }
+  }
+}
+
+// ---- The run directory ------------------------------------------------------------------------
+
+bool holds_a_run(const RunPaths& p) {
+  std::error_code ec;
+  for (const auto* f : {&p.config, &p.metrics, &p.checkpoints, &p.status, &p.log})
+    if (std::filesystem::exists(*f, ec)) return true;
+  return false;
+}
+
+std::string format_duration(double s) {
+  if (!(s >= 0) || s > 1e8) return "?";
+  const int64_t t = static_cast<int64_t>(s + 0.5);
+  if (t >= 3600) return fmt::format("{}h{:02d}m", t / 3600, (t / 60) % 60);
+  if (t >= 60) return fmt::format("{}m{:02d}s", t / 60, t % 60);
+  return fmt::format("{}s", t);
+}
+
+std::string format_rate(double r) {
+  if (r >= 1e6) return fmt::format("{:.2f}M", r / 1e6);
+  if (r >= 1e3) return fmt::format("{:.1f}k", r / 1e3);
+  return fmt::format("{:.0f}", r);
+}
+
+// ---- The run ---------------------------------------------------------------------------------
+
+// Everything the loop needs, checked and opened before anything is written into the directory.
+struct Setup {
+  RunConfig config;
+  std::string hash;
+  std::unique_ptr<data::DataSource> data;
+  std::unique_ptr<model::Model> model;
+  EvalSet eval;
+  std::optional<LoadedCheckpoint> checkpoint;
+};
+
+TrainResult result_from_status(const json& status, const RunConfig& c) {
+  TrainResult r;
+  r.outcome = status.at("state") == "succeeded" ? Outcome::succeeded : Outcome::diverged;
+  r.step = status.contains("step") && status["step"].is_number_integer() ? status["step"].get<int64_t>() : c.train.steps;
+  r.reason = status.contains("reason") && status["reason"].is_string() ? status["reason"].get<std::string>() : "";
+  return r;
+}
+
+void write_checkpoint_now(const Setup& s, const RunPaths& paths, const model::Model& m, const AdamW& opt,
+                          const data::TrainStream& stream, int64_t step, int64_t tokens, MetricsWriter& metrics,
+                          TrainLog& log) {
+  metrics.sync();  // rows up to here survive whatever survives the checkpoint
+  CheckpointState st;
+  st.step = step;
+  st.tokens_seen = tokens;
+  st.config_hash = s.hash;
+  st.data_position = stream.position().to_json();
+  st.extra = {{"data_fingerprint", s.data->fingerprint()}};
+  st.params = m.params();
+  st.adam_m = opt.m();
+  st.adam_v = opt.v();
+  const auto path = write_checkpoint(paths.checkpoints, st);
+  log.line(fmt::format("checkpoint {} written", path.filename().string()));
+}
+
+TrainResult run_loop(Setup& s, const TrainOptions& o, const RunPaths& paths, TrainLog& log, Heartbeat& heartbeat) {
+  const RunConfig& c = s.config;
+  model::Model& m = *s.model;
+  const int64_t accum = c.grad_accum();
+  const int b = c.train.micro_batch, t = c.model.seq_len;
+
+  // Resume or start.
+  AdamW opt(m.params().size());
+  int64_t step = 0, tokens = 0;
+  std::unique_ptr<data::TrainStream> stream;
+  if (s.checkpoint) {
+    CheckpointState& st = s.checkpoint->state;
+    m.params() = std::move(st.params);
+    opt.m() = std::move(st.adam_m);
+    opt.v() = std::move(st.adam_v);
+    step = st.step;
+    tokens = st.tokens_seen;
+    stream = s.data->train_stream(data::StreamPosition::from_json(st.data_position));
+    log.line(fmt::format("resuming from {} (step {}, {} tokens)", s.checkpoint->path.filename().string(), step, tokens));
+  } else {
+    m.init_params(c.train.seed);
+    stream = s.data->train_stream();
+    log.line(o.resume ? "no checkpoint to resume from: starting from scratch" : "starting");
+  }
+
+  MetricsWriter metrics(paths.metrics);
+  heartbeat.set_step(step);
+  heartbeat.set_phase("train");
+
+  const model::ModelConfig& mc = m.config();
+  const int64_t n_nonemb = model::nonembedding_params(mc);
+  const double flops_per_token = model::train_flops_per_token(mc, t);
+  metrics.write({{"kind", "run"},
+                 {"step", step},
+                 {"tokens", tokens},
+                 {"event", s.checkpoint ? "resume" : "start"},
+                 {"config_hash", s.hash},
+                 {"data_fingerprint", s.data->fingerprint()},
+                 {"vocab_size", mc.vocab_size},
+                 {"n_params", model::total_params(mc)},
+                 {"n_params_nonembedding", n_nonemb},
+                 {"flops_per_token", flops_per_token},
+                 {"tokens_total", c.train.tokens},
+                 {"compute_6nd", 6.0 * static_cast<double>(n_nonemb) * static_cast<double>(c.train.tokens)},
+                 {"flops_total", flops_per_token * static_cast<double>(c.train.tokens)},
+                 {"grad_accum", accum},
+                 {"threads", omp_get_max_threads()},
+                 {"version", FP4LAB_VERSION}});
+  log.line(fmt::format("model {}: {} parameters ({} non-embedding); recipe {}; {} steps of {} tokens "
+                       "({} micro-steps of {}×{}); data {}",
+                       model::describe(mc), model::total_params(mc), n_nonemb, c.recipe.name, c.train.steps,
+                       c.train.batch_tokens, accum, b, t, c.data));
+
+  const auto ctx_at = [&](int64_t completed, uint32_t micro) {
+    return model::StepContext{c.train.seed, static_cast<uint32_t>(completed), micro};
+  };
+  const auto diverge = [&](int64_t at, const std::string& reason) {
+    write_status(paths.status, {{"state", "diverged"}, {"step", at}, {"reason", reason}});
+    log.line(fmt::format("diverged at step {}: {}", at, reason));
+    return TrainResult{Outcome::diverged, at, reason, 0};
+  };
+  const auto eval_now = [&](int64_t at) -> std::optional<std::string> {
+    heartbeat.set_phase("eval");
+    const EvalOutcome r = evaluate(m, s.eval, b, ctx_at(at, 0));
+    json row = {{"kind", "eval"}, {"step", at}, {"tokens", at * c.train.batch_tokens},
+                {"loss", finite_or_null(r.loss)}, {"eval_tokens", c.eval.tokens}};
+    std::string line = fmt::format("eval at step {}: loss {:.4f} nats/token", at, r.loss);
+    if (s.eval.bytes_per_token > 0) {
+      const double bpb = r.loss / std::numbers::ln2 / s.eval.bytes_per_token;
+      row["bpb"] = finite_or_null(bpb);
+      line += fmt::format(", {:.4f} bits/byte", bpb);
+    }
+    metrics.write(row);
+    log.line(line);
+    heartbeat.set_phase("train");
+    if (r.nonfinite) return std::string("non-finite validation loss");
+    return std::nullopt;
+  };
+  const auto probe_now = [&](int64_t at) {
+    heartbeat.set_phase("probe");
+    run_probe(m, s.eval, b, ctx_at(at, 0), metrics, at, at * c.train.batch_tokens);
+    heartbeat.set_phase("train");
+  };
+
+  // A fresh run measures its starting point.
+  if (step == 0) {
+    if (auto why = eval_now(0)) return diverge(0, *why);
+    if (c.probe.every > 0 && c.recipe.quantized) probe_now(0);
+  }
+
+  std::vector<int32_t> runs(static_cast<size_t>(b) * (t + 1));
+  Tokens micro;
+  const float grad_scale = 1.0f / static_cast<float>(accum);
+  const std::vector<ParamRange> ranges = [&] {
+    std::vector<ParamRange> r;
+    for (const model::ParamView& v : m.views())
+      r.push_back({static_cast<size_t>(v.offset), static_cast<size_t>(v.size), v.kind != model::ParamKind::norm_gain});
+    return r;
+  }();
+  const int64_t log_every = std::max<int64_t>(1, c.train.steps / 50);
+  const double session_start = monotonic_s();
+  const int64_t session_first = step;
+  double last_log = session_start;
+
+  while (step < c.train.steps) {
+    const double step_start = monotonic_s();
+    const int64_t index = step;  // the step being taken, as the random streams number it
+    m.zero_grads();
+    double loss_sum = 0.0;
+    bool nonfinite = false;
+    for (int64_t k = 0; k < accum; ++k) {
+      stream->next_batch(b, t, std::span<int32_t>(runs));
+      split_sequences(runs.data(), b, t, micro);
+      const model::PassResult r = m.forward_backward(micro.view(), ctx_at(index, static_cast<uint32_t>(k)), grad_scale);
+      loss_sum += r.loss;
+      nonfinite = nonfinite || r.nonfinite;
+    }
+    const double loss = loss_sum / static_cast<double>(accum);
+    const double norm = global_grad_norm(m.grads().data(), m.grads().size());
+    const double lr = learning_rate(c.train, index);
+    ++step;
+    tokens += c.train.batch_tokens;
+    if (nonfinite || !std::isfinite(loss) || !std::isfinite(norm)) {
+      metrics.write({{"kind", "train"}, {"step", step}, {"tokens", tokens}, {"loss", finite_or_null(loss)},
+                     {"lr", lr}, {"grad_norm", finite_or_null(norm)}});
+      // The model's flag also covers a non-finite loss, so the loss is asked about first.
+      return diverge(step, !std::isfinite(loss) ? "non-finite training loss"
+                           : nonfinite          ? "a quantizer met a non-finite value (NaN or Inf)"
+                                                : "non-finite gradient norm");
+    }
+    AdamWHyper h;
+    h.lr = lr;
+    h.beta1 = c.train.beta1;
+    h.beta2 = c.train.beta2;
+    h.eps = c.train.eps;
+    h.weight_decay = c.train.weight_decay;
+    opt.step(m.params().data(), m.grads().data(), ranges, h, step, clip_scale(norm, c.train.grad_clip));
+    heartbeat.set_step(step);
+
+    const double now = monotonic_s();
+    const double rate = static_cast<double>(c.train.batch_tokens) / std::max(now - step_start, 1e-9);
+    metrics.write({{"kind", "train"}, {"step", step}, {"tokens", tokens}, {"loss", loss}, {"lr", lr},
+                   {"grad_norm", norm}, {"tokens_per_s", rate}, {"elapsed_s", now - session_start}});
+    if (step == session_first + 1 || step % log_every == 0 || step == c.train.steps || now - last_log >= 30.0) {
+      const double per_step = (now - session_start) / static_cast<double>(step - session_first);
+      log.line(fmt::format("step {}/{} | loss {:.4f} | lr {:.3e} | grad norm {:.3f} | {} tok/s | ETA {}", step,
+                           c.train.steps, loss, lr, norm, format_rate(rate),
+                           format_duration(per_step * static_cast<double>(c.train.steps - step))));
+      last_log = now;
+    }
+
+    if ((c.eval.every > 0 && step % c.eval.every == 0) || step == c.train.steps)
+      if (auto why = eval_now(step)) return diverge(step, *why);
+    if (c.probe.every > 0 && c.recipe.quantized && step % c.probe.every == 0) probe_now(step);
+
+    const int stop = g_stop_signal != 0 ? static_cast<int>(g_stop_signal) : (step == o.stop_after ? SIGTERM : 0);
+    if ((c.checkpoint.every > 0 && step % c.checkpoint.every == 0) || step == c.train.steps || stop != 0) {
+      heartbeat.set_phase("checkpoint");
+      write_checkpoint_now(s, paths, m, opt, *stream, step, tokens, metrics, log);
+      heartbeat.set_phase("train");
+    }
+    if (stop != 0 && step < c.train.steps) {
+      log.line(fmt::format("stopped by {} after step {}: the checkpoint is written, continue with --resume",
+                           signal_name(stop), step));
+      return TrainResult{Outcome::interrupted, step, "", stop};
+    }
+  }
+
+  write_status(paths.status, {{"state", "succeeded"}, {"step", step}, {"tokens", tokens}});
+  log.line(fmt::format("succeeded: {} steps, {} tokens", step, tokens));
+  return TrainResult{Outcome::succeeded, step, "", 0};
+}
+
+}  // namespace
+
+int exit_code(const TrainResult& r) {
+  switch (r.outcome) {
+    case Outcome::succeeded: return 0;
+    case Outcome::diverged: return kExitDiverged;
+    case Outcome::interrupted: return 128 + r.signal;
+  }
+  return 1;
+}
+
+TrainResult train(const TrainOptions& o) {
+  const StopSignals signals;
+  const RunPaths paths(o.dir);
+  Setup s;
+
+  // ---- Input checks: nothing is written into the directory until all of them pass.
+  s.config = load_config(o.config);
+  s.hash = config_hash(s.config);
+  const std::string dir = o.dir.string();
+  if (!o.resume && holds_a_run(paths))
+    throw std::invalid_argument(dir + " already holds a run: pass --resume to continue it, or choose a new --dir");
+  if (o.resume && std::filesystem::exists(paths.config)) {
+    std::string theirs;
+    try {
+      theirs = config_hash(load_config(paths.config));
+    } catch (const std::invalid_argument& e) {
+      throw std::invalid_argument(std::string("cannot resume: ") + e.what());
+    }
+    if (theirs != s.hash)
+      throw std::invalid_argument("cannot resume " + dir + ": " + o.config.string() +
+                                  " differs from the run's config.json: resume with " + paths.config.string() +
+                                  " or choose a new --dir");
+  }
+  if (o.resume) {
+    // A run with an outcome is finished: resuming it again repeats the outcome, not the run.
+    const json status = read_status(paths.status);
+    const std::string state = status.is_object() && status.contains("state") && status["state"].is_string()
+                                  ? status["state"].get<std::string>()
+                                  : std::string();
+    if (state == "succeeded" || state == "diverged") {
+      TrainLog log(paths.log, o.echo);
+      log.line("nothing to do: the run already " + state);
+      return result_from_status(status, s.config);
+    }
+  }
+  s.data = data::open_data(s.config.data);
+  {
+    const model::ModelConfig mc =
+        model::model_explicit(s.config.model.n_layers, s.config.model.d_model, s.config.model.n_heads,
+                              s.config.model.head_dim, s.config.model.d_ff, static_cast<int>(s.data->vocab_size()));
+    s.model = std::make_unique<model::Model>(
+        mc, s.config.recipe, engine::resolve_bf16_layers(s.config.recipe.bf16_layers, mc.n_layers),
+        model::Storage::bf16);
+  }
+  s.eval = make_eval_set(*s.data, s.config);
+  if (o.resume) {
+    try {
+      s.checkpoint = load_latest_checkpoint(paths.checkpoints);
+    } catch (const CheckpointError& e) {
+      throw std::invalid_argument(std::string("cannot resume: ") + e.what() + "; remove " +
+                                  paths.checkpoints.string() + " to start over");
+    }
+    if (s.checkpoint) {
+      const CheckpointState& st = s.checkpoint->state;
+      const std::string name = s.checkpoint->path.string();
+      if (st.config_hash != s.hash)
+        throw std::invalid_argument("cannot resume: " + name + " was written by a different config (hash " +
+                                    st.config_hash.substr(0, 12) + ", this config " + s.hash.substr(0, 12) +
+                                    "): resume with the run's own config.json or choose a new --dir");
+      const std::string fp = st.extra.is_object() && st.extra.contains("data_fingerprint") &&
+                                     st.extra["data_fingerprint"].is_string()
+                                 ? st.extra["data_fingerprint"].get<std::string>()
+                                 : std::string();
+      if (fp != s.data->fingerprint())
+        throw std::invalid_argument("cannot resume: " + name + " was written against other data (fingerprint " +
+                                    fp.substr(0, 12) + ", \"" + s.config.data + "\" is " +
+                                    s.data->fingerprint().substr(0, 12) + ")");
+      if (st.params.size() != s.model->params().size())
+        throw std::invalid_argument(fmt::format("cannot resume: {} holds {} parameters, the model has {}", name,
+                                                st.params.size(), s.model->params().size()));
+      if (st.step > s.config.train.steps)
+        throw std::invalid_argument(fmt::format("cannot resume: {} is at step {}, beyond train.steps = {}", name,
+                                                st.step, s.config.train.steps));
+    }
+  }
+
+  // ---- The run: from here on a failure is the run's, recorded in status.json.
+  try {
+    std::filesystem::create_directories(o.dir);
+  } catch (const std::filesystem::filesystem_error& e) {
+    throw std::invalid_argument("cannot create --dir " + dir + ": " + e.code().message());
+  }
+  if (!std::filesystem::exists(paths.config)) {
+    const std::string text = config_to_json(s.config).dump(2) + "\n";
+    data::write_file_atomic(paths.config, {text});
+  }
+  TrainLog log(paths.log, o.echo);
+  if (s.checkpoint)
+    for (const std::string& w : s.checkpoint->warnings) log.warn(w);
+  std::error_code ec;
+  std::filesystem::remove(paths.status, ec);  // a failed attempt's status: this attempt decides anew
+  try {
+    Heartbeat heartbeat(paths.heartbeat, o.heartbeat_interval_s);
+    return run_loop(s, o, paths, log, heartbeat);
+  } catch (const std::exception& e) {
+    try {
+      write_status(paths.status, {{"state", "failed"}, {"error", e.what()}});
+      log.line(std::string("failed: ") + e.what());
+    } catch (const std::exception&) {
+      // The original error is the one to report.
+    }
+    throw std::runtime_error(e.what());
+  }
+}
+
+}  // namespace fp4::run

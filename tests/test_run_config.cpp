@@ -1,0 +1,210 @@
+// test_run_config.cpp — the run config: resolution, the canonical form and its hash, and one clear
+// line for every way a config can be wrong.
+#include <catch2/catch.hpp>
+
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "engine/run/config.h"
+
+using fp4::run::config_from_json;
+using fp4::run::config_from_text;
+using fp4::run::config_hash;
+using fp4::run::config_to_json;
+using fp4::run::RunConfig;
+using nlohmann::json;
+
+namespace {
+
+json minimal() {
+  return json::parse(R"({"model": {"preset": "d1", "seq_len": 64}, "data": "synthetic:markov?order=1&vocab=64",
+                         "train": {"steps": 40, "batch_tokens": 512, "micro_batch": 4}})");
+}
+
+// The message the config throws, checked to be one line that starts with the file name.
+std::string error_of_text(const std::string& text) {
+  try {
+    config_from_text(text, "run.json");
+  } catch (const std::invalid_argument& e) {
+    const std::string what = e.what();
+    INFO(what);
+    CHECK(what.find('\n') == std::string::npos);
+    CHECK(what.rfind("run.json", 0) == 0);
+    return what;
+  }
+  FAIL("no error for: " << text);
+  return {};
+}
+
+std::string error_of(const json& j) { return error_of_text(j.dump()); }
+
+json with(json j, const json::json_pointer& at, const json& value) {
+  j[at] = value;
+  return j;
+}
+
+}  // namespace
+
+TEST_CASE("run config: defaults are resolved and written out", "[run][config]") {
+  const RunConfig c = config_from_json(minimal(), "run.json");
+  CHECK(c.model.n_layers == 1);
+  CHECK(c.model.d_model == 64);
+  CHECK(c.model.n_heads == 1);
+  CHECK(c.model.head_dim == 64);
+  CHECK(c.model.d_ff == 192);  // the multiple of 64 nearest 8/3 · 64 = 170.7
+  CHECK(c.train.tokens == 40 * 512);
+  CHECK(c.grad_accum() == 2);  // 512 / (4 · 64)
+  CHECK(c.train.min_lr == Approx(c.train.lr / 10));
+  CHECK(c.train.warmup_steps == 2);  // steps / 20
+  CHECK(c.recipe.name == "bf16");
+  const json j = config_to_json(c);
+  for (const char* key : {"model", "recipe", "data", "train", "eval", "probe", "checkpoint", "device", "storage"})
+    CHECK(j.contains(key));
+  for (const char* key : {"seed", "tokens", "steps", "batch_tokens", "micro_batch", "lr", "min_lr", "warmup_steps",
+                          "schedule", "beta1", "beta2", "eps", "weight_decay", "grad_clip"})
+    CHECK(j["train"].contains(key));
+}
+
+TEST_CASE("run config: resolving a resolved config changes nothing", "[run][config]") {
+  for (const char* recipe : {"bf16", "e2m1", "ufp4", "nvfp4", "mxfp4", "ufp4-e4m3"}) {
+    json j = minimal();
+    j["recipe"] = recipe;
+    j["train"]["schedule"] = "wsd";
+    const RunConfig a = config_from_json(j, "run.json");
+    const json resolved = config_to_json(a);
+    const RunConfig b = config_from_json(resolved, "config.json");
+    CHECK(config_to_json(b) == resolved);
+    CHECK(config_hash(a) == config_hash(b));
+    CHECK(config_hash(a).size() == 64);
+  }
+}
+
+TEST_CASE("run config: the hash changes with any field", "[run][config]") {
+  const std::string base = config_hash(config_from_json(minimal(), "run.json"));
+  CHECK(config_hash(config_from_json(with(minimal(), "/train/seed"_json_pointer, 1), "run.json")) != base);
+  CHECK(config_hash(config_from_json(with(minimal(), "/train/lr"_json_pointer, 2e-3), "run.json")) != base);
+  CHECK(config_hash(config_from_json(with(minimal(), "/recipe"_json_pointer, "ufp4"), "run.json")) != base);
+  // Key order in the file and parameter order in a synthetic spec do not matter: both are canonicalized.
+  const json j = minimal();
+  std::string reordered = R"({"train": )" + j["train"].dump() + R"(, "data": "synthetic:markov?vocab=64&order=1", "model": )" +
+                          j["model"].dump() + "}";
+  CHECK(config_hash(config_from_text(reordered, "x.json")) == base);
+}
+
+TEST_CASE("run config: tokens round up to whole steps; steps and tokens must agree", "[run][config]") {
+  json j = minimal();
+  j["train"].erase("steps");
+  j["train"]["tokens"] = 1000;
+  const RunConfig c = config_from_json(j, "run.json");
+  CHECK(c.train.steps == 2);
+  CHECK(c.train.tokens == 1024);
+  j["train"]["tokens"] = 1e6;  // an integral float is an integer
+  CHECK(config_from_json(j, "run.json").train.steps == 1954);
+  j["train"]["steps"] = 3;
+  CHECK(error_of(j) == "run.json: train.tokens (1000000) disagrees with train.steps × train.batch_tokens "
+                       "(3 × 512 = 1536): give one of them");
+}
+
+TEST_CASE("run config: malformed JSON names line and column", "[run][config]") {
+  const std::string e = error_of_text("{\n  \"model\": {\"preset\": \"d1\"},\n  \"data\": ,\n}");
+  CHECK(e.rfind("run.json:3:11: malformed JSON:", 0) == 0);
+  CHECK(error_of_text("").rfind("run.json:1:1: malformed JSON:", 0) == 0);
+  CHECK(error_of_text("[1, 2]") == "run.json: the config must be a JSON object, got [1,2]");
+}
+
+TEST_CASE("run config: unknown keys are refused, naming the key", "[run][config]") {
+  json j = minimal();
+  j["trian"] = json::object();
+  CHECK(error_of(j).rfind("run.json: trian is not a known key (the config has: checkpoint, data,", 0) == 0);
+  CHECK(error_of(with(minimal(), "/train/learning_rate"_json_pointer, 1))
+            .rfind("run.json: train.learning_rate is not a known key (train has: ", 0) == 0);
+  CHECK(error_of(with(minimal(), "/model/layers"_json_pointer, 1)).rfind("run.json: model.layers is not a known key", 0) == 0);
+  CHECK(error_of(with(minimal(), "/eval/evry"_json_pointer, 1)).rfind("run.json: eval.evry is not a known key", 0) == 0);
+  CHECK(error_of(with(minimal(), "/recipe"_json_pointer, json{{"base", "ufp4"}, {"gird", "e2m1"}}))
+            .find("unknown field \"gird\"") != std::string::npos);
+}
+
+TEST_CASE("run config: wrong types are refused, naming the field", "[run][config]") {
+  CHECK(error_of(with(minimal(), "/train/lr"_json_pointer, "fast")) == "run.json: train.lr must be a number, got \"fast\"");
+  CHECK(error_of(with(minimal(), "/train/steps"_json_pointer, 1.5)) == "run.json: train.steps must be an integer, got 1.5");
+  CHECK(error_of(with(minimal(), "/train/seed"_json_pointer, -3)) == "run.json: train.seed must be >= 0, got -3");
+  CHECK(error_of(with(minimal(), "/train/schedule"_json_pointer, 1)) == "run.json: train.schedule must be a string, got 1");
+  CHECK(error_of(with(minimal(), "/model/preset"_json_pointer, 2)) == "run.json: model.preset must be a string, got 2");
+  CHECK(error_of(with(minimal(), "/train"_json_pointer, 5)) == "run.json: train must be an object, got 5");
+  CHECK(error_of(with(minimal(), "/data"_json_pointer, json::array()))
+            .rfind("run.json: data must be a non-empty string", 0) == 0);
+  CHECK(error_of(with(minimal(), "/recipe"_json_pointer, 7)).rfind("run.json: recipe:", 0) == 0);
+}
+
+TEST_CASE("run config: bad values are refused, naming the field", "[run][config]") {
+  CHECK(error_of(with(minimal(), "/train/lr"_json_pointer, -1)) == "run.json: train.lr must be > 0, got -1");
+  CHECK(error_of(with(minimal(), "/train/min_lr"_json_pointer, 1)) ==
+        "run.json: train.min_lr must be between 0 and train.lr (0.001), got 1");
+  CHECK(error_of(with(minimal(), "/train/warmup_steps"_json_pointer, 41)) ==
+        "run.json: train.warmup_steps must be between 0 and train.steps (40), got 41");
+  CHECK(error_of(with(minimal(), "/train/beta2"_json_pointer, 1)) == "run.json: train.beta2 must be in [0, 1), got 1");
+  CHECK(error_of(with(minimal(), "/train/eps"_json_pointer, 0)) == "run.json: train.eps must be > 0, got 0");
+  CHECK(error_of(with(minimal(), "/train/grad_clip"_json_pointer, -1)).rfind("run.json: train.grad_clip must be >= 0", 0) == 0);
+  CHECK(error_of(with(minimal(), "/train/steps"_json_pointer, 0)) == "run.json: train.steps must be > 0, got 0");
+  CHECK(error_of(with(minimal(), "/train/schedule"_json_pointer, "linear")) ==
+        "run.json: train.schedule must be \"cosine\" or \"wsd\", got \"linear\"");
+  CHECK(error_of(with(minimal(), "/train/decay_fraction"_json_pointer, 0.2)) ==
+        "run.json: train.decay_fraction applies only to train.schedule \"wsd\" (the schedule is \"cosine\")");
+  json wsd = with(minimal(), "/train/schedule"_json_pointer, "wsd");
+  CHECK(error_of(with(wsd, "/train/decay_fraction"_json_pointer, 1.5)) ==
+        "run.json: train.decay_fraction must be in (0, 1], got 1.5");
+  CHECK(error_of(with(minimal(), "/train/batch_tokens"_json_pointer, 600)) ==
+        "run.json: train.batch_tokens (600) must be a multiple of train.micro_batch × model.seq_len (4 × 64 = 256), "
+        "so that gradient accumulation is a whole number of micro-steps");
+  CHECK(error_of(with(minimal(), "/model/preset"_json_pointer, "big")) ==
+        "run.json: model.preset must be \"d<L>\" with L from 1 to 64 (e.g. \"d4\") or \"custom\", got \"big\"");
+  CHECK(error_of(with(minimal(), "/model/head_dim"_json_pointer, 63)) ==
+        "run.json: model.head_dim must be even (RoPE rotates pairs of features), got 63");
+  CHECK(error_of(with(minimal(), "/model/n_heads"_json_pointer, 3)) ==
+        "run.json: model.n_heads × model.head_dim must equal model.d_model (3 × 64 ≠ 64)");
+  CHECK(error_of(json::parse(R"({"model": {"d_model": 64}, "data": "x", "train": {"steps": 1}})")) ==
+        "run.json: model needs a preset (\"d<L>\", e.g. \"d2\") or both n_layers and d_model");
+  CHECK(error_of(json::parse(R"({"data": "x", "train": {"steps": 1}})")).rfind("run.json: model is required", 0) == 0);
+  CHECK(error_of(json::parse(R"({"model": {"preset": "d1"}, "train": {"steps": 1}})")).rfind("run.json: data is required", 0) == 0);
+  CHECK(error_of(json::parse(R"({"model": {"preset": "d1"}, "data": "x", "train": {}})")) ==
+        "run.json: train needs train.tokens (total training tokens) or train.steps");
+  CHECK(error_of(with(minimal(), "/eval/tokens"_json_pointer, 100)) ==
+        "run.json: eval.tokens (100) must be a multiple of model.seq_len (64): the held-out set is whole sequences");
+  CHECK(error_of(with(minimal(), "/probe/every"_json_pointer, -1)) == "run.json: probe.every must be >= 0, got -1");
+  json probe = with(minimal(), "/probe/every"_json_pointer, 10);
+  CHECK(error_of(with(probe, "/eval/tokens"_json_pointer, 128)) ==
+        "run.json: eval.tokens (128) must be at least train.micro_batch × model.seq_len (256) when the probe is on: "
+        "it measures one micro-batch of the held-out set");
+  CHECK(error_of(with(minimal(), "/device"_json_pointer, "cuda")) ==
+        "run.json: device must be \"cpu\" (the cuda backend does not train yet), got \"cuda\"");
+  CHECK(error_of(with(minimal(), "/storage"_json_pointer, "fp32")) == "run.json: storage must be \"bf16\", got \"fp32\"");
+  CHECK(error_of(with(minimal(), "/recipe"_json_pointer, "fp3")).rfind("run.json: recipe: unknown recipe preset \"fp3\"", 0) == 0);
+}
+
+TEST_CASE("run config: a dimension that is not a multiple of the recipe's block is named", "[run][config]") {
+  json j = minimal();
+  j["recipe"] = "ufp4";
+  j["model"]["d_ff"] = 200;
+  CHECK(error_of(j) == "run.json: model.d_ff = 200 does not fit recipe \"ufp4\" (MLP output layer: input features (K) "
+                       "= 200 is not a multiple of the block size 16 (slot fprop_x))");
+  // mxfp4 blocks by 32: d_ff = 208 is a multiple of 16, not of 32.
+  j["recipe"] = "mxfp4";
+  j["model"]["d_ff"] = 208;
+  CHECK(error_of(j).rfind("run.json: model.d_ff = 208 does not fit recipe \"mxfp4\"", 0) == 0);
+  // The tokens of a micro-batch are wgrad's reduction dimension.
+  j = minimal();
+  j["recipe"] = "e2m1";
+  j["model"]["seq_len"] = 60;
+  j["train"]["micro_batch"] = 1;
+  j["train"]["batch_tokens"] = 120;
+  j["eval"]["tokens"] = 600;
+  CHECK(error_of(j).rfind("run.json: train.micro_batch × model.seq_len (1 × 60 = 60) does not fit recipe \"e2m1\"", 0) == 0);
+  // The same shape is fine in bf16, or when every block is kept in bf16.
+  j["recipe"] = "bf16";
+  CHECK_NOTHROW(config_from_json(j, "run.json"));
+  j["recipe"] = json{{"base", "e2m1"}, {"bf16_layers", {"last:1"}}};
+  CHECK_NOTHROW(config_from_json(j, "run.json"));
+  j["recipe"] = json{{"base", "e2m1"}, {"bf16_layers", {5}}};
+  CHECK(error_of(j).rfind("run.json: recipe.bf16_layers: bf16_layers entry 5 is out of range", 0) == 0);
+}
