@@ -147,7 +147,7 @@ TEST_CASE("checkpoint: when none verifies, a clear error and the files stay", "[
   CHECK(std::filesystem::exists(b));
 }
 
-TEST_CASE("metrics.jsonl: rows append; a torn last line is cut before appending", "[run][metrics]") {
+TEST_CASE("metrics.jsonl: rows append, and a torn last line is cut before appending", "[run][metrics]") {
   ScratchDir tmp;
   const auto path = tmp / "metrics.jsonl";
   {

@@ -92,7 +92,7 @@ TEST_CASE("run config: the hash changes with any field", "[run][config]") {
   CHECK(config_hash(config_from_text(reordered, "x.json")) == base);
 }
 
-TEST_CASE("run config: tokens round up to whole steps; steps and tokens must agree", "[run][config]") {
+TEST_CASE("run config: tokens round up to whole steps, and steps and tokens must agree", "[run][config]") {
   json j = minimal();
   j["train"].erase("steps");
   j["train"]["tokens"] = 1000;

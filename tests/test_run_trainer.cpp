@@ -293,7 +293,7 @@ TEST_CASE("train: resuming needs the same config and a verifiable checkpoint", "
   expect_refusal(config, true, "cannot resume: no valid checkpoint in");
 }
 
-TEST_CASE("train: --resume without a checkpoint starts from scratch; a finished run stays finished",
+TEST_CASE("train: --resume without a checkpoint starts from scratch, and a finished run stays finished",
           "[run][trainer][resume]") {
   ScratchDir tmp;
   const auto config = write_config(tmp, tiny_config("bf16", 10));
