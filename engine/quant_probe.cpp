@@ -11,9 +11,15 @@
 #include <stdexcept>
 
 #include "engine/npy.h"
+#include "engine/recipe.h"
 #include "kernels/cpu/quantize.h"
 
 namespace fp4::probe {
+
+// The names of grids, scale modes and RHT sign policies are the recipe's (engine/recipe.h).
+using engine::grid_name;
+using engine::rht_signs_name;
+using engine::scale_mode_name;
 
 namespace {
 
@@ -150,15 +156,6 @@ std::string_view dist_name(Dist d) {
   return "?";
 }
 
-std::string_view scale_name(ScaleMode s) {
-  switch (s) {
-    case ScaleMode::fp32: return "fp32";
-    case ScaleMode::e4m3x2: return "e4m3x2";
-    case ScaleMode::e8m0: return "e8m0";
-  }
-  return "?";
-}
-
 std::vector<Dist> all_dists() {
   return {Dist::gaussian, Dist::laplace, Dist::student_t, Dist::outliers, Dist::uniform_bins};
 }
@@ -178,15 +175,15 @@ GridChoice parse_grid(std::string_view text) {
   const size_t colon = t.find(':');
   const std::string base = t.substr(0, colon);
   const std::string clip = colon == std::string::npos ? "" : t.substr(colon + 1);
-  if (base == "e2m1") {
-    if (clip.empty() || clip == "6") return {Grid::e2m1, 6.0f, "e2m1"};
+  if (base == grid_name(Grid::e2m1)) {
+    if (clip.empty() || clip == "6") return {Grid::e2m1, 6.0f, base};
     if (clip == "2" || clip == "3" || clip == "4")
-      return {Grid::e2m1, static_cast<float>(clip[0] - '0'), "e2m1:" + clip};
+      return {Grid::e2m1, static_cast<float>(clip[0] - '0'), base + ":" + clip};
     throw std::invalid_argument("--grid " + std::string(text) +
                                 ": e2m1 can be clipped at 2, 3, 4 or 6 (e.g. e2m1:4)");
   }
-  if (base == "e1m2") {
-    if (clip.empty() || clip == "7") return {Grid::e1m2, 7.0f, "e1m2"};
+  if (base == grid_name(Grid::e1m2)) {
+    if (clip.empty() || clip == "7") return {Grid::e1m2, 7.0f, base};
     throw std::invalid_argument("--grid " + std::string(text) + ": e1m2 takes no clip (its G_max is 7)");
   }
   throw std::invalid_argument("--grid: unknown grid '" + std::string(text) +
@@ -195,9 +192,10 @@ GridChoice parse_grid(std::string_view text) {
 
 ScaleMode parse_scale(std::string_view text) {
   const std::string t = lower(trim(text));
-  if (t == "fp32") return ScaleMode::fp32;
-  if (t == "e4m3x2" || t == "nvfp4") return ScaleMode::e4m3x2;
-  if (t == "e8m0" || t == "mx") return ScaleMode::e8m0;
+  for (ScaleMode s : {ScaleMode::fp32, ScaleMode::e4m3x2, ScaleMode::e8m0})
+    if (t == scale_mode_name(s)) return s;
+  if (t == "nvfp4") return ScaleMode::e4m3x2;  // aliases: the formats these scales come from
+  if (t == "mx") return ScaleMode::e8m0;
   throw std::invalid_argument("--scale: unknown scale mode '" + std::string(text) +
                               "': use fp32, e4m3x2 or e8m0");
 }
@@ -480,7 +478,7 @@ ProbeResult run_probe(const ProbeConfig& config, const ProgressFn& progress) {
     for (ScaleMode scale : scales)
       for (bool rht : rhts) {
         if (progress)
-          progress(done, total, fmt::format("{} {} {} rht {}", label, grid.name, scale_name(scale), rht ? "on" : "off"));
+          progress(done, total, fmt::format("{} {} {} rht {}", label, grid.name, scale_mode_name(scale), rht ? "on" : "off"));
         QuantSpec spec;
         spec.grid = grid.grid;
         spec.gmax = grid.gmax;
@@ -588,7 +586,7 @@ std::string format_table(const ProbeResult& r, Tables tables) {
       last_dist = row.dist;
       const cpu::QuantMetrics& m = row.metrics;
       out += fmt::format("{:<{}}  {:<{}}  {:<6}  {:>5}  {:<3}  {:>9.6f}  {:>+10.6f}  {:>10.4e}  {:>8.3f}  {:>6.4f}\n",
-                         row.dist, dw, row.grid, gw, scale_name(row.scale), row.block, on_off(row.rht), m.alpha,
+                         row.dist, dw, row.grid, gw, scale_mode_name(row.scale), row.block, on_off(row.rht), m.alpha,
                          m.shrink, m.nmse, m.sqnr_db, m.b_eff);
     }
   }
@@ -599,12 +597,12 @@ std::string format_table(const ProbeResult& r, Tables tables) {
                        "bin", "count", "mean_error", "expected");
     std::string last;
     for (const LevelRow& l : r.levels) {
-      const std::string key = l.grid + std::string(scale_name(l.scale));
+      const std::string key = l.grid + std::string(scale_mode_name(l.scale));
       if (!last.empty() && key != last) out += "\n";
       last = key;
       const std::string bin = fmt::format("[{}, {}]{}", l.bin_lo, l.bin_hi, l.top ? " top" : "");
       out += fmt::format("{:<6}  {:<6}  {:>5}  {:>5}  {:<14}  {:>9}  {:>+10.4f}  {:>+9.4f}\n", l.grid,
-                         scale_name(l.scale), l.block, l.level, bin, l.count, l.mean_error, l.expected);
+                         scale_mode_name(l.scale), l.block, l.level, bin, l.count, l.mean_error, l.expected);
     }
   }
   for (const std::string& note : r.notes) out += "# note: " + note + "\n";
@@ -618,7 +616,7 @@ std::string format_csv(const ProbeResult& r, Tables tables) {
     for (const ProbeRow& row : r.results) {
       const cpu::QuantMetrics& m = row.metrics;
       out += fmt::format("{},{},{},{},{},{},{},{},{},{},{},{}\n", csv_field(row.dist), csv_field(row.grid),
-                         scale_name(row.scale), row.block, on_off(row.rht), fmt_number(m.alpha),
+                         scale_mode_name(row.scale), row.block, on_off(row.rht), fmt_number(m.alpha),
                          fmt_number(m.shrink), fmt_number(m.nmse), fmt_number(m.sqnr_db), fmt_number(m.b_eff),
                          m.count, m.nonfinite);
     }
@@ -627,7 +625,7 @@ std::string format_csv(const ProbeResult& r, Tables tables) {
     if (tables == Tables::both) out += "\n";
     out += "grid,scale,block,level,bin_lo,bin_hi,top,count,mean_error,expected\n";
     for (const LevelRow& l : r.levels)
-      out += fmt::format("{},{},{},{},{},{},{},{},{},{}\n", csv_field(l.grid), scale_name(l.scale), l.block,
+      out += fmt::format("{},{},{},{},{},{},{},{},{},{}\n", csv_field(l.grid), scale_mode_name(l.scale), l.block,
                          fmt_number(l.level), fmt_number(l.bin_lo), fmt_number(l.bin_hi), l.top ? 1 : 0, l.count,
                          fmt_number(l.mean_error), fmt_number(l.expected));
   }
@@ -656,7 +654,7 @@ std::string format_json(const ProbeResult& r, Tables tables) {
   probe["block"] = r.block;
   probe["e8m0_block"] = 32;
   probe["blocks_along"] = "rows";
-  probe["rht_signs"] = "fixed";
+  probe["rht_signs"] = rht_signs_name(RhtSigns::fixed);  // run_probe quantizes with kRhtFixedSigns
   probe["rounding"] = "rn";
 
   json doc;
@@ -667,7 +665,7 @@ std::string format_json(const ProbeResult& r, Tables tables) {
       const cpu::QuantMetrics& m = row.metrics;
       rows.push_back({{"dist", row.dist},
                       {"grid", row.grid},
-                      {"scale", std::string(scale_name(row.scale))},
+                      {"scale", std::string(scale_mode_name(row.scale))},
                       {"block", row.block},
                       {"rht", row.rht},
                       {"alpha", m.alpha},
@@ -684,7 +682,7 @@ std::string format_json(const ProbeResult& r, Tables tables) {
     json levels = json::array();
     for (const LevelRow& l : r.levels)
       levels.push_back({{"grid", l.grid},
-                        {"scale", std::string(scale_name(l.scale))},
+                        {"scale", std::string(scale_mode_name(l.scale))},
                         {"block", l.block},
                         {"level", l.level},
                         {"bin", {l.bin_lo, l.bin_hi}},

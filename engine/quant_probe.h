@@ -27,7 +27,6 @@ namespace fp4::probe {
 enum class Dist : uint8_t { gaussian = 0, laplace = 1, student_t = 2, outliers = 3, uniform_bins = 4 };
 
 std::string_view dist_name(Dist d);         // the --dist spelling: "student-t", "uniform-bins", ...
-std::string_view scale_name(ScaleMode s);   // "fp32", "e4m3x2", "e8m0"
 std::vector<Dist> all_dists();
 
 // An element grid, possibly restricted by a clip (NUMERICS.md §2).

@@ -14,20 +14,6 @@ constexpr std::array<const char*, kSlotCount> kSlotNames = {"fprop_x",  "fprop_w
 constexpr std::array<const char*, 3> kGemmNames = {"fprop", "dgrad", "wgrad"};
 constexpr std::array<const char*, 3> kOperandNames = {"x", "w", "dy"};
 
-const char* grid_name(Grid g) { return g == Grid::e2m1 ? "e2m1" : "e1m2"; }
-const char* scale_name(ScaleMode s) {
-  return s == ScaleMode::fp32 ? "fp32" : (s == ScaleMode::e4m3x2 ? "e4m3x2" : "e8m0");
-}
-const char* signs_name(RhtSigns s) {
-  switch (s) {
-    case RhtSigns::fixed: return "fixed";
-    case RhtSigns::seeded: return "seeded";
-    case RhtSigns::per_layer: return "per_layer";
-    case RhtSigns::per_step: return "per_step";
-  }
-  return "fixed";
-}
-
 [[noreturn]] void bad(const std::string& where, const std::string& what) {
   throw std::invalid_argument("recipe " + where + ": " + what);
 }
@@ -39,12 +25,12 @@ Grid parse_grid(const nlohmann::json& v, const std::string& where) {
 }
 ScaleMode parse_scale(const nlohmann::json& v, const std::string& where) {
   for (ScaleMode s : {ScaleMode::fp32, ScaleMode::e4m3x2, ScaleMode::e8m0})
-    if (v.is_string() && v == scale_name(s)) return s;
+    if (v.is_string() && v == scale_mode_name(s)) return s;
   bad(where, "scale must be \"fp32\", \"e4m3x2\" or \"e8m0\", got " + v.dump());
 }
 RhtSigns parse_signs(const nlohmann::json& v, const std::string& where) {
   for (RhtSigns s : {RhtSigns::fixed, RhtSigns::seeded, RhtSigns::per_layer, RhtSigns::per_step})
-    if (v.is_string() && v == signs_name(s)) return s;
+    if (v.is_string() && v == rht_signs_name(s)) return s;
   bad(where, "rht_signs must be fixed, seeded, per_layer or per_step, got " + v.dump());
 }
 bool parse_bool(const nlohmann::json& v, const std::string& where, const char* key) {
@@ -85,6 +71,20 @@ Recipe make_preset(const std::string& name, Grid grid, ScaleMode scale, int bloc
 }  // namespace
 
 const char* slot_name(Slot s) { return kSlotNames[static_cast<int>(s)]; }
+
+const char* grid_name(Grid g) { return g == Grid::e2m1 ? "e2m1" : "e1m2"; }
+const char* scale_mode_name(ScaleMode s) {
+  return s == ScaleMode::fp32 ? "fp32" : (s == ScaleMode::e4m3x2 ? "e4m3x2" : "e8m0");
+}
+const char* rht_signs_name(RhtSigns s) {
+  switch (s) {
+    case RhtSigns::fixed: return "fixed";
+    case RhtSigns::seeded: return "seeded";
+    case RhtSigns::per_layer: return "per_layer";
+    case RhtSigns::per_step: return "per_step";
+  }
+  return "fixed";
+}
 
 Gemm slot_gemm(Slot s) {
   switch (s) {
@@ -208,10 +208,10 @@ nlohmann::json recipe_to_json(const Recipe& r) {
   nlohmann::json slots = nlohmann::json::object();
   for (int i = 0; i < kSlotCount; ++i) {
     const SlotRecipe& s = r.slots[i];
-    slots[kSlotNames[i]] = {{"grid", grid_name(s.grid)},       {"clip", s.clip},
-                            {"scale", scale_name(s.scale)},    {"block", s.block},
+    slots[kSlotNames[i]] = {{"grid", grid_name(s.grid)},         {"clip", s.clip},
+                            {"scale", scale_mode_name(s.scale)}, {"block", s.block},
                             {"weight_block_2d", s.weight_block_2d}, {"rht", s.rht},
-                            {"rht_signs", signs_name(s.rht_signs)}, {"sr", s.sr}};
+                            {"rht_signs", rht_signs_name(s.rht_signs)}, {"sr", s.sr}};
   }
   j["slots"] = slots;
   return j;

@@ -21,6 +21,12 @@ Gemm slot_gemm(Slot s);                        // the GEMM a slot feeds
 Operand slot_operand(Slot s);                  // x, w or dy
 BlockAlong slot_blocking(Slot s);              // row for fprop_*, dgrad_dy; column for dgrad_w, wgrad_*
 
+// The one spelling of each grid, scale mode and RHT sign policy: the recipe JSON, the quant probe's
+// output and its CLI all use these, so a name cannot drift between them.
+const char* grid_name(Grid g);                 // "e2m1", "e1m2"
+const char* scale_mode_name(ScaleMode s);      // "fp32", "e4m3x2", "e8m0"
+const char* rht_signs_name(RhtSigns s);        // "fixed", "seeded", "per_layer", "per_step"
+
 // One slot's settings (the TOML's recipe fields, resolved).
 struct SlotRecipe {
   Grid grid = Grid::e2m1;

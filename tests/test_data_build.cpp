@@ -15,12 +15,10 @@
 #include "engine/data/sha256.h"
 #include "engine/data/shard.h"
 #include "engine/data/shard_source.h"
-#include "tests/data_test_helpers.h"
+#include "tests/test_support.h"
 
 namespace fs = std::filesystem;
-using fp4::datatest::ScratchDir;
-using fp4::datatest::slurp;
-using fp4::datatest::spit;
+using namespace fp4::test;
 using namespace fp4::data;
 
 namespace {

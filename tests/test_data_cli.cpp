@@ -5,12 +5,9 @@
 
 #include <nlohmann/json.hpp>
 
-#include "tests/data_test_helpers.h"
+#include "tests/test_support.h"
 
-using fp4::datatest::CliRun;
-using fp4::datatest::run_fp4lab;
-using fp4::datatest::ScratchDir;
-using fp4::datatest::spit;
+using namespace fp4::test;
 
 TEST_CASE("fp4lab data entropy prints the entropies of a synthetic source", "[data][cli]") {
   ScratchDir tmp;

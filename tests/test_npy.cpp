@@ -3,66 +3,27 @@
 // with one line naming the file.
 #include <catch2/catch.hpp>
 
-#include <unistd.h>
-
 #include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <limits>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "engine/npy.h"
+#include "tests/test_support.h"
 
 namespace {
 
 namespace fs = std::filesystem;
-
-fs::path scratch_path() { return fs::temp_directory_path() / ("fp4lab_test_npy_" + std::to_string(::getpid())); }
-
-fs::path scratch_dir() {
-  const fs::path dir = scratch_path();
-  fs::create_directories(dir);
-  return dir;
-}
-
-// The files this test wrote go when the test binary exits.
-struct RemoveScratch {
-  ~RemoveScratch() {
-    std::error_code ignored;
-    fs::remove_all(scratch_path(), ignored);
-  }
-} remove_scratch_at_exit;
-
-void put_le(std::string& out, uint64_t v, int bytes) {
-  for (int k = 0; k < bytes; ++k) out.push_back(static_cast<char>((v >> (8 * k)) & 0xff));
-}
-
-// A .npy file as NumPy writes it: magic, version, header length, the dict padded with spaces to a
-// 64-byte boundary and ended by a newline, then the data.
-std::string npy_bytes(const std::string& dict, const std::string& data, int major = 1) {
-  const size_t prefix = major == 1 ? 10 : 12;
-  std::string header = dict;
-  while ((prefix + header.size() + 1) % 64 != 0) header.push_back(' ');
-  header.push_back('\n');
-  std::string out = "\x93NUMPY";
-  out.push_back(static_cast<char>(major));
-  out.push_back(0);
-  put_le(out, header.size(), major == 1 ? 2 : 4);
-  return out + header + data;
-}
+using namespace fp4::test;
 
 std::string write_file(const std::string& name, const std::string& bytes) {
-  const fs::path p = scratch_dir() / name;
-  std::ofstream(p, std::ios::binary).write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  const fs::path p = process_scratch_dir() / name;
+  spit(p, bytes);
   return p.string();
-}
-
-std::string dict_for(const std::string& descr, const std::string& shape) {
-  return "{'descr': '" + descr + "', 'fortran_order': False, 'shape': " + shape + ", }";
 }
 
 // The error message reading `bytes` as a file gives ("" when it reads fine).
@@ -97,7 +58,7 @@ TEST_CASE("npy: float32 round trips in 2-D for header versions 1 to 3", "[npy]")
   }
   for (int major : {1, 2, 3}) {
     const std::string path = write_file("f32_v" + std::to_string(major) + ".npy",
-                                        npy_bytes(dict_for("<f4", "(3, 4)"), data, major));
+                                        npy_bytes(npy_dict("<f4", "(3, 4)"), data, major));
     const fp4::npy::Array a = fp4::npy::read(path);
     CHECK(a.dtype == fp4::npy::Dtype::float32);
     REQUIRE(a.shape == std::vector<int64_t>{3, 4});
@@ -121,7 +82,7 @@ TEST_CASE("npy: float16 round trip in 1-D over every class of half value", "[npy
       {0x3555, 0x1.554p-2f}};
   std::string data;
   for (const auto& c : cases) put_le(data, c.first, 2);
-  const std::string path = write_file("f16.npy", npy_bytes(dict_for("<f2", "(10,)"), data));
+  const std::string path = write_file("f16.npy", npy_bytes(npy_dict("<f2", "(10,)"), data));
   const fp4::npy::Array a = fp4::npy::read(path);
   CHECK(a.dtype == fp4::npy::Dtype::float16);
   REQUIRE(a.shape == std::vector<int64_t>{10});
@@ -158,17 +119,17 @@ TEST_CASE("npy: malformed or unsupported files are refused with one line naming 
   check_refused("empty.npy", "", "not a .npy file");
   check_refused("version9.npy", std::string("\x93NUMPY\x09\x00\x10\x00", 10) + std::string(16, ' '),
                 "version 9.0 is not supported");
-  check_refused("truncated_data.npy", npy_bytes(dict_for("<f4", "(2, 4)"), f32x4), "truncated");
-  check_refused("trailing.npy", npy_bytes(dict_for("<f4", "(2,)"), f32x4), "after its array");
-  std::string cut = npy_bytes(dict_for("<f4", "(4,)"), f32x4);
+  check_refused("truncated_data.npy", npy_bytes(npy_dict("<f4", "(2, 4)"), f32x4), "truncated");
+  check_refused("trailing.npy", npy_bytes(npy_dict("<f4", "(2,)"), f32x4), "after its array");
+  std::string cut = npy_bytes(npy_dict("<f4", "(4,)"), f32x4);
   check_refused("truncated_header.npy", cut.substr(0, 30), "ends inside its .npy header");
-  check_refused("big_endian.npy", npy_bytes(dict_for(">f4", "(4,)"), f32x4), "big-endian");
-  check_refused("float64.npy", npy_bytes(dict_for("<f8", "(2,)"), f32x4), "dtype '<f8' is not supported");
-  check_refused("int16.npy", npy_bytes(dict_for("<i2", "(8,)"), f32x4), "bf16 stored as uint16");
+  check_refused("big_endian.npy", npy_bytes(npy_dict(">f4", "(4,)"), f32x4), "big-endian");
+  check_refused("float64.npy", npy_bytes(npy_dict("<f8", "(2,)"), f32x4), "dtype '<f8' is not supported");
+  check_refused("int16.npy", npy_bytes(npy_dict("<i2", "(8,)"), f32x4), "bf16 stored as uint16");
   check_refused("fortran.npy",
                 npy_bytes("{'descr': '<f4', 'fortran_order': True, 'shape': (2, 2), }", f32x4), "Fortran order");
-  check_refused("three_d.npy", npy_bytes(dict_for("<f4", "(1, 2, 2)"), f32x4), "3-D");
-  check_refused("scalar.npy", npy_bytes(dict_for("<f4", "()"), std::string(4, '\0')), "0-D");
+  check_refused("three_d.npy", npy_bytes(npy_dict("<f4", "(1, 2, 2)"), f32x4), "3-D");
+  check_refused("scalar.npy", npy_bytes(npy_dict("<f4", "()"), std::string(4, '\0')), "0-D");
   check_refused("no_shape.npy", npy_bytes("{'descr': '<f4', 'fortran_order': False}", f32x4), "no 'shape'");
   check_refused("garbage_header.npy", npy_bytes("{'descr': <f4>}", f32x4), "malformed .npy header");
   check_refused("extra_key.npy",
@@ -176,7 +137,7 @@ TEST_CASE("npy: malformed or unsupported files are refused with one line naming 
                 "malformed .npy header");
   check_refused("huge_header.npy", std::string("\x93NUMPY\x02\x00\xff\xff\xff\x7f", 12), "header claims");
 
-  const std::string missing = (scratch_dir() / "does_not_exist.npy").string();
+  const std::string missing = (process_scratch_dir() / "does_not_exist.npy").string();
   try {
     fp4::npy::read(missing);
     FAIL("a missing file was read");

@@ -2,15 +2,10 @@
 // the probe itself measures them, and `fp4lab quant probe` end to end through the built binary.
 #include <catch2/catch.hpp>
 
-#include <sys/wait.h>
-#include <unistd.h>
-
 #include <cmath>
 #include <cstdint>
-#include <cstdlib>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <stdexcept>
@@ -18,8 +13,10 @@
 #include <vector>
 
 #include "engine/quant_probe.h"
+#include "engine/recipe.h"
 #include "kernels/cpu/quant_metrics.h"
 #include "kernels/cpu/quantize.h"
+#include "tests/test_support.h"
 
 namespace {
 
@@ -29,22 +26,7 @@ using fp4::cpu::quant_metrics;
 using fp4::probe::Dist;
 using fp4::probe::ProbeConfig;
 using fp4::probe::ProbeResult;
-
-fs::path scratch_path() { return fs::temp_directory_path() / ("fp4lab_test_probe_" + std::to_string(::getpid())); }
-
-fs::path scratch_dir() {
-  const fs::path dir = scratch_path();
-  fs::create_directories(dir);
-  return dir;
-}
-
-// The files this test wrote go when the test binary exits.
-struct RemoveScratch {
-  ~RemoveScratch() {
-    std::error_code ignored;
-    fs::remove_all(scratch_path(), ignored);
-  }
-} remove_scratch_at_exit;
+using namespace fp4::test;
 
 // A code with the given signed magnitude index (−7..7).
 uint8_t code_of(int signed_index) {
@@ -303,7 +285,7 @@ TEST_CASE("probe: uniform-bins per-level error is -0.125 at 2 and -0.25 at 4 for
   // Measured: ~37k values per level; the mean's standard error is below 0.002 for the widest bin.
   const double tolerance = 0.01;
   for (const fp4::probe::LevelRow& l : r.levels) {
-    INFO(l.grid << " " << fp4::probe::scale_name(l.scale) << " level " << l.level << ": " << l.mean_error);
+    INFO(l.grid << " " << fp4::engine::scale_mode_name(l.scale) << " level " << l.level << ": " << l.mean_error);
     CHECK(l.count > 30000);
     CHECK(std::fabs(l.mean_error - l.expected) < tolerance);
     if (l.grid == "e2m1" && l.level == 2.0) CHECK(l.mean_error == Approx(-0.125).margin(tolerance));
@@ -377,20 +359,14 @@ TEST_CASE("probe: a .npy input is probed as one tensor and a bad shape names the
   const int rows = 16, cols = 256;
   const auto g = fp4::probe::sample_distribution(Dist::gaussian, {}, rows, cols, 5);
   auto write = [&](const std::string& name, int64_t r, int64_t k) {
-    std::string header = "{'descr': '<f4', 'fortran_order': False, 'shape': (" + std::to_string(r) + ", " +
-                         std::to_string(k) + "), }";
-    while ((10 + header.size() + 1) % 64) header += ' ';
-    header += '\n';
-    std::string bytes = std::string("\x93NUMPY\x01\x00", 8);
-    bytes += static_cast<char>(header.size() & 0xff);
-    bytes += static_cast<char>(header.size() >> 8);
-    bytes += header;
+    std::string data;
     for (int64_t i = 0; i < r * k; ++i) {
       const float f = fp4::bf16_to_float(g.values[i]);
-      bytes.append(reinterpret_cast<const char*>(&f), 4);  // the test machine is little-endian
+      data.append(reinterpret_cast<const char*>(&f), 4);  // the test machine is little-endian
     }
-    const fs::path p = scratch_dir() / name;
-    std::ofstream(p, std::ios::binary) << bytes;
+    const fs::path p = process_scratch_dir() / name;
+    const std::string shape = std::to_string(r) + ", " + std::to_string(k);
+    spit(p, npy_bytes(npy_dict("<f4", "(" + shape + ")"), data));
     return p.string();
   };
   ProbeConfig c;
@@ -420,30 +396,7 @@ TEST_CASE("probe: a .npy input is probed as one tensor and a bad shape names the
 
 namespace {
 
-struct Run {
-  int exit_code = -1;
-  std::string out, err;
-};
-
-std::string slurp(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-Run run_cli(const std::string& args) {
-  const fs::path dir = scratch_dir();
-  const fs::path out = dir / "stdout.txt", err = dir / "stderr.txt";
-  const std::string cmd = std::string("'") + FP4LAB_BINARY + "' " + args + " >'" + out.string() + "' 2>'" +
-                          err.string() + "' </dev/null";
-  const int status = std::system(cmd.c_str());
-  Run r;
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  r.out = slurp(out);
-  r.err = slurp(err);
-  return r;
-}
+CliRun run_cli(const std::string& args) { return run_fp4lab(args, process_scratch_dir()); }
 
 std::vector<std::string> lines_of(const std::string& text) {
   std::vector<std::string> lines;
@@ -457,7 +410,7 @@ size_t count_char(const std::string& s, char c) { return static_cast<size_t>(std
 }  // namespace
 
 TEST_CASE("cli: quant probe --format csv prints the sweep and the level table", "[cli][quant_probe]") {
-  const Run r = run_cli("quant probe --rows 16 --cols 256 --format csv");
+  const CliRun r = run_cli("quant probe --rows 16 --cols 256 --format csv");
   INFO(r.err);
   REQUIRE(r.exit_code == 0);
   const std::vector<std::string> lines = lines_of(r.out);
@@ -471,13 +424,13 @@ TEST_CASE("cli: quant probe --format csv prints the sweep and the level table", 
   CHECK(lines[68].rfind("e2m1,fp32,16,4,3.5,5,0,", 0) == 0);
   for (size_t i = 63; i < lines.size(); ++i) CHECK(count_char(lines[i], ',') == 9);
 
-  const Run sweep_only = run_cli("quant probe --rows 16 --cols 256 --format csv --table sweep --dist gaussian,laplace --scale fp32");
+  const CliRun sweep_only = run_cli("quant probe --rows 16 --cols 256 --format csv --table sweep --dist gaussian,laplace --scale fp32");
   REQUIRE(sweep_only.exit_code == 0);
   CHECK(lines_of(sweep_only.out).size() == 1 + 2 * 2 * 2);
 }
 
 TEST_CASE("cli: quant probe --format json is one object with the documented keys", "[cli][quant_probe]") {
-  const Run r = run_cli("quant probe --rows 16 --cols 256 --format json --dist student-t --dist uniform-bins --grid e2m1 --rht off");
+  const CliRun r = run_cli("quant probe --rows 16 --cols 256 --format json --dist student-t --dist uniform-bins --grid e2m1 --rht off");
   INFO(r.err);
   REQUIRE(r.exit_code == 0);
   const nlohmann::json doc = nlohmann::json::parse(r.out);
@@ -500,7 +453,7 @@ TEST_CASE("cli: quant probe --format json is one object with the documented keys
 }
 
 TEST_CASE("cli: quant probe table output starts with the header line", "[cli][quant_probe]") {
-  const Run r = run_cli("quant probe --rows 16 --cols 256 --dist gaussian --grid e1m2 --scale e4m3x2 --rht on --seed 9");
+  const CliRun r = run_cli("quant probe --rows 16 --cols 256 --dist gaussian --grid e1m2 --scale e4m3x2 --rht on --seed 9");
   REQUIRE(r.exit_code == 0);
   const std::vector<std::string> lines = lines_of(r.out);
   REQUIRE(lines.size() == 3);
@@ -515,13 +468,13 @@ TEST_CASE("cli: bad input exits 2 with one line", "[cli][quant_probe]") {
         std::string("quant probe --rows abc"), std::string("quant probe --bogus"),
         std::string("quant probe --format xml"), std::string("quant probe --input /nonexistent/x.npy"),
         std::string("quant probe --input x.npy --dist gaussian")}) {
-    const Run r = run_cli(args);
+    const CliRun r = run_cli(args);
     INFO(args << " -> " << r.err);
     CHECK(r.exit_code == 2);
     CHECK(r.out.empty());
     CHECK(count_char(r.err, '\n') == 1);
     CHECK_THAT(r.err, Catch::StartsWith("fp4lab: error: "));
   }
-  const Run r = run_cli("quant probe --input /nonexistent/x.npy");
+  const CliRun r = run_cli("quant probe --input /nonexistent/x.npy");
   CHECK_THAT(r.err, Catch::Contains("/nonexistent/x.npy: cannot open"));
 }

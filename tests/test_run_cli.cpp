@@ -18,11 +18,9 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/run/checkpoint.h"
-#include "tests/run_test_helpers.h"
+#include "tests/test_support.h"
 
-using fp4::test::ScratchDir;
-using fp4::test::slurp;
-using fp4::test::spit;
+using namespace fp4::test;
 using nlohmann::json;
 
 namespace {

@@ -97,13 +97,24 @@ TEST_CASE("gradient clipping by the global norm", "[run][optimizer]") {
   CHECK(global_grad_norm(many.data(), many.size()) == Approx(std::sqrt((1 << 20) * 1e-6)).epsilon(1e-6));
 }
 
-TEST_CASE("schedule: warmup then cosine to the floor", "[run][schedule]") {
+namespace {
+
+// The schedule tests' run: 100 steps, lr 1.0 with a floor of 0.1, 10 warmup steps. The expected
+// learning rates below are worked out from these numbers.
+TrainConfig schedule_config(Schedule schedule) {
   TrainConfig t;
   t.steps = 100;
   t.lr = 1.0;
   t.min_lr = 0.1;
   t.warmup_steps = 10;
-  t.schedule = Schedule::cosine;
+  t.schedule = schedule;
+  return t;
+}
+
+}  // namespace
+
+TEST_CASE("schedule: warmup then cosine to the floor", "[run][schedule]") {
+  TrainConfig t = schedule_config(Schedule::cosine);
   CHECK(learning_rate(t, 0) == Approx(0.1));   // (0 + 1) / 10
   CHECK(learning_rate(t, 4) == Approx(0.5));
   CHECK(learning_rate(t, 9) == Approx(1.0));
@@ -117,12 +128,7 @@ TEST_CASE("schedule: warmup then cosine to the floor", "[run][schedule]") {
 }
 
 TEST_CASE("schedule: warmup, stable, linear decay (wsd)", "[run][schedule]") {
-  TrainConfig t;
-  t.steps = 100;
-  t.lr = 1.0;
-  t.min_lr = 0.1;
-  t.warmup_steps = 10;
-  t.schedule = Schedule::wsd;
+  TrainConfig t = schedule_config(Schedule::wsd);
   t.decay_fraction = 0.2;
   CHECK(wsd_decay_steps(t) == 20);
   CHECK(learning_rate(t, 0) == Approx(0.1));

@@ -21,11 +21,10 @@
 #include "engine/run/config.h"
 #include "engine/run/trainer.h"
 #include "tests/run_test_helpers.h"
+#include "tests/test_support.h"
 
 using namespace fp4::run;
-using fp4::test::ScratchDir;
-using fp4::test::slurp;
-using fp4::test::spit;
+using namespace fp4::test;
 using nlohmann::json;
 
 namespace {

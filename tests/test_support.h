@@ -1,0 +1,107 @@
+// test_support.h — helpers the CPU tests share: scratch directories, file bytes, running the
+// fp4lab binary, and hand-built .npy files. Header-only, so each test file just includes it.
+#pragma once
+
+#include <stdlib.h>
+#include <sys/wait.h>
+
+#include <cstdint>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+
+namespace fp4::test {
+
+// A fresh directory under the system temp dir, removed (with everything in it) on destruction.
+// mkdtemp gives every test process its own directory, so ctest -j runs cannot collide.
+class ScratchDir {
+ public:
+  ScratchDir() {
+    std::string templ = (std::filesystem::temp_directory_path() / "fp4lab-test-XXXXXX").string();
+    if (mkdtemp(templ.data()) == nullptr) throw std::runtime_error("mkdtemp failed");
+    path_ = templ;
+  }
+  ~ScratchDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path_, ec);
+  }
+  ScratchDir(const ScratchDir&) = delete;
+  ScratchDir& operator=(const ScratchDir&) = delete;
+  const std::filesystem::path& path() const { return path_; }
+  std::filesystem::path operator/(const std::string& name) const { return path_ / name; }
+
+ private:
+  std::filesystem::path path_;
+};
+
+// One scratch directory for the whole test process, made on first use and removed when the test
+// binary exits: for helpers that write files without a ScratchDir of their own in scope.
+inline const std::filesystem::path& process_scratch_dir() {
+  static const ScratchDir dir;
+  return dir.path();
+}
+
+inline std::string slurp(const std::filesystem::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+inline void spit(const std::filesystem::path& p, const std::string& bytes) {
+  std::ofstream out(p, std::ios::binary | std::ios::trunc);
+  out << bytes;
+}
+
+struct CliRun {
+  int exit_code = -1;
+  std::string out, err;
+};
+
+// Runs `fp4lab ARGS` (ARGS already shell-quoted) with no standard input; its stdout and stderr go
+// through files in `dir`.
+inline CliRun run_fp4lab(const std::string& args, const std::filesystem::path& dir) {
+  const std::filesystem::path out = dir / "cli-stdout.txt", err = dir / "cli-stderr.txt";
+  const std::string cmd = std::string("'") + FP4LAB_BINARY + "' " + args + " >'" + out.string() + "' 2>'" +
+                          err.string() + "' </dev/null";
+  const int status = std::system(cmd.c_str());
+  CliRun r;
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  r.out = slurp(out);
+  r.err = slurp(err);
+  return r;
+}
+
+inline CliRun run_fp4lab(const std::string& args, const ScratchDir& scratch) {
+  return run_fp4lab(args, scratch.path());
+}
+
+// Appends the low `bytes` bytes of v, little-endian.
+inline void put_le(std::string& out, uint64_t v, int bytes) {
+  for (int k = 0; k < bytes; ++k) out.push_back(static_cast<char>((v >> (8 * k)) & 0xff));
+}
+
+// The header dict NumPy writes for a C-order array: npy_dict("<f4", "(3, 4)").
+inline std::string npy_dict(const std::string& descr, const std::string& shape) {
+  return "{'descr': '" + descr + "', 'fortran_order': False, 'shape': " + shape + ", }";
+}
+
+// A .npy file as NumPy writes it: magic, version, header length, the dict padded with spaces to a
+// 64-byte boundary and ended by a newline, then the data. Built byte by byte here (not with
+// engine/npy) so that the reader is tested against the format, not against itself.
+inline std::string npy_bytes(const std::string& dict, const std::string& data, int major = 1) {
+  const size_t prefix = major == 1 ? 10 : 12;
+  std::string header = dict;
+  while ((prefix + header.size() + 1) % 64 != 0) header.push_back(' ');
+  header.push_back('\n');
+  std::string out = "\x93NUMPY";
+  out.push_back(static_cast<char>(major));
+  out.push_back(0);
+  put_le(out, header.size(), major == 1 ? 2 : 4);
+  return out + header + data;
+}
+
+}  // namespace fp4::test
