@@ -81,7 +81,8 @@ fi
 # The kernels' resource use and machine code, for reading offline (where cuobjdump exists).
 if command -v cuobjdump >/dev/null 2>&1; then
   for f in quantize_b16 quantize_b32 quantize; do
-    obj=$(find "$build" -name "$f.cu.o" | head -n 1)
+    # With --prebuilt, objects carried in DIR (DIR/quantize_b16.cu.o, ...) are read instead.
+    obj=$(find "${prebuilt:-$build}" -name "$f.cu.o" 2>/dev/null | head -n 1)
     [ -n "$obj" ] || continue
     cuobjdump --dump-resource-usage "$obj" >>"$logdir/resources.txt" 2>&1
     [ "$f" = quantize_b16 ] && cuobjdump --dump-sass "$obj" 2>&1 | gzip >"$logdir/sass_$f.txt.gz"

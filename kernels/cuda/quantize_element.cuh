@@ -4,12 +4,19 @@
 // Why: compiled for the GPU, numerics.h's round_nearest_index (a chain of if/else on the value),
 // round_stochastic_index (an early return) and the IEEE division of quantize_element (a range check
 // with a slow-path call) become branches that diverge across a warp and fence every element off
-// from the next; the fused kernels ran at a quarter of copy bandwidth. The functions below compute
-// the same bits with compares and selects. Each replaced step is equal to the original for every
-// input, by the argument next to it, and tests/gpu/element_test.cpp checks them against numerics.h
-// exhaustively (every float for the rounding steps) and on billions of random operands (the
-// division). The block scale, the code's layout and the reference path for unusual blocks are
-// numerics.h's own code.
+// from the next. Here instead:
+//   * round to nearest is float arithmetic on the rounded magnitude itself (nearest_magnitude:
+//     rint on the binade's quantum, then min with G_max), with no index search or table lookup; the
+//     magnitude index is derived from it only when codes are asked for;
+//   * stochastic rounding keeps numerics.h's index steps, with the saturation test as a select;
+//   * t = v / s for fp32 scales is a reciprocal once per block and Markstein's correction, twice,
+//     per value (FastDivisor), exact for scales in [2^-60, 2^60]; e4m3x2 and e8m0 need one multiply;
+//   * the bf16 rounding of the dequantized value is the hardware conversion (two at a time).
+// Each replaced step is equal to the original for every input, by the argument next to it, and
+// tests/gpu/element_test.cu checks them against numerics.h exhaustively (every float for the
+// rounding steps and the bf16 conversions) and on billions of random operands (the division). The
+// block scale, the code's layout and the reference path for unusual blocks (fp32 scales outside the
+// fast division's range) are numerics.h's own code.
 #pragma once
 
 #include <cuda_bf16.h>

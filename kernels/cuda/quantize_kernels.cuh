@@ -17,8 +17,10 @@
 //
 // Per-value arithmetic is numerics.h (block scales, RHT, Philox) and quantize_element.cuh (the
 // element rounding, numerics.h's quantize_element without data-dependent branches), compiled for
-// the copy's grid, rounding and scale mode as compile-time constants: the kernel switches on them
-// once per block.
+// the copy's grid, rounding and scale mode as compile-time constants. The kernel is also a template
+// on what is fixed about each copy (DynCopy / NoCopy / FixedCopy, below): the host picks an instance
+// specialized for the copies' family (grid, scale mode), each copy's rounding and presence, without
+// codes, when one is instantiated; otherwise the generic instance switches on them once per block.
 #pragma once
 
 #include <cuda_pipeline.h>
@@ -484,21 +486,77 @@ __device__ void store_row_copy(const FusedArgs& a, const bf16_t* tile, const flo
   }
 }
 
+// What the kernel knows about one copy at compile time. DynCopy: nothing (the copy may be absent, and
+// its grid, rounding, scale mode and codes are switched on at run time, per block: the generic
+// instance, which covers every spec). NoCopy: the copy is absent. FixedCopy: present, with this grid,
+// rounding and scale mode and without codes (what training asks for), so its per-element code is
+// the only one compiled into the instance and gets the instance's whole register allocation.
+struct DynCopy {};
+struct NoCopy {};
+template <Grid G, Rounding R, ScaleMode M>
+struct FixedCopy {};
+
+template <class K>
+struct CopyKind {  // DynCopy
+  static constexpr bool kDynamic = true, kAbsent = false, kSr = false;
+};
+template <>
+struct CopyKind<NoCopy> {
+  static constexpr bool kDynamic = false, kAbsent = true, kSr = false;
+};
+template <Grid G, Rounding R, ScaleMode M>
+struct CopyKind<FixedCopy<G, R, M>> {
+  static constexpr bool kDynamic = false, kAbsent = false, kSr = R == Rounding::sr;
+};
+
+// Quantizes the tile's blocks of one copy (kRow: the row copy) as kind K says; returns whether a
+// block it stored was non-finite. The row copy writes into `tile` and leaves the scales in rscale.
+template <int B, bool kRow, Grid G, Rounding R, ScaleMode M, bool kCodes>
+__device__ __forceinline__ bool copy_blocks(const FusedArgs& a, bf16_t* tile, float* rscale, const uint32_t* words,
+                                            int r0, int c0) {
+  if constexpr (kRow) return row_blocks<B, G, R, M, kCodes>(a, tile, rscale, r0, c0);
+  else return col_blocks<B, G, R, M, kCodes>(a, tile, words, r0, c0);
+}
+
+template <int B, bool kRow, class K>
+__device__ __forceinline__ bool run_copy(const FusedArgs& a, bf16_t* tile, float* rscale, const uint32_t* words,
+                                         int r0, int c0) {
+  if constexpr (CopyKind<K>::kDynamic) {
+    const CopyArgs& c = kRow ? a.row : a.col;
+    bool nonfinite = false;
+    dispatch_kind(c.spec, c.codes != nullptr, [&](auto g, auto rd, auto m, auto cd) {
+      nonfinite = copy_blocks<B, kRow, decltype(g)::value, decltype(rd)::value, decltype(m)::value,
+                              decltype(cd)::value>(a, tile, rscale, words, r0, c0);
+    });
+    return nonfinite;
+  } else {
+    return [&]<Grid G, Rounding R, ScaleMode M>(FixedCopy<G, R, M>) {
+      return copy_blocks<B, kRow, G, R, M, false>(a, tile, rscale, words, r0, c0);
+    }(K{});
+  }
+}
+
 // CTAs per SM the register allocation must allow: without a bound the compiler spends registers on
 // scheduling freedom (114 for B = 16, 226 for B = 32) and one or two CTAs fit, too few to keep
-// enough loads in flight; these bounds cost a few bytes of spills.
+// enough loads in flight. The generic instance (every combination in one function) spills a little
+// under these bounds; the specialized instances fit without spills (ptxas -v).
 constexpr int min_ctas_per_sm(int b) { return b == 16 ? 3 : 2; }
 
 // The quantize pass for copies with block size B (tiles of B rows × 512 columns), either copy
 // optional. Persistent: CTA b takes tiles b, b + gridDim.x, ..., and loads each next tile into the
-// other buffer while it quantizes the current one.
-template <int B>
+// other buffer while it quantizes the current one. RowK, ColK: what is fixed at compile time about
+// each copy (DynCopy, NoCopy, FixedCopy).
+template <int B, class RowK, class ColK>
 __global__ void __launch_bounds__(kThreads, min_ctas_per_sm(B)) fused_quantize_kernel(const FusedArgs a, int tiles) {
+  using RowKind = CopyKind<RowK>;
+  using ColKind = CopyKind<ColK>;
   extern __shared__ __align__(16) unsigned char smem[];
   bf16_t* const buffers[2] = {reinterpret_cast<bf16_t*>(smem), reinterpret_cast<bf16_t*>(smem + tile_bytes(B))};
   float* rscale = reinterpret_cast<float*>(smem + 2 * tile_bytes(B));
   uint32_t* words = reinterpret_cast<uint32_t*>(smem + 2 * tile_bytes(B) + row_scale_bytes(B));
-  const bool col_sr = a.col.present && a.col.spec.rounding == Rounding::sr;
+  const bool row_present = RowKind::kDynamic ? a.row.present : !RowKind::kAbsent;
+  const bool col_present = ColKind::kDynamic ? a.col.present : !ColKind::kAbsent;
+  const bool col_sr = ColKind::kDynamic ? a.col.present && a.col.spec.rounding == Rounding::sr : ColKind::kSr;
   auto origin = [&](int t, int& r0, int& c0) {
     r0 = (t / a.src.col_tiles) * B;
     c0 = (t % a.src.col_tiles) * kTileCols;
@@ -526,39 +584,82 @@ __global__ void __launch_bounds__(kThreads, min_ctas_per_sm(B)) fused_quantize_k
     if (col_sr) fill_words<B>(a.src, a.col.spec, r0, c0, words);
     __syncthreads();  // everyone's copies have landed, and the words are written
 
-    if (a.col.present) {
-      dispatch_kind(a.col.spec, a.col.codes != nullptr, [&](auto g, auto rd, auto m, auto cd) {
-        nonfinite = col_blocks<B, decltype(g)::value, decltype(rd)::value, decltype(m)::value, decltype(cd)::value>(
-                        a, tile, words, r0, c0) ||
-                    nonfinite;
-      });
+    if constexpr (!ColKind::kAbsent) {
+      if (col_present) nonfinite = run_copy<B, false, ColK>(a, tile, rscale, words, r0, c0) || nonfinite;
     }
-    if (a.row.present) {
-      __syncthreads();  // the column phase has read the whole tile
-      dispatch_kind(a.row.spec, a.row.codes != nullptr, [&](auto g, auto rd, auto m, auto cd) {
-        nonfinite = row_blocks<B, decltype(g)::value, decltype(rd)::value, decltype(m)::value, decltype(cd)::value>(
-                        a, tile, rscale, r0, c0) ||
-                    nonfinite;
-      });
-      __syncthreads();
-      store_row_copy<B>(a, tile, rscale, r0, c0);
+    if constexpr (!RowKind::kAbsent) {
+      if (row_present) {
+        if (col_present) __syncthreads();  // the column phase has read the whole tile
+        nonfinite = run_copy<B, true, RowK>(a, tile, rscale, words, r0, c0) || nonfinite;
+        __syncthreads();
+        store_row_copy<B>(a, tile, rscale, r0, c0);
+      }
     }
     __syncthreads();  // this buffer, the staged scales and the words are free for the next tiles
   }
   if (nonfinite && a.nonfinite_flag != nullptr) atomicOr(a.nonfinite_flag, 1u);
 }
 
-template <int B>
-void launch_fused(const FusedArgs& a, int tiles, int smem, cudaStream_t stream) {
-  if (smem > 48 * 1024)
-    FP4_CUDA_CHECK(cudaFuncSetAttribute(fused_quantize_kernel<B>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+template <int B, class RowK, class ColK>
+void launch_instance(const FusedArgs& a, int tiles, int smem, cudaStream_t stream) {
+  auto* kernel = fused_quantize_kernel<B, RowK, ColK>;
+  if (smem > 48 * 1024) FP4_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
   int device = 0, sms = 0, per_sm = 0;
   FP4_CUDA_CHECK(cudaGetDevice(&device));
   FP4_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-  FP4_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, fused_quantize_kernel<B>, kThreads, smem));
+  FP4_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, smem));
   const int grid = std::max(1, std::min(tiles, sms * std::max(per_sm, 1)));
-  fused_quantize_kernel<B><<<grid, kThreads, smem, stream>>>(a, tiles);
+  kernel<<<grid, kThreads, smem, stream>>>(a, tiles);
   FP4_CUDA_CHECK(cudaGetLastError());
+}
+
+// The specialized instances for one (grid, scale mode) family: each present copy without codes,
+// RN or SR (both copies of one tensor share the grid and scale mode and differ in RHT and rounding).
+template <int B, Grid G, ScaleMode M>
+void launch_family(const FusedArgs& a, int tiles, int smem, cudaStream_t stream) {
+  using Rn = FixedCopy<G, Rounding::rn, M>;
+  using Sr = FixedCopy<G, Rounding::sr, M>;
+  const bool row_sr = a.row.present && a.row.spec.rounding == Rounding::sr;
+  const bool col_sr = a.col.present && a.col.spec.rounding == Rounding::sr;
+  if (!a.row.present) {
+    if (col_sr) launch_instance<B, NoCopy, Sr>(a, tiles, smem, stream);
+    else launch_instance<B, NoCopy, Rn>(a, tiles, smem, stream);
+  } else if (!a.col.present) {
+    if (row_sr) launch_instance<B, Sr, NoCopy>(a, tiles, smem, stream);
+    else launch_instance<B, Rn, NoCopy>(a, tiles, smem, stream);
+  } else if (row_sr) {
+    if (col_sr) launch_instance<B, Sr, Sr>(a, tiles, smem, stream);
+    else launch_instance<B, Sr, Rn>(a, tiles, smem, stream);
+  } else {
+    if (col_sr) launch_instance<B, Rn, Sr>(a, tiles, smem, stream);
+    else launch_instance<B, Rn, Rn>(a, tiles, smem, stream);
+  }
+}
+
+// Picks the instance: a specialized one when no code is asked for and the present copies share a
+// (grid, scale mode) family that this block size instantiates, else the generic one.
+template <int B>
+void launch_fused(const FusedArgs& a, int tiles, int smem, cudaStream_t stream) {
+  const bool no_codes = (!a.row.present || a.row.codes == nullptr) && (!a.col.present || a.col.codes == nullptr);
+  const QuantSpec& s = a.row.present ? a.row.spec : a.col.spec;
+  const bool one_family =
+      !a.row.present || !a.col.present || (a.row.spec.grid == a.col.spec.grid && a.row.spec.scale == a.col.spec.scale);
+  if (no_codes && one_family) {
+    if constexpr (B == 16) {
+      if (s.scale == ScaleMode::fp32) {
+        if (s.grid == Grid::e2m1) return launch_family<B, Grid::e2m1, ScaleMode::fp32>(a, tiles, smem, stream);
+        return launch_family<B, Grid::e1m2, ScaleMode::fp32>(a, tiles, smem, stream);
+      }
+      if (s.scale == ScaleMode::e4m3x2) {
+        if (s.grid == Grid::e2m1) return launch_family<B, Grid::e2m1, ScaleMode::e4m3x2>(a, tiles, smem, stream);
+        return launch_family<B, Grid::e1m2, ScaleMode::e4m3x2>(a, tiles, smem, stream);
+      }
+    } else {
+      if (s.scale == ScaleMode::e8m0 && s.grid == Grid::e2m1)
+        return launch_family<B, Grid::e2m1, ScaleMode::e8m0>(a, tiles, smem, stream);
+    }
+  }
+  launch_instance<B, DynCopy, DynCopy>(a, tiles, smem, stream);
 }
 
 #endif  // __CUDACC__

@@ -437,6 +437,24 @@ TEST_CASE("gpu quantizer: single copies and mixed slots match the CPU reference"
                 make_spec(p, BlockAlong::column, sr_rht), true, label);
         compare(x, sh.rows, sh.cols, make_spec(p, BlockAlong::row, sr_rht),
                 make_spec(p, BlockAlong::column, rn_plain), false, label);
+        // The same pairings and single copies without codes (as training asks): these take the
+        // kernel instances specialized per copy (RN / SR, one grid and scale family, no codes).
+        compare(x, sh.rows, sh.cols, make_spec(p, BlockAlong::row, rn_plain),
+                make_spec(p, BlockAlong::column, sr_rht), true, label, false);
+        compare(x, sh.rows, sh.cols, make_spec(p, BlockAlong::row, sr_rht),
+                make_spec(p, BlockAlong::column, rn_plain), false, label, false);
+        for (const Variant& v : {rn_plain, sr_rht})
+          for (BlockAlong along : {BlockAlong::row, BlockAlong::column}) {
+            const QuantSpec s = make_spec(p, along, v);
+            if (!cpu::shape_error(sh.rows, sh.cols, s).empty()) continue;
+            INFO(describe(s) << ", no codes");
+            const bool is_row = along == BlockAlong::row;
+            const GpuResult got =
+                run_gpu(x, sh.rows, sh.cols, is_row ? &s : nullptr, is_row ? nullptr : &s, false, false);
+            const cpu::QuantizedTensor ref = cpu::quantize(x.data(), sh.rows, sh.cols, s);
+            check_copy(ref, is_row ? *got.row : *got.col, false);
+            CHECK(got.nonfinite == ref.nonfinite);
+          }
       }
       // Different block sizes in the two copies (two launches) and different presets.
       compare(x, sh.rows, sh.cols, make_spec(kPresets[2], BlockAlong::row, sr_rht),
