@@ -432,3 +432,18 @@ TEST_CASE("train: a tiny model learns the synthetic source down to, not below, i
   // spread is about 1 nat: standard error ≈ 0.016; allow 0.08).
   CHECK(final_loss > floor - 0.08);
 }
+
+TEST_CASE("train: a synthetic source with 256 symbols reports no bits per byte (it has no bytes)", "[run][trainer]") {
+  ScratchDir tmp;
+  json j = tiny_config("bf16", 10);
+  j["data"] = "synthetic:markov?order=1&vocab=256&branch=4&seed=1";
+  const auto dir = tmp / "run";
+  REQUIRE(run_train(write_config(tmp, j), dir).outcome == Outcome::succeeded);
+  int evals = 0;
+  for (const json& row : read_rows(dir))
+    if (row["kind"] == "eval") {
+      ++evals;
+      CHECK_FALSE(row.contains("bpb"));
+    }
+  CHECK(evals >= 1);
+}

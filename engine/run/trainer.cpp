@@ -130,12 +130,10 @@ EvalSet make_eval_set(const data::DataSource& data, const RunConfig& c) {
   for (size_t r = 0; r < static_cast<size_t>(sequences); ++r)
     for (size_t j = 0; j <= static_cast<size_t>(t); ++j) runs[r * (t + 1) + j] = v.tokens[r * t + j];
   split_sequences(runs.data(), sequences, t, e.tokens);
-  // Bits per byte needs bytes: the byte tokenizer's document bytes when the data counts them
-  // (separators are not text), else one byte per token.
-  if (data.vocab_size() == 256)
-    e.bytes_per_token = v.document_bytes > 0
-                            ? static_cast<double>(v.document_bytes) / static_cast<double>(v.tokens.size())
-                            : 1.0;
+  // Bits per byte needs bytes: only byte-tokenized shards count their document bytes (separators
+  // are not text). A synthetic source has no bytes, whatever its vocabulary: no bpb for it.
+  if (v.document_bytes > 0)
+    e.bytes_per_token = static_cast<double>(v.document_bytes) / static_cast<double>(v.tokens.size());
   return e;
 }
 
