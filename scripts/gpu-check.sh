@@ -80,7 +80,7 @@ fi
 
 # The kernels' resource use and machine code, for reading offline (where cuobjdump exists).
 if command -v cuobjdump >/dev/null 2>&1; then
-  for f in quantize_b16 quantize_b32 quantize; do
+  for f in quantize_b16 quantize_b32 quantize_rows quantize; do
     # With --prebuilt, objects carried in DIR (DIR/quantize_b16.cu.o, ...) are read instead.
     obj=$(find "${prebuilt:-$build}" -name "$f.cu.o" 2>/dev/null | head -n 1)
     [ -n "$obj" ] || continue

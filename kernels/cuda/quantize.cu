@@ -117,6 +117,59 @@ __global__ void __launch_bounds__(kThreads) amax_kernel(const AmaxArgs a, float*
   }
 }
 
+// The same maxima when no column copy needs its RHT amax and cols % 16 == 0, without shared memory:
+// the tensor's 16-element vectors (row-major) are then exactly the row vectors the row RHT takes,
+// and each thread reads whole vectors (two 16-byte loads each, kAmaxVecs vectors issued at once).
+// partials[blockIdx.x][2] (the column maximum) is 0, as the tile kernel leaves it without col_rht.
+constexpr int kAmaxVecs = 4;
+__global__ void __launch_bounds__(kThreads) amax_rows_kernel(const bf16_t* x, int64_t nvec, bool row_rht,
+                                                             uint16_t row_signs, float* partials) {
+  __shared__ float warp_max[2][kWarps];
+  float m_plain = 0.0f, m_row = 0.0f;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * kThreads * kAmaxVecs;
+  for (int64_t base = static_cast<int64_t>(blockIdx.x) * kThreads * kAmaxVecs + threadIdx.x; base < nvec;
+       base += stride) {
+    uint4 raw[kAmaxVecs][2];
+#pragma unroll
+    for (int u = 0; u < kAmaxVecs; ++u) {
+      const int64_t i = base + static_cast<int64_t>(u) * kThreads;
+      raw[u][0] = raw[u][1] = make_uint4(0u, 0u, 0u, 0u);  // zeros add nothing to a maximum
+      if (i < nvec) {
+        raw[u][0] = __ldg(reinterpret_cast<const uint4*>(x + i * 16));
+        raw[u][1] = __ldg(reinterpret_cast<const uint4*>(x + i * 16) + 1);
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < kAmaxVecs; ++u) {
+      float v[16];
+      unpack8(raw[u][0], v);
+      unpack8(raw[u][1], v + 8);
+#pragma unroll
+      for (int j = 0; j < 16; ++j) m_plain = max_abs_finite(m_plain, v[j]);
+      if (row_rht) {
+        rht16(v, row_signs);
+#pragma unroll
+        for (int j = 0; j < 16; ++j) m_row = max_abs_finite(m_row, v[j]);
+      }
+    }
+  }
+  float m[2] = {m_plain, m_row};
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) m[i] = fmaxf(m[i], __shfl_xor_sync(0xffffffffu, m[i], off));
+    if (lane == 0) warp_max[i][warp] = m[i];
+  }
+  __syncthreads();
+  if (threadIdx.x < 3) {
+    float r = 0.0f;
+    if (threadIdx.x < 2)
+      for (int w = 0; w < kWarps; ++w) r = fmaxf(r, warp_max[threadIdx.x][w]);
+    partials[blockIdx.x * 3 + threadIdx.x] = r;
+  }
+}
+
 struct FinalizeCopy {
   bool present, rht, two_level;
   float gmax;
@@ -206,8 +259,15 @@ void launch_amax(const bf16_t* x, int rows, int cols, const CopyOut* row_copy, c
   aa.col_rht = col_copy != nullptr && col_copy->spec.rht;
   aa.row_signs = row_copy != nullptr ? row_copy->spec.rht_signs : 0;
   aa.col_signs = col_copy != nullptr ? col_copy->spec.rht_signs : 0;
-  const int blocks = std::min(aa.tiles, kMaxAmaxBlocks);
-  amax_kernel<<<blocks, kThreads, 0, stream>>>(aa, partials);
+  int blocks = std::min(aa.tiles, kMaxAmaxBlocks);
+  if (!aa.col_rht && cols % 16 == 0) {
+    const int64_t nvec = static_cast<int64_t>(rows) * cols / 16;
+    blocks = static_cast<int>(std::min<int64_t>((nvec + kThreads * kAmaxVecs - 1) / (kThreads * kAmaxVecs), kMaxAmaxBlocks));
+    blocks = std::max(blocks, 1);
+    amax_rows_kernel<<<blocks, kThreads, 0, stream>>>(x, nvec, aa.row_rht, aa.row_signs, partials);
+  } else {
+    amax_kernel<<<blocks, kThreads, 0, stream>>>(aa, partials);
+  }
   FP4_CUDA_CHECK(cudaGetLastError());
   auto fin = [](const CopyOut* c) {
     FinalizeCopy f{};
@@ -237,6 +297,7 @@ void launch_quantize(const bf16_t* x, int rows, int cols, const CopyOut* row_cop
   a.unit_tensor_scale[0] = row_copy != nullptr && !two_level(row_copy) ? row_copy->tensor_scale : nullptr;
   a.unit_tensor_scale[1] = col_copy != nullptr && !two_level(col_copy) ? col_copy->tensor_scale : nullptr;
 
+  if (launch_row_rn(a, b, stream)) return;  // the row copy alone, RN, no codes: no tiles needed
   const int64_t tiles = (rows + b - 1) / b * static_cast<int64_t>(a.src.col_tiles);
   if (tiles > 0x7fffffff) throw std::invalid_argument("quantize_fused: tensor too large for one launch");
   const bool col_sr = col_copy != nullptr && col_copy->spec.rounding == Rounding::sr;

@@ -4,16 +4,19 @@
 //
 // How the work is laid out. The source is cut into tiles of B rows × 512 columns. A persistent CTA of
 // 256 threads takes every gridDim.x-th tile; it loads each into shared memory once, with 16-byte
-// asynchronous copies issued while it still works on the previous tile (two buffers), then:
+// asynchronous copies issued two tiles ahead (three buffers; two when the column copy's SR words
+// need the space), then:
 //   * column copy: each thread takes a pair of adjacent columns (B rows: one block each), runs the
 //     RHT down the columns, takes the block amax, quantizes and stores straight to global memory:
 //     the 32 lanes of a warp write 128 contiguous bytes of one row, a whole cache line;
-//   * row copy: each thread takes one B-element block of one row, quantizes it and writes the
-//     dequantized values back into the tile in place (it is the only reader of those bytes), then
-//     the CTA stores the tile with 16-byte coalesced stores.
-// In the row phase consecutive lanes take consecutive rows, so the B rows of a 2D tile sit in B
-// consecutive lanes and the tile amax is a shuffle reduction; the shared rows are padded by 16 bytes
-// so that those lanes' 16-byte accesses fall in different banks.
+//   * row copy, 1D blocks: each thread takes one B-element block of one row (consecutive lanes,
+//     consecutive blocks), reads it from the tile (which is only read, so no barrier separates the
+//     two copies), quantizes it and stores it and its scale straight to global memory;
+//   * row copy, 2D tiles: consecutive lanes take consecutive rows, so the B rows of a tile sit in B
+//     consecutive lanes and the tile amax is a shuffle reduction; the dequantized values go back
+//     into the tile in place and the CTA stores it with 16-byte coalesced stores. The shared rows
+//     are padded by 16 bytes so that those lanes' 16-byte accesses fall in different banks.
+// The row copy alone (RN, no codes, 1D blocks) does not come here: quantize_rows.cu.
 //
 // Per-value arithmetic is numerics.h (block scales, RHT, Philox) and quantize_element.cuh (the
 // element rounding, numerics.h's quantize_element without data-dependent branches), compiled for
@@ -50,8 +53,11 @@ constexpr uint32_t kF32QuietNaN = 0x7fc00000u;
 __host__ __device__ constexpr int tile_bytes(int b) { return b * kPitch * 2; }
 __host__ __device__ constexpr int row_scale_bytes(int b) { return (b * (kTileCols / b + 1) * 4 + 15) / 16 * 16; }
 __host__ __device__ constexpr int word_bytes(int b) { return b * kTileCols * 4; }
+// Tiles in shared memory at once: the one being quantized and two loading ahead (two tiles of loads
+// in flight per CTA), or one ahead when the column copy's SR words also need the space.
+__host__ __device__ constexpr int fused_stages(bool col_sr) { return col_sr ? 2 : 3; }
 __host__ __device__ constexpr int fused_smem_bytes(int b, bool col_sr) {
-  return 2 * tile_bytes(b) + row_scale_bytes(b) + (col_sr ? word_bytes(b) : 0);
+  return fused_stages(col_sr) * tile_bytes(b) + row_scale_bytes(b) + (col_sr ? word_bytes(b) : 0);
 }
 
 // One copy as the kernels see it.
@@ -84,6 +90,9 @@ struct FusedArgs {
 // tiles: B-row × 512-column tiles of the source; smem: fused_smem_bytes.
 void launch_fused_b16(const FusedArgs& a, int tiles, int smem, cudaStream_t stream);
 void launch_fused_b32(const FusedArgs& a, int tiles, int smem, cudaStream_t stream);
+// The row copy alone, RN, no codes, 1D blocks, in the families the fused kernel specializes: a
+// kernel without shared memory (quantize_rows.cu). Returns false, launching nothing, otherwise.
+bool launch_row_rn(const FusedArgs& a, int b, cudaStream_t stream);
 
 #if defined(__CUDACC__)
 
@@ -382,7 +391,6 @@ template <int B, Grid G, Rounding R, ScaleMode M, bool kCodes>
 __device__ bool row_blocks(const FusedArgs& a, bf16_t* tile, float* rscale, int r0, int c0) {
   constexpr int kBlocksPerRow = kTileCols / B;
   constexpr int kItems = B * kBlocksPerRow / kThreads;
-  constexpr int kScalePitch = kBlocksPerRow + 1;
   const CopyArgs& c = a.row;
   const QuantSpec& s = c.spec;
   const int rows = a.src.rows, cols = a.src.cols;
@@ -391,14 +399,34 @@ __device__ bool row_blocks(const FusedArgs& a, bf16_t* tile, float* rscale, int 
 #pragma unroll 1
   for (int it = 0; it < kItems; ++it) {
     const int k = it * kThreads + threadIdx.x;
-    const int r = k % B, bc = k / B;
+    // 2D tiles: consecutive lanes take consecutive rows (the tile amax is a shuffle reduction).
+    // 1D blocks: consecutive lanes take consecutive blocks of one row, so that they store straight
+    // to global memory, coalesced, and the tile is only read.
+    const int r = s.tile_2d ? k % B : k / kBlocksPerRow, bc = s.tile_2d ? k / B : k % kBlocksPerRow;
     const int gr = r0 + r, gc = c0 + bc * B;
     const bool valid = gr < rows && gc < cols;  // cols % B == 0: a block is wholly in or out
     bf16_t* p = tile + r * kPitch + bc * B;
 
     float v[B];
+    {
+      // The 1D mapping's lanes are B * 2 bytes apart: each reads its chunks rotated by its block
+      // column (a quarter-warp's 16-byte reads then fall in different banks), then puts them back
+      // in order with selects. The 2D mapping's rows are already on different banks (kPitch).
+      constexpr int kChunks = B / 8;
+      const int rot = s.tile_2d ? 0 : (bc >> (B == 16 ? 2 : 1)) & (kChunks - 1);
+      uint4 q[kChunks], ordered[kChunks];
 #pragma unroll
-    for (int j = 0; j < B; j += 8) unpack8(*reinterpret_cast<const uint4*>(p + j), v + j);
+      for (int j = 0; j < kChunks; ++j) q[j] = *reinterpret_cast<const uint4*>(p + 8 * ((j + rot) & (kChunks - 1)));
+#pragma unroll
+      for (int j = 0; j < kChunks; ++j) {
+        ordered[j] = q[0];
+#pragma unroll
+        for (int i = 1; i < kChunks; ++i)
+          if (((i + rot) & (kChunks - 1)) == j) ordered[j] = q[i];
+      }
+#pragma unroll
+      for (int j = 0; j < kChunks; ++j) unpack8(ordered[j], v + 8 * j);
+    }
     if (s.rht) {
 #pragma unroll
       for (int j = 0; j < B; j += kRhtSize) rht16(v + j, s.rht_signs);
@@ -430,9 +458,15 @@ __device__ bool row_blocks(const FusedArgs& a, bf16_t* tile, float* rscale, int 
     uint32_t out[B / 2];  // bf16 pairs
 #pragma unroll
     for (int j = 0; j < B / 2; ++j) out[j] = finite ? hw_pack_bf16x2(v[2 * j], v[2 * j + 1]) : kNaNPair;
+    if (s.tile_2d) {
 #pragma unroll
-    for (int j = 0; j < B / 8; ++j)
-      *reinterpret_cast<uint4*>(p + 8 * j) = make_uint4(out[4 * j], out[4 * j + 1], out[4 * j + 2], out[4 * j + 3]);
+      for (int j = 0; j < B / 8; ++j)
+        *reinterpret_cast<uint4*>(p + 8 * j) = make_uint4(out[4 * j], out[4 * j + 1], out[4 * j + 2], out[4 * j + 3]);
+    } else if (valid && c.dequant != nullptr) {
+      uint4* dst = reinterpret_cast<uint4*>(c.dequant + static_cast<int64_t>(gr) * cols + gc);
+#pragma unroll
+      for (int j = 0; j < B / 8; ++j) dst[j] = make_uint4(out[4 * j], out[4 * j + 1], out[4 * j + 2], out[4 * j + 3]);
+    }
     if constexpr (kCodes) {
       if (valid) {
         uint32_t quad[B / 4];  // code quadruples, element j in byte j % 4
@@ -448,7 +482,7 @@ __device__ bool row_blocks(const FusedArgs& a, bf16_t* tile, float* rscale, int 
     }
     const float stored = finite ? bs.stored : bits_float(kF32QuietNaN);
     if (!s.tile_2d) {
-      rscale[r * kScalePitch + bc] = stored;
+      if (valid && c.scales != nullptr) c.scales[static_cast<int64_t>(gr) * (cols / B) + gc / B] = stored;
     } else if (valid && c.scales != nullptr && r % B == 0) {
       c.scales[static_cast<int64_t>(gr / B) * (cols / B) + gc / B] = stored;
     }
@@ -551,12 +585,13 @@ __global__ void __launch_bounds__(kThreads, min_ctas_per_sm(B)) fused_quantize_k
   using RowKind = CopyKind<RowK>;
   using ColKind = CopyKind<ColK>;
   extern __shared__ __align__(16) unsigned char smem[];
-  bf16_t* const buffers[2] = {reinterpret_cast<bf16_t*>(smem), reinterpret_cast<bf16_t*>(smem + tile_bytes(B))};
-  float* rscale = reinterpret_cast<float*>(smem + 2 * tile_bytes(B));
-  uint32_t* words = reinterpret_cast<uint32_t*>(smem + 2 * tile_bytes(B) + row_scale_bytes(B));
   const bool row_present = RowKind::kDynamic ? a.row.present : !RowKind::kAbsent;
   const bool col_present = ColKind::kDynamic ? a.col.present : !ColKind::kAbsent;
   const bool col_sr = ColKind::kDynamic ? a.col.present && a.col.spec.rounding == Rounding::sr : ColKind::kSr;
+  const int stages = fused_stages(col_sr);  // as the host sized the shared memory
+  auto buffer = [&](int i) { return reinterpret_cast<bf16_t*>(smem + i * tile_bytes(B)); };
+  float* rscale = reinterpret_cast<float*>(smem + stages * tile_bytes(B));
+  uint32_t* words = reinterpret_cast<uint32_t*>(smem + stages * tile_bytes(B) + row_scale_bytes(B));
   auto origin = [&](int t, int& r0, int& c0) {
     r0 = (t / a.src.col_tiles) * B;
     c0 = (t % a.src.col_tiles) * kTileCols;
@@ -566,20 +601,30 @@ __global__ void __launch_bounds__(kThreads, min_ctas_per_sm(B)) fused_quantize_k
     *a.unit_tensor_scale[threadIdx.x] = 1.0f;
 
   int r0, c0;
-  origin(blockIdx.x, r0, c0);
-  issue_tile_load<B>(a.src, r0, c0, buffers[0]);
-  __pipeline_commit();
+  // Prologue: the first stages - 1 tiles (one commit group each, empty past the end).
+  for (int i = 0; i < stages - 1; ++i) {
+    const int64_t t = blockIdx.x + static_cast<int64_t>(i) * gridDim.x;
+    if (t < tiles) {
+      origin(static_cast<int>(t), r0, c0);
+      issue_tile_load<B>(a.src, r0, c0, buffer(i));
+    }
+    __pipeline_commit();
+  }
   bool nonfinite = false;
   int k = 0;
   for (int t = blockIdx.x; t < tiles; t += gridDim.x, ++k) {
-    bf16_t* tile = buffers[k & 1];
-    if (t + static_cast<int>(gridDim.x) < tiles) {
+    bf16_t* tile = buffer(k % stages);
+    // The tile stages - 1 ahead goes into the buffer the previous iteration freed (its last barrier).
+    const int64_t ahead = t + static_cast<int64_t>(stages - 1) * gridDim.x;
+    if (ahead < tiles) {
       int nr0, nc0;
-      origin(t + gridDim.x, nr0, nc0);
-      issue_tile_load<B>(a.src, nr0, nc0, buffers[(k + 1) & 1]);
+      origin(static_cast<int>(ahead), nr0, nc0);
+      issue_tile_load<B>(a.src, nr0, nc0, buffer((k + stages - 1) % stages));
     }
     __pipeline_commit();
-    __pipeline_wait_prior(1);  // this thread's copies of the current tile have landed
+    // This thread's copies of the current tile have landed (the newer groups may still be loading).
+    if (stages == 3) __pipeline_wait_prior(2);
+    else __pipeline_wait_prior(1);
     origin(t, r0, c0);
     if (col_sr) fill_words<B>(a.src, a.col.spec, r0, c0, words);
     __syncthreads();  // everyone's copies have landed, and the words are written
@@ -589,10 +634,15 @@ __global__ void __launch_bounds__(kThreads, min_ctas_per_sm(B)) fused_quantize_k
     }
     if constexpr (!RowKind::kAbsent) {
       if (row_present) {
-        if (col_present) __syncthreads();  // the column phase has read the whole tile
+        // 1D row blocks only read the tile and store straight to global memory; 2D tiles write
+        // their dequantized values into the tile, stored by the CTA afterwards.
+        const bool row_2d = a.row.spec.tile_2d;
+        if (col_present && row_2d) __syncthreads();  // the column phase has read the whole tile
         nonfinite = run_copy<B, true, RowK>(a, tile, rscale, words, r0, c0) || nonfinite;
-        __syncthreads();
-        store_row_copy<B>(a, tile, rscale, r0, c0);
+        if (row_2d) {
+          __syncthreads();
+          store_row_copy<B>(a, tile, rscale, r0, c0);
+        }
       }
     }
     __syncthreads();  // this buffer, the staged scales and the words are free for the next tiles

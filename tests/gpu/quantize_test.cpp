@@ -410,9 +410,10 @@ TEST_CASE("gpu quantizer: 4096x4096 matches the CPU reference", "[gpu]") {
 }
 
 TEST_CASE("gpu quantizer: single copies and mixed slots match the CPU reference", "[gpu]") {
-  const Variant rn_plain{false, Rounding::rn, false}, sr_rht{true, Rounding::sr, false};
+  const Variant rn_plain{false, Rounding::rn, false}, sr_rht{true, Rounding::sr, false},
+      rn_rht{true, Rounding::rn, false};
   uint64_t seed = 100;
-  for (Shape sh : {Shape{64, 1024}, Shape{96, 96}, Shape{32, 4112}})
+  for (Shape sh : {Shape{64, 1024}, Shape{96, 96}, Shape{32, 4112}, Shape{7, 48}, Shape{33, 1056}})
     for (Dist d : {Dist::gaussian, Dist::nonfinite}) {
       const std::vector<bf16_t> x = make_input(sh.rows, sh.cols, d, seed++);
       for (const Preset& p : kPresets) {
@@ -443,7 +444,9 @@ TEST_CASE("gpu quantizer: single copies and mixed slots match the CPU reference"
                 make_spec(p, BlockAlong::column, sr_rht), true, label, false);
         compare(x, sh.rows, sh.cols, make_spec(p, BlockAlong::row, sr_rht),
                 make_spec(p, BlockAlong::column, rn_plain), false, label, false);
-        for (const Variant& v : {rn_plain, sr_rht})
+        // rn_rht too: the row copy alone, RN, no codes takes the row kernel without shared memory
+        // (quantize_rows.cu), with and without the RHT.
+        for (const Variant& v : {rn_plain, rn_rht, sr_rht})
           for (BlockAlong along : {BlockAlong::row, BlockAlong::column}) {
             const QuantSpec s = make_spec(p, along, v);
             if (!cpu::shape_error(sh.rows, sh.cols, s).empty()) continue;
@@ -529,6 +532,14 @@ TEST_CASE("gpu quantizer: blocks whose RHT overflows fp32 are non-finite, as in 
         }
         for (bool codes : {true, false})
           compare(x, sh.rows, sh.cols, rs, cs, true, label_of(sh.rows, sh.cols, Dist::rht_overflow, p), codes);
+        // The row copy alone without codes (RN: the row kernel without shared memory).
+        if (cpu::shape_error(sh.rows, sh.cols, rs).empty()) {
+          INFO(describe(rs) << ", row copy alone, no codes");
+          const GpuResult got = run_gpu(x, sh.rows, sh.cols, &rs, nullptr, false, false);
+          const cpu::QuantizedTensor ref = cpu::quantize(x.data(), sh.rows, sh.cols, rs);
+          check_copy(ref, *got.row, false);
+          CHECK(got.nonfinite == ref.nonfinite);
+        }
       }
   }
 }
