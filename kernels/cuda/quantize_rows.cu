@@ -11,6 +11,9 @@
 // values with 16-byte stores. Thread `lane` of a warp takes blocks base + u*32 + lane, u < kUnroll,
 // so each u's 32 scales are 128 contiguous bytes, one coalesced store.
 // 2D tiles (whose amax spans B rows) and everything else keep the fused kernel.
+//
+// It also holds fused_strip_kernel (launch_fused_rn): both copies, RN, no codes, 1D blocks of 16,
+// without tiles or CTA barriers (see there).
 #include <stdexcept>
 
 #include "kernels/cuda/quantize_kernels.cuh"
@@ -91,6 +94,161 @@ void launch_rows(const FusedArgs& a, cudaStream_t stream) {
   FP4_CUDA_CHECK(cudaGetLastError());
 }
 
+// Both copies, RN, no codes, 1D blocks of 16, one family (fused_strip_kernel): no CTA barrier.
+// A warp takes strips of 16 rows x 64 columns (persistent, grid-stride), each staged in the warp's
+// own shared buffer by 16-byte cp.async copies issued one strip ahead (__syncwarp only).
+// Column copy: lane l takes columns 2l, 2l + 1 (one 4-byte word per row, whole 16-row blocks):
+// RHT down the column, amax, scale, rounding exactly as col_blocks; each row's stores are 128
+// contiguous bytes across the warp. Row copy: lane l takes whole 16-element row blocks, (row
+// 2 * (l / 4) + u, block l % 4), u < 2, read back from the buffer as 16-byte chunks (the transpose),
+// and quantizes them as row_rn_kernel does (the same per-block code: bit-identical).
+constexpr int kStripCols = 64;
+
+template <Grid G, ScaleMode M>
+__global__ void __launch_bounds__(kThreads, 3) fused_strip_kernel(const FusedArgs a, int col_strips, int nstrips) {
+  constexpr int B = 16;
+  const CopyArgs& rc = a.row;
+  const CopyArgs& cc = a.col;
+  if (blockIdx.x == 0 && threadIdx.x < 2 && a.unit_tensor_scale[threadIdx.x] != nullptr)
+    *a.unit_tensor_scale[threadIdx.x] = 1.0f;
+  // Two strip buffers per warp: the next strip's 16-byte cp.async copies land in one while the warp
+  // quantizes the other (no CTA barrier: each warp only touches its own buffers, __syncwarp).
+  // Row r's 16-byte chunk c lies at chunk c ^ f(r), f(r) = (r / 2) % 2: the column phase's 4-byte
+  // reads of one row stay conflict-free, and the row phase's 16-byte reads (lanes 4k..4k+3: row
+  // 2k + u, blocks 0..3 of the strip) fall in distinct banks.
+  __shared__ __align__(16) uint32_t strip_buf[kWarps][2][16 * 32];
+  const int lane = threadIdx.x % 32;
+  const int cols = a.src.cols;
+  const int stride = static_cast<int>(gridDim.x) * kWarps;
+  auto issue = [&](int t, uint32_t* dst) {
+    const int64_t tr0 = (t / col_strips) * B;
+    const int tc0 = static_cast<int>(t % col_strips) * kStripCols;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int k = i * 32 + lane, r = k / 8, c = k % 8;
+      if (tc0 + 8 * c < cols)  // cols % 16 == 0: a chunk is wholly in or out
+        __pipeline_memcpy_async(dst + r * 32 + 4 * (c ^ ((r >> 1) & 1)),
+                                a.src.x + (tr0 + r) * cols + tc0 + 8 * c, 16);
+    }
+  };
+  int strip = static_cast<int>((blockIdx.x * kThreads + threadIdx.x) / 32);
+  if (strip < nstrips) issue(strip, strip_buf[threadIdx.x / 32][0]);
+  __pipeline_commit();
+  bool nonfinite = false;
+  for (int k = 0; strip < nstrips; strip += stride, ++k) {
+  uint32_t* buf = strip_buf[threadIdx.x / 32][k & 1];
+  if (strip < nstrips - stride) issue(strip + stride, strip_buf[threadIdx.x / 32][(k + 1) & 1]);
+  __pipeline_commit();
+  __pipeline_wait_prior(1);
+  __syncwarp();
+  const int64_t r0 = (strip / col_strips) * B;
+  const int gc = static_cast<int>(strip % col_strips) * kStripCols + 2 * lane;
+  const bool valid = gc < cols;  // cols % 16 == 0: whole groups of 8 lanes are in or out
+  const int64_t base = r0 * cols + gc;
+  uint32_t raw[B];
+#pragma unroll
+  for (int r = 0; r < B; ++r) raw[r] = buf[r * 32 + (lane ^ (((r >> 1) & 1) << 2))];
+
+  // Column copy (as col_blocks, 1D, RN, no codes).
+  {
+    const QuantSpec& s = cc.spec;
+    float v0[B], v1[B];
+#pragma unroll
+    for (int r = 0; r < B; ++r) {
+      v0[r] = bits_float(raw[r] << 16);
+      v1[r] = bits_float(raw[r] & 0xffff0000u);
+    }
+    if (s.rht) {
+      rht16(v0, s.rht_signs);
+      rht16(v1, s.rht_signs);
+    }
+    const uint32_t m0 = absmax_bits<B>(v0), m1 = absmax_bits<B>(v1);
+    const bool f0 = m0 < kF32InfBits, f1 = m1 < kF32InfBits;
+    const TensorScale ts = load_tensor_scale(cc);
+    const BlockScale bs0 = make_block_scale(s.scale, f0 ? bits_float(m0) : 0.0f, s.gmax, ts);
+    const BlockScale bs1 = make_block_scale(s.scale, f1 ? bits_float(m1) : 0.0f, s.gmax, ts);
+    uint32_t code[B];
+    quantize_values<B, G, Rounding::rn, M, false>(v0, code, bs0, f0, cc.max_index, [](int) { return 0.0f; });
+    quantize_values<B, G, Rounding::rn, M, false>(v1, code, bs1, f1, cc.max_index, [](int) { return 0.0f; });
+    const uint32_t nan_mask = (f0 ? 0u : 0x0000ffffu) | (f1 ? 0u : 0xffff0000u);
+    if (valid) {
+      if (cc.dequant != nullptr) {
+#pragma unroll
+        for (int r = 0; r < B; ++r)
+          *reinterpret_cast<uint32_t*>(cc.dequant + base + static_cast<int64_t>(r) * cols) =
+              (hw_pack_bf16x2(v0[r], v1[r]) & ~nan_mask) | (kNaNPair & nan_mask);
+      }
+      if (cc.scales != nullptr) {
+        const float nan = bits_float(kF32QuietNaN);
+        *reinterpret_cast<float2*>(cc.scales + (r0 / B) * cols + gc) = make_float2(f0 ? bs0.stored : nan, f1 ? bs1.stored : nan);
+      }
+      nonfinite = nonfinite || !f0 || !f1;
+    }
+  }
+
+  // Row copy: lane l takes blocks (row 2 * (l / 4) + u, block column l % 4 of the strip), u < 2,
+  // whole 16-element blocks as row_rn_kernel: RHT, amax, scale, rounding in registers.
+  {
+    const CopyArgs& c = rc;
+    const QuantSpec& s = c.spec;
+    const TensorScale ts = load_tensor_scale(c);
+    const int g = lane & 3, f = (lane >> 2) & 1;
+    const int gcb = static_cast<int>(strip % col_strips) * kStripCols + 16 * g;  // the block's first column
+    const bool bvalid = gcb < cols;
+#pragma unroll
+    for (int u = 0; u < 2; ++u) {
+      const int r = 2 * (lane >> 2) + u;
+      float v[B];
+#pragma unroll
+      for (int j = 0; j < 2; ++j)
+        unpack8(*reinterpret_cast<const uint4*>(buf + r * 32 + 4 * ((2 * g + j) ^ f)), v + 8 * j);
+      if (s.rht) rht16(v, s.rht_signs);
+      const uint32_t m = absmax_bits<B>(v);
+      const bool finite = m < kF32InfBits;
+      const BlockScale bs = make_block_scale(s.scale, finite ? bits_float(m) : 0.0f, s.gmax, ts);
+      uint32_t code[B];
+      quantize_values<B, G, Rounding::rn, M, false>(v, code, bs, finite, c.max_index, [](int) { return 0.0f; });
+      if (bvalid) {
+        const int64_t i = (r0 + r) * cols + gcb;
+        if (c.dequant != nullptr) {
+          uint4* dst = reinterpret_cast<uint4*>(c.dequant + i);
+#pragma unroll
+          for (int j = 0; j < 2; ++j) {
+            uint32_t o[4];
+#pragma unroll
+            for (int q = 0; q < 4; ++q)
+              o[q] = finite ? hw_pack_bf16x2(v[8 * j + 2 * q], v[8 * j + 2 * q + 1]) : kNaNPair;
+            dst[j] = make_uint4(o[0], o[1], o[2], o[3]);
+          }
+        }
+        if (c.scales != nullptr) c.scales[i / B] = finite ? bs.stored : bits_float(kF32QuietNaN);
+        nonfinite = nonfinite || !finite;
+      }
+    }
+  }
+  __syncwarp();  // every lane has read this buffer before the next issue overwrites it
+  }
+  if (__any_sync(0xffffffffu, nonfinite) && lane == 0 && a.nonfinite_flag != nullptr) atomicOr(a.nonfinite_flag, 1u);
+}
+
+template <Grid G, ScaleMode M>
+void launch_strips(const FusedArgs& a, cudaStream_t stream) {
+  const int col_strips = (a.src.cols + kStripCols - 1) / kStripCols;
+  const int64_t nstrips = static_cast<int64_t>(a.src.rows / 16) * col_strips;
+  constexpr int64_t per_cta = kThreads / 32;
+  const int64_t grid = std::max<int64_t>(1, (nstrips + per_cta - 1) / per_cta);
+  if (nstrips > 0x7fffffff) throw std::invalid_argument("quantize_fused: tensor too large for one launch");
+  // Persistent: as many CTAs as fit on the device at once.
+  auto* kernel = fused_strip_kernel<G, M>;
+  int device = 0, sms = 0, per_sm = 0;
+  FP4_CUDA_CHECK(cudaGetDevice(&device));
+  FP4_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  FP4_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, 0));
+  const int64_t ctas = std::min<int64_t>(grid, static_cast<int64_t>(sms) * std::max(per_sm, 1));
+  kernel<<<static_cast<unsigned>(ctas), kThreads, 0, stream>>>(a, col_strips, static_cast<int>(nstrips));
+  FP4_CUDA_CHECK(cudaGetLastError());
+}
+
 }  // namespace
 
 bool launch_row_rn(const FusedArgs& a, int b, cudaStream_t stream) {
@@ -112,6 +270,29 @@ bool launch_row_rn(const FusedArgs& a, int b, cudaStream_t stream) {
     }
   } else if (b == 32 && s.scale == ScaleMode::e8m0 && s.grid == Grid::e2m1) {
     launch_rows<32, Grid::e2m1, ScaleMode::e8m0>(a, stream);
+    return true;
+  }
+  return false;
+}
+
+bool launch_fused_rn(const FusedArgs& a, int b, cudaStream_t stream) {
+  const CopyArgs& r = a.row;
+  const CopyArgs& c = a.col;
+  if (b != 16 || !r.present || !c.present || r.codes != nullptr || c.codes != nullptr) return false;
+  const QuantSpec& rs = r.spec;
+  const QuantSpec& cs = c.spec;
+  if (rs.block != 16 || cs.block != 16 || rs.rounding != Rounding::rn || cs.rounding != Rounding::rn || rs.tile_2d ||
+      cs.tile_2d || rs.grid != cs.grid || rs.scale != cs.scale)
+    return false;
+  if (a.src.cols % 16 != 0 || a.src.rows % 16 != 0) return false;  // shape_error refuses it anyway
+  if (rs.scale == ScaleMode::fp32) {
+    if (rs.grid == Grid::e2m1) launch_strips<Grid::e2m1, ScaleMode::fp32>(a, stream);
+    else launch_strips<Grid::e1m2, ScaleMode::fp32>(a, stream);
+    return true;
+  }
+  if (rs.scale == ScaleMode::e4m3x2) {
+    if (rs.grid == Grid::e2m1) launch_strips<Grid::e2m1, ScaleMode::e4m3x2>(a, stream);
+    else launch_strips<Grid::e1m2, ScaleMode::e4m3x2>(a, stream);
     return true;
   }
   return false;
