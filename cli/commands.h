@@ -14,4 +14,7 @@ void register_data_commands(CLI::App& app);
 // `fp4lab train --config run.json --dir DIR [--resume]`: one training run.
 void register_train_commands(CLI::App& app);
 
+// `fp4lab sweep plan|run|status|slurm|ingest`: grids of runs and their store.
+void register_sweep_commands(CLI::App& app);
+
 }  // namespace fp4::cli

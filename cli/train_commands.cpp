@@ -1,9 +1,10 @@
 // train_commands.cpp — `fp4lab train`: options in, engine/run/trainer out.
 //
 // Exit codes (docs/train.md): 0 succeeded, 3 diverged (a result, recorded in status.json), 1 the
-// run failed, 2 bad input, 128 + signal when SIGTERM/SIGINT stopped it (a checkpoint was written;
-// --resume continues). main() maps exceptions to 1 and 2; the others leave through std::exit
-// once the trainer has closed every file it opened.
+// run failed, 2 bad input, 75 the directory is locked by another process, 128 + signal when
+// SIGTERM/SIGINT stopped it (a checkpoint was written; --resume continues). main() maps
+// exceptions to 1 and 2; the others leave through std::exit once the trainer has closed every
+// file it opened.
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
@@ -12,6 +13,7 @@
 
 #include "cli/commands.h"
 #include "engine/run/config.h"
+#include "engine/run/run_dir.h"
 #include "engine/run/trainer.h"
 
 namespace fp4::cli {
@@ -41,7 +43,13 @@ void run_train(const TrainCliOptions& o) {
   t.resume = o.resume;
   t.stop_after = o.stop_after;
   t.echo = !o.quiet;
-  const int code = run::exit_code(run::train(t));
+  int code = 0;
+  try {
+    code = run::exit_code(run::train(t));
+  } catch (const run::RunDirInUse& e) {
+    std::fprintf(stderr, "fp4lab: busy: %s\n", e.what());
+    code = run::kExitRunDirInUse;
+  }
   if (code != 0) {
     std::fflush(stdout);
     std::fflush(stderr);
@@ -56,8 +64,9 @@ void register_train_commands(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand(
       "train",
       "Train one model as its JSON config says, writing only into --dir (docs/train.md).\n"
-      "Exit codes: 0 succeeded, 3 diverged, 1 failed, 2 bad input, 128+signal when stopped by\n"
-      "SIGTERM/SIGINT (a checkpoint is written; --resume continues).");
+      "Exit codes: 0 succeeded, 3 diverged, 1 failed, 2 bad input, 75 the directory is in use by\n"
+      "another process, 128+signal when stopped by SIGTERM/SIGINT (a checkpoint is written;\n"
+      "--resume continues).");
   cmd->add_option("--config", o->config, "The run's JSON config")->required();
   cmd->add_option("--dir", o->dir, "The run directory (created if missing)");
   cmd->add_flag("--resume", o->resume,

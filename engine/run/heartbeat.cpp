@@ -7,6 +7,7 @@
 #include <cstdio>
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 #include "engine/data/atomic_file.h"
 #include "engine/run/io.h"
@@ -30,10 +31,22 @@ Heartbeat::~Heartbeat() {
   beat();  // the last word: where the process stood when it left
 }
 
+namespace {
+// The host name as JSON text (quoted, escaped): an orchestrator on another host sharing the
+// filesystem tells a live remote trainer from a dead local one by it.
+std::string host_json() {
+  char buf[256] = {};
+  if (::gethostname(buf, sizeof buf - 1) != 0) buf[0] = '\0';
+  return nlohmann::json(std::string(buf)).dump();
+}
+}  // namespace
+
 void Heartbeat::beat() {
-  const std::string line = fmt::format("{{\"pid\": {}, \"step\": {}, \"time\": {:.3f}, \"phase\": \"{}\"}}\n",
-                                       static_cast<long>(::getpid()), step_.load(std::memory_order_relaxed),
-                                       unix_time_s(), phase_.load(std::memory_order_relaxed));
+  static const std::string host = host_json();
+  const std::string line =
+      fmt::format("{{\"pid\": {}, \"host\": {}, \"step\": {}, \"time\": {:.3f}, \"phase\": \"{}\"}}\n",
+                  static_cast<long>(::getpid()), host, step_.load(std::memory_order_relaxed), unix_time_s(),
+                  phase_.load(std::memory_order_relaxed));
   std::lock_guard<std::mutex> lock(write_mu_);
   try {
     data::write_file_atomic(path_, {line});

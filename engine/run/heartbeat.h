@@ -2,8 +2,8 @@
 // atomically every few seconds by a background thread, whatever the training loop is doing (a
 // long evaluation or checkpoint must not look like a hung run).
 //
-// Content, one JSON line: {"pid": P, "step": S, "time": T, "phase": "train"} with T in Unix
-// seconds; phase is start, train, eval, probe, checkpoint, or exited (the process has left).
+// Content, one JSON line: {"pid": P, "host": H, "step": S, "time": T, "phase": "train"} with T in
+// Unix seconds; phase is start, train, eval, probe, checkpoint, or exited (the process has left).
 // The orchestrator only needs the file's mtime; the content is for people.
 #pragma once
 

@@ -475,6 +475,17 @@ TrainResult train(const TrainOptions& o) {
   s.config = load_config(o.config);
   s.hash = config_hash(s.config);
   const std::string dir = o.dir.string();
+  // Lock the directory before reading anything in it, so what we read (status, checkpoints) cannot
+  // change under us. With --resume the directory may be created for that (an orchestrator always
+  // passes --resume); a fresh run's directory is locked once it exists (nobody else can be using a
+  // directory that did not exist).
+  std::optional<RunDirLock> lock;
+  if (o.resume) {
+    std::error_code ec;
+    std::filesystem::create_directories(o.dir, ec);
+    if (ec) throw std::invalid_argument("cannot create --dir " + dir + ": " + ec.message());
+  }
+  if (std::filesystem::is_directory(o.dir)) lock.emplace(o.dir);
   if (!o.resume && holds_a_run(paths))
     throw std::invalid_argument(dir + " already holds a run: pass --resume to continue it, or choose a new --dir");
   if (o.resume && std::filesystem::exists(paths.config)) {
@@ -548,6 +559,7 @@ TrainResult train(const TrainOptions& o) {
   } catch (const std::filesystem::filesystem_error& e) {
     throw std::invalid_argument("cannot create --dir " + dir + ": " + e.code().message());
   }
+  if (!lock) lock.emplace(o.dir);
   if (!std::filesystem::exists(paths.config)) {
     const std::string text = config_to_json(s.config).dump(2) + "\n";
     data::write_file_atomic(paths.config, {text});

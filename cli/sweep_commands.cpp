@@ -1,0 +1,160 @@
+// sweep_commands.cpp — `fp4lab sweep plan|run|status|slurm|ingest` (docs/sweeps.md).
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <iostream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "cli/commands.h"
+#include "sweeps/ingest.h"
+#include "sweeps/local_executor.h"
+#include "sweeps/slurm.h"
+#include "sweeps/spec.h"
+#include "sweeps/store.h"
+#include "sweeps/sweep_plan.h"
+
+namespace fp4::cli {
+
+namespace {
+
+double unix_now() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+// The store read-only when it exists (plan and status never write), null when it does not yet.
+std::unique_ptr<sweeps::Store> open_existing_store(const sweeps::SweepSpec& spec) {
+  return sweeps::Store::open(spec.store, sweeps::Store::Mode::read_if_present);
+}
+
+struct SweepCliOptions {
+  std::string spec;
+  std::string gpus;
+  int jobs = 0;
+  bool retry_failed = false;
+  bool plain = false;
+  std::string out;
+  std::vector<std::string> sbatch;
+  std::string trainer;
+  int max_parallel = 0;
+  std::string store;
+  std::vector<std::string> dirs;
+};
+
+std::vector<int> parse_gpus(const std::string& text) {
+  std::vector<int> gpus;
+  size_t start = 0;
+  while (start <= text.size() && !text.empty()) {
+    const size_t comma = text.find(',', start);
+    const std::string item = text.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+    char* end = nullptr;
+    const long g = std::strtol(item.c_str(), &end, 10);
+    if (item.empty() || *end != '\0' || g < 0 || g > 1023)
+      throw std::invalid_argument("--gpus " + text + ": expected GPU indices separated by commas, e.g. 0,1");
+    gpus.push_back(static_cast<int>(g));
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  return gpus;
+}
+
+void exit_with(int code) {
+  std::fflush(stdout);
+  std::fflush(stderr);
+  std::cout.flush();
+  std::cerr.flush();
+  if (code != 0) std::exit(code);
+}
+
+}  // namespace
+
+void register_sweep_commands(CLI::App& app) {
+  auto o = std::make_shared<SweepCliOptions>();
+  CLI::App* sweep = app.add_subcommand("sweep", "Grids of training runs declared in TOML, kept in SQLite (docs/sweeps.md)");
+  sweep->require_subcommand(1);
+
+  CLI::App* plan = sweep->add_subcommand("plan", "Print what `sweep run` would do with each run; writes nothing");
+  plan->add_option("spec", o->spec, "The sweep's TOML file")->required();
+  plan->callback([o] {
+    const sweeps::SweepSpec spec = sweeps::load_sweep_spec(o->spec);
+    const auto store = open_existing_store(spec);
+    sweeps::print_plan(spec, sweeps::plan_sweep(spec, store.get(), unix_now(), o->retry_failed), std::cout);
+  });
+  plan->add_flag("--retry-failed", o->retry_failed, "Plan as `sweep run --retry-failed` would");
+
+  CLI::App* run = sweep->add_subcommand(
+      "run",
+      "Run every run of the grid that has no outcome yet, here; rerun after any interruption.\n"
+      "Exit codes: 0 all runs done (or diverged), 1 some failed or remain, 2 bad input, 130/143 stopped");
+  run->add_option("spec", o->spec, "The sweep's TOML file")->required();
+  run->add_option("--gpus", o->gpus, "GPU indices for runs on device cuda, e.g. 0,1 (default: [executor] gpus, "
+                                     "else CUDA_VISIBLE_DEVICES, else every GPU)");
+  run->add_option("--jobs", o->jobs, "CPU runs at once (default: [executor] cpu_jobs)")->check(CLI::PositiveNumber);
+  run->add_flag("--retry-failed", o->retry_failed, "Also retry failed runs (up to [executor] max_attempts failures)");
+  run->add_flag("--plain", o->plain, "Plain progress lines even on a terminal");
+  run->callback([o] {
+    const sweeps::SweepSpec spec = sweeps::load_sweep_spec(o->spec);
+    sweeps::LocalRunOptions r;
+    r.gpus = parse_gpus(o->gpus);
+    r.jobs = o->jobs;
+    r.retry_failed = o->retry_failed;
+    r.terminal = !o->plain && ::isatty(STDERR_FILENO);
+    if (const char* t = std::getenv("FP4LAB_TRAINER"); t != nullptr && *t != '\0') r.trainer = t;
+    exit_with(sweeps::run_sweep_locally(spec, r, std::cerr));
+  });
+
+  CLI::App* status = sweep->add_subcommand("status", "Counts per state and per axis value, failed runs' errors; "
+                                                     "safe while a sweep runs");
+  status->add_option("spec", o->spec, "The sweep's TOML file")->required();
+  status->callback([o] {
+    const sweeps::SweepSpec spec = sweeps::load_sweep_spec(o->spec);
+    const auto store = open_existing_store(spec);
+    sweeps::print_status(spec, sweeps::plan_sweep(spec, store.get(), unix_now(), false), store.get(), std::cout);
+  });
+
+  CLI::App* slurm = sweep->add_subcommand("slurm", "Write a Slurm array job (one task per run still to run)");
+  slurm->add_option("spec", o->spec, "The sweep's TOML file")->required();
+  slurm->add_option("--out", o->out, "The sbatch file to write")->required();
+  slurm->add_option("--sbatch", o->sbatch, "An extra #SBATCH option, e.g. --sbatch=--partition=gpu (repeatable)");
+  slurm->add_option("--fp4lab", o->trainer, "fp4lab's path on the cluster (default: this executable)");
+  slurm->add_option("--max-parallel", o->max_parallel, "At most this many tasks at once (0: no limit)")
+      ->check(CLI::NonNegativeNumber);
+  slurm->add_flag("--retry-failed", o->retry_failed, "Include failed runs");
+  slurm->callback([o] {
+    const sweeps::SweepSpec spec = sweeps::load_sweep_spec(o->spec);
+    sweeps::SlurmOptions s;
+    s.out = o->out;
+    s.sbatch_options = o->sbatch;
+    s.trainer = o->trainer;
+    s.max_parallel = o->max_parallel;
+    s.retry_failed = o->retry_failed;
+    sweeps::write_slurm_job(spec, s, std::cout);
+  });
+
+  CLI::App* ingest = sweep->add_subcommand("ingest", "Import run directories (finished or partial) into the store");
+  ingest->add_option("--spec", o->spec, "The grid whose runs these are (records it in its store)");
+  ingest->add_option("--store", o->store, "The store, when the runs are already in it");
+  ingest->add_option("dirs", o->dirs, "Run directories (default with --spec: every run directory of the grid)");
+  ingest->callback([o] {
+    if (o->spec.empty() == o->store.empty())
+      throw std::invalid_argument("sweep ingest: give exactly one of --spec grid.toml or --store FILE");
+    std::vector<std::filesystem::path> dirs(o->dirs.begin(), o->dirs.end());
+    if (!o->spec.empty()) {
+      const sweeps::SweepSpec spec = sweeps::load_sweep_spec(o->spec);
+      auto store = sweeps::Store::open(spec.store, sweeps::Store::Mode::read_write);
+      store->record_grid(spec);
+      const auto sum = sweeps::ingest_run_dirs(*store, &spec, dirs, std::cout);
+      std::cout << "ingested " << sum.dirs << " run directories, " << sum.rows << " rows\n";
+    } else {
+      if (dirs.empty()) throw std::invalid_argument("sweep ingest --store: name the run directories to import");
+      auto store = sweeps::Store::open(o->store, sweeps::Store::Mode::read_write);
+      const auto sum = sweeps::ingest_run_dirs(*store, nullptr, dirs, std::cout);
+      std::cout << "ingested " << sum.dirs << " run directories, " << sum.rows << " rows\n";
+    }
+  });
+}
+
+}  // namespace fp4::cli

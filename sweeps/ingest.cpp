@@ -1,0 +1,83 @@
+// ingest.cpp — see ingest.h.
+#include "sweeps/ingest.h"
+
+#include <chrono>
+
+#include <fmt/format.h>
+
+#include "engine/run/config.h"
+#include "sweeps/lease_owner.h"
+#include "sweeps/run_dir_reader.h"
+#include "sweeps/sweep_plan.h"
+
+namespace fp4::sweeps {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+double unix_now() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+std::string run_id_of_dir(const fs::path& dir) {
+  for (const fs::path& p : {dir / "config.json", requested_config_path(dir)}) {
+    std::error_code ec;
+    if (!fs::exists(p, ec)) continue;
+    return run::config_hash(run::load_config(p));
+  }
+  throw std::invalid_argument(dir.string() + " holds no config.json or run.json: it is not a run directory");
+}
+
+}  // namespace
+
+IngestSummary ingest_run_dirs(Store& store, const SweepSpec* spec, std::vector<fs::path> dirs, std::ostream& out) {
+  if (dirs.empty() && spec != nullptr) {
+    for (const GridPoint& p : spec->points)
+      if (const auto rec = store.run(p.id); rec && fs::is_directory(rec->dir)) dirs.emplace_back(rec->dir);
+  }
+  IngestSummary sum;
+  for (const fs::path& dir : dirs) {
+    const std::string id = run_id_of_dir(dir);
+    const std::optional<RunRecord> rec = store.run(id);
+    if (!rec)
+      throw std::invalid_argument(fmt::format("{}: run {} is not in {}: ingest it with --spec <the grid TOML that "
+                                              "declares it>",
+                                              dir.string(), id.substr(0, 12), store.path().string()));
+    const double now = unix_now();
+    if (classify_record(*rec, now) == PlanAction::running && rec->lease_owner != current_lease_owner()) {
+      out << fmt::format("skip {}: {} is running it and ingests it\n", rec->name, rec->lease_owner);
+      ++sum.skipped;
+      continue;
+    }
+    const IngestResult r = ingest_metrics_file(store, id, dir, rec->ingested_bytes);
+    sum.rows += static_cast<int>(r.rows);
+    ++sum.dirs;
+    const RunDirOutcome o = read_outcome(dir);
+    std::string what = "no outcome yet";
+    if (o.final) {
+      what = run_state_name(o.state);
+      if (rec->state != o.state) {
+        // One attempt row per outcome learned, so ingesting again adds nothing.
+        Provenance p;
+        const HeartbeatInfo h = read_heartbeat(dir);
+        p.host = h.host.empty() ? "unknown" : h.host;
+        p.devices = "external";
+        const int64_t attempt = store.begin_attempt(id, p, now, 0);
+        AttemptEnd end;
+        end.state = o.state;
+        end.exit_code = o.state == RunState::succeeded ? 0 : o.state == RunState::diverged ? 3 : 1;
+        end.error = o.detail;
+        store.end_attempt(attempt, end, now);
+        store.set_state(id, o.state, o.detail);
+      }
+    } else if (rec->state == RunState::pending || rec->state == RunState::running) {
+      store.set_state(id, RunState::orphaned, "");
+      what = "no outcome yet: orphaned (the next `sweep run` resumes it)";
+    }
+    out << fmt::format("ingested {}: {} new row(s), {}\n", rec->name, r.rows, what);
+  }
+  return sum;
+}
+
+}  // namespace fp4::sweeps

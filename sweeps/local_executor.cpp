@@ -1,0 +1,466 @@
+// local_executor.cpp — see local_executor.h.
+#include "sweeps/local_executor.h"
+
+#include <signal.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cmath>
+#include <cstdlib>
+#include <deque>
+#include <fstream>
+#include <map>
+#include <optional>
+#include <sstream>
+#include <thread>
+
+#include <fmt/format.h>
+
+#include "engine/data/atomic_file.h"
+#include "engine/run/run_dir.h"
+#include "sweeps/lease_owner.h"
+#include "sweeps/process.h"
+#include "sweeps/provenance.h"
+#include "sweeps/run_dir_reader.h"
+#include "sweeps/store.h"
+#include "sweeps/sweep_plan.h"
+
+namespace fp4::sweeps {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+double unix_now() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+// ---- Signals: the handler only counts; the loop acts. -------------------------------------------
+volatile sig_atomic_t g_signal_count = 0;
+volatile sig_atomic_t g_last_signal = 0;
+
+void on_stop_signal(int sig) {
+  g_last_signal = sig;
+  g_signal_count = g_signal_count + 1;
+}
+
+class StopSignalScope {
+ public:
+  StopSignalScope() {
+    g_signal_count = 0;
+    g_last_signal = 0;
+    struct sigaction sa {};
+    sa.sa_handler = on_stop_signal;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = 0;  // no SA_RESTART: a signal wakes the loop's sleep
+    sigaction(SIGINT, &sa, &old_int_);
+    sigaction(SIGTERM, &sa, &old_term_);
+  }
+  ~StopSignalScope() {
+    sigaction(SIGINT, &old_int_, nullptr);
+    sigaction(SIGTERM, &old_term_, nullptr);
+  }
+
+ private:
+  struct sigaction old_int_ {}, old_term_ {};
+};
+
+void sleep_s(double s) {
+  timespec ts{};
+  ts.tv_sec = static_cast<time_t>(s);
+  ts.tv_nsec = static_cast<long>((s - static_cast<double>(ts.tv_sec)) * 1e9);
+  nanosleep(&ts, nullptr);  // EINTR is fine: a signal should wake us
+}
+
+std::string format_duration(double s) {
+  if (!std::isfinite(s) || s < 0) return "?";
+  const long t = std::lround(s);
+  if (t >= 3600) return fmt::format("{}h{:02}m", t / 3600, t / 60 % 60);
+  if (t >= 60) return fmt::format("{}m{:02}s", t / 60, t % 60);
+  return fmt::format("{}s", t);
+}
+
+std::string format_rate(double tokens_per_s) {
+  if (tokens_per_s >= 1e6) return fmt::format("{:.2f}M tok/s", tokens_per_s / 1e6);
+  if (tokens_per_s >= 1e3) return fmt::format("{:.1f}k tok/s", tokens_per_s / 1e3);
+  return fmt::format("{:.0f} tok/s", tokens_per_s);
+}
+
+// ---- Slots ---------------------------------------------------------------------------------------
+struct Slot {
+  bool gpu = false;
+  int device = -1;       // GPU index for CUDA_VISIBLE_DEVICES
+  bool busy = false;
+};
+
+std::vector<int> visible_gpus(const LocalRunOptions& o, const ExecutorSpec& e) {
+  if (!o.gpus.empty()) return o.gpus;
+  if (!e.gpus.empty()) return e.gpus;
+  std::vector<int> gpus;
+  if (const char* env = std::getenv("CUDA_VISIBLE_DEVICES"); env != nullptr) {
+    std::stringstream s(env);
+    std::string item;
+    while (std::getline(s, item, ','))
+      if (!item.empty() && std::all_of(item.begin(), item.end(), ::isdigit)) gpus.push_back(std::stoi(item));
+    return gpus;
+  }
+  if (const auto out = capture_output({"nvidia-smi", "--query-gpu=index", "--format=csv,noheader"})) {
+    std::stringstream s(*out);
+    std::string line;
+    while (std::getline(s, line))
+      if (!line.empty() && std::isdigit(static_cast<unsigned char>(line[0]))) gpus.push_back(std::stoi(line));
+  }
+  return gpus;
+}
+
+// ---- The run loop --------------------------------------------------------------------------------
+struct Child {
+  pid_t pid = 0;
+  const GridPoint* point = nullptr;
+  fs::path dir;
+  int64_t attempt = 0;
+  size_t slot = 0;
+  int64_t offset = 0;         // metrics.jsonl bytes ingested
+  int64_t tokens_done = 0;    // the last train row's tokens
+  double tokens_per_s = 0;
+};
+
+struct QueueItem {
+  const GridPoint* point = nullptr;
+  double not_before = 0;      // a busy directory is retried after a pause...
+  double busy_since = 0;      // ...until it has been busy for the heartbeat timeout
+};
+
+class LocalExecutor {
+ public:
+  LocalExecutor(const SweepSpec& spec, const LocalRunOptions& o, std::ostream& out)
+      : spec_(spec), o_(o), out_(out), owner_(current_lease_owner()) {}
+
+  int run();
+
+ private:
+  bool launch(QueueItem& item, size_t slot);
+  void finish(Child& c, const ExitStatus& st);
+  void ingest(Child& c);
+  void progress(bool force);
+  void say(const std::string& line);
+  bool is_gpu_run(const GridPoint& p) const { return p.config.value("device", "cpu") == "cuda"; }
+
+  const SweepSpec& spec_;
+  const LocalRunOptions& o_;
+  std::ostream& out_;
+  std::string owner_;
+  std::unique_ptr<Store> store_;
+  std::vector<Slot> slots_;
+  int cpu_threads_ = 1;
+  std::deque<QueueItem> queue_;
+  std::map<pid_t, Child> children_;
+  std::map<std::string, int> interruptions_;   // per run, in this invocation
+  int total_ = 0, finished_ = 0, failed_ = 0, elsewhere_ = 0;
+  std::map<std::string, int64_t> remaining_tokens_;  // runs not finished: tokens left
+  bool stopping_ = false;
+  double last_progress_ = 0;
+  double last_ingest_ = 0;
+  bool progress_line_open_ = false;
+};
+
+void LocalExecutor::say(const std::string& line) {
+  if (progress_line_open_) out_ << "\r\033[K";
+  progress_line_open_ = false;
+  out_ << line << "\n";
+  out_.flush();
+}
+
+void LocalExecutor::progress(bool force) {
+  const double now = unix_now();
+  double rate = 0;
+  for (const auto& [pid, c] : children_) rate += c.tokens_per_s;
+  int64_t left = 0;
+  for (const auto& [id, t] : remaining_tokens_) left += t;
+  const std::string line =
+      fmt::format("[{}/{} done, {} running, {} queued{}] {} | ETA {}", finished_, total_, children_.size(),
+                  queue_.size(), failed_ ? fmt::format(", {} failed", failed_) : "", format_rate(rate),
+                  rate > 0 ? format_duration(static_cast<double>(left) / rate) : std::string("?"));
+  if (o_.terminal) {
+    if (!force && now - last_progress_ < 0.5) return;
+    out_ << "\r\033[K" << line;
+    out_.flush();
+    progress_line_open_ = true;
+  } else {
+    if (!force && now - last_progress_ < o_.progress_every_s) return;
+    out_ << "progress " << line << "\n";
+    out_.flush();
+  }
+  last_progress_ = now;
+}
+
+void LocalExecutor::ingest(Child& c) {
+  const IngestResult r = ingest_metrics_file(*store_, c.point->id, c.dir, c.offset);
+  c.offset = r.offset;
+  if (r.last_step >= 0) {
+    c.tokens_done = r.last_tokens;
+    c.tokens_per_s = r.tokens_per_s;
+    remaining_tokens_[c.point->id] = std::max<int64_t>(0, c.point->tokens - c.tokens_done);
+  }
+}
+
+bool LocalExecutor::launch(QueueItem& item, size_t slot) {
+  const GridPoint& p = *item.point;
+  const double now = unix_now();
+  std::optional<RunRecord> rec = store_->run(p.id);
+  if (!rec) throw std::logic_error("run " + p.id + " vanished from the store");
+  if (rec->state == RunState::succeeded || rec->state == RunState::diverged) return false;  // done by another
+  if (!rec->lease_owner.empty() && rec->lease_owner != owner_) {
+    const OwnerLiveness live = owner_liveness(rec->lease_owner);
+    if (live == OwnerLiveness::alive || (live == OwnerLiveness::unknown && rec->lease_expires > now)) {
+      say(fmt::format("skip {}: running under {}", p.name, rec->lease_owner));
+      ++elsewhere_;
+      return false;
+    }
+    store_->release_lease(p.id, rec->lease_owner);  // its holder is gone
+  }
+  const fs::path dir = rec->dir;
+  fs::create_directories(dir);
+  if (alive_elsewhere(read_heartbeat(dir), spec_.executor.heartbeat_timeout_s)) {
+    say(fmt::format("skip {}: a trainer on another host is writing {}", p.name, dir.string()));
+    ++elsewhere_;
+    return false;
+  }
+  try {
+    run::RunDirLock probe(dir);  // released at once: we only ask whether a trainer still holds it
+  } catch (const run::RunDirInUse&) {
+    // Usually a previous attempt still writing its last checkpoint: wait a little. A directory
+    // that stays locked is being trained by a process we did not start.
+    if (item.busy_since == 0) item.busy_since = now;
+    if (now - item.busy_since > spec_.executor.heartbeat_timeout_s) {
+      say(fmt::format("skip {}: another process on this host keeps {} locked", p.name, dir.string()));
+      ++elsewhere_;
+      return false;
+    }
+    item.not_before = now + 1.0;
+    return true;
+  }
+  if (!store_->try_lease(p.id, owner_, now, o_.lease_ttl_s)) {
+    say(fmt::format("skip {}: another orchestrator took it", p.name));
+    ++elsewhere_;
+    return false;
+  }
+  // The config the run is asked to train, beside what it writes (identical to its config.json).
+  const fs::path request = requested_config_path(dir);
+  const std::string text = p.config.dump(2) + "\n";
+  {
+    std::ifstream f(request, std::ios::binary);
+    std::ostringstream have;
+    have << f.rdbuf();
+    if (!f || have.str() != text) data::write_file_atomic(request, {text});
+  }
+  Child c;
+  c.point = &p;
+  c.dir = dir;
+  c.slot = slot;
+  c.offset = rec->ingested_bytes;
+  ingest(c);  // whatever a previous attempt wrote after the last ingest
+
+  SpawnRequest req;
+  req.argv = {o_.trainer.string(), "train", "--config", request.string(), "--dir", dir.string(), "--resume", "--quiet"};
+  req.cwd = spec_.base_dir;
+  req.output = output_log_path(dir);
+  std::string devices;
+  if (slots_[slot].gpu) {
+    req.env.emplace_back("CUDA_VISIBLE_DEVICES", std::to_string(slots_[slot].device));
+    devices = fmt::format("cuda:{}", slots_[slot].device);
+  } else {
+    req.env.emplace_back("OMP_NUM_THREADS", std::to_string(cpu_threads_));
+    devices = fmt::format("cpu:{}", cpu_threads_);
+  }
+  c.pid = spawn(req);
+  c.attempt = store_->begin_attempt(p.id, current_provenance(devices), now, static_cast<int>(c.pid));
+  slots_[slot].busy = true;
+  const bool resumed = rec->attempts > 0;
+  say(fmt::format("{} {} ({}; {}, pid {})", resumed ? "resume" : "start", p.name, p.id.substr(0, 12), devices,
+                  c.pid));
+  children_.emplace(c.pid, c);
+  return false;
+}
+
+void LocalExecutor::finish(Child& c, const ExitStatus& st) {
+  const GridPoint& p = *c.point;
+  ingest(c);
+  const RunDirOutcome outcome = read_outcome(c.dir);
+  AttemptEnd end;
+  end.exit_code = st.signaled ? -st.code : st.code;
+  bool requeue = false;
+  std::string verdict;
+  if (!st.signaled && st.code == 0 && outcome.final && outcome.state == RunState::succeeded) {
+    end.state = RunState::succeeded;
+    const std::optional<double> loss = store_->final_loss(p.id);
+    verdict = loss ? fmt::format("succeeded (final loss {:.4f})", *loss) : "succeeded";
+  } else if (!st.signaled && st.code == 3) {
+    end.state = RunState::diverged;
+    end.error = outcome.detail;
+    verdict = "diverged: " + outcome.detail;
+  } else if (!attempt_failed(end.exit_code)) {
+    // Interrupted or busy: resumable. Requeued unless we are stopping or it keeps being killed.
+    end.state = RunState::orphaned;
+    end.error = st.code == 75 && !st.signaled ? "directory in use by another process" : "interrupted (" + st.describe() + ")";
+    const int n = ++interruptions_[p.id];
+    requeue = !stopping_ && n <= spec_.executor.max_attempts;
+    verdict = end.error + (requeue ? ": resuming" : ": left for the next `sweep run`");
+  } else {
+    end.state = RunState::failed;
+    end.error = outcome.final && outcome.state == RunState::failed && !outcome.detail.empty()
+                    ? "fp4lab: failed: " + outcome.detail
+                    : last_error_line(c.dir);
+    if (end.error.empty()) end.error = st.describe();
+    verdict = fmt::format("failed ({}): {}", st.describe(), end.error);
+  }
+  const double now = unix_now();
+  store_->end_attempt(c.attempt, end, now);
+  store_->set_state(p.id, end.state, end.error);
+  store_->release_lease(p.id, owner_);
+  slots_[c.slot].busy = false;
+  if (end.state != RunState::orphaned) {
+    ++finished_;
+    remaining_tokens_.erase(p.id);
+    if (end.state == RunState::failed) ++failed_;
+  }
+  say(fmt::format("{} {} [{}/{}]", p.name, verdict, finished_, total_));
+  if (requeue) queue_.push_back({&p, now + (st.code == 75 && !st.signaled ? 1.0 : 0.0)});
+}
+
+int LocalExecutor::run() {
+  store_ = Store::open(spec_.store, Store::Mode::read_write);
+  store_->record_grid(spec_);
+  const double start = unix_now();
+  const std::vector<PlanEntry> plan = plan_sweep(spec_, store_.get(), start, o_.retry_failed);
+
+  // The queue: largest runs first (by training FLOPs) unless the spec asks for declared order.
+  std::vector<const PlanEntry*> todo;
+  total_ = static_cast<int>(plan.size());
+  for (const PlanEntry& e : plan) {
+    if (e.will_run) {
+      todo.push_back(&e);
+      remaining_tokens_[e.point->id] = e.point->tokens;
+    } else if (e.action == PlanAction::done || e.action == PlanAction::diverged || e.action == PlanAction::failed) {
+      ++finished_;
+      failed_ += e.action == PlanAction::failed;
+    } else if (e.action == PlanAction::running) {
+      ++elsewhere_;
+    }
+  }
+  if (spec_.executor.order == "largest")
+    std::stable_sort(todo.begin(), todo.end(), [](const PlanEntry* a, const PlanEntry* b) {
+      return a->point->flops_per_token * static_cast<double>(a->point->tokens) >
+             b->point->flops_per_token * static_cast<double>(b->point->tokens);
+    });
+  for (const PlanEntry* e : todo) queue_.push_back({e->point, 0});
+
+  // Slots.
+  bool any_gpu_run = false;
+  for (const QueueItem& q : queue_) any_gpu_run |= is_gpu_run(*q.point);
+  if (any_gpu_run) {
+    const std::vector<int> gpus = visible_gpus(o_, spec_.executor);
+    if (gpus.empty())
+      throw std::invalid_argument(spec_.file.string() + ": runs use device \"cuda\" but no GPU is visible: pass --gpus, "
+                                  "set CUDA_VISIBLE_DEVICES, or use [sweep] device = \"cpu\"");
+    for (int g : gpus)
+      for (int k = 0; k < spec_.executor.runs_per_gpu; ++k) slots_.push_back({true, g, false});
+  }
+  const int jobs = o_.jobs > 0 ? o_.jobs : spec_.executor.cpu_jobs;
+  for (int k = 0; k < jobs; ++k) slots_.push_back({false, -1, false});
+  const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+  cpu_threads_ = spec_.executor.threads_per_job > 0 ? spec_.executor.threads_per_job
+                                                    : std::max(1, static_cast<int>(cores) / std::max(1, jobs));
+
+  say(fmt::format("sweep {}: {} runs, {} to run, {} finished, {} running elsewhere; store {}", spec_.name, total_,
+                  queue_.size(), finished_, elsewhere_, spec_.store.string()));
+  const StopSignalScope signals;
+  double last_renew = unix_now();
+  last_progress_ = last_renew;  // the first plain progress line after progress_every_s
+  int stop_signal = 0;
+  for (;;) {
+    // Stop requests: the first stops cleanly, the second kills.
+    if (g_signal_count > 0 && !stopping_) {
+      stopping_ = true;
+      stop_signal = g_last_signal;
+      say(fmt::format("stopping: {} running run(s) will checkpoint and exit (signal again to kill them)",
+                      children_.size()));
+      for (const auto& [pid, c] : children_) ::kill(pid, SIGTERM);
+    }
+    if (g_signal_count > 1) {
+      for (const auto& [pid, c] : children_) ::kill(pid, SIGKILL);
+    }
+    // Reap.
+    for (auto it = children_.begin(); it != children_.end();) {
+      const std::optional<ExitStatus> st = poll_child(it->first);
+      if (!st) {
+        ++it;
+        continue;
+      }
+      Child c = it->second;
+      it = children_.erase(it);
+      finish(c, *st);
+    }
+    const double now = unix_now();
+    // Launch into free slots.
+    if (!stopping_) {
+      for (size_t s = 0; s < slots_.size(); ++s) {
+        if (slots_[s].busy) continue;
+        for (auto q = queue_.begin(); q != queue_.end(); ++q) {
+          if (q->not_before > now || is_gpu_run(*q->point) != slots_[s].gpu) continue;
+          QueueItem item = *q;
+          queue_.erase(q);
+          if (launch(item, s)) queue_.push_back(item);  // busy directory: later
+          break;
+        }
+      }
+    }
+    if (children_.empty() && (queue_.empty() || stopping_)) break;
+    // Keep-alive and progress.
+    if (now - last_renew > o_.lease_ttl_s / 4) {
+      store_->renew_leases(owner_, now, o_.lease_ttl_s);
+      for (auto& [pid, c] : children_) ingest(c);
+      last_renew = now;
+    }
+    if (now - last_ingest_ > 1.0) {
+      for (auto& [pid, c] : children_) ingest(c);
+      last_ingest_ = now;
+    }
+    progress(false);
+    sleep_s(o_.poll_interval_s);
+  }
+  if (o_.terminal) {
+    progress(true);
+    out_ << "\n";
+    progress_line_open_ = false;
+  }
+  const std::vector<PlanEntry> after = plan_sweep(spec_, store_.get(), unix_now(), false);
+  std::map<std::string, int> counts;
+  for (const PlanEntry& e : after) ++counts[plan_action_name(e.action)];
+  std::string summary;
+  for (const auto& [k, v] : counts) summary += fmt::format("{}{} {}", summary.empty() ? "" : ", ", k, v);
+  say(fmt::format("sweep {}: {}", spec_.name, summary));
+  if (stopping_) return 128 + stop_signal;
+  // 0 when every run has an outcome other than failed, or is being run by another orchestrator.
+  int unfinished = 0, held = 0;
+  for (const PlanEntry& e : after) {
+    if (e.action == PlanAction::running) ++held;
+    else if (e.action != PlanAction::done && e.action != PlanAction::diverged) ++unfinished;
+  }
+  if (held > 0) say(fmt::format("{} run(s) are being run by another orchestrator (`sweep status` follows them)", held));
+  return unfinished > 0 ? 1 : 0;
+}
+
+}  // namespace
+
+int run_sweep_locally(const SweepSpec& spec, const LocalRunOptions& options, std::ostream& out) {
+  LocalRunOptions o = options;
+  if (o.trainer.empty()) o.trainer = self_executable();
+  LocalExecutor ex(spec, o, out);
+  return ex.run();
+}
+
+}  // namespace fp4::sweeps

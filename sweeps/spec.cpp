@@ -1,0 +1,425 @@
+// spec.cpp — the sweep spec's sections: [sweep], [data], the run config's sections, [recipes],
+// [executor] and [fit] (docs/sweeps.md, "The TOML spec"). [grid] and the expansion into points
+// are in spec_grid.cpp.
+#include "sweeps/spec.h"
+
+#include <algorithm>
+#include <cctype>
+#include <stdexcept>
+
+#include <fmt/format.h>
+
+#include "engine/data/manifest.h"
+#include "engine/data/sha256.h"
+#include "engine/data/synthetic_spec.h"
+#include "engine/recipe.h"
+#include "engine/run/io.h"
+#include "sweeps/spec_internal.h"
+
+namespace fp4::sweeps {
+
+namespace detail {
+
+const std::map<std::string, FieldKind>& run_config_fields() {
+  using K = FieldKind;
+  static const std::map<std::string, FieldKind> fields = {
+      {"model.preset", K::string},       {"model.n_layers", K::integer},    {"model.d_model", K::integer},
+      {"model.n_heads", K::integer},     {"model.head_dim", K::integer},    {"model.d_ff", K::integer},
+      {"model.seq_len", K::integer},     {"train.seed", K::seed},           {"train.tokens", K::count},
+      {"train.steps", K::integer},       {"train.batch_tokens", K::count},  {"train.micro_batch", K::integer},
+      {"train.lr", K::number},           {"train.min_lr", K::number},       {"train.warmup_steps", K::integer},
+      {"train.schedule", K::string},     {"train.decay_fraction", K::number}, {"train.beta1", K::number},
+      {"train.beta2", K::number},        {"train.eps", K::number},          {"train.weight_decay", K::number},
+      {"train.grad_clip", K::number},    {"eval.every", K::integer},        {"eval.tokens", K::count},
+      {"probe.every", K::integer},       {"checkpoint.every", K::integer},
+  };
+  return fields;
+}
+
+std::set<std::string> section_fields(const std::string& section) {
+  std::set<std::string> out;
+  for (const auto& [path, kind] : run_config_fields()) {
+    (void)kind;
+    if (path.rfind(section + ".", 0) == 0) out.insert(path.substr(section.size() + 1));
+  }
+  return out;
+}
+
+nlohmann::json read_field(const toml::node& n, FieldKind kind, const std::string& key, const SpecErrors& errors) {
+  switch (kind) {
+    case FieldKind::integer: return read_integer(n, key, errors);
+    case FieldKind::count: return read_count(n, key, errors);
+    case FieldKind::seed: {
+      const int64_t v = read_integer(n, key, errors);
+      if (v < 0) errors.fail(loc_of(n), key, fmt::format("must be >= 0, got {}", v));
+      return static_cast<uint64_t>(v);
+    }
+    case FieldKind::number: return read_number(n, key, errors);
+    case FieldKind::string: return read_string(n, key, errors);
+  }
+  errors.fail(loc_of(n), key, "has an unhandled kind");  // unreachable: the switch covers every kind
+}
+
+}  // namespace detail
+
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+using namespace detail;
+
+// Names end up in file names (the store, run names), so they keep to a portable alphabet.
+bool is_portable_name(const std::string& s) {
+  if (s.empty() || s == "." || s == "..") return false;
+  return std::all_of(s.begin(), s.end(), [](unsigned char c) {
+    return std::isalnum(c) || c == '.' || c == '_' || c == '-';
+  });
+}
+
+fs::path resolve_against(const fs::path& base_dir, const std::string& p) {
+  const fs::path path(p);
+  if (path.is_absolute() || base_dir.empty()) return path.lexically_normal();
+  return (base_dir / path).lexically_normal();
+}
+
+const toml::table* optional_table(const toml::table& root, const char* key, const SpecErrors& errors) {
+  const toml::node* n = root.get(key);
+  return n == nullptr ? nullptr : &require_table(*n, key, errors);
+}
+
+std::string require_nonempty_string(const toml::node& n, const std::string& key, const SpecErrors& errors) {
+  std::string s = read_string(n, key, errors);
+  if (s.empty()) errors.fail(loc_of(n), key, "must not be empty");
+  return s;
+}
+
+// [sweep]: the study's name and where its store and run directories live.
+void read_sweep_section(const toml::table* t, const fs::path& base_dir, SweepSpec& spec, BaseConfig& base,
+                        const SpecErrors& errors) {
+  if (t == nullptr)
+    errors.fail(Loc{}, "sweep", "the [sweep] table is required, with at least name = \"<study name>\"");
+  check_keys(*t, "sweep", {"name", "store", "run_root", "device"}, errors);
+  const toml::node* name = t->get("name");
+  if (name == nullptr) errors.fail(loc_of(*t), "sweep.name", "is required (e.g. name = \"first-study\")");
+  spec.name = read_string(*name, "sweep.name", errors);
+  if (!is_portable_name(spec.name))
+    errors.fail(loc_of(*name), "sweep.name",
+                "must use only letters, digits, '.', '_' and '-' (it names files), got \"" + spec.name + "\"");
+  std::string store = spec.name + ".db";
+  if (const toml::node* n = t->get("store")) store = require_nonempty_string(*n, "sweep.store", errors);
+  spec.store = resolve_against(base_dir, store);
+  std::string run_root = "runs";
+  if (const toml::node* n = t->get("run_root")) run_root = require_nonempty_string(*n, "sweep.run_root", errors);
+  spec.run_root = resolve_against(base_dir, run_root);
+  if (const toml::node* n = t->get("device")) {
+    base.config["device"] = require_nonempty_string(*n, "sweep.device", errors);
+    base.origins["device"] = Origin{loc_of(*n), "sweep.device"};
+  } else {
+    base.config["device"] = "cpu";
+  }
+}
+
+// The vocabulary of a shard directory, when it has been built; the byte tokenizer's otherwise
+// (the only tokenizer `data build` has), so that a study can be planned before its data exists.
+uint32_t shard_vocab_size(const fs::path& dir, Loc at, const SpecErrors& errors) {
+  std::error_code ec;
+  if (!fs::exists(dir / data::kManifestName, ec)) return 256;
+  try {
+    return data::read_manifest(dir).vocab_size;
+  } catch (const std::invalid_argument& e) {
+    errors.fail(at, "data.source", e.what());
+  }
+}
+
+// [data]: written into every config as given, so that identity does not depend on where the study
+// lives; runs execute with base_dir as their working directory.
+void read_data_section(const toml::table* t, const fs::path& base_dir, BaseConfig& base, const SpecErrors& errors) {
+  if (t == nullptr)
+    errors.fail(Loc{}, "data",
+                "the [data] table is required, with source = \"<shard directory>\" or \"synthetic:markov?...\"");
+  check_keys(*t, "data", {"source"}, errors);
+  const toml::node* n = t->get("source");
+  if (n == nullptr)
+    errors.fail(loc_of(*t), "data.source", "is required: a shard directory or \"synthetic:markov?...\"");
+  const std::string source = require_nonempty_string(*n, "data.source", errors);
+  if (data::is_synthetic_spec(source)) {
+    try {
+      base.vocab_size = data::parse_synthetic_spec(source).vocab;
+    } catch (const std::invalid_argument& e) {
+      errors.fail(loc_of(*n), "data.source", e.what());
+    }
+  } else {
+    base.vocab_size = shard_vocab_size(resolve_against(base_dir, source), loc_of(*n), errors);
+  }
+  base.config["data"] = source;
+  base.origins["data"] = Origin{loc_of(*n), "data.source"};
+}
+
+// [model], [train], [eval], [probe], [checkpoint]: the run config's sections of the same names.
+void read_run_sections(const toml::table& root, BaseConfig& base, const SpecErrors& errors) {
+  for (const char* section : {"model", "train", "eval", "probe", "checkpoint"}) {
+    const toml::table* t = optional_table(root, section, errors);
+    if (t == nullptr) continue;
+    check_keys(*t, section, section_fields(section), errors);
+    json& out = base.config[section];
+    out = json::object();
+    for (auto&& [key, value] : *t) {
+      const std::string path = dotted(section, key.str());
+      out[std::string(key.str())] = read_field(value, run_config_fields().at(path), path, errors);
+      base.origins[path] = Origin{loc_of(value), path};
+    }
+    base.origins[section] = Origin{loc_of(*t), section};
+  }
+}
+
+// The position of the first whole-word, case-insensitive occurrence of `word` in `text`.
+size_t find_word(const std::string& text, const std::string& word) {
+  const auto is_word = [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; };
+  for (size_t p = text.find(word); p != std::string::npos; p = text.find(word, p + 1)) {
+    const bool starts = p == 0 || !is_word(text[p - 1]);
+    const bool ends = p + word.size() == text.size() || !is_word(text[p + word.size()]);
+    if (starts && ends) return p;
+  }
+  return std::string::npos;
+}
+
+std::string lowercase(std::string s) {
+  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return s;
+}
+
+// The engine reports a recipe's faults in words ("recipe ufp4 slot wgrad_x: grid must be ...");
+// this finds the TOML key those words are about: inside the slot table the message names, the key
+// it mentions first; failing that, the recipe's table.
+Origin locate_recipe_error(const toml::table& recipe, const std::string& prefix, const std::string& message) {
+  const std::string text = lowercase(message);
+  const toml::table* scope = &recipe;
+  std::string scope_key = prefix;
+  Origin found{loc_of(recipe), prefix};
+  if (const toml::table* slots = recipe.get_as<toml::table>("slots")) {
+    for (auto&& [slot, table] : *slots) {
+      if (table.is_table() && text.find("slot " + std::string(slot.str())) != std::string::npos) {
+        scope = table.as_table();
+        scope_key = prefix + ".slots." + std::string(slot.str());
+        found = Origin{loc_of(slot), scope_key};
+      }
+    }
+  }
+  size_t first = std::string::npos;
+  for (auto&& [key, value] : *scope) {
+    const size_t p = find_word(text, lowercase(std::string(key.str())));
+    if (p < first) {
+      first = p;
+      found = Origin{loc_of(value), dotted(scope_key, key.str())};
+    }
+  }
+  return found;
+}
+
+const std::set<std::string> kRecipeFields = {"base", "grid", "clip", "scale", "block", "weight_block_2d",
+                                             "rht", "rht_signs", "sr", "bf16_layers", "slots"};
+const std::set<std::string> kSlotFields = {"grid", "clip", "scale", "block", "weight_block_2d",
+                                           "rht", "rht_signs", "sr"};
+
+bool is_preset_recipe(const std::string& name) {
+  const auto& presets = engine::recipe_preset_names();
+  return std::find(presets.begin(), presets.end(), name) != presets.end();
+}
+
+// [recipes.<name>]: NUMERICS.md §7's fields; the engine checks the values, we place its complaints.
+// The TOML name is a label only: it is not written into the run config, so renaming a recipe (or
+// defining one equal to a preset) does not change any run's id.
+std::map<std::string, RecipeDef> read_recipes(const toml::table* t, const SpecErrors& errors) {
+  std::map<std::string, RecipeDef> out;
+  if (t == nullptr) return out;
+  for (auto&& [key, node] : *t) {
+    const std::string name(key.str());
+    const std::string prefix = "recipes." + name;
+    if (!is_portable_name(name))
+      errors.fail(loc_of(key), prefix, "a recipe name must use only letters, digits, '.', '_' and '-' (it goes into run names)");
+    if (is_preset_recipe(name))
+      errors.fail(loc_of(key), prefix,
+                  "shadows the preset \"" + name + "\"; give the custom recipe another name");
+    const toml::table& recipe = require_table(node, prefix, errors);
+    check_keys(recipe, prefix, kRecipeFields, errors);
+    const toml::node* base = recipe.get("base");
+    if (base == nullptr)
+      errors.fail(loc_of(recipe), prefix + ".base",
+                  "is required: the preset to start from (" + join(engine::recipe_preset_names()) + ")");
+    const std::string base_name = read_string(*base, prefix + ".base", errors);
+    if (!is_preset_recipe(base_name))
+      errors.fail(loc_of(*base), prefix + ".base",
+                  "must be a preset (" + join(engine::recipe_preset_names()) + "), got \"" + base_name + "\"");
+    if (const toml::node* slots = recipe.get("slots")) {
+      const toml::table& slot_table = require_table(*slots, prefix + ".slots", errors);
+      std::set<std::string> slot_names;
+      for (int i = 0; i < engine::kSlotCount; ++i) slot_names.insert(engine::slot_name(static_cast<engine::Slot>(i)));
+      check_keys(slot_table, prefix + ".slots", slot_names, errors);
+      for (auto&& [slot, fields] : slot_table) {
+        const std::string slot_key = prefix + ".slots." + std::string(slot.str());
+        check_keys(require_table(fields, slot_key, errors), slot_key, kSlotFields, errors);
+      }
+    }
+    json config = to_json(recipe, prefix, errors);
+    try {
+      (void)engine::recipe_from_json(config);
+    } catch (const std::invalid_argument& e) {
+      const Origin o = locate_recipe_error(recipe, prefix, e.what());
+      errors.fail(o.at, o.key, e.what());
+    } catch (const json::exception& e) {
+      const Origin o = locate_recipe_error(recipe, prefix, e.what());
+      errors.fail(o.at, o.key, std::string("a field has the wrong type (") + e.what() + ")");
+    }
+    out[name] = RecipeDef{std::move(config), loc_of(key)};
+  }
+  return out;
+}
+
+ExecutorSpec read_executor(const toml::table* t, const SpecErrors& errors) {
+  ExecutorSpec ex;
+  if (t == nullptr) return ex;
+  check_keys(*t, "executor",
+             {"gpus", "runs_per_gpu", "cpu_jobs", "threads_per_job", "max_attempts", "order", "heartbeat_timeout_s"},
+             errors);
+  if (const toml::node* n = t->get("gpus")) {
+    if (!n->is_array()) errors.fail(loc_of(*n), "executor.gpus", "must be an array of GPU indices, got " + describe(*n));
+    for (const toml::node& g : *n->as_array()) {
+      const int index = read_small_int(g, "executor.gpus", 0, errors);
+      if (std::find(ex.gpus.begin(), ex.gpus.end(), index) != ex.gpus.end())
+        errors.fail(loc_of(g), "executor.gpus", fmt::format("lists GPU {} twice", index));
+      ex.gpus.push_back(index);
+    }
+  }
+  if (const toml::node* n = t->get("runs_per_gpu")) ex.runs_per_gpu = read_small_int(*n, "executor.runs_per_gpu", 1, errors);
+  if (const toml::node* n = t->get("cpu_jobs")) ex.cpu_jobs = read_small_int(*n, "executor.cpu_jobs", 1, errors);
+  if (const toml::node* n = t->get("threads_per_job"))
+    ex.threads_per_job = read_small_int(*n, "executor.threads_per_job", 0, errors);
+  if (const toml::node* n = t->get("max_attempts")) ex.max_attempts = read_small_int(*n, "executor.max_attempts", 1, errors);
+  if (const toml::node* n = t->get("order")) {
+    ex.order = read_string(*n, "executor.order", errors);
+    if (ex.order != "largest" && ex.order != "declared")
+      errors.fail(loc_of(*n), "executor.order",
+                  "must be \"largest\" (most FLOPs first) or \"declared\" (grid order), got \"" + ex.order + "\"");
+  }
+  if (const toml::node* n = t->get("heartbeat_timeout_s")) {
+    ex.heartbeat_timeout_s = read_number(*n, "executor.heartbeat_timeout_s", errors);
+    if (!(ex.heartbeat_timeout_s > 0))
+      errors.fail(loc_of(*n), "executor.heartbeat_timeout_s", "must be > 0 seconds, got " + describe(*n));
+  }
+  return ex;
+}
+
+// [fit]: checked now so that a typo fails before hours of training, kept as given for the fitter.
+json read_fit(const toml::table* t, const SpecErrors& errors) {
+  json fit = json::object();
+  if (t == nullptr) return fit;
+  check_keys(*t, "fit", {"law", "n", "bootstrap", "seed", "huber_delta", "targets"}, errors);
+  if (const toml::node* n = t->get("law")) {
+    if (!n->is_array() || n->as_array()->empty())
+      errors.fail(loc_of(*n), "fit.law", "must be a non-empty array of laws (\"chinchilla\", \"precision\"), got " + describe(*n));
+    fit["law"] = json::array();
+    for (const toml::node& law : *n->as_array()) {
+      const std::string s = read_string(law, "fit.law", errors);
+      if (s != "chinchilla" && s != "precision")
+        errors.fail(loc_of(law), "fit.law", "must be \"chinchilla\" or \"precision\", got \"" + s + "\"");
+      if (std::find(fit["law"].begin(), fit["law"].end(), s) != fit["law"].end())
+        errors.fail(loc_of(law), "fit.law", "lists \"" + s + "\" twice");
+      fit["law"].push_back(s);
+    }
+  }
+  if (const toml::node* n = t->get("n")) {
+    const std::string s = read_string(*n, "fit.n", errors);
+    if (s != "nonembedding" && s != "total")
+      errors.fail(loc_of(*n), "fit.n", "must be \"nonembedding\" or \"total\", got \"" + s + "\"");
+    fit["n"] = s;
+  }
+  if (const toml::node* n = t->get("bootstrap")) {
+    const int64_t b = read_integer(*n, "fit.bootstrap", errors);
+    if (b < 0) errors.fail(loc_of(*n), "fit.bootstrap", fmt::format("must be >= 0 (0: no intervals), got {}", b));
+    fit["bootstrap"] = b;
+  }
+  if (const toml::node* n = t->get("seed")) {
+    const int64_t s = read_integer(*n, "fit.seed", errors);
+    if (s < 0) errors.fail(loc_of(*n), "fit.seed", fmt::format("must be >= 0, got {}", s));
+    fit["seed"] = s;
+  }
+  if (const toml::node* n = t->get("huber_delta")) {
+    const double d = read_number(*n, "fit.huber_delta", errors);
+    if (!(d > 0)) errors.fail(loc_of(*n), "fit.huber_delta", "must be > 0, got " + describe(*n));
+    fit["huber_delta"] = d;
+  }
+  if (const toml::node* n = t->get("targets")) {
+    if (!n->is_array())
+      errors.fail(loc_of(*n), "fit.targets", "must be an array of tables {n = <params>, d = <tokens>}, got " + describe(*n));
+    fit["targets"] = json::array();
+    for (const toml::node& target : *n->as_array()) {
+      const toml::table& tt = require_table(target, "fit.targets", errors);
+      check_keys(tt, "fit.targets", {"n", "d"}, errors);
+      json out = json::object();
+      for (const char* k : {"n", "d"}) {
+        const std::string key = std::string("fit.targets.") + k;
+        const toml::node* v = tt.get(k);
+        if (v == nullptr) errors.fail(loc_of(tt), key, "is required (e.g. {n = 1.5e9, d = 1e11})");
+        const double x = read_number(*v, key, errors);
+        if (!(x > 0)) errors.fail(loc_of(*v), key, "must be > 0, got " + describe(*v));
+        out[k] = x;
+      }
+      fit["targets"].push_back(out);
+    }
+  }
+  return fit;
+}
+
+const std::set<std::string> kTopLevelTables = {"sweep", "data",   "model",   "train",    "eval", "probe",
+                                               "checkpoint", "grid", "recipes", "executor", "fit"};
+
+}  // namespace
+
+SweepSpec parse_sweep_spec(const std::string& text, const fs::path& file, const fs::path& base_dir) {
+  const std::string file_name = file.string();
+  const SpecErrors errors(file_name);
+  toml::table root;
+  try {
+    root = toml::parse(std::string_view(text), std::string_view(file_name));
+  } catch (const toml::parse_error& e) {
+    errors.fail(loc_of(e.source()), "", "malformed TOML: " + std::string(e.description()));
+  }
+
+  SweepSpec spec;
+  spec.file = file;
+  spec.base_dir = base_dir;
+  spec.text = text;
+  spec.text_hash = data::sha256_hex(text);
+
+  check_keys(root, "", kTopLevelTables, errors);
+  BaseConfig base;
+  read_sweep_section(optional_table(root, "sweep", errors), base_dir, spec, base, errors);
+  read_data_section(optional_table(root, "data", errors), base_dir, base, errors);
+  read_run_sections(root, base, errors);
+  const std::map<std::string, RecipeDef> recipes = read_recipes(optional_table(root, "recipes", errors), errors);
+  spec.executor = read_executor(optional_table(root, "executor", errors), errors);
+  spec.fit = read_fit(optional_table(root, "fit", errors), errors);
+
+  const toml::table* grid = optional_table(root, "grid", errors);
+  const std::vector<Axis> axes = read_grid(grid, base, recipes, errors);
+  for (const Axis& a : axes) spec.axis_names.push_back(a.name);
+  spec.points = expand_grid(axes, base, recipes, grid ? std::optional<Loc>(loc_of(*grid)) : std::nullopt, errors);
+  return spec;
+}
+
+SweepSpec load_sweep_spec(const fs::path& file) {
+  std::string text;
+  try {
+    text = run::read_file(file);
+  } catch (const std::runtime_error& e) {
+    throw std::invalid_argument(std::string(e.what()) + "; check the path of the sweep spec");
+  }
+  // Runs execute in the spec's directory; an absolute path keeps that true whatever the caller's
+  // working directory is later.
+  std::error_code ec;
+  fs::path dir = fs::absolute(file, ec).parent_path();
+  if (ec) dir = file.parent_path();
+  return parse_sweep_spec(text, file, dir.lexically_normal());
+}
+
+}  // namespace fp4::sweeps

@@ -1,0 +1,79 @@
+// spec.h — a sweep declared in TOML (docs/sweeps.md has the format with a full example): parsed,
+// validated strictly, and expanded into grid points, each a fully resolved run config with its id.
+//
+// Identity: a point's run config is resolved by engine/run/config (every default written in); its
+// canonical JSON (sorted keys, shortest round-trip numbers) hashed with SHA-256 is the run id. The
+// same point declared twice, in one grid or in two, is one run; labels that do not change the
+// computation (the sweep's name, a custom recipe's TOML name, the order of keys or axes, how a
+// number is spelled) do not change the id.
+//
+// Errors are the user's: each is a std::invalid_argument with one line
+// "file:line:col: <key>: what is wrong; what to do", thrown before anything is expanded further.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace fp4::sweeps {
+
+// [executor]: how `sweep run` schedules runs on this machine.
+struct ExecutorSpec {
+  std::vector<int> gpus;          // empty: from --gpus or CUDA_VISIBLE_DEVICES at run time
+  int runs_per_gpu = 1;           // several small runs may share one GPU
+  int cpu_jobs = 1;               // concurrent runs when runs use the CPU
+  int threads_per_job = 0;        // OMP_NUM_THREADS per CPU run; 0: cores / cpu_jobs (at least 1)
+  int max_attempts = 3;           // attempt cap for --retry-failed
+  std::string order = "largest";  // "largest" (most FLOPs first) or "declared" (grid order)
+  double heartbeat_timeout_s = 60;  // a running run whose heartbeat is older is orphaned
+};
+
+// One expanded grid point.
+struct GridPoint {
+  std::string id;                 // SHA-256 of `canonical`, 64 hex digits
+  std::string name;               // readable, unique in the sweep: "d4-50M-ufp4-s0" (+ "-<id8>" on a clash)
+  nlohmann::json config;          // the resolved run config (engine/run config_to_json)
+  std::string canonical;          // its canonical dump (the hashed bytes)
+  std::string match_key;          // SHA-256 of the canonical config without "recipe": runs that
+                                  // differ only in their recipe share it (the BF16-relative gap)
+  std::map<std::string, std::string> axes;  // axis name → this point's value as text ("recipe" → "ufp4")
+  std::string recipe_label;       // the recipe's name in the TOML (a preset or a [recipes.<name>])
+  bool baseline = false;          // the recipe is bf16 everywhere
+  std::string model_label;        // "d4" or "L4-d256" for explicit dims
+  int64_t n_params = 0;           // total
+  int64_t n_params_nonembedding = 0;
+  int64_t tokens = 0;             // D, as resolved (whole steps)
+  uint64_t seed = 0;
+  double flops_per_token = 0;     // the engine's count (docs/model.md)
+};
+
+struct SweepSpec {
+  std::filesystem::path file;     // as given
+  std::filesystem::path base_dir; // the TOML file's directory: relative paths resolve against it,
+                                  // and runs execute with it as their working directory
+  std::string text;               // the TOML text, byte for byte
+  std::string text_hash;          // SHA-256 of text
+  std::string name;               // [sweep] name
+  std::filesystem::path store;    // [sweep] store, resolved against base_dir (default "<name>.db")
+  std::filesystem::path run_root; // [sweep] run_root, resolved against base_dir (default "runs")
+  ExecutorSpec executor;
+  nlohmann::json fit;             // [fit] as JSON (validated keys), {} when absent
+  std::vector<std::string> axis_names;  // in declaration order
+  std::vector<GridPoint> points;        // grid order: the first axis varies slowest; duplicates
+                                        // (two points with one id) are merged into one
+};
+
+// Parses and expands. `file` names the source in messages; `base_dir` resolves relative paths.
+SweepSpec parse_sweep_spec(const std::string& text, const std::filesystem::path& file,
+                           const std::filesystem::path& base_dir);
+// Reads the file (an unreadable file is a std::invalid_argument naming it) and parses it.
+SweepSpec load_sweep_spec(const std::filesystem::path& file);
+
+// "50M", "1.5B", "262k", "1000": tokens written compactly for run names.
+std::string compact_count(int64_t n);
+
+}  // namespace fp4::sweeps

@@ -1,0 +1,192 @@
+// store.h — the study's SQLite store (docs/sweeps.md "The store" documents every table and view
+// with example queries).
+//
+// One file per study, WAL journal, a busy timeout so that a reader (`sweep status`) or a second
+// orchestrator waits instead of failing with "database is locked". Every change that touches more
+// than one row runs in one transaction (BEGIN IMMEDIATE, so two writers serialize on the lock
+// instead of deadlocking on an upgrade). `PRAGMA user_version` numbers the schema; opening an older
+// file applies the missing migrations in order, each in its own transaction.
+//
+// Writers: the orchestrator processes (`sweep run`, `sweep ingest`). Trainers never open the store:
+// they write their run directory, and the orchestrator ingests it.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "sweeps/spec.h"
+
+struct sqlite3;
+
+namespace fp4::sweeps {
+
+// The life of a run. `orphaned` is stored when an orchestrator finds a running run whose lease
+// has expired (its orchestrator died); the next `sweep run` resumes it from its last checkpoint.
+enum class RunState : uint8_t { pending = 0, running, succeeded, failed, diverged, orphaned };
+const char* run_state_name(RunState s);            // "pending", ...
+RunState parse_run_state(const std::string& text); // throws std::invalid_argument
+
+struct RunRecord {
+  std::string id;
+  std::string name;
+  std::string config_json;        // the canonical resolved config
+  std::string match_key;
+  std::string recipe;             // recipe label
+  bool baseline = false;
+  std::string model;              // model label
+  int64_t n_params = 0, n_params_nonembedding = 0, tokens = 0;
+  uint64_t seed = 0;
+  double flops_per_token = 0;
+  RunState state = RunState::pending;
+  int attempts = 0;               // attempts started
+  std::string dir;                // run directory (absolute)
+  std::string error;              // the last attempt's error line ("" when none)
+  std::string lease_owner;        // "" when no lease
+  double lease_expires = 0;       // Unix seconds
+  int64_t ingested_bytes = 0;     // metrics.jsonl bytes already ingested (complete lines only)
+};
+
+// Where and how an attempt ran (provenance, one row per attempt).
+struct Provenance {
+  std::string host;
+  std::string devices;            // "cpu:2" or "cuda:0"
+  std::string gpu_name, gpu_driver, cuda_version;  // "" when none
+  std::string git_commit;
+  bool git_dirty = false;
+  std::string fp4lab_version;
+  nlohmann::json libraries;       // {"sqlite": "3.40.1", ...}
+};
+
+struct AttemptEnd {
+  int exit_code = 0;              // the trainer's exit code; -signal when killed by a signal
+  RunState state = RunState::failed;  // what the attempt left the run in
+  std::string error;              // one line, "" on success
+};
+
+// One metrics.jsonl row as the store keeps it.
+struct MetricRow {
+  std::string key;                // "train/loss", "train/lr", "eval/loss", "eval/bpb", ...
+  int64_t step = 0;
+  int64_t tokens = 0;
+  double value = 0;               // meaningless when is_nan
+  bool is_nan = false;
+};
+struct ProbeRow {                 // kind "probe": one quantized slot at one step
+  int64_t step = 0;
+  int layer = 0;
+  std::string linear, slot, gemm;
+  double alpha = 0, nmse = 0, sqnr_db = 0, shrink = 0, b_eff = 0;
+  int64_t count = 0, nonfinite = 0;
+};
+struct ProbeGemmRow {             // kind "probe_gemm"
+  int64_t step = 0;
+  int layer = 0;
+  std::string linear, gemm;
+  double alpha_a = 0, alpha_b = 0, eta = 0;
+};
+// What ingesting a slice of metrics.jsonl produced.
+struct MetricsBatch {
+  std::vector<MetricRow> metrics;
+  std::vector<ProbeRow> probes;
+  std::vector<ProbeGemmRow> probe_gemms;
+  nlohmann::json run_info;        // the last "run" row's fields (n_params, flops_per_token, ...), or null
+  int64_t consumed_bytes = 0;     // bytes of complete lines parsed (a cut-short last line is not)
+};
+
+// Parses complete lines of metrics.jsonl text (docs/train.md). A malformed complete line throws
+// std::runtime_error naming `source` and the line number; a trailing line without '\n' is left
+// for later (consumed_bytes stops before it).
+MetricsBatch parse_metrics_jsonl(std::string_view text, const std::string& source);
+
+class Store {
+ public:
+  // read_if_present: read-only, but a missing file or one that holds no store yet (another
+  // process is creating it right now) gives null instead of an error: what `sweep plan` and
+  // `sweep status` want, since they must work before and while a sweep runs.
+  enum class Mode { read_only, read_write, read_if_present };
+  // Opens (read_write: creates if missing, migrates an older schema; read_only: a missing file or
+  // an older schema is a std::invalid_argument naming the file and what to do). A schema newer
+  // than this fp4lab knows is refused either way.
+  static std::unique_ptr<Store> open(const std::filesystem::path& path, Mode mode);
+  ~Store();
+  Store(const Store&) = delete;
+  Store& operator=(const Store&) = delete;
+
+  static int latest_schema_version();
+  int schema_version() const;
+  const std::filesystem::path& path() const { return path_; }
+
+  // Records a grid (its TOML text, hash, name, path) and its points: new runs are inserted as
+  // pending with their directory spec.run_root/<id>; runs already present are left as they are
+  // (only linked to this grid, with this grid's axis values). One transaction. Returns the grid's
+  // row id.
+  int64_t record_grid(const SweepSpec& spec);
+
+  std::optional<RunRecord> run(const std::string& id) const;
+  std::vector<RunRecord> runs() const;                            // every run, by name
+  std::vector<RunRecord> runs_of_grid(const std::string& text_hash) const;
+
+  // Leases: a run is executed only by the orchestrator holding its lease. try_lease takes it when
+  // nobody holds it or the holder's lease expired (then a `running` run becomes orphaned first);
+  // it marks the run running. Atomic (one transaction). Returns false when someone else holds it.
+  bool try_lease(const std::string& run_id, const std::string& owner, double now, double ttl_s);
+  // Extends every lease `owner` holds to now + ttl_s (the orchestrator's keep-alive).
+  void renew_leases(const std::string& owner, double now, double ttl_s);
+  void release_lease(const std::string& run_id, const std::string& owner);
+  // Runs in `running` whose lease expired before `now` become `orphaned`; returns how many.
+  int mark_orphans(double now);
+
+  // Attempts: begin counts an attempt (runs.attempts + 1) and records provenance; end stores the
+  // exit code, error and the run's new state (and releases nothing: leases are separate).
+  int64_t begin_attempt(const std::string& run_id, const Provenance& p, double start_time, int pid);
+  void end_attempt(int64_t attempt_id, const AttemptEnd& end, double end_time);
+  void set_state(const std::string& run_id, RunState s, const std::string& error);
+
+  // Upserts a parsed batch for a run (metric (run, key, step) replaces the old value, likewise
+  // probes) and advances runs.ingested_bytes to `new_offset`, in one transaction. run_info, when
+  // present, updates the run's counts (n_params, flops_per_token, tokens).
+  void ingest(const std::string& run_id, const MetricsBatch& batch, int64_t new_offset);
+  // Forgets everything ingested for a run (a run directory that was started over).
+  void reset_metrics(const std::string& run_id);
+
+  // Reads.
+  std::vector<MetricRow> metrics(const std::string& run_id, const std::string& key) const;
+  int64_t metric_count(const std::string& run_id) const;
+  // The last eval/loss of a run (the validation loss at the end), if any.
+  std::optional<double> final_loss(const std::string& run_id) const;
+  // The bf16_gap view (docs/sweeps.md): each quantized run beside its BF16 run at the same grid
+  // point, by recipe, model, D and seed. `loss` is NaN when the quantized run's final loss is not
+  // finite (then so is `gap`).
+  struct GapRow {
+    std::string id, name, recipe, model, state;
+    int64_t n_params_nonembedding = 0, tokens = 0;
+    uint64_t seed = 0;
+    double loss = 0, bf16_loss = 0, gap = 0;
+  };
+  std::vector<GapRow> bf16_gaps() const;
+  struct AttemptRecord {
+    int64_t id = 0;
+    std::string run_id;
+    double start = 0, end = 0;     // end 0 while running
+    int exit_code = 0;
+    std::string error;
+    Provenance provenance;
+  };
+  std::vector<AttemptRecord> attempts(const std::string& run_id) const;
+
+  // Raw access for tests and the report generator.
+  sqlite3* handle() const { return db_; }
+
+ private:
+  Store(sqlite3* db, std::filesystem::path path);
+  sqlite3* db_ = nullptr;
+  std::filesystem::path path_;
+};
+
+}  // namespace fp4::sweeps

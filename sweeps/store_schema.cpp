@@ -1,0 +1,219 @@
+// store_schema.cpp — see store_schema.h. The SQL here is the schema's single definition;
+// docs/sweeps.md "The store" explains it table by table.
+#include "sweeps/store_schema.h"
+
+#include <stdexcept>
+#include <string>
+
+#include "sweeps/store_sqlite.h"
+
+namespace fp4::sweeps::detail {
+
+namespace {
+
+// Version 1: what a sweep needs to run — grids, runs and their many-to-many links, attempts, and
+// the metric curves.
+constexpr const char* kMigration1 = R"sql(
+PRAGMA application_id = 1179661395;
+
+CREATE TABLE grids (
+  id          INTEGER PRIMARY KEY,
+  text_hash   TEXT NOT NULL UNIQUE,      -- SHA-256 of the TOML text: one row per distinct text
+  name        TEXT NOT NULL,             -- [sweep] name
+  file        TEXT NOT NULL,             -- the TOML file as given when first recorded
+  base_dir    TEXT NOT NULL,
+  run_root    TEXT NOT NULL,
+  axis_names  TEXT NOT NULL,             -- JSON array, declaration order
+  fit_json    TEXT NOT NULL,             -- [fit] as JSON, {} when absent
+  text        TEXT NOT NULL,             -- the TOML text, byte for byte
+  created     REAL NOT NULL
+);
+
+CREATE TABLE runs (
+  id                     TEXT PRIMARY KEY,   -- SHA-256 of the canonical resolved config
+  name                   TEXT NOT NULL,
+  config_json            TEXT NOT NULL,
+  match_key              TEXT NOT NULL,      -- equal for runs that differ only in their recipe
+  recipe                 TEXT NOT NULL,
+  baseline               INTEGER NOT NULL CHECK (baseline IN (0, 1)),
+  model                  TEXT NOT NULL,
+  n_params               INTEGER NOT NULL,
+  n_params_nonembedding  INTEGER NOT NULL,
+  tokens                 INTEGER NOT NULL,   -- D
+  seed                   INTEGER NOT NULL,   -- the uint64 seed's bits as int64
+  flops_per_token        REAL NOT NULL,
+  state                  TEXT NOT NULL DEFAULT 'pending'
+                         CHECK (state IN ('pending', 'running', 'succeeded', 'failed', 'diverged', 'orphaned')),
+  attempts               INTEGER NOT NULL DEFAULT 0,
+  dir                    TEXT NOT NULL,
+  error                  TEXT NOT NULL DEFAULT '',
+  lease_owner            TEXT NOT NULL DEFAULT '',
+  lease_expires          REAL NOT NULL DEFAULT 0,
+  created                REAL NOT NULL,
+  updated                REAL NOT NULL
+);
+CREATE INDEX runs_by_match_key ON runs (match_key);
+CREATE INDEX runs_by_state ON runs (state);
+
+CREATE TABLE grid_runs (
+  grid       INTEGER NOT NULL REFERENCES grids (id),
+  run        TEXT NOT NULL REFERENCES runs (id),
+  position   INTEGER NOT NULL,           -- the point's index in the grid's order
+  name       TEXT NOT NULL,              -- the point's name in this grid
+  axes_json  TEXT NOT NULL,              -- {"axis": "value as text", ...} in this grid
+  PRIMARY KEY (grid, run)
+) WITHOUT ROWID;
+CREATE INDEX grid_runs_by_run ON grid_runs (run);
+
+CREATE TABLE attempts (
+  id         INTEGER PRIMARY KEY,
+  run        TEXT NOT NULL REFERENCES runs (id),
+  number     INTEGER NOT NULL,           -- 1 for a run's first attempt
+  host       TEXT NOT NULL,
+  devices    TEXT NOT NULL,
+  pid        INTEGER NOT NULL,
+  started    REAL NOT NULL,
+  ended      REAL,                       -- NULL while it runs
+  exit_code  INTEGER,
+  state      TEXT CHECK (state IN ('pending', 'running', 'succeeded', 'failed', 'diverged', 'orphaned')),
+  error      TEXT NOT NULL DEFAULT ''
+);
+CREATE INDEX attempts_by_run ON attempts (run);
+
+CREATE TABLE metrics (
+  run     TEXT NOT NULL REFERENCES runs (id),
+  key     TEXT NOT NULL,                 -- "<kind>/<field>": train/loss, eval/loss, ...
+  step    INTEGER NOT NULL,
+  tokens  INTEGER NOT NULL,
+  value   REAL,                          -- NULL exactly when is_nan
+  is_nan  INTEGER NOT NULL DEFAULT 0 CHECK (is_nan IN (0, 1)),
+  PRIMARY KEY (run, key, step)
+) WITHOUT ROWID;
+)sql";
+
+// Version 2: the probe, provenance and fits; incremental ingest; the views.
+constexpr const char* kMigration2 = R"sql(
+ALTER TABLE runs ADD COLUMN ingested_bytes INTEGER NOT NULL DEFAULT 0;
+
+CREATE TABLE probes (
+  run        TEXT NOT NULL REFERENCES runs (id),
+  step       INTEGER NOT NULL,
+  layer      INTEGER NOT NULL,
+  linear     TEXT NOT NULL,
+  slot       TEXT NOT NULL,
+  gemm       TEXT NOT NULL,
+  alpha      REAL,                       -- NULL: not finite
+  nmse       REAL,
+  sqnr_db    REAL,
+  shrink     REAL,
+  b_eff      REAL,
+  count      INTEGER NOT NULL,
+  nonfinite  INTEGER NOT NULL,
+  PRIMARY KEY (run, step, layer, linear, slot)
+) WITHOUT ROWID;
+
+CREATE TABLE probe_gemms (
+  run      TEXT NOT NULL REFERENCES runs (id),
+  step     INTEGER NOT NULL,
+  layer    INTEGER NOT NULL,
+  linear   TEXT NOT NULL,
+  gemm     TEXT NOT NULL,
+  alpha_a  REAL,
+  alpha_b  REAL,
+  eta      REAL,
+  PRIMARY KEY (run, step, layer, linear, gemm)
+) WITHOUT ROWID;
+
+CREATE TABLE provenance (
+  attempt         INTEGER PRIMARY KEY REFERENCES attempts (id),
+  gpu_name        TEXT NOT NULL,
+  gpu_driver      TEXT NOT NULL,
+  cuda_version    TEXT NOT NULL,
+  git_commit      TEXT NOT NULL,
+  git_dirty       INTEGER NOT NULL CHECK (git_dirty IN (0, 1)),
+  fp4lab_version  TEXT NOT NULL,
+  libraries_json  TEXT NOT NULL          -- {"sqlite": "3.40.1", ...}
+);
+
+CREATE TABLE fits (
+  id              INTEGER PRIMARY KEY,
+  law             TEXT NOT NULL,
+  scope           TEXT NOT NULL,         -- a recipe label, or "joint"
+  input_hash      TEXT NOT NULL,         -- SHA-256 of the fitted data
+  params_json     TEXT NOT NULL,
+  intervals_json  TEXT NOT NULL DEFAULT '{}',
+  quality_json    TEXT NOT NULL DEFAULT '{}',
+  options_json    TEXT NOT NULL DEFAULT '{}',
+  n_points        INTEGER NOT NULL,
+  fp4lab_version  TEXT NOT NULL,
+  created         REAL NOT NULL
+);
+CREATE INDEX fits_by_input ON fits (law, scope, input_hash);
+
+CREATE VIEW final_losses AS
+SELECT r.id, r.name, r.recipe, r.baseline, r.model, r.n_params, r.n_params_nonembedding, r.tokens,
+       r.seed, r.state, r.match_key,
+       m.step AS final_step, m.value AS final_loss, m.is_nan AS final_is_nan
+FROM runs AS r
+JOIN metrics AS m ON m.run = r.id AND m.key = 'eval/loss'
+WHERE m.step = (SELECT MAX(step) FROM metrics WHERE run = r.id AND key = 'eval/loss');
+
+CREATE VIEW bf16_gap AS
+SELECT q.id, q.name, q.recipe, q.model, q.n_params, q.n_params_nonembedding, q.tokens, q.seed,
+       q.state, q.final_step, q.final_loss AS loss,
+       b.id AS bf16_id, b.state AS bf16_state, b.final_step AS bf16_step, b.final_loss AS bf16_loss,
+       q.final_loss / b.final_loss - 1.0 AS gap
+FROM final_losses AS q
+JOIN final_losses AS b ON b.match_key = q.match_key AND b.baseline = 1 AND b.final_is_nan = 0
+WHERE q.baseline = 0;
+
+CREATE VIEW run_progress AS
+SELECT r.id, r.name, r.recipe, r.model, r.state, r.attempts, r.tokens,
+       t.step AS last_step, t.tokens AS last_tokens, t.value AS last_train_loss,
+       CAST(coalesce(t.tokens, 0) AS REAL) / r.tokens AS done
+FROM runs AS r
+LEFT JOIN metrics AS t ON t.run = r.id AND t.key = 'train/loss'
+  AND t.step = (SELECT MAX(step) FROM metrics WHERE run = r.id AND key = 'train/loss');
+)sql";
+
+static_assert(kStoreApplicationId == 1179661395, "kMigration1 writes this number literally");
+
+}  // namespace
+
+const std::vector<Migration>& store_migrations() {
+  static const std::vector<Migration> steps = {
+      {1, "grids, runs, grid_runs, attempts, metrics", kMigration1},
+      {2, "probes, probe_gemms, provenance, fits; runs.ingested_bytes; views final_losses, bf16_gap, run_progress",
+       kMigration2},
+  };
+  return steps;
+}
+
+int latest_store_version() { return static_cast<int>(store_migrations().size()); }
+
+int read_user_version(sqlite3* db, const std::filesystem::path& path) {
+  Statement s(db, path, "PRAGMA user_version");
+  if (!s.step()) throw std::runtime_error(path.string() + ": PRAGMA user_version returned no row");
+  const int v = static_cast<int>(s.column_int64(0));
+  s.reset();
+  return v;
+}
+
+void migrate_store(sqlite3* db, const std::filesystem::path& path, int target_version) {
+  const auto& steps = store_migrations();
+  if (target_version > latest_store_version())
+    throw std::logic_error("migrate_store: no migration to version " + std::to_string(target_version));
+  for (;;) {
+    WriteTransaction tx(db, path);
+    // Read under the write lock: a concurrent opener may have migrated while we waited for it.
+    const int version = read_user_version(db, path);
+    if (version >= target_version) return;  // the destructor ends the (empty) transaction
+    const Migration& m = steps[static_cast<size_t>(version)];
+    exec(db, path, m.sql, "migrating the schema to version " + std::to_string(m.to_version));
+    exec(db, path, ("PRAGMA user_version = " + std::to_string(m.to_version)).c_str(),
+         "setting the schema version");
+    tx.commit();
+  }
+}
+
+}  // namespace fp4::sweeps::detail

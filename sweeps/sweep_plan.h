@@ -1,0 +1,57 @@
+// sweep_plan.h — what each grid point's run is, and what `sweep run` would do with it, judged from
+// the store without writing anything: `sweep plan` prints it, `sweep status` summarises it, and
+// `sweep run` takes its queue from it.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "sweeps/spec.h"
+#include "sweeps/store.h"
+
+namespace fp4::sweeps {
+
+enum class PlanAction : uint8_t {
+  new_run,    // not in the store yet: will run
+  pending,    // recorded, never started: will run
+  orphaned,   // started, no outcome, nobody running it (its orchestrator died or it was
+              // interrupted): will resume from its last checkpoint
+  running,    // held by a live orchestrator (this host) or an unexpired lease (another host)
+  done,       // succeeded
+  diverged,   // a result, not a failure: never re-run
+  failed,     // re-run only with --retry-failed, while its failed attempts are below the cap
+};
+const char* plan_action_name(PlanAction a);  // "new", "pending", "orphaned", "running", "done", ...
+
+struct PlanEntry {
+  const GridPoint* point = nullptr;
+  PlanAction action = PlanAction::new_run;
+  std::optional<RunRecord> record;   // absent for new runs
+  bool will_run = false;             // `sweep run` would start or resume it
+  std::string note;                  // why not, or extra detail ("held by host/pid", "2 of 3 attempts failed")
+};
+
+// An attempt that ended in a failure (exit 1, 2, 127, or a crash signal) as opposed to a result
+// (0 succeeded, 3 diverged) or an interruption (75 busy, 130/143, SIGKILL/SIGTERM/SIGINT/SIGHUP:
+// the run is resumable). `exit_code` is the store's: negative for "killed by signal -code".
+bool attempt_failed(int exit_code);
+
+// The state a stored run is really in at `now`: a `running` run whose lease holder is gone (dead
+// on this host, or its lease expired) is orphaned.
+PlanAction classify_record(const RunRecord& r, double now);
+
+// One entry per grid point, in the spec's order. `store` may be null (no store file yet).
+std::vector<PlanEntry> plan_sweep(const SweepSpec& spec, const Store* store, double now, bool retry_failed);
+
+// `sweep plan`'s table: one line per run (action, name, id prefix, N, D, recipe, note) and a
+// count per action.
+void print_plan(const SweepSpec& spec, const std::vector<PlanEntry>& plan, std::ostream& out);
+
+// `sweep status`: counts per state, per axis value, each failed run's last error line and log.
+void print_status(const SweepSpec& spec, const std::vector<PlanEntry>& plan, const Store* store,
+                  std::ostream& out);
+
+}  // namespace fp4::sweeps

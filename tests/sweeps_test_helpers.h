@@ -1,0 +1,74 @@
+// sweeps_test_helpers.h — what the orchestrator tests share: tiny grids on the synthetic source,
+// and running `fp4lab sweep ...` as a child process that a test can kill at any moment.
+#pragma once
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "sweeps/process.h"
+#include "tests/test_support.h"
+
+namespace fp4::test {
+
+// A grid of tiny CPU runs (d1 at sequence length 32, a few dozen steps, a checkpoint every 5
+// steps) declared in `dir`/<name>.toml with the store <name>.db and the run root <name>-runs.
+struct TinyGrid {
+  std::string grid;                    // the [grid] table's lines
+  std::string data = "synthetic:markov?order=1&vocab=64&branch=4&seed=1";
+  std::string executor;                // more [executor] lines
+};
+inline std::filesystem::path write_tiny_grid(const std::filesystem::path& dir, const std::string& name,
+                                             const TinyGrid& g) {
+  const std::string text =
+      "[sweep]\n"
+      "name = \"" + name + "\"\n"
+      "store = \"" + name + ".db\"\n"
+      "run_root = \"" + name + "-runs\"\n"
+      "[data]\n"
+      "source = \"" + g.data + "\"\n"
+      "[model]\n"
+      "preset = \"d1\"\n"
+      "seq_len = 32\n"
+      "[train]\n"
+      "batch_tokens = 128\n"
+      "micro_batch = 2\n"
+      "lr = 3e-3\n"
+      "[eval]\n"
+      "every = 10\n"
+      "tokens = 128\n"
+      "[checkpoint]\n"
+      "every = 5\n"
+      "[executor]\n"
+      "cpu_jobs = 2\n"
+      "threads_per_job = 1\n" + g.executor +
+      "[grid]\n" + g.grid + "\n";
+  const std::filesystem::path path = dir / (name + ".toml");
+  spit(path, text);
+  return path;
+}
+inline std::filesystem::path write_tiny_grid(const std::filesystem::path& dir, const std::string& name,
+                                             const std::string& grid) {
+  TinyGrid g;
+  g.grid = grid;
+  return write_tiny_grid(dir, name, g);
+}
+
+// `fp4lab ARGS...` started in the background (argument vector, no shell), output to `log`.
+inline pid_t start_fp4lab(const std::vector<std::string>& args, const std::filesystem::path& log) {
+  sweeps::SpawnRequest r;
+  r.argv.push_back(FP4LAB_BINARY);
+  r.argv.insert(r.argv.end(), args.begin(), args.end());
+  r.output = log;
+  return sweeps::spawn(r);
+}
+
+inline int wait_fp4lab(pid_t pid) { return sweeps::wait_child(pid).shell_code(); }
+
+}  // namespace fp4::test

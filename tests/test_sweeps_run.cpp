@@ -1,0 +1,353 @@
+// test_sweeps_run.cpp — the orchestrator end to end, through the fp4lab binary: plan writes
+// nothing, run is idempotent, survives SIGKILL of itself and of its trainers at random moments
+// with bit-identical results, Ctrl-C stops cleanly, a diverging run is a result, failed runs wait
+// for --retry-failed, two orchestrators never run one run twice, Slurm jobs and ingest.
+#include <catch2/catch.hpp>
+
+#include <signal.h>
+
+#include <algorithm>
+#include <fstream>
+#include <map>
+#include <random>
+#include <set>
+
+#include "engine/run/run_dir.h"
+#include "sweeps/spec.h"
+#include "sweeps/store.h"
+#include "tests/sweeps_test_helpers.h"
+
+namespace fs = std::filesystem;
+using fp4::sweeps::RunState;
+using fp4::sweeps::Store;
+using fp4::test::ScratchDir;
+
+namespace {
+
+// 3 recipes × 2 seeds × 2 lengths (50 and 60 steps of 128 tokens) = 12 runs.
+const char* kTwelveRuns =
+    "recipe = [\"bf16\", \"ufp4\", \"e2m1\"]\n"
+    "seed = [0, 1]\n"
+    "tokens = [6400, 7680]\n";
+
+// The deterministic metric keys (everything but the two wall-clock fields).
+const std::vector<std::string> kKeys = {"train/loss", "train/lr", "train/grad_norm", "eval/loss"};
+
+struct Row {
+  int64_t step, tokens;
+  double value;
+  bool is_nan;
+  bool operator==(const Row& o) const {
+    return step == o.step && tokens == o.tokens && is_nan == o.is_nan &&
+           (is_nan || std::memcmp(&value, &o.value, sizeof value) == 0);
+  }
+};
+
+// run id → key → rows, for every run of the store.
+std::map<std::string, std::map<std::string, std::vector<Row>>> all_rows(const Store& store) {
+  std::map<std::string, std::map<std::string, std::vector<Row>>> out;
+  for (const auto& r : store.runs())
+    for (const std::string& key : kKeys)
+      for (const auto& m : store.metrics(r.id, key)) out[r.id][key].push_back({m.step, m.tokens, m.value, m.is_nan});
+  return out;
+}
+
+int64_t steps_of(const fp4::sweeps::RunRecord& r) {
+  return nlohmann::json::parse(r.config_json)["train"]["steps"].get<int64_t>();
+}
+
+// Every pid written in a heartbeat under `run_root` that is still a live `fp4lab train`.
+std::vector<pid_t> live_trainers(const fs::path& run_root) {
+  std::vector<pid_t> pids;
+  std::error_code ec;
+  if (!fs::is_directory(run_root, ec)) return pids;
+  for (const auto& d : fs::directory_iterator(run_root, ec)) {
+    std::ifstream f(d.path() / "heartbeat");
+    nlohmann::json j;
+    try {
+      f >> j;
+    } catch (const std::exception&) {
+      continue;
+    }
+    if (!j.contains("pid")) continue;
+    const pid_t pid = j["pid"].get<pid_t>();
+    const std::string cmd = fp4::test::slurp("/proc/" + std::to_string(pid) + "/cmdline");
+    if (cmd.find("train") != std::string::npos && cmd.find(run_root.string()) != std::string::npos)
+      pids.push_back(pid);
+  }
+  return pids;
+}
+
+}  // namespace
+
+TEST_CASE("sweep plan writes nothing and run is idempotent", "[sweeps][sweeps_run]") {
+  ScratchDir dir;
+  const fs::path toml = fp4::test::write_tiny_grid(dir.path(), "small", "recipe = [\"bf16\", \"ufp4\"]\ntokens = [1280]\n");
+  auto plan = fp4::test::run_fp4lab("sweep plan '" + toml.string() + "'", dir);
+  REQUIRE(plan.exit_code == 0);
+  CHECK(plan.out.find("new 2") != std::string::npos);
+  CHECK_FALSE(fs::exists(dir / "small.db"));  // plan never writes
+  CHECK(Store::open(dir / "small.db", Store::Mode::read_if_present) == nullptr);
+  CHECK_FALSE(fs::exists(dir / "small-runs"));
+
+  auto run = fp4::test::run_fp4lab("sweep run --plain '" + toml.string() + "'", dir);
+  INFO(run.err);
+  REQUIRE(run.exit_code == 0);
+  auto store = Store::open(dir / "small.db", Store::Mode::read_only);
+  const auto runs = store->runs();
+  REQUIRE(runs.size() == 2);
+  std::map<std::string, int> attempts;
+  for (const auto& r : runs) {
+    CHECK(r.state == RunState::succeeded);
+    CHECK(r.attempts == 1);
+    CHECK(store->metrics(r.id, "train/loss").size() == static_cast<size_t>(steps_of(r)));
+    CHECK(store->final_loss(r.id).has_value());
+    attempts[r.id] = r.attempts;
+  }
+  store.reset();
+
+  plan = fp4::test::run_fp4lab("sweep plan '" + toml.string() + "'", dir);
+  CHECK(plan.out.find("done 2") != std::string::npos);
+  run = fp4::test::run_fp4lab("sweep run --plain '" + toml.string() + "'", dir);
+  REQUIRE(run.exit_code == 0);
+  store = Store::open(dir / "small.db", Store::Mode::read_only);
+  for (const auto& r : store->runs()) CHECK(r.attempts == attempts[r.id]);  // nothing ran again
+
+  // Adding an axis value adds runs and leaves the others alone.
+  fp4::test::write_tiny_grid(dir.path(), "small", "recipe = [\"bf16\", \"ufp4\", \"e2m1\"]\ntokens = [1280]\n");
+  plan = fp4::test::run_fp4lab("sweep plan '" + toml.string() + "'", dir);
+  CHECK(plan.out.find("new 1") != std::string::npos);
+  CHECK(plan.out.find("done 2") != std::string::npos);
+
+  const auto status = fp4::test::run_fp4lab("sweep status '" + toml.string() + "'", dir);
+  REQUIRE(status.exit_code == 0);
+  CHECK(status.out.find("by recipe:") != std::string::npos);
+}
+
+TEST_CASE("a sweep killed at random moments ends bit-identical to an uninterrupted one", "[sweeps][sweeps_run]") {
+  ScratchDir dir;
+  // The same grid twice, with separate stores and run roots (neither changes a run's identity).
+  const fs::path calm = fp4::test::write_tiny_grid(dir.path(), "calm", kTwelveRuns);
+  const fs::path rough = fp4::test::write_tiny_grid(dir.path(), "rough", kTwelveRuns);
+  auto r = fp4::test::run_fp4lab("sweep run --plain '" + calm.string() + "'", dir);
+  INFO(r.err);
+  REQUIRE(r.exit_code == 0);
+
+  std::mt19937 rng(20261201);
+  std::uniform_real_distribution<double> delay(0.02, 0.45);
+  int kills_of_orchestrator = 0, kills_of_trainers = 0, rounds = 0, kills_that_landed = 0;
+  bool done = false;
+  while (!done) {
+    REQUIRE(rounds < 200);
+    ++rounds;
+    const bool interrupting = kills_of_orchestrator + kills_of_trainers < 24;
+    if (!interrupting) {
+      // The kills must have landed while there was work: most runs still unfinished now.
+      auto mid = Store::open(dir / "rough.db", Store::Mode::read_only);
+      int finished = 0;
+      for (const auto& run : mid->runs()) finished += run.state == RunState::succeeded;
+      WARN("after " << rounds - 1 << " interrupted rounds: " << finished << " of 12 runs finished");
+      CHECK(finished <= 10);
+    }
+    const pid_t orch = fp4::test::start_fp4lab({"sweep", "run", "--plain", rough.string()}, dir / "rough.log");
+    if (interrupting) {
+      std::this_thread::sleep_for(std::chrono::duration<double>(delay(rng)));
+      // Half the time a trainer dies first (the orchestrator carries on and resumes it).
+      if (rng() % 2 == 0) {
+        const auto pids = live_trainers(dir / "rough-runs");
+        if (!pids.empty()) {
+          ::kill(pids[rng() % pids.size()], SIGKILL);
+          ++kills_of_trainers;
+          std::this_thread::sleep_for(std::chrono::duration<double>(delay(rng)));
+        }
+      }
+      if (::kill(orch, SIGKILL) == 0) ++kills_of_orchestrator;
+    }
+    const int code = fp4::test::wait_fp4lab(orch);
+    if (interrupting && code == 128 + SIGKILL) ++kills_that_landed;
+    if (!interrupting) {
+      INFO(fp4::test::slurp(dir / "rough.log"));
+      REQUIRE(code == 0);
+      done = true;
+    } else if (code == 0) {
+      done = kills_of_orchestrator + kills_of_trainers >= 20;  // finished before the kill landed
+    }
+  }
+  CHECK(kills_of_orchestrator + kills_of_trainers >= 20);
+  CHECK(kills_of_trainers >= 3);
+  CHECK(kills_that_landed >= 15);  // most kills hit an orchestrator that still had work
+  WARN("orchestrator kills " << kills_of_orchestrator << " (" << kills_that_landed << " while it ran), trainer kills "
+                              << kills_of_trainers);
+
+  auto a = Store::open(dir / "calm.db", Store::Mode::read_only);
+  auto b = Store::open(dir / "rough.db", Store::Mode::read_only);
+  const auto runs = b->runs();
+  REQUIRE(runs.size() == 12);
+  for (const auto& run : runs) {
+    INFO(run.name);
+    CHECK(run.state == RunState::succeeded);
+    // No missing or duplicated rows: one train row per step, evaluations at 0, every 10, the end.
+    const auto loss = b->metrics(run.id, "train/loss");
+    REQUIRE(loss.size() == static_cast<size_t>(steps_of(run)));
+    for (size_t i = 0; i < loss.size(); ++i) CHECK(loss[i].step == static_cast<int64_t>(i + 1));
+    const auto evals = b->metrics(run.id, "eval/loss");
+    std::set<int64_t> want{0, steps_of(run)};
+    for (int64_t s = 10; s < steps_of(run); s += 10) want.insert(s);
+    std::set<int64_t> got;
+    for (const auto& e : evals) got.insert(e.step);
+    CHECK(got == want);
+    // Final losses bit-identical to the calm sweep.
+    const auto fa = a->final_loss(run.id), fb = b->final_loss(run.id);
+    REQUIRE(fa.has_value());
+    REQUIRE(fb.has_value());
+    CHECK(std::memcmp(&*fa, &*fb, sizeof(double)) == 0);
+  }
+  // Every deterministic metric row, bit for bit.
+  CHECK(all_rows(*a) == all_rows(*b));
+}
+
+TEST_CASE("Ctrl-C stops a sweep cleanly and the rerun finishes it", "[sweeps][sweeps_run]") {
+  ScratchDir dir;
+  const fs::path toml = fp4::test::write_tiny_grid(dir.path(), "stop", "recipe = [\"bf16\", \"ufp4\"]\ntokens = [6400]\n");
+  const pid_t orch = fp4::test::start_fp4lab({"sweep", "run", "--plain", toml.string()}, dir / "stop.log");
+  // Wait until both runs have trained a little, then interrupt as a terminal would.
+  for (int i = 0; i < 200 && fp4::test::slurp(dir / "stop.log").find("resume") == std::string::npos; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    if (live_trainers(dir / "stop-runs").size() == 2) break;
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  ::kill(orch, SIGINT);
+  const int code = fp4::test::wait_fp4lab(orch);
+  INFO(fp4::test::slurp(dir / "stop.log"));
+  CHECK(code == 130);
+  {
+    auto store = Store::open(dir / "stop.db", Store::Mode::read_only);
+    for (const auto& r : store->runs()) {
+      CHECK((r.state == RunState::orphaned || r.state == RunState::succeeded));
+      CHECK(r.lease_owner.empty());
+      if (r.state == RunState::orphaned) CHECK(fs::exists(fs::path(r.dir) / "checkpoints"));
+    }
+  }
+  CHECK(live_trainers(dir / "stop-runs").empty());
+  const auto rerun = fp4::test::run_fp4lab("sweep run --plain '" + toml.string() + "'", dir);
+  INFO(rerun.err);
+  CHECK(rerun.exit_code == 0);
+}
+
+TEST_CASE("a diverging run ends diverged and the sweep goes on", "[sweeps][sweeps_run]") {
+  ScratchDir dir;
+  const fs::path toml = fp4::test::write_tiny_grid(dir.path(), "wild", "\"train.lr\" = [3e-3, 1e30]\ntokens = [1280]\n");
+  const auto r = fp4::test::run_fp4lab("sweep run --plain '" + toml.string() + "'", dir);
+  INFO(r.err);
+  CHECK(r.exit_code == 0);  // a divergence is a result
+  auto store = Store::open(dir / "wild.db", Store::Mode::read_only);
+  int diverged = 0, succeeded = 0;
+  for (const auto& run : store->runs()) {
+    diverged += run.state == RunState::diverged;
+    succeeded += run.state == RunState::succeeded;
+  }
+  CHECK(diverged == 1);
+  CHECK(succeeded == 1);
+  // Not re-run.
+  const auto again = fp4::test::run_fp4lab("sweep plan '" + toml.string() + "'", dir);
+  CHECK(again.out.find("diverged 1") != std::string::npos);
+  CHECK(again.out.find("would start or resume 0") != std::string::npos);
+}
+
+TEST_CASE("failed runs are retried only with --retry-failed, up to the cap", "[sweeps][sweeps_run]") {
+  ScratchDir dir;
+  // Data in a directory that does not exist: every attempt fails (exit 2, bad input).
+  fp4::test::TinyGrid g;
+  g.grid = "tokens = [1280]\n";
+  g.data = "no-such-shards";
+  g.executor = "max_attempts = 2\n";
+  const fs::path toml = fp4::test::write_tiny_grid(dir.path(), "broken", g);
+  auto r = fp4::test::run_fp4lab("sweep run --plain '" + toml.string() + "'", dir);
+  CHECK(r.exit_code == 1);
+  auto status = fp4::test::run_fp4lab("sweep status '" + toml.string() + "'", dir);
+  CHECK(status.out.find("failed 1") != std::string::npos);
+  CHECK(status.out.find("no-such-shards") != std::string::npos);  // the error line
+  CHECK(status.out.find("output.log") != std::string::npos);      // and where the log is
+  r = fp4::test::run_fp4lab("sweep run --plain '" + toml.string() + "'", dir);
+  CHECK(r.exit_code == 1);
+  {
+    auto store = Store::open(dir / "broken.db", Store::Mode::read_only);
+    CHECK(store->runs().at(0).attempts == 1);  // not retried without the flag
+  }
+  r = fp4::test::run_fp4lab("sweep run --plain --retry-failed '" + toml.string() + "'", dir);
+  r = fp4::test::run_fp4lab("sweep run --plain --retry-failed '" + toml.string() + "'", dir);
+  {
+    auto store = Store::open(dir / "broken.db", Store::Mode::read_only);
+    CHECK(store->runs().at(0).attempts == 2);  // the cap: max_attempts = 2 failures
+  }
+}
+
+TEST_CASE("two orchestrators on one store never run a run twice", "[sweeps][sweeps_run]") {
+  ScratchDir dir;
+  const fs::path toml = fp4::test::write_tiny_grid(dir.path(), "pair", "recipe = [\"bf16\", \"ufp4\"]\nseed = [0, 1, 2]\ntokens = [1280]\n");
+  const pid_t a = fp4::test::start_fp4lab({"sweep", "run", "--plain", toml.string()}, dir / "a.log");
+  const pid_t b = fp4::test::start_fp4lab({"sweep", "run", "--plain", toml.string()}, dir / "b.log");
+  // status works while they run
+  const auto status = fp4::test::run_fp4lab("sweep status '" + toml.string() + "'", dir);
+  CHECK(status.exit_code == 0);
+  const int ca = fp4::test::wait_fp4lab(a), cb = fp4::test::wait_fp4lab(b);
+  INFO(fp4::test::slurp(dir / "a.log") + fp4::test::slurp(dir / "b.log"));
+  CHECK(ca == 0);
+  CHECK(cb == 0);
+  auto store = Store::open(dir / "pair.db", Store::Mode::read_only);
+  REQUIRE(store->runs().size() == 6);
+  for (const auto& r : store->runs()) {
+    CHECK(r.state == RunState::succeeded);
+    CHECK(r.attempts == 1);
+  }
+}
+
+TEST_CASE("a Slurm array job trains the pending runs and ingest imports them", "[sweeps][sweeps_run]") {
+  ScratchDir dir;
+  const fs::path toml = fp4::test::write_tiny_grid(dir.path(), "cluster", "recipe = [\"bf16\", \"ufp4\"]\ntokens = [1280]\n");
+  const fs::path job = dir / "job.sbatch";
+  auto r = fp4::test::run_fp4lab("sweep slurm '" + toml.string() + "' --out '" + job.string() +
+                                     "' --sbatch=--partition=gpu --max-parallel 4",
+                                 dir);
+  INFO(r.err);
+  REQUIRE(r.exit_code == 0);
+  const std::string script = fp4::test::slurp(job);
+  CHECK(script.find("#SBATCH --array=0-1%4") != std::string::npos);
+  CHECK(script.find("#SBATCH --partition=gpu") != std::string::npos);
+  // Execute task 1 the way Slurm would (the #SBATCH lines are comments to bash).
+  const std::string cmd = "cd '" + dir.path().string() + "' && SLURM_ARRAY_TASK_ID=1 bash '" + job.string() + "'";
+  REQUIRE(std::system(cmd.c_str()) == 0);
+  r = fp4::test::run_fp4lab("sweep ingest --spec '" + toml.string() + "'", dir);
+  INFO(r.err);
+  REQUIRE(r.exit_code == 0);
+  r = fp4::test::run_fp4lab("sweep ingest --spec '" + toml.string() + "'", dir);  // idempotent
+  REQUIRE(r.exit_code == 0);
+  auto store = Store::open(dir / "cluster.db", Store::Mode::read_only);
+  int done = 0;
+  for (const auto& run : store->runs()) {
+    if (run.state != RunState::succeeded) continue;
+    ++done;
+    CHECK(run.attempts == 1);
+    CHECK(store->metrics(run.id, "train/loss").size() == static_cast<size_t>(steps_of(run)));
+  }
+  CHECK(done == 1);
+  // The next job holds only the run still to do.
+  r = fp4::test::run_fp4lab("sweep slurm '" + toml.string() + "' --out '" + job.string() + "'", dir);
+  CHECK(fp4::test::slurp(job).find("#SBATCH --array=0-0\n") != std::string::npos);
+}
+
+TEST_CASE("fp4lab train refuses a run directory another process holds", "[sweeps][sweeps_run]") {
+  ScratchDir dir;
+  const fs::path toml = fp4::test::write_tiny_grid(dir.path(), "lock", "tokens = [1280]\n");
+  auto r = fp4::test::run_fp4lab("sweep slurm '" + toml.string() + "' --out '" + (dir / "j.sbatch").string() + "'", dir);
+  REQUIRE(r.exit_code == 0);
+  auto store = Store::open(dir / "lock.db", Store::Mode::read_only);
+  const fs::path run_dir = store->runs().at(0).dir;
+  fp4::run::RunDirLock held(run_dir);
+  r = fp4::test::run_fp4lab("train --config '" + (run_dir / "run.json").string() + "' --dir '" + run_dir.string() +
+                                "' --resume --quiet",
+                            dir);
+  CHECK(r.exit_code == 75);
+  CHECK(r.err.find("in use") != std::string::npos);
+  CHECK_FALSE(fs::exists(run_dir / "metrics.jsonl"));
+}

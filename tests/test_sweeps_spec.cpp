@@ -1,0 +1,567 @@
+// test_sweeps_spec.cpp — the sweep spec (docs/sweeps.md, "The TOML spec"): a full example, every way
+// a spec can be wrong refused at its exact file:line:col, and run identity (what changes an id and
+// what must not).
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <set>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "engine/data/sha256.h"
+#include "engine/model/model_config.h"
+#include "engine/run/config.h"
+#include "sweeps/spec.h"
+#include "test_support.h"
+
+using fp4::sweeps::compact_count;
+using fp4::sweeps::GridPoint;
+using fp4::sweeps::parse_sweep_spec;
+using fp4::sweeps::SweepSpec;
+using nlohmann::json;
+
+namespace {
+
+SweepSpec parse(const std::string& text, const std::string& file = "spec.toml") {
+  return parse_sweep_spec(text, file, "/study");
+}
+
+// The one-line message a spec is refused with.
+std::string error_of(const std::string& text) {
+  try {
+    parse(text);
+  } catch (const std::invalid_argument& e) {
+    const std::string what = e.what();
+    INFO(what);
+    CHECK(what.find('\n') == std::string::npos);
+    return what;
+  }
+  FAIL("no error for:\n" << text);
+  return {};
+}
+
+std::set<std::string> ids_of(const SweepSpec& s) {
+  std::set<std::string> ids;
+  for (const GridPoint& p : s.points) ids.insert(p.id);
+  return ids;
+}
+
+const GridPoint& point_named(const SweepSpec& s, const std::string& name) {
+  for (const GridPoint& p : s.points)
+    if (p.name == name) return p;
+  std::string names;
+  for (const GridPoint& p : s.points) names += p.name + " ";
+  FAIL("no point " << name << " among: " << names);
+  throw std::logic_error("unreachable");
+}
+
+// The single point of a one-point spec.
+const GridPoint& only_point(const SweepSpec& s) {
+  REQUIRE(s.points.size() == 1);
+  return s.points[0];
+}
+
+std::string only_id(const std::string& text) { return only_point(parse(text)).id; }
+
+// Seven lines every malformed case below starts from; a case's own lines start at line 8, inside
+// [train] (so a case may add train keys before opening its own tables).
+const std::string kPrelude =
+    "[sweep]\n"                                      // 1
+    "name = \"t\"\n"                                 // 2
+    "[data]\n"                                       // 3
+    "source = \"synthetic:markov?order=1&vocab=64\"\n"  // 4
+    "[train]\n"                                      // 5
+    "batch_tokens = 4096\n"                          // 6
+    "micro_batch = 4\n";                             // 7
+
+// One point: d2, 65536 tokens, bf16, seed 0 — the base the identity tests vary one field of.
+std::string one_point_spec(const std::string& train_extra = "", const std::string& grid = "",
+                           const std::string& model = "preset = \"d2\"\n",
+                           const std::string& data = "synthetic:markov?order=1&vocab=64") {
+  return "[sweep]\nname = \"one\"\n[data]\nsource = \"" + data + "\"\n[model]\n" + model +
+         "[train]\nbatch_tokens = 4096\nmicro_batch = 4\ntokens = 65536\n" + train_extra + "[grid]\n" + grid;
+}
+
+}  // namespace
+
+TEST_CASE("sweep spec: a full example parses, expands and resolves every point", "[sweeps][sweeps_spec]") {
+  const std::string text = R"(# a small study
+[sweep]
+name = "small-study"
+run_root = "out/runs"
+
+[data]
+source = "data/prose"
+
+[model]
+seq_len = 128
+
+[train]
+batch_tokens = 16384
+micro_batch = 8
+lr = 2e-3
+
+[eval]
+every = 50
+tokens = 16384
+
+[probe]
+every = 100
+
+[checkpoint]
+every = 0
+
+[grid]
+model = ["d2", {n_layers = 3, d_model = 256}]
+tokens = ["1M", 2_000_000]
+recipe = ["bf16", "ufp4", "ufp4-no-sr"]
+seed = [0, 1]
+train.lr = [1e-3, 3e-3]
+
+[recipes.ufp4-no-sr]
+base = "ufp4"
+sr = []
+
+[executor]
+gpus = [0, 1]
+runs_per_gpu = 2
+cpu_jobs = 2
+threads_per_job = 1
+max_attempts = 4
+order = "declared"
+heartbeat_timeout_s = 90.5
+
+[fit]
+law = ["chinchilla", "precision"]
+n = "total"
+bootstrap = 200
+seed = 7
+huber_delta = 1e-3
+targets = [{n = 1.5e9, d = 1e11}]
+)";
+  const SweepSpec s = parse_sweep_spec(text, "study/small.toml", "/abs/study");
+  CHECK(s.name == "small-study");
+  CHECK(s.file == "study/small.toml");
+  CHECK(s.base_dir == "/abs/study");
+  CHECK(s.text == text);
+  CHECK(s.text_hash == fp4::data::sha256_hex(text));
+  CHECK(s.store == "/abs/study/small-study.db");
+  CHECK(s.run_root == "/abs/study/out/runs");
+
+  CHECK(s.executor.gpus == std::vector<int>{0, 1});
+  CHECK(s.executor.runs_per_gpu == 2);
+  CHECK(s.executor.cpu_jobs == 2);
+  CHECK(s.executor.threads_per_job == 1);
+  CHECK(s.executor.max_attempts == 4);
+  CHECK(s.executor.order == "declared");
+  CHECK(s.executor.heartbeat_timeout_s == 90.5);
+  CHECK(s.fit == json::parse(R"({"law": ["chinchilla", "precision"], "n": "total", "bootstrap": 200, "seed": 7,
+                                 "huber_delta": 0.001, "targets": [{"n": 1.5e9, "d": 1e11}]})"));
+
+  // Declaration order, whatever order toml++ keeps its keys in.
+  CHECK(s.axis_names == std::vector<std::string>{"model", "tokens", "recipe", "seed", "train.lr"});
+  REQUIRE(s.points.size() == 2 * 2 * 3 * 2 * 2);
+  // The first axis varies slowest, the last fastest.
+  CHECK(s.points[0].axes.at("model") == "d2");
+  CHECK(s.points[0].axes.at("train.lr") == "0.001");
+  CHECK(s.points[1].axes.at("train.lr") == "0.003");
+  CHECK(s.points[1].axes.at("model") == "d2");
+  CHECK(s.points[24].axes.at("model") == R"({"d_model":256,"n_layers":3})");
+
+  std::set<std::string> names, ids;
+  for (const GridPoint& p : s.points) {
+    names.insert(p.name);
+    ids.insert(p.id);
+    // Every point is a resolved config: reading it back gives the same bytes and id.
+    const fp4::run::RunConfig again = fp4::run::config_from_json(p.config, "again");
+    CHECK(fp4::run::config_canonical(again) == p.canonical);
+    CHECK(fp4::run::config_hash(again) == p.id);
+    CHECK(p.id.size() == 64);
+    CHECK(p.config.at("data") == "data/prose");  // as given: relative to the study's directory
+    CHECK(p.config.at("model").at("seq_len") == 128);
+    CHECK(p.config.at("eval").at("every") == 50);
+    CHECK(p.config.at("probe").at("every") == 100);
+    CHECK(p.config.at("checkpoint").at("every") == 0);
+    CHECK(p.config.at("device") == "cpu");
+    CHECK(p.tokens == p.config.at("train").at("tokens").get<int64_t>());
+    CHECK(p.seed == p.config.at("train").at("seed").get<uint64_t>());
+    CHECK(p.baseline == (p.recipe_label == "bf16"));
+  }
+  CHECK(names.size() == s.points.size());
+  CHECK(ids.size() == s.points.size());
+
+  const GridPoint& d2 = point_named(s, "d2-1.02M-ufp4-no-sr-s1-lr0.003");
+  CHECK(d2.model_label == "d2");
+  CHECK(d2.recipe_label == "ufp4-no-sr");
+  CHECK_FALSE(d2.baseline);
+  CHECK(d2.tokens == 1015808);  // 1M rounded up to whole steps of 16384
+  CHECK(d2.seed == 1);
+  CHECK(d2.config.at("train").at("lr") == 0.003);
+  CHECK(d2.config.at("recipe").at("slots").at("dgrad_dy").at("sr") == false);
+  CHECK(d2.axes == std::map<std::string, std::string>{{"model", "d2"}, {"tokens", "1000000"}, {"recipe", "ufp4-no-sr"},
+                                                      {"seed", "1"}, {"train.lr", "0.003"}});
+  fp4::model::ModelConfig shape = fp4::model::model_preset("d2");  // the data is bytes: vocabulary 256
+  CHECK(d2.n_params_nonembedding == fp4::model::nonembedding_params(shape));
+  CHECK(d2.n_params == fp4::model::total_params(shape));
+  CHECK(d2.flops_per_token == fp4::model::train_flops_per_token(shape, 128));
+
+  const GridPoint& explicit_dims = point_named(s, "L3-d256-2.02M-bf16-s0-lr0.001");
+  CHECK(explicit_dims.model_label == "L3-d256");
+  CHECK(explicit_dims.baseline);
+  CHECK(explicit_dims.config.at("model").at("preset") == "custom");
+  CHECK(explicit_dims.config.at("model").at("d_ff") == 704);
+
+  // Runs that differ only in their recipe share the match key (the BF16-relative gap's pairing).
+  const GridPoint& bf16 = point_named(s, "d2-1.02M-bf16-s1-lr0.003");
+  const GridPoint& ufp4 = point_named(s, "d2-1.02M-ufp4-s1-lr0.003");
+  CHECK(bf16.match_key == ufp4.match_key);
+  CHECK(bf16.match_key == d2.match_key);
+  CHECK(bf16.match_key != point_named(s, "d2-1.02M-bf16-s0-lr0.003").match_key);
+  CHECK(bf16.id != ufp4.id);
+}
+
+TEST_CASE("sweep spec: the example in docs/sweeps.md parses", "[sweeps][sweeps_spec]") {
+  const std::string doc = fp4::test::slurp(std::string(FP4LAB_SOURCE_DIR) + "/docs/sweeps.md");
+  const size_t section = doc.find("## The TOML spec");
+  REQUIRE(section != std::string::npos);
+  const size_t start = doc.find("```toml\n", section);
+  REQUIRE(start != std::string::npos);
+  const size_t end = doc.find("```\n", start + 8);
+  REQUIRE(end != std::string::npos);
+  const SweepSpec s = parse(doc.substr(start + 8, end - start - 8), "first-study.toml");
+  CHECK(s.name == "first-study");
+  CHECK(s.points.size() == 5 * 3 * 4);
+  const GridPoint& p = point_named(s, "d4-25M-ufp4-s0");
+  CHECK(p.config.at("recipe").at("name") == "ufp4");
+  CHECK(p.tokens == 25034752);
+}
+
+TEST_CASE("sweep spec: malformed specs are refused at their file:line:col with the key", "[sweeps][sweeps_spec]") {
+  struct Case {
+    const char* what;
+    std::string text;
+    const char* at;   // "file:line:col"
+    const char* key;  // what the message must name
+  };
+  const std::vector<Case> cases = {
+      {"TOML syntax", kPrelude + "tokens = 65536\nlr = 0.001 0.002\n", "spec.toml:9:12", "malformed TOML"},
+      {"unknown table", kPrelude + "tokens = 65536\n[sweeps]\nname = \"x\"\n", "spec.toml:9:2", "sweeps"},
+      {"unknown train key", kPrelude + "learning_rate = 0.01\n", "spec.toml:8:1", "train.learning_rate"},
+      {"wrong type", kPrelude + "tokens = 65536\nlr = \"fast\"\n", "spec.toml:9:6", "train.lr"},
+      {"not finite", kPrelude + "tokens = 65536\nlr = nan\n", "spec.toml:9:6", "train.lr"},
+      {"engine range check on a base value", kPrelude + "tokens = 65536\nlr = -1\n[model]\npreset = \"d2\"\n",
+       "spec.toml:9:6", "train.lr"},
+      {"engine range check on an axis value",
+       kPrelude + "tokens = 65536\n[model]\npreset = \"d2\"\n[grid]\n\"train.lr\" = [0.001, -0.5]\n", "spec.toml:12:22",
+       "grid.train.lr"},
+      {"tokens <= 0", kPrelude + "[model]\npreset = \"d2\"\n[grid]\ntokens = [65536, 0]\n", "spec.toml:11:18",
+       "grid.tokens"},
+      {"token count text", kPrelude + "[model]\npreset = \"d2\"\n[grid]\ntokens = [\"25X\"]\n", "spec.toml:11:11",
+       "grid.tokens"},
+      {"empty axis", kPrelude + "tokens = 65536\n[model]\npreset = \"d2\"\n[grid]\nseed = []\n", "spec.toml:12:8",
+       "grid.seed"},
+      {"an axis that is not an array", kPrelude + "tokens = 65536\n[model]\npreset = \"d2\"\n[grid]\nseed = 0\n",
+       "spec.toml:12:8", "grid.seed"},
+      {"duplicate values spelled differently",
+       kPrelude + "tokens = 65536\n[model]\npreset = \"d2\"\n[grid]\n\"train.lr\" = [1e-3, 0.001]\n", "spec.toml:12:21",
+       "grid.train.lr"},
+      {"duplicate token counts", kPrelude + "[model]\npreset = \"d2\"\n[grid]\ntokens = [25_000_000, \"25M\"]\n",
+       "spec.toml:11:23", "grid.tokens"},
+      {"negative seed", kPrelude + "tokens = 65536\n[model]\npreset = \"d2\"\n[grid]\nseed = [0, -1]\n",
+       "spec.toml:12:12", "grid.seed"},
+      {"unknown recipe", kPrelude + "tokens = 65536\n[model]\npreset = \"d2\"\n[grid]\nrecipe = [\"ufp4\", \"ufp5\"]\n",
+       "spec.toml:12:19", "grid.recipe"},
+      {"unknown model preset", kPrelude + "tokens = 65536\n[grid]\nmodel = [\"d2\", \"d99\"]\n", "spec.toml:10:16",
+       "grid.model"},
+      {"wrong type inside a model value",
+       kPrelude + "tokens = 65536\n[grid]\nmodel = [{n_layers = \"two\", d_model = 128}]\n", "spec.toml:10:22",
+       "grid.model.n_layers"},
+      {"a model value's dimension off the recipe's block",
+       kPrelude + "tokens = 65536\n[grid]\nmodel = [{n_layers = 2, d_model = 128, d_ff = 200}]\nrecipe = [\"ufp4\"]\n",
+       "spec.toml:10:10", "grid.model"},
+      {"a base dimension off the block of one recipe",
+       kPrelude + "tokens = 65536\n[model]\npreset = \"d2\"\nd_ff = 200\n[grid]\nrecipe = [\"bf16\", \"ufp4\"]\n",
+       "spec.toml:13:19", "grid.recipe"},
+      {"a custom recipe's bf16_layers beyond the model",
+       kPrelude + "tokens = 65536\n[model]\npreset = \"d2\"\n[recipes.mine]\nbase = \"ufp4\"\nbf16_layers = [5]\n"
+                  "[grid]\nrecipe = [\"mine\"]\n",
+       "spec.toml:15:11", "grid.recipe"},
+      {"unknown axis", kPrelude + "tokens = 65536\n[model]\npreset = \"d2\"\n[grid]\ntrain.learning_rate = [0.1]\n",
+       "spec.toml:12:7", "grid.train.learning_rate"},
+      {"one axis declared twice",
+       kPrelude + "tokens = 65536\n[model]\npreset = \"d2\"\n[grid]\ntrain.lr = [0.1]\n\"train.lr\" = [0.2]\n",
+       "spec.toml:13:1", "grid.train.lr"},
+      {"tokens and tokens_per_param", kPrelude + "[model]\npreset = \"d2\"\n[grid]\ntokens = [65536]\ntokens_per_param = [20]\n",
+       "spec.toml:12:1", "grid.tokens_per_param"},
+      {"a tokens axis beside train.steps", kPrelude + "steps = 10\n[model]\npreset = \"d2\"\n[grid]\ntokens = [65536]\n",
+       "spec.toml:8:9", "train.steps"},
+      {"a model axis beside [model] n_layers", kPrelude + "tokens = 65536\n[model]\nn_layers = 4\n[grid]\nmodel = [\"d2\"]\n",
+       "spec.toml:10:12", "model.n_layers"},
+      {"eval.tokens off seq_len", kPrelude + "tokens = 65536\n[model]\npreset = \"d2\"\n[eval]\ntokens = 1000\n",
+       "spec.toml:12:10", "eval.tokens"},
+      {"a recipe shadowing a preset", kPrelude + "tokens = 65536\n[model]\npreset = \"d2\"\n[recipes.ufp4]\nbase = \"ufp4\"\n",
+       "spec.toml:11:10", "recipes.ufp4"},
+      {"unknown recipe field",
+       kPrelude + "tokens = 65536\n[model]\npreset = \"d2\"\n[recipes.mine]\nbase = \"ufp4\"\ngrids = \"e1m2\"\n",
+       "spec.toml:13:1", "recipes.mine.grids"},
+      {"a recipe value the engine refuses",
+       kPrelude + "tokens = 65536\n[model]\npreset = \"d2\"\n[recipes.mine]\nbase = \"ufp4\"\ngrid = \"e3m0\"\n",
+       "spec.toml:13:8", "recipes.mine.grid"},
+      {"a slot override the engine refuses",
+       kPrelude + "tokens = 65536\n[model]\npreset = \"d2\"\n[recipes.mine]\nbase = \"ufp4\"\n"
+                  "[recipes.mine.slots.wgrad_x]\nsr = 3\n",
+       "spec.toml:14:6", "recipes.mine.slots.wgrad_x.sr"},
+      {"executor.runs_per_gpu < 1", kPrelude + "tokens = 65536\n[model]\npreset = \"d2\"\n[executor]\nruns_per_gpu = 0\n",
+       "spec.toml:12:16", "executor.runs_per_gpu"},
+      {"executor.order", kPrelude + "tokens = 65536\n[model]\npreset = \"d2\"\n[executor]\norder = \"random\"\n",
+       "spec.toml:12:9", "executor.order"},
+      {"fit.law", kPrelude + "tokens = 65536\n[model]\npreset = \"d2\"\n[fit]\nlaw = [\"chinchilla\", \"linear\"]\n",
+       "spec.toml:12:22", "fit.law"},
+      {"fit.targets without d", kPrelude + "tokens = 65536\n[model]\npreset = \"d2\"\n[fit]\ntargets = [{n = 1.5e9}]\n",
+       "spec.toml:12:12", "fit.targets.d"},
+      {"a date", kPrelude + "tokens = 65536\n[model]\npreset = \"d2\"\n[fit]\nseed = 2024-01-01\n", "spec.toml:12:8",
+       "fit.seed"},
+      {"no model anywhere", kPrelude + "tokens = 65536\n", "spec.toml:1:1", "model"},
+      {"no run length", kPrelude + "[model]\npreset = \"d2\"\n", "spec.toml:5:1", "train"},
+      {"tokens_per_param <= 0", kPrelude + "[grid]\nmodel = [\"d2\"]\ntokens_per_param = [0]\n", "spec.toml:10:21",
+       "grid.tokens_per_param"},
+      {"sweep name", "[sweep]\nname = \"my study\"\n[data]\nsource = \"d\"\n", "spec.toml:2:8", "sweep.name"},
+      {"no [data]", "[sweep]\nname = \"t\"\n", "spec.toml:1:1", "data"},
+      {"a bad synthetic source", "[sweep]\nname = \"t\"\n[data]\nsource = \"synthetic:markov?order=99\"\n",
+       "spec.toml:4:10", "data.source"},
+      {"a device the engine refuses",
+       "[sweep]\nname = \"t\"\ndevice = \"tpu\"\n[data]\nsource = \"d\"\n[model]\npreset = \"d2\"\n[train]\ntokens = 65536\n",
+       "spec.toml:3:10", "sweep.device"},
+  };
+  REQUIRE(cases.size() >= 20);
+  for (const Case& c : cases) {
+    INFO(c.what << ":\n" << c.text);
+    const std::string message = error_of(c.text);
+    INFO(message);
+    CHECK(message.rfind(std::string(c.at) + ": ", 0) == 0);
+    CHECK(message.find(c.key) != std::string::npos);
+  }
+}
+
+TEST_CASE("sweep spec: a toml++ error never escapes as anything but one located line", "[sweeps][sweeps_spec]") {
+  const std::string message = error_of("[sweep]\nname = \"t\"\nname = \"u\"\n");
+  CHECK(message.rfind("spec.toml:3:", 0) == 0);
+  CHECK(message.find("malformed TOML") != std::string::npos);
+  CHECK(error_of("[sweep]\nname = 99999999999999999999\n").rfind("spec.toml:2:", 0) == 0);
+}
+
+TEST_CASE("sweep spec: key order and number spelling do not change a run's id", "[sweeps][sweeps_spec]") {
+  const std::string reference = only_id(one_point_spec("lr = 0.001\nseed = 3\n"));
+  // The same point, written every other way the spec allows.
+  CHECK(only_id(one_point_spec("seed = 3\nlr = 1e-3\n")) == reference);
+  CHECK(only_id(one_point_spec("lr = 1.0e-3\n", "seed = [3]\n")) == reference);
+  CHECK(only_id(one_point_spec("lr = 0.001\nseed = 3\nsteps = 16\n")) == reference);  // tokens = steps · batch
+  CHECK(only_id(one_point_spec("lr = 0.001\nseed = 3\n", "\"train.lr\" = [0.001]\n")) == reference);
+  CHECK(only_id(one_point_spec("lr = 0.001\n", "train.seed = [3]\n")) == reference);
+  CHECK(only_id(one_point_spec("lr = 0.001\nseed = 3\n", "", "n_layers = 2\nd_model = 128\npreset = \"d2\"\n")) ==
+        reference);
+  // The defaults written out change nothing either.
+  CHECK(only_id(one_point_spec("lr = 0.001\nseed = 3\nbeta1 = 0.9\nschedule = \"cosine\"\n", "recipe = [\"bf16\"]\n")) ==
+        reference);
+
+  // Token counts: an integer with separators, a float, a suffixed string.
+  const std::string tokens_ref = only_id(one_point_spec("", "tokens = [25_000_000]\n"));
+  CHECK(only_id(one_point_spec("", "tokens = [2.5e7]\n")) == tokens_ref);
+  CHECK(only_id(one_point_spec("", "tokens = [\"25M\"]\n")) == tokens_ref);
+  CHECK(only_id(one_point_spec("", "tokens = [\"25000k\"]\n")) == tokens_ref);
+
+  // The synthetic source's parameters in another order are the same source.
+  CHECK(only_id(one_point_spec("", "", "preset = \"d2\"\n", "synthetic:markov?vocab=64&order=1")) ==
+        only_id(one_point_spec()));
+
+  // Labels are not identity: the sweep's name, a custom recipe's name, sections in another order.
+  const std::string a = R"([sweep]
+name = "a"
+[data]
+source = "synthetic:markov?order=1&vocab=64"
+[model]
+preset = "d2"
+[train]
+tokens = 65536
+batch_tokens = 4096
+micro_batch = 4
+[recipes.no-sr]
+base = "ufp4"
+sr = []
+[grid]
+recipe = ["no-sr"]
+)";
+  const std::string b = R"([recipes.ufp4-without-sr]
+sr = []
+base = "ufp4"
+[grid]
+recipe = ["ufp4-without-sr"]
+[train]
+micro_batch = 4
+batch_tokens = 4096
+tokens = 65536.0
+[model]
+preset = "d2"
+[data]
+source = "synthetic:markov?order=1&vocab=64"
+[sweep]
+name = "b"
+store = "elsewhere.db"
+)";
+  CHECK(only_id(a) == only_id(b));
+}
+
+TEST_CASE("sweep spec: every semantic field changes a run's id", "[sweeps][sweeps_spec]") {
+  const std::string reference = only_id(one_point_spec());
+  const std::vector<std::pair<const char*, std::string>> variants = {
+      {"lr", one_point_spec("lr = 0.002\n")},
+      {"seed", one_point_spec("seed = 1\n")},
+      {"tokens", one_point_spec("", "tokens = [131072]\n")},
+      {"model dim", one_point_spec("", "", "preset = \"d2\"\nd_ff = 384\n")},
+      {"model preset", one_point_spec("", "", "preset = \"d3\"\n")},
+      {"data", one_point_spec("", "", "preset = \"d2\"\n", "synthetic:markov?order=2&vocab=64")},
+      {"data directory", one_point_spec("", "", "preset = \"d2\"\n", "data/prose")},
+      {"recipe", one_point_spec("", "recipe = [\"ufp4\"]\n")},
+      {"schedule", one_point_spec("schedule = \"wsd\"\n")},
+      {"eval", one_point_spec() + "[eval]\nevery = 7\n"},
+  };
+  std::set<std::string> seen = {reference};
+  for (const auto& [what, text] : variants) {
+    INFO(what);
+    const std::string id = only_id(text);
+    CHECK(id != reference);
+    CHECK(seen.insert(id).second);
+  }
+
+  // A recipe override changes the id; the same override spelled as the preset does not exist twice.
+  const std::string ufp4 = only_id(one_point_spec("", "recipe = [\"ufp4\"]\n"));
+  const std::string overridden = only_id(one_point_spec("", "recipe = [\"mine\"]\n") +
+                                         "[recipes.mine]\nbase = \"ufp4\"\n[recipes.mine.slots.wgrad_x]\nsr = true\n");
+  CHECK(overridden != ufp4);
+  const std::string renamed_preset = only_id(one_point_spec("", "recipe = [\"mine\"]\n") + "[recipes.mine]\nbase = \"ufp4\"\n");
+  CHECK(renamed_preset == ufp4);
+}
+
+TEST_CASE("sweep spec: the same point in two grids is one run; adding values adds runs only", "[sweeps][sweeps_spec]") {
+  const SweepSpec small = parse(one_point_spec("", "recipe = [\"bf16\", \"ufp4\"]\nseed = [0]\n"));
+  const SweepSpec larger = parse(one_point_spec("", "seed = [0, 1]\nrecipe = [\"e2m1\", \"bf16\", \"ufp4\"]\n"));
+  REQUIRE(small.points.size() == 2);
+  REQUIRE(larger.points.size() == 6);
+  const std::set<std::string> larger_ids = ids_of(larger);
+  for (const GridPoint& p : small.points) {
+    CHECK(larger_ids.count(p.id) == 1);
+    CHECK(point_named(larger, p.name).id == p.id);  // same point, same name
+  }
+}
+
+TEST_CASE("sweep spec: a point declared twice in one grid is kept once", "[sweeps][sweeps_spec]") {
+  const SweepSpec s = parse(one_point_spec("", "recipe = [\"ufp4\", \"same-as-ufp4\", \"bf16\"]\n") +
+                            "[recipes.same-as-ufp4]\nbase = \"ufp4\"\n");
+  REQUIRE(s.points.size() == 2);
+  CHECK(s.points[0].recipe_label == "ufp4");  // the first occurrence wins
+  CHECK(s.points[1].recipe_label == "bf16");
+}
+
+TEST_CASE("sweep spec: no grid, or an empty one, is one point", "[sweeps][sweeps_spec]") {
+  const SweepSpec empty = parse(one_point_spec());
+  const SweepSpec none = parse(one_point_spec().substr(0, one_point_spec().find("[grid]")));
+  CHECK(empty.axis_names.empty());
+  CHECK(none.axis_names.empty());
+  CHECK(only_point(empty).id == only_point(none).id);
+  CHECK(only_point(none).name == "d2-65.5k-bf16-s0");
+  CHECK(none.fit == json::object());
+  CHECK(none.executor.order == "largest");
+  CHECK(none.store == "/study/one.db");
+  CHECK(none.run_root == "/study/runs");
+}
+
+TEST_CASE("sweep spec: tokens_per_param sets each point's tokens from its own model", "[sweeps][sweeps_spec]") {
+  const std::string text = R"([sweep]
+name = "tpp"
+[data]
+source = "synthetic:markov?order=1&vocab=64"
+[train]
+batch_tokens = 4096
+micro_batch = 4
+[grid]
+model = ["d2", "d3"]
+tokens_per_param = [20, 0.5]
+)";
+  const SweepSpec s = parse(text);
+  REQUIRE(s.points.size() == 4);
+  for (const GridPoint& p : s.points) {
+    const double tpp = std::stod(p.axes.at("tokens_per_param"));
+    const int64_t wanted = static_cast<int64_t>(std::ceil(tpp * static_cast<double>(p.n_params_nonembedding)));
+    INFO(p.name);
+    CHECK(p.tokens >= wanted);
+    CHECK(p.tokens - wanted < 4096);  // rounded up to whole steps, no more
+    CHECK(p.tokens % 4096 == 0);
+  }
+  // The vocabulary of the synthetic source (64) counts into the total, not into N.
+  fp4::model::ModelConfig d2 = fp4::model::model_preset("d2", 64);
+  CHECK(s.points[0].n_params == fp4::model::total_params(d2));
+  CHECK(s.points[0].n_params_nonembedding == fp4::model::nonembedding_params(d2));
+}
+
+TEST_CASE("sweep spec: run names", "[sweeps][sweeps_spec]") {
+  const SweepSpec s = parse(one_point_spec("", "recipe = [\"ufp4\"]\n\"train.lr\" = [3e-3]\neval.every = [10]\nprobe.every = [5]\n"));
+  // Axes the base name does not show are appended; two axes ending in "every" keep their full path.
+  CHECK(only_point(s).name == "d2-65.5k-ufp4-s0-lr0.003-eval.every10-probe.every5");
+
+  // A model axis over d_ff: two points share every shown value, so both get their id's first 8 digits.
+  const SweepSpec clash = parse(one_point_spec(
+      "", "model = [{n_layers = 2, d_model = 128, d_ff = 384}, {n_layers = 2, d_model = 128, d_ff = 448}]\n", ""));
+  REQUIRE(clash.points.size() == 2);
+  for (const GridPoint& p : clash.points) CHECK(p.name == "L2-d128-65.5k-bf16-s0-" + p.id.substr(0, 8));
+}
+
+TEST_CASE("sweep spec: compact counts", "[sweeps][sweeps_spec]") {
+  CHECK(compact_count(25000000) == "25M");
+  CHECK(compact_count(1500000000) == "1.5B");
+  CHECK(compact_count(262144) == "262k");
+  CHECK(compact_count(999) == "999");
+  CHECK(compact_count(0) == "0");
+  CHECK(compact_count(1000) == "1k");
+  CHECK(compact_count(25034752) == "25M");
+  CHECK(compact_count(1234567) == "1.23M");
+  CHECK(compact_count(999999) == "1M");
+  CHECK(compact_count(100000000000) == "100B");
+  CHECK(compact_count(2000000000000) == "2T");
+}
+
+TEST_CASE("sweep spec: every run config field can be written in TOML", "[sweeps][sweeps_spec]") {
+  // A resolved config with every field (wsd adds decay_fraction), written back as TOML sections:
+  // if the engine gains a field the spec does not know, this fails.
+  const fp4::run::RunConfig resolved = fp4::run::config_from_json(
+      json::parse(R"({"model": {"preset": "d2"}, "data": "synthetic:markov?order=1&vocab=64",
+                      "train": {"tokens": 65536, "batch_tokens": 4096, "micro_batch": 4, "schedule": "wsd"}})"),
+      "x");
+  const json full = fp4::run::config_to_json(resolved);
+  std::string text = "[sweep]\nname = \"all\"\n[data]\nsource = " + full.at("data").dump() + "\n";
+  for (const char* section : {"model", "train", "eval", "probe", "checkpoint"}) {
+    text += std::string("[") + section + "]\n";
+    for (const auto& [key, value] : full.at(section).items()) text += key + " = " + value.dump() + "\n";
+  }
+  INFO(text);
+  CHECK(only_point(parse(text)).config == full);
+}
+
+TEST_CASE("sweep spec: load_sweep_spec reads the file and resolves paths against its directory", "[sweeps][sweeps_spec]") {
+  fp4::test::ScratchDir dir;
+  const std::string text = one_point_spec() + "";
+  fp4::test::spit(dir / "grid.toml", text);
+  const SweepSpec s = fp4::sweeps::load_sweep_spec(dir / "grid.toml");
+  CHECK(s.base_dir == dir.path());
+  CHECK(s.store == dir.path() / "one.db");
+  CHECK(s.text == text);
+
+  try {
+    fp4::sweeps::load_sweep_spec(dir / "missing.toml");
+    FAIL("no error for a missing file");
+  } catch (const std::invalid_argument& e) {
+    CHECK(std::string(e.what()).find("missing.toml") != std::string::npos);
+  }
+}
