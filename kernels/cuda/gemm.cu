@@ -1,0 +1,227 @@
+// gemm.cu — see gemm.cuh: the cuBLASLt wrapper.
+//
+// Row-major to cuBLASLt's column-major: a row-major matrix X [r, c] with row stride ld is the
+// column-major matrix Xᵀ [c, r] with leading dimension ld, so C = op(A)·op(B) (row-major) is
+// computed as Cᵀ = op(B)ᵀ · op(A)ᵀ (column-major): cuBLASLt's first operand is our B, its second
+// our A, its sizes (n, m, k), and each operand keeps its own transpose flag.
+#include "kernels/cuda/gemm.cuh"
+
+#include <cublasLt.h>
+
+#include <map>
+#include <stdexcept>
+#include <string>
+
+#include "kernels/cuda/quantize.cuh"  // FP4_CUDA_CHECK
+
+namespace fp4::cuda {
+
+namespace {
+
+void check_cublas(cublasStatus_t status, const char* what, int line) {
+  if (status == CUBLAS_STATUS_SUCCESS) return;
+  throw std::runtime_error(std::string(__FILE__) + ":" + std::to_string(line) + ": " + what + ": " +
+                           cublasLtGetStatusName(status) + ": " + cublasLtGetStatusString(status));
+}
+#define FP4_CUBLAS_CHECK(expr) check_cublas((expr), #expr, __LINE__)
+
+// The largest power of two (at most 256, cuBLASLt's default assumption) dividing the address: the
+// heuristic must only offer algorithms that work with the buffers as they are aligned.
+uint32_t alignment_of(const void* p) {
+  const auto a = reinterpret_cast<uintptr_t>(p);
+  const uintptr_t low = a & (~a + 1);
+  return static_cast<uint32_t>(low == 0 || low > 256 ? 256 : low);
+}
+
+struct PlanKey {
+  bool trans_a, trans_b, out_bf16;
+  int m, n, k, batch;
+  int64_t lda, ldb, ldc, stride_a, stride_b, stride_c;
+  uint32_t align_a, align_b, align_c;
+  auto operator<=>(const PlanKey&) const = default;
+};
+
+// Descriptors and the chosen algorithm for one key. Owns the cuBLASLt objects.
+struct Plan {
+  cublasLtMatmulDesc_t desc = nullptr;
+  cublasLtMatrixLayout_t first = nullptr, second = nullptr, out = nullptr;  // cuBLASLt's A, B, C/D
+  cublasLtMatmulAlgo_t algo{};
+
+  Plan() = default;
+  Plan(const Plan&) = delete;
+  Plan& operator=(const Plan&) = delete;
+  ~Plan() {  // a destructor must not throw; nothing to do on failure
+    if (out) cublasLtMatrixLayoutDestroy(out);
+    if (second) cublasLtMatrixLayoutDestroy(second);
+    if (first) cublasLtMatrixLayoutDestroy(first);
+    if (desc) cublasLtMatmulDescDestroy(desc);
+  }
+};
+
+// A layout for a row-major matrix stored [rows, cols] with row stride ld: column-major [cols, rows].
+cublasLtMatrixLayout_t make_layout(cudaDataType_t type, int rows, int cols, int64_t ld, int batch,
+                                   int64_t stride) {
+  cublasLtMatrixLayout_t layout = nullptr;
+  FP4_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&layout, type, static_cast<uint64_t>(cols),
+                                              static_cast<uint64_t>(rows), ld));
+  if (batch > 1) {
+    const int32_t count = batch;
+    FP4_CUBLAS_CHECK(cublasLtMatrixLayoutSetAttribute(layout, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count,
+                                                      sizeof(count)));
+    FP4_CUBLAS_CHECK(cublasLtMatrixLayoutSetAttribute(layout, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET,
+                                                      &stride, sizeof(stride)));
+  }
+  return layout;
+}
+
+}  // namespace
+
+struct Gemm::Impl {
+  cublasLtHandle_t handle = nullptr;
+  void* workspace = nullptr;
+  size_t workspace_bytes = 0;
+  std::map<PlanKey, std::unique_ptr<Plan>> plans;
+
+  ~Impl() {
+    plans.clear();
+    if (handle) cublasLtDestroy(handle);
+    if (workspace) cudaFree(workspace);
+  }
+
+  const Plan& plan(const PlanKey& key);
+  void run(const GemmShape& s, float alpha, const bf16_t* a, const bf16_t* b, float beta, void* c,
+           bool out_bf16, cudaStream_t stream);
+};
+
+const Plan& Gemm::Impl::plan(const PlanKey& key) {
+  if (auto it = plans.find(key); it != plans.end()) return *it->second;
+  auto p = std::make_unique<Plan>();
+  FP4_CUBLAS_CHECK(cublasLtMatmulDescCreate(&p->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  // cuBLASLt's first operand is our B (its transpose flag is ours for B), its second our A.
+  const cublasOperation_t op_first = key.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const cublasOperation_t op_second = key.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+  FP4_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_first, sizeof(op_first)));
+  FP4_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_second, sizeof(op_second)));
+  // Our B is stored [n, k] with trans_b, else [k, n]; our A [k, m] with trans_a, else [m, k].
+  p->first = make_layout(CUDA_R_16BF, key.trans_b ? key.n : key.k, key.trans_b ? key.k : key.n, key.ldb,
+                         key.batch, key.stride_b);
+  p->second = make_layout(CUDA_R_16BF, key.trans_a ? key.k : key.m, key.trans_a ? key.m : key.k, key.lda,
+                          key.batch, key.stride_a);
+  p->out = make_layout(key.out_bf16 ? CUDA_R_16BF : CUDA_R_32F, key.m, key.n, key.ldc, key.batch, key.stride_c);
+
+  cublasLtMatmulPreference_t pref = nullptr;
+  FP4_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
+  cublasLtMatmulHeuristicResult_t results[8] = {};
+  int returned = 0;
+  cublasStatus_t status = CUBLAS_STATUS_SUCCESS;
+  {
+    const uint64_t ws = workspace_bytes;
+    const uint32_t scheme = CUBLASLT_REDUCTION_SCHEME_NONE;
+    const uint32_t align_first = key.align_b, align_second = key.align_a, align_out = key.align_c;
+    status = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws));
+    if (status == CUBLAS_STATUS_SUCCESS)
+      status = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &scheme,
+                                                    sizeof(scheme));
+    if (status == CUBLAS_STATUS_SUCCESS)
+      status = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES,
+                                                    &align_first, sizeof(align_first));
+    if (status == CUBLAS_STATUS_SUCCESS)
+      status = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+                                                    &align_second, sizeof(align_second));
+    if (status == CUBLAS_STATUS_SUCCESS)
+      status = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &align_out,
+                                                    sizeof(align_out));
+    if (status == CUBLAS_STATUS_SUCCESS)
+      status = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &align_out,
+                                                    sizeof(align_out));
+    if (status == CUBLAS_STATUS_SUCCESS)
+      status = cublasLtMatmulAlgoGetHeuristic(handle, p->desc, p->first, p->second, p->out, p->out, pref, 8,
+                                              results, &returned);
+  }
+  cublasLtMatmulPreferenceDestroy(pref);
+  FP4_CUBLAS_CHECK(status);
+
+  // The mask already excludes split-K; check the configuration anyway, so that a library that
+  // ignored the mask cannot slip a non-deterministic reduction in.
+  bool found = false;
+  for (int i = 0; i < returned && !found; ++i) {
+    if (results[i].state != CUBLAS_STATUS_SUCCESS) continue;
+    uint32_t splits = 1, scheme = CUBLASLT_REDUCTION_SCHEME_NONE;
+    size_t written = 0;
+    FP4_CUBLAS_CHECK(cublasLtMatmulAlgoConfigGetAttribute(&results[i].algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM,
+                                                          &splits, sizeof(splits), &written));
+    FP4_CUBLAS_CHECK(cublasLtMatmulAlgoConfigGetAttribute(&results[i].algo, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME,
+                                                          &scheme, sizeof(scheme), &written));
+    if (splits <= 1 && scheme == CUBLASLT_REDUCTION_SCHEME_NONE) {
+      p->algo = results[i].algo;
+      found = true;
+    }
+  }
+  if (!found)
+    throw std::runtime_error("gemm: cuBLASLt offers no algorithm without split-K for m = " + std::to_string(key.m) +
+                             ", n = " + std::to_string(key.n) + ", k = " + std::to_string(key.k) +
+                             " (heuristic returned " + std::to_string(returned) + ")");
+  const Plan& ref = *p;
+  plans.emplace(key, std::move(p));
+  return ref;
+}
+
+void Gemm::Impl::run(const GemmShape& s, float alpha, const bf16_t* a, const bf16_t* b, float beta, void* c,
+                     bool out_bf16, cudaStream_t stream) {
+  auto fail = [&](const std::string& what) {
+    throw std::invalid_argument("gemm (m = " + std::to_string(s.m) + ", n = " + std::to_string(s.n) +
+                                ", k = " + std::to_string(s.k) + "): " + what);
+  };
+  if (s.m < 1 || s.n < 1 || s.k < 1 || s.batch < 1) fail("m, n, k and batch must be >= 1");
+  if (a == nullptr || b == nullptr || c == nullptr) fail("a null operand");
+  const int a_cols = s.trans_a ? s.m : s.k;  // row lengths of A and B as stored
+  const int b_cols = s.trans_b ? s.k : s.n;
+  const int64_t lda = s.lda == 0 ? a_cols : s.lda, ldb = s.ldb == 0 ? b_cols : s.ldb,
+                ldc = s.ldc == 0 ? s.n : s.ldc;
+  if (lda < a_cols) fail("lda = " + std::to_string(lda) + " is below A's row length " + std::to_string(a_cols));
+  if (ldb < b_cols) fail("ldb = " + std::to_string(ldb) + " is below B's row length " + std::to_string(b_cols));
+  if (ldc < s.n) fail("ldc = " + std::to_string(ldc) + " is below C's row length " + std::to_string(s.n));
+  if (s.batch > 1) {
+    if (s.stride_a < 0 || s.stride_b < 0) fail("negative batch strides");
+    if (s.stride_c < (s.m - 1) * ldc + s.n) fail("batch items of C overlap (stride_c = " + std::to_string(s.stride_c) + ")");
+  }
+  const PlanKey key{s.trans_a, s.trans_b, out_bf16, s.m, s.n, s.k, s.batch, lda, ldb, ldc,
+                    s.batch > 1 ? s.stride_a : 0, s.batch > 1 ? s.stride_b : 0, s.batch > 1 ? s.stride_c : 0,
+                    alignment_of(a), alignment_of(b), alignment_of(c)};
+  const Plan& p = plan(key);
+  FP4_CUBLAS_CHECK(cublasLtMatmul(handle, p.desc, &alpha, b, p.first, a, p.second, &beta, c, p.out, c, p.out,
+                                  &p.algo, workspace, workspace_bytes, stream));
+}
+
+Gemm::Gemm(size_t workspace_bytes) : impl_(std::make_unique<Impl>()) {
+  FP4_CUBLAS_CHECK(cublasLtCreate(&impl_->handle));
+  if (workspace_bytes > 0) FP4_CUDA_CHECK(cudaMalloc(&impl_->workspace, workspace_bytes));
+  impl_->workspace_bytes = workspace_bytes;
+}
+
+Gemm::~Gemm() = default;
+
+void Gemm::matmul(const GemmShape& shape, float alpha, const bf16_t* a, const bf16_t* b, float beta, float* c,
+                  cudaStream_t stream) {
+  impl_->run(shape, alpha, a, b, beta, c, false, stream);
+}
+
+void Gemm::matmul(const GemmShape& shape, float alpha, const bf16_t* a, const bf16_t* b, float beta, bf16_t* c,
+                  cudaStream_t stream) {
+  impl_->run(shape, alpha, a, b, beta, c, true, stream);
+}
+
+void Gemm::gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const bf16_t* a, const bf16_t* b,
+                float beta, float* c, cudaStream_t stream) {
+  GemmShape s;
+  s.trans_a = trans_a;
+  s.trans_b = trans_b;
+  s.m = m;
+  s.n = n;
+  s.k = k;
+  impl_->run(s, alpha, a, b, beta, c, false, stream);
+}
+
+size_t Gemm::cached_plans() const { return impl_->plans.size(); }
+
+}  // namespace fp4::cuda

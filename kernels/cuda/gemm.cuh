@@ -1,0 +1,72 @@
+// gemm.cuh — the CUDA backend's matrix product: a cuBLASLt wrapper with bf16 operands and fp32
+// accumulation (CUBLAS_COMPUTE_32F), fp32 or bf16 output.
+//
+// Convention: kernels/cpu/gemm.h's, row-major throughout. C[m,n] = alpha · op(A) · op(B) + beta · C
+// with op(A) m×k and op(B) k×n; with trans_a, A is stored [k, m]; with trans_b, B is stored [n, k]
+// (so trans_b gives C = A · Bᵀ, a linear layer's fprop). Leading dimensions are row strides in
+// elements of the matrices as stored (0: dense). A batched product repeats the shape `batch`
+// times with element strides between consecutive A, B and C matrices (attention's per-head
+// products, for instance).
+//
+// Determinism: for each distinct shape key (transposes, sizes, strides, output type and the
+// pointers' alignments) the wrapper asks cuBLASLt's heuristic once, with the reduction-scheme mask
+// restricted to CUBLASLT_REDUCTION_SCHEME_NONE (no split-K: each output's dot product runs in one
+// sequence, no reduction through atomics or in-place counters), takes the first algorithm whose
+// configuration confirms no split-K, and reuses that algorithm (and the descriptors) for every
+// later call with that key. cuBLAS gives bit-identical results for the same algorithm on the same
+// GPU model, so two identical calls give identical bits.
+//
+// The workspace is allocated once, in the constructor. Calls on one Gemm must be ordered on one
+// stream (they share the workspace) and come from one host thread at a time.
+//
+// Plain C++ on the host side (cuBLASLt's types stay in gemm.cu): callable from .cpp files.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+
+#include "kernels/numerics.h"  // bf16_t
+
+namespace fp4::cuda {
+
+struct GemmShape {
+  bool trans_a = false, trans_b = false;
+  int m = 0, n = 0, k = 0;
+  int64_t lda = 0, ldb = 0, ldc = 0;  // row strides of A, B, C as stored; 0 = dense
+  int batch = 1;
+  int64_t stride_a = 0, stride_b = 0, stride_c = 0;  // elements between batch items (batch > 1)
+};
+
+class Gemm {
+ public:
+  static constexpr size_t kDefaultWorkspaceBytes = size_t{32} << 20;
+
+  // Creates the cuBLASLt handle and allocates the workspace (synchronous).
+  explicit Gemm(size_t workspace_bytes = kDefaultWorkspaceBytes);
+  ~Gemm();
+  Gemm(const Gemm&) = delete;
+  Gemm& operator=(const Gemm&) = delete;
+
+  // C = alpha · op(A) · op(B) + beta · C, asynchronous on `stream`. With beta == 0, C is not read.
+  // Throws std::invalid_argument (one line) for a bad shape, std::runtime_error when cuBLASLt
+  // fails or offers no algorithm without split-K.
+  void matmul(const GemmShape& shape, float alpha, const bf16_t* a, const bf16_t* b, float beta, float* c,
+              cudaStream_t stream);
+  void matmul(const GemmShape& shape, float alpha, const bf16_t* a, const bf16_t* b, float beta, bf16_t* c,
+              cudaStream_t stream);
+
+  // Dense, unbatched shorthand with kernels/cpu/gemm.h's argument order.
+  void gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const bf16_t* a, const bf16_t* b,
+            float beta, float* c, cudaStream_t stream);
+
+  size_t cached_plans() const;  // distinct shape keys seen so far
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace fp4::cuda

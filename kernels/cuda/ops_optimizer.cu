@@ -1,0 +1,188 @@
+// ops_optimizer.cu — see ops.cuh: AdamW over the flat parameter buffer, and the fp64 sums (the
+// global gradient norm).
+//
+// AdamW is element-wise: every element's update is the reference's sequence of fp32 operations
+// (IEEE division and square root, no FMA contraction under --fmad=false), with the constants made
+// on the host in double and rounded once by the reference's formulas, so the result is
+// bit-identical to fp4::run::AdamW::step. Each element finds its range (decay or not) by a binary
+// search over the range ends, so the whole buffer is one launch.
+//
+// The sums: kSumBlocks blocks of kSumThreads threads; thread t of block b adds, in fp64, the
+// elements b·kSumThreads + t + k·(kSumBlocks·kSumThreads), k = 0, 1, ...; each block then reduces
+// its threads with a fixed tree, and one block reduces the kSumBlocks partials with a fixed tree.
+// Nothing depends on the device, so the bits are the same on every run and every GPU.
+#include "kernels/cuda/ops.cuh"
+#include "kernels/cuda/ops_common.cuh"
+
+#include <cmath>
+#include <string>
+
+namespace fp4::cuda {
+
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int kSumThreads = 256;
+
+// ---- Sums ------------------------------------------------------------------------------------
+
+template <bool kSquare>
+__global__ void sum_partial_kernel(const float* x, size_t n, double* partial) {
+  __shared__ double sh[kSumThreads];
+  const size_t stride = static_cast<size_t>(kSumBlocks) * kSumThreads;
+  double acc = 0.0;
+  for (size_t i = blockIdx.x * static_cast<size_t>(kSumThreads) + threadIdx.x; i < n; i += stride) {
+    const double v = x[i];
+    acc += kSquare ? v * v : v;  // the square of a float is exact in double
+  }
+  sh[threadIdx.x] = acc;
+  __syncthreads();
+  for (int half = kSumThreads / 2; half > 0; half >>= 1) {
+    if (static_cast<int>(threadIdx.x) < half) sh[threadIdx.x] += sh[threadIdx.x + half];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) partial[blockIdx.x] = sh[0];
+}
+
+__global__ void sum_final_kernel(const double* partial, double* out) {
+  __shared__ double sh[kSumBlocks];
+  sh[threadIdx.x] = partial[threadIdx.x];
+  __syncthreads();
+  for (int half = kSumBlocks / 2; half > 0; half >>= 1) {
+    if (static_cast<int>(threadIdx.x) < half) sh[threadIdx.x] += sh[threadIdx.x + half];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) *out = sh[0];
+}
+
+template <bool kSquare>
+void launch_sum(const float* x, size_t n, double* out, Workspace& workspace, cudaStream_t stream) {
+  static_assert((kSumBlocks & (kSumBlocks - 1)) == 0 && kSumBlocks <= 1024, "one block reduces the partials");
+  auto* partial = static_cast<double*>(workspace.get(kSumBlocks * sizeof(double)));
+  sum_partial_kernel<kSquare><<<kSumBlocks, kSumThreads, 0, stream>>>(x, n, partial);
+  detail::check_launch();
+  sum_final_kernel<<<1, kSumBlocks, 0, stream>>>(partial, out);
+  detail::check_launch();
+}
+
+// ---- AdamW -----------------------------------------------------------------------------------
+
+// x^n by repeated squaring in double: fp4::run::power's algorithm, so the same bits.
+double power_by_squaring(double x, int64_t n) {
+  double result = 1.0;
+  while (n > 0) {
+    if (n & 1) result *= x;
+    x *= x;
+    n >>= 1;
+  }
+  return result;
+}
+
+__global__ void adamw_kernel(float* params, const float* grads, float* m, float* v, size_t n,
+                             const size_t* ends, const uint8_t* decay, int count, AdamWConstants c,
+                             float grad_scale) {
+  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<size_t>(gridDim.x) * blockDim.x) {
+    // The first range whose end lies beyond i.
+    int lo = 0, hi = count - 1;
+    while (lo < hi) {
+      const int mid = (lo + hi) / 2;
+      if (ends[mid] > i) hi = mid;
+      else lo = mid + 1;
+    }
+    const float g = grads[i] * grad_scale;
+    const float m_decayed = c.beta1 * m[i];
+    const float m_new = g * c.one_minus_beta1;
+    const float mi = m_decayed + m_new;
+    m[i] = mi;
+    const float v_decayed = c.beta2 * v[i];
+    const float g2 = g * g;
+    const float v_new = g2 * c.one_minus_beta2;
+    const float vi = v_decayed + v_new;
+    v[i] = vi;
+    float p = params[i];
+    if (c.weight_decay && decay[lo] != 0) {
+      const float shrink = c.lr_wd * p;
+      p = p - shrink;
+    }
+    const float m_hat = mi / c.c1;
+    const float v_hat = vi / c.c2;
+    const float denom = sqrtf(v_hat) + c.eps;
+    const float ratio = m_hat / denom;
+    const float update = c.lr * ratio;
+    params[i] = p - update;
+  }
+}
+
+}  // namespace
+
+void sum_squares_f64(const float* x, size_t n, double* out, Workspace& workspace, cudaStream_t stream) {
+  launch_sum<true>(x, n, out, workspace, stream);
+}
+
+void sum_f64(const float* x, size_t n, double* out, Workspace& workspace, cudaStream_t stream) {
+  launch_sum<false>(x, n, out, workspace, stream);
+}
+
+AdamWConstants adamw_constants(double lr, double beta1, double beta2, double eps, double weight_decay,
+                               int64_t t) {
+  detail::require(t >= 1, "adamw_constants", "the step count starts at 1, got " + std::to_string(t));
+  AdamWConstants c;
+  c.beta1 = static_cast<float>(beta1);
+  c.beta2 = static_cast<float>(beta2);
+  c.one_minus_beta1 = static_cast<float>(1.0 - beta1);
+  c.one_minus_beta2 = static_cast<float>(1.0 - beta2);
+  c.c1 = static_cast<float>(1.0 - power_by_squaring(beta1, t));
+  c.c2 = static_cast<float>(1.0 - power_by_squaring(beta2, t));
+  c.lr = static_cast<float>(lr);
+  c.lr_wd = static_cast<float>(lr * weight_decay);
+  c.eps = static_cast<float>(eps);
+  c.weight_decay = weight_decay != 0.0;
+  return c;
+}
+
+AdamWRanges::AdamWRanges(const std::vector<AdamWRange>& ranges, size_t n) : n_(n) {
+  detail::require(!ranges.empty() && n > 0, "AdamWRanges", "needs at least one range and one parameter");
+  std::vector<size_t> ends;
+  std::vector<uint8_t> decay;
+  size_t next = 0;
+  for (const AdamWRange& r : ranges) {
+    detail::require(r.offset == next && r.size > 0, "AdamWRanges",
+                    "the ranges must be non-empty, sorted and contiguous: a range starts at " +
+                        std::to_string(r.offset) + " where " + std::to_string(next) + " was expected");
+    next = r.offset + r.size;
+    ends.push_back(next);
+    decay.push_back(r.decay ? 1 : 0);
+  }
+  detail::require(next == n, "AdamWRanges",
+                  "the ranges cover " + std::to_string(next) + " parameters, not " + std::to_string(n));
+  count_ = static_cast<int>(ranges.size());
+  FP4_CUDA_CHECK(cudaMalloc(&ends_, ends.size() * sizeof(size_t)));
+  if (cudaError_t e = cudaMalloc(&decay_, decay.size()); e != cudaSuccess) {
+    cudaFree(ends_);
+    FP4_CUDA_CHECK(e);
+  }
+  try {
+    FP4_CUDA_CHECK(cudaMemcpy(ends_, ends.data(), ends.size() * sizeof(size_t), cudaMemcpyHostToDevice));
+    FP4_CUDA_CHECK(cudaMemcpy(decay_, decay.data(), decay.size(), cudaMemcpyHostToDevice));
+  } catch (...) {
+    cudaFree(ends_);
+    cudaFree(decay_);
+    throw;
+  }
+}
+
+AdamWRanges::~AdamWRanges() {
+  cudaFree(ends_);  // a destructor must not throw; nothing to do on failure
+  cudaFree(decay_);
+}
+
+void adamw_step(float* params, const float* grads, float* m, float* v, const AdamWRanges& ranges,
+                const AdamWConstants& c, float grad_scale, cudaStream_t stream) {
+  const size_t n = ranges.size();
+  adamw_kernel<<<detail::elementwise_blocks(n, kThreads), kThreads, 0, stream>>>(
+      params, grads, m, v, n, ranges.device_ends(), ranges.device_decay(), ranges.count(), c, grad_scale);
+  detail::check_launch();
+}
+
+}  // namespace fp4::cuda

@@ -1,0 +1,109 @@
+// ops_rope.cu — see ops.cuh: rotary position embedding, forward and backward, in place.
+//
+// One thread per (row, head, pair): each pair's rotation is independent. The arithmetic is the
+// reference's, operation for operation ((x0·c − x1·s'), (x0·s' + x1·c) with s' = ±sin), so the
+// results are bit-identical; the table is the reference's table (same double-precision formula on
+// the host, rounded once).
+#include "kernels/cuda/ops.cuh"
+#include "kernels/cuda/ops_common.cuh"
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+namespace fp4::cuda {
+
+namespace {
+
+constexpr int kThreads = 256;
+
+__global__ void rope_kernel(float* x, int rows, int seq_len, int n_heads, int head_dim, int row_stride,
+                            const float* cos_table, const float* sin_table, float sign) {
+  const int half = head_dim / 2;
+  const size_t n = static_cast<size_t>(rows) * n_heads * half;
+  for (size_t idx = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; idx < n;
+       idx += static_cast<size_t>(gridDim.x) * blockDim.x) {
+    const int i = static_cast<int>(idx % half);
+    const size_t rh = idx / half;
+    const int h = static_cast<int>(rh % n_heads);
+    const int r = static_cast<int>(rh / n_heads);
+    const int pos = r % seq_len;
+    const float c = cos_table[static_cast<size_t>(pos) * half + i];
+    const float sn = sign * sin_table[static_cast<size_t>(pos) * half + i];
+    float* v = x + static_cast<size_t>(r) * row_stride + static_cast<size_t>(h) * head_dim + 2 * i;
+    const float x0 = v[0], x1 = v[1];
+    v[0] = x0 * c - x1 * sn;
+    v[1] = x0 * sn + x1 * c;
+  }
+}
+
+void rope_apply(const char* op, float* x, int batch, int seq_len, int n_heads, int head_dim, int row_stride,
+                const RopeTable& table, float sign, cudaStream_t stream) {
+  detail::require(batch >= 1 && seq_len >= 1 && n_heads >= 1 && head_dim >= 2 && head_dim % 2 == 0, op,
+                  "needs batch, seq_len, n_heads >= 1 and an even head_dim >= 2, got batch = " +
+                      std::to_string(batch) + ", seq_len = " + std::to_string(seq_len) + ", n_heads = " +
+                      std::to_string(n_heads) + ", head_dim = " + std::to_string(head_dim));
+  detail::require(row_stride >= n_heads * head_dim, op,
+                  "row_stride = " + std::to_string(row_stride) + " is shorter than n_heads·head_dim = " +
+                      std::to_string(n_heads * head_dim));
+  detail::require(table.seq_len() == seq_len && table.head_dim() == head_dim, op,
+                  "the table is for seq_len = " + std::to_string(table.seq_len()) + ", head_dim = " +
+                      std::to_string(table.head_dim()) + ", not seq_len = " + std::to_string(seq_len) +
+                      ", head_dim = " + std::to_string(head_dim));
+  const int rows = batch * seq_len;
+  const size_t n = static_cast<size_t>(rows) * n_heads * (head_dim / 2);
+  rope_kernel<<<detail::elementwise_blocks(n, kThreads), kThreads, 0, stream>>>(
+      x, rows, seq_len, n_heads, head_dim, row_stride, table.cos(), table.sin(), sign);
+  detail::check_launch();
+}
+
+}  // namespace
+
+RopeTable::RopeTable(int seq_len, int head_dim, double base) : seq_len_(seq_len), head_dim_(head_dim) {
+  detail::require(seq_len >= 1 && head_dim >= 2 && head_dim % 2 == 0 && base > 0.0, "RopeTable",
+                  "needs seq_len >= 1, an even head_dim >= 2 and base > 0, got seq_len = " +
+                      std::to_string(seq_len) + ", head_dim = " + std::to_string(head_dim));
+  const int half = head_dim / 2;
+  const size_t n = static_cast<size_t>(seq_len) * half;
+  std::vector<float> c(n), s(n);
+  // The reference's loop (engine/model/ops.cpp, rope_table), expression for expression, so the
+  // same libm gives the same bits.
+  for (int i = 0; i < half; ++i) {
+    const double inv_freq = std::pow(base, -2.0 * i / head_dim);
+    for (int pos = 0; pos < seq_len; ++pos) {
+      const double angle = pos * inv_freq;
+      c[static_cast<size_t>(pos) * half + i] = static_cast<float>(std::cos(angle));
+      s[static_cast<size_t>(pos) * half + i] = static_cast<float>(std::sin(angle));
+    }
+  }
+  FP4_CUDA_CHECK(cudaMalloc(&cos_, n * sizeof(float)));
+  if (cudaError_t e = cudaMalloc(&sin_, n * sizeof(float)); e != cudaSuccess) {
+    cudaFree(cos_);
+    FP4_CUDA_CHECK(e);
+  }
+  try {
+    FP4_CUDA_CHECK(cudaMemcpy(cos_, c.data(), n * sizeof(float), cudaMemcpyHostToDevice));
+    FP4_CUDA_CHECK(cudaMemcpy(sin_, s.data(), n * sizeof(float), cudaMemcpyHostToDevice));
+  } catch (...) {
+    cudaFree(cos_);
+    cudaFree(sin_);
+    throw;
+  }
+}
+
+RopeTable::~RopeTable() {
+  cudaFree(cos_);  // a destructor must not throw; nothing to do on failure
+  cudaFree(sin_);
+}
+
+void rope_forward(float* x, int batch, int seq_len, int n_heads, int head_dim, int row_stride,
+                  const RopeTable& table, cudaStream_t stream) {
+  rope_apply("rope_forward", x, batch, seq_len, n_heads, head_dim, row_stride, table, 1.0f, stream);
+}
+
+void rope_backward(float* dx, int batch, int seq_len, int n_heads, int head_dim, int row_stride,
+                   const RopeTable& table, cudaStream_t stream) {
+  rope_apply("rope_backward", dx, batch, seq_len, n_heads, head_dim, row_stride, table, -1.0f, stream);
+}
+
+}  // namespace fp4::cuda

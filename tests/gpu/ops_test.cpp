@@ -1,0 +1,844 @@
+// [gpu] The CUDA training ops (kernels/cuda/ops.cuh) and the cuBLASLt GEMM (kernels/cuda/gemm.cuh)
+// against the CPU reference: fp4::model's ops<float> (engine/model/ops.h), fp4::run::AdamW
+// (engine/run/optimizer.h) and fp4::cpu::gemm (kernels/cpu/gemm.h).
+//
+// Where the GPU performs the reference's operations in the reference's order, the test demands
+// identical bits: embedding (forward and backward), rmsnorm forward and dx, RoPE, the residual add,
+// the bf16 conversions, AdamW. Elsewhere it states a bound next to each comparison, in units of
+// eps = 2⁻²³ (fp32's machine epsilon, twice the unit roundoff u) and the reduction length: the
+// difference of two implementations is at most the sum of their error bounds, and a recursive sum
+// of n terms errs by at most γ_n ≈ n·u times the sum of the terms' magnitudes. Every op with a
+// reduction is also run twice and must give the same bits (element-wise ops that match the CPU bit
+// for bit are deterministic by that alone).
+//
+// Each comparison prints one line (max |difference|, the worst ratio to the bound, the share of
+// bit-identical values), so the headroom is visible in the log.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <random>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "engine/model/ops.h"
+#include "engine/run/optimizer.h"
+#include "kernels/cpu/gemm.h"
+#include "kernels/cuda/gemm.cuh"
+#include "kernels/cuda/ops.cuh"
+#include "kernels/numerics.h"
+
+namespace {
+
+namespace cu = fp4::cuda;
+namespace model = fp4::model;
+using fp4::bf16_t;
+
+constexpr double kEps = 0x1p-23;  // fp32 machine epsilon
+
+// Device memory for n values of T, freed on scope exit.
+template <class T>
+class DeviceBuffer {
+ public:
+  explicit DeviceBuffer(size_t n) : n_(n) { FP4_CUDA_CHECK(cudaMalloc(&p_, std::max<size_t>(n, 1) * sizeof(T))); }
+  explicit DeviceBuffer(const std::vector<T>& h) : DeviceBuffer(h.size()) { upload(h); }
+  ~DeviceBuffer() { cudaFree(p_); }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+
+  T* get() const { return p_; }
+  void upload(const std::vector<T>& h) {
+    REQUIRE(h.size() == n_);
+    FP4_CUDA_CHECK(cudaMemcpy(p_, h.data(), n_ * sizeof(T), cudaMemcpyHostToDevice));
+  }
+  std::vector<T> download() const {
+    std::vector<T> h(n_);
+    FP4_CUDA_CHECK(cudaDeviceSynchronize());  // surface any asynchronous kernel error here
+    FP4_CUDA_CHECK(cudaMemcpy(h.data(), p_, n_ * sizeof(T), cudaMemcpyDeviceToHost));
+    return h;
+  }
+
+ private:
+  T* p_ = nullptr;
+  size_t n_;
+};
+
+std::vector<float> normal(size_t n, uint64_t seed, float stddev = 1.0f, float mean = 0.0f) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> dist(mean, stddev);
+  std::vector<float> v(n);
+  for (float& x : v) x = dist(rng);
+  return v;
+}
+
+uint32_t bits(float x) {
+  uint32_t u;
+  std::memcpy(&u, &x, sizeof(u));
+  return u;
+}
+
+template <class T>
+std::vector<double> to_double(const std::vector<T>& v) {
+  return std::vector<double>(v.begin(), v.end());
+}
+
+// Identical bits everywhere (NaNs included: the same NaN bits).
+void require_bits(const std::string& what, const std::vector<float>& gpu, const std::vector<float>& cpu) {
+  REQUIRE(gpu.size() == cpu.size());
+  size_t bad = 0, first = 0;
+  for (size_t i = 0; i < gpu.size(); ++i) {
+    if (bits(gpu[i]) != bits(cpu[i])) {
+      if (bad++ == 0) first = i;
+    }
+  }
+  std::printf("[ops] %-48s bit-identical: %zu of %zu differ\n", what.c_str(), bad, gpu.size());
+  INFO(what << ": " << bad << " of " << gpu.size() << " values differ; first at " << first << ": gpu "
+            << (bad ? gpu[first] : 0.0f) << ", cpu " << (bad ? cpu[first] : 0.0f));
+  REQUIRE(bad == 0);
+}
+
+// |gpu − ref| <= bound[i] everywhere (a NaN must be matched by a NaN).
+void require_within(const std::string& what, const std::vector<float>& gpu, const std::vector<double>& ref,
+                    const std::vector<double>& bound) {
+  REQUIRE(gpu.size() == ref.size());
+  REQUIRE(bound.size() == ref.size());
+  size_t bad = 0, first = 0, exact = 0;
+  double max_diff = 0.0, worst = 0.0;
+  for (size_t i = 0; i < gpu.size(); ++i) {
+    const double g = gpu[i], r = ref[i];
+    if (std::isnan(g) || std::isnan(r)) {
+      if (!(std::isnan(g) && std::isnan(r)) && bad++ == 0) first = i;
+      continue;
+    }
+    const double diff = std::fabs(g - r);
+    if (diff == 0.0) ++exact;
+    max_diff = std::max(max_diff, diff);
+    if (bound[i] > 0.0) worst = std::max(worst, diff / bound[i]);
+    if (!(diff <= bound[i]) && bad++ == 0) first = i;
+  }
+  std::printf("[ops] %-48s max|diff| %.3e, worst diff/bound %.3f, equal %.1f%%\n", what.c_str(), max_diff, worst,
+              100.0 * static_cast<double>(exact) / static_cast<double>(std::max<size_t>(gpu.size(), 1)));
+  INFO(what << ": " << bad << " of " << gpu.size() << " values outside the bound; first at " << first << ": gpu "
+            << gpu[first] << ", reference " << ref[first] << ", bound " << bound[first]);
+  REQUIRE(bad == 0);
+}
+
+void require_same_bits(const std::string& what, const std::vector<float>& a, const std::vector<float>& b) {
+  INFO(what << ": two identical runs");
+  REQUIRE(a.size() == b.size());
+  REQUIRE(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
+}
+
+std::string shape_name(const char* op, std::initializer_list<std::pair<const char*, int>> dims) {
+  std::string s = op;
+  for (const auto& [name, v] : dims) s += std::string(" ") + name + "=" + std::to_string(v);
+  return s;
+}
+
+// ---------------------------------------------------------------------------------------------
+
+TEST_CASE("cuda bf16 conversions and the residual add match the CPU bit for bit", "[gpu][ops]") {
+  std::vector<float> x = normal(100003, 1);
+  std::mt19937_64 rng(2);
+  for (size_t i = 0; i < x.size(); i += 7) x[i] = std::ldexp(x[i], static_cast<int>(rng() % 250) - 125);
+  // Ties (half a bf16 ulp above 1 and 3/2 of one), subnormals, zeros, infinities and NaNs.
+  const float specials[] = {1.0f + 0x1p-8f, 1.0f + 3 * 0x1p-8f, 0x1p-140f, -0x1p-149f, 0.0f, -0.0f,
+                            INFINITY,       -INFINITY,          NAN,       -NAN,        3.3895314e38f};
+  for (size_t i = 0; i < std::size(specials); ++i) x[i] = specials[i];
+  const size_t n = x.size();
+
+  DeviceBuffer<float> dx(x), dy(n), dsum(n);
+  DeviceBuffer<bf16_t> db(n);
+  cu::float_to_bf16(dx.get(), db.get(), n, nullptr);
+  const std::vector<bf16_t> b = db.download();
+  std::vector<float> want_b(n), got_b(n);
+  for (size_t i = 0; i < n; ++i) {
+    got_b[i] = fp4::bf16_to_float(b[i]);
+    want_b[i] = fp4::bf16_to_float(fp4::float_to_bf16(x[i]));
+  }
+  require_bits("float_to_bf16", got_b, want_b);
+
+  cu::bf16_to_float(db.get(), dy.get(), n, nullptr);
+  require_bits("bf16_to_float", dy.download(), want_b);
+
+  cu::round_to_bf16(dx.get(), n, nullptr);
+  std::vector<float> want_r(n);
+  for (size_t i = 0; i < n; ++i) want_r[i] = fp4::round_to_bf16(x[i]);
+  require_bits("round_to_bf16", dx.download(), want_r);
+
+  const std::vector<float> a = normal(n, 3), c = normal(n, 4, 10.0f);
+  DeviceBuffer<float> da(a), dc(c);
+  cu::residual_add(da.get(), dc.get(), dsum.get(), n, nullptr);
+  std::vector<float> want_sum(n);
+  for (size_t i = 0; i < n; ++i) want_sum[i] = a[i] + c[i];
+  require_bits("residual_add", dsum.download(), want_sum);
+  cu::residual_add(da.get(), dc.get(), da.get(), n, nullptr);  // in place
+  require_bits("residual_add in place", da.download(), want_sum);
+}
+
+TEST_CASE("cuda embedding forward and backward match the CPU bit for bit", "[gpu][ops]") {
+  struct Shape {
+    int rows, d, vocab;
+  };
+  // A byte vocabulary with repeats, a GPT-2-sized one, and three tokens with very long runs.
+  const Shape shapes[] = {{1000, 768, 256}, {37, 100, 50257}, {4099, 64, 3}};
+  cu::Workspace ws;
+  for (const Shape& s : shapes) {
+    const std::string name = shape_name("embedding", {{"rows", s.rows}, {"d", s.d}, {"vocab", s.vocab}});
+    std::mt19937_64 rng(static_cast<uint64_t>(s.rows) * 31 + s.vocab);
+    std::vector<int32_t> tokens(s.rows);
+    // Skewed (geometric-like) ids, so some tokens appear many times.
+    std::exponential_distribution<double> expo(8.0 / s.vocab);
+    for (int32_t& t : tokens) t = static_cast<int32_t>(std::min<double>(s.vocab - 1, std::floor(expo(rng))));
+    const std::vector<float> table = normal(static_cast<size_t>(s.vocab) * s.d, 5);
+    const std::vector<float> dout = normal(static_cast<size_t>(s.rows) * s.d, 6);
+    const std::vector<float> dtable0 = normal(table.size(), 7, 0.1f);  // gradients accumulate
+
+    std::vector<float> out(static_cast<size_t>(s.rows) * s.d), dtable = dtable0;
+    model::embedding_forward(table.data(), tokens.data(), s.rows, s.d, out.data());
+    model::embedding_backward(tokens.data(), dout.data(), s.rows, s.d, dtable.data());
+
+    DeviceBuffer<float> g_table(table), g_out(out.size()), g_dout(dout), g_dtable(dtable0);
+    DeviceBuffer<int32_t> g_tokens(tokens);
+    cu::embedding_forward(g_table.get(), s.vocab, g_tokens.get(), s.rows, s.d, g_out.get(), nullptr);
+    require_bits(name + " forward", g_out.download(), out);
+    cu::embedding_backward(g_tokens.get(), g_dout.get(), s.rows, s.d, s.vocab, g_dtable.get(), ws, nullptr);
+    const std::vector<float> first = g_dtable.download();
+    require_bits(name + " backward", first, dtable);
+    g_dtable.upload(dtable0);
+    cu::embedding_backward(g_tokens.get(), g_dout.get(), s.rows, s.d, s.vocab, g_dtable.get(), ws, nullptr);
+    require_same_bits(name + " backward", first, g_dtable.download());
+  }
+
+  // A token outside the vocabulary: a NaN row forward, ignored backward.
+  const std::vector<int32_t> tokens = {1, 5, -1};
+  const std::vector<float> table = normal(4 * 8, 8), dout = normal(3 * 8, 9);
+  DeviceBuffer<float> g_table(table), g_out(3 * 8), g_dout(dout);
+  DeviceBuffer<int32_t> g_tokens(tokens);
+  cu::embedding_forward(g_table.get(), 4, g_tokens.get(), 3, 8, g_out.get(), nullptr);
+  const std::vector<float> out = g_out.download();
+  for (int j = 0; j < 8; ++j) {
+    CHECK(bits(out[j]) == bits(table[8 + j]));
+    CHECK(std::isnan(out[8 + j]));
+    CHECK(std::isnan(out[16 + j]));
+  }
+  cu::embedding_backward(g_tokens.get(), g_dout.get(), 3, 8, 4, g_table.get(), ws, nullptr);
+  const std::vector<float> t2 = g_table.download();
+  for (int j = 0; j < 8; ++j) {
+    CHECK(bits(t2[8 + j]) == bits(table[8 + j] + dout[j]));
+    CHECK(bits(t2[24 + j]) == bits(table[24 + j]));
+  }
+}
+
+TEST_CASE("cuda rmsnorm matches the CPU: forward and dx bit for bit, dgain within its bound", "[gpu][ops]") {
+  struct Shape {
+    int rows, d;
+  };
+  const Shape shapes[] = {{1000, 768}, {37, 100}, {130, 64}, {50, 768}};
+  cu::Workspace ws;
+  const float eps = 1e-5f;
+  for (const Shape& s : shapes) {
+    const std::string name = shape_name("rmsnorm", {{"rows", s.rows}, {"d", s.d}});
+    const size_t n = static_cast<size_t>(s.rows) * s.d;
+    const std::vector<float> x = normal(n, 11, 2.0f, 0.1f), gain = normal(s.d, 12, 0.1f, 1.0f);
+    const std::vector<float> dy = normal(n, 13), dgain0 = normal(s.d, 14, 0.5f);
+    std::vector<float> y(n), rstd(s.rows), dx(n), dgain = dgain0;
+    model::rmsnorm_forward(x.data(), gain.data(), s.rows, s.d, eps, y.data(), rstd.data());
+    model::rmsnorm_backward(x.data(), gain.data(), rstd.data(), dy.data(), s.rows, s.d, dx.data(), dgain.data());
+
+    DeviceBuffer<float> g_x(x), g_gain(gain), g_y(n), g_rstd(s.rows), g_dy(dy), g_dx(n), g_dgain(dgain0);
+    cu::rmsnorm_forward(g_x.get(), g_gain.get(), s.rows, s.d, eps, g_y.get(), g_rstd.get(), nullptr);
+    const std::vector<float> y1 = g_y.download();
+    require_bits(name + " y", y1, y);
+    require_bits(name + " rstd", g_rstd.download(), rstd);
+    cu::rmsnorm_backward(g_x.get(), g_gain.get(), g_rstd.get(), g_dy.get(), s.rows, s.d, g_dx.get(), g_dgain.get(),
+                         ws, nullptr);
+    const std::vector<float> dx1 = g_dx.download(), dgain1 = g_dgain.download();
+    require_bits(name + " dx", dx1, dx);
+    // dgain_j = dgain0_j + Σ_r dy·(x·rstd): each term carries 2 roundings; the CPU adds the rows in
+    // one recursive sum (rows additions), the GPU in chunks of 64 and then the chunk sums (64 +
+    // rows/64 additions), and both round the final addition into dgain. So the difference is at
+    // most (rows + 64 + rows/64 + 4)·eps·Σ_r|dy·x·rstd| + 2·eps·|dgain|.
+    std::vector<double> bound(s.d);
+    for (int j = 0; j < s.d; ++j) {
+      double mag = 0.0;
+      for (int r = 0; r < s.rows; ++r) {
+        const size_t i = static_cast<size_t>(r) * s.d + j;
+        mag += std::fabs(static_cast<double>(dy[i]) * x[i] * rstd[r]);
+      }
+      bound[j] = (s.rows + 64 + s.rows / 64 + 4) * kEps * mag + 2 * kEps * std::fabs(dgain[j]);
+    }
+    require_within(name + " dgain", dgain1, to_double(dgain), bound);
+    if (s.rows <= cu::kRmsnormRowChunk) require_bits(name + " dgain (one chunk)", dgain1, dgain);
+
+    cu::rmsnorm_forward(g_x.get(), g_gain.get(), s.rows, s.d, eps, g_y.get(), g_rstd.get(), nullptr);
+    require_same_bits(name + " y", y1, g_y.download());
+    g_dgain.upload(dgain0);
+    cu::rmsnorm_backward(g_x.get(), g_gain.get(), g_rstd.get(), g_dy.get(), s.rows, s.d, g_dx.get(), g_dgain.get(),
+                         ws, nullptr);
+    require_same_bits(name + " dx", dx1, g_dx.download());
+    require_same_bits(name + " dgain", dgain1, g_dgain.download());
+  }
+}
+
+TEST_CASE("cuda rope matches the CPU bit for bit, table included", "[gpu][ops]") {
+  struct Shape {
+    int batch, seq, heads, hd;
+    double base;
+  };
+  const Shape shapes[] = {{2, 100, 12, 64, 10000.0}, {3, 17, 2, 32, 500000.0}, {1, 5, 1, 128, 10000.0}};
+  for (const Shape& s : shapes) {
+    const std::string name = shape_name("rope", {{"B", s.batch}, {"T", s.seq}, {"H", s.heads}, {"hd", s.hd}});
+    const model::RopeTable<float> table = model::rope_table<float>(s.seq, s.hd, s.base);
+    const cu::RopeTable g_table(s.seq, s.hd, s.base);
+    std::vector<float> c(table.cos.size()), sn(table.sin.size());
+    FP4_CUDA_CHECK(cudaMemcpy(c.data(), g_table.cos(), c.size() * sizeof(float), cudaMemcpyDeviceToHost));
+    FP4_CUDA_CHECK(cudaMemcpy(sn.data(), g_table.sin(), sn.size() * sizeof(float), cudaMemcpyDeviceToHost));
+    require_bits(name + " cos table", c, table.cos);
+    require_bits(name + " sin table", sn, table.sin);
+
+    // q and k rotated inside a packed qkv buffer (row stride 3·d), as the model does.
+    const int d = s.heads * s.hd, stride = 3 * d;
+    const size_t n = static_cast<size_t>(s.batch) * s.seq * stride;
+    const std::vector<float> qkv0 = normal(n, 21);
+    std::vector<float> fwd = qkv0, bwd = qkv0;
+    model::rope_forward(fwd.data(), s.batch, s.seq, s.heads, s.hd, stride, table);
+    model::rope_forward(fwd.data() + d, s.batch, s.seq, s.heads, s.hd, stride, table);
+    model::rope_backward(bwd.data(), s.batch, s.seq, s.heads, s.hd, stride, table);
+    model::rope_backward(bwd.data() + d, s.batch, s.seq, s.heads, s.hd, stride, table);
+
+    DeviceBuffer<float> g(qkv0);
+    cu::rope_forward(g.get(), s.batch, s.seq, s.heads, s.hd, stride, g_table, nullptr);
+    cu::rope_forward(g.get() + d, s.batch, s.seq, s.heads, s.hd, stride, g_table, nullptr);
+    const std::vector<float> f1 = g.download();
+    require_bits(name + " forward", f1, fwd);  // v untouched too
+    g.upload(qkv0);
+    cu::rope_backward(g.get(), s.batch, s.seq, s.heads, s.hd, stride, g_table, nullptr);
+    cu::rope_backward(g.get() + d, s.batch, s.seq, s.heads, s.hd, stride, g_table, nullptr);
+    require_bits(name + " backward", g.download(), bwd);
+    g.upload(qkv0);
+    cu::rope_forward(g.get(), s.batch, s.seq, s.heads, s.hd, stride, g_table, nullptr);
+    cu::rope_forward(g.get() + d, s.batch, s.seq, s.heads, s.hd, stride, g_table, nullptr);
+    require_same_bits(name + " forward", f1, g.download());
+  }
+}
+
+TEST_CASE("cuda swiglu matches the CPU within a few ulp", "[gpu][ops]") {
+  struct Shape {
+    int rows, f;
+  };
+  const Shape shapes[] = {{1000, 1536}, {37, 100}};
+  for (const Shape& s : shapes) {
+    const std::string name = shape_name("swiglu", {{"rows", s.rows}, {"f", s.f}});
+    const size_t n = static_cast<size_t>(s.rows) * s.f;
+    std::vector<float> u = normal(2 * n, 31, 3.0f);
+    // Gates in [-40, 40] (σ stays a normal float) including the saturated ends.
+    for (float& v : u) v = std::clamp(v, -40.0f, 40.0f);
+    u[0] = 40.0f;
+    u[1] = -40.0f;
+    u[2] = -1.2785f;  // near the zero of 1 + g·(1 − σ(g)): dgate cancels there
+    const std::vector<float> da = normal(n, 32);
+    std::vector<float> a(n), du(2 * n);
+    model::swiglu_forward(u.data(), s.rows, s.f, a.data());
+    model::swiglu_backward(u.data(), da.data(), s.rows, s.f, du.data());
+
+    DeviceBuffer<float> g_u(u), g_a(n), g_da(da), g_du(2 * n);
+    cu::swiglu_forward(g_u.get(), s.rows, s.f, g_a.get(), nullptr);
+    cu::swiglu_backward(g_u.get(), g_da.get(), s.rows, s.f, g_du.get(), nullptr);
+    const std::vector<float> a1 = g_a.download(), du1 = g_du.download();
+    // σ = 1/(1 + expf(−g)): CUDA's expf errs by ≤ 2 ulp, glibc's by < 1, then one addition and one
+    // division, so the two σ differ by ≤ ~5.5 eps relative; a = (g·σ)·up adds two roundings per
+    // side: |Δa| ≤ 16·eps·|a|. dup = da·g·σ likewise. dgate = (da·up)·(σ·(1 + g·(1 − σ))): an error
+    // δ in σ moves 1 + g·(1 − σ) by |g|·δ, which can cancel (near g ≈ −1.28), so the bound is
+    // absolute in the factor's magnitude: |Δdgate| ≤ 16·eps·|da·up|·σ·(1 + |g|).
+    std::vector<double> ba(n), bdu(2 * n);
+    for (int r = 0; r < s.rows; ++r) {
+      for (int j = 0; j < s.f; ++j) {
+        const size_t i = static_cast<size_t>(r) * s.f + j, ig = static_cast<size_t>(r) * 2 * s.f + j, iu = ig + s.f;
+        const double g = u[ig], sig = 1.0 / (1.0 + std::exp(-g));
+        ba[i] = 16 * kEps * std::fabs(a[i]);
+        bdu[ig] = 16 * kEps * std::fabs(static_cast<double>(da[i]) * u[iu]) * sig * (1.0 + std::fabs(g));
+        bdu[iu] = 16 * kEps * std::fabs(static_cast<double>(da[i]) * g * sig);
+      }
+    }
+    require_within(name + " forward", a1, to_double(a), ba);
+    require_within(name + " backward", du1, to_double(du), bdu);
+    cu::swiglu_forward(g_u.get(), s.rows, s.f, g_a.get(), nullptr);
+    cu::swiglu_backward(g_u.get(), g_da.get(), s.rows, s.f, g_du.get(), nullptr);
+    require_same_bits(name + " forward", a1, g_a.download());
+    require_same_bits(name + " backward", du1, g_du.download());
+  }
+}
+
+TEST_CASE("cuda cross-entropy matches the CPU within its bound, fused in place or not", "[gpu][ops]") {
+  struct Shape {
+    int rows, vocab;
+  };
+  const Shape shapes[] = {{1000, 256}, {37, 50257}, {5, 1}};
+  for (const Shape& s : shapes) {
+    const std::string name = shape_name("cross_entropy", {{"rows", s.rows}, {"vocab", s.vocab}});
+    const size_t n = static_cast<size_t>(s.rows) * s.vocab;
+    std::vector<float> z = normal(n, 41, 3.0f);
+    for (int j = 0; j < s.vocab; ++j) z[j] += 50.0f;  // a row far from zero: the max must be subtracted
+    std::vector<int32_t> targets(s.rows);
+    std::mt19937_64 rng(42);
+    for (int32_t& t : targets) t = static_cast<int32_t>(rng() % static_cast<uint64_t>(s.vocab));
+    const float scale = 1.0f / static_cast<float>(s.rows);
+    std::vector<float> loss(s.rows), dz(n);
+    model::cross_entropy(z.data(), targets.data(), s.rows, s.vocab, loss.data(), dz.data(), scale);
+
+    // The bound. S = Σ exp(z − m): the CPU's recursive sum of V terms and the GPU's online sums
+    // (V/256 terms and rescalings per thread, then 13 combining levels), each term or rescale with
+    // a ≤ 2-ulp expf, differ by at most (V + 64)·eps relative; log, the max's addition and the
+    // target's subtraction add a few roundings of |m|, |lse| and |z_t|:
+    //   |Δloss| ≤ tol_lse + 8·eps·|z_t|, tol_lse = (V + 64)·eps + 8·eps·(|m| + |lse|).
+    // dz_j = scale·exp(z_j − lse): relative error tol_lse + 2·eps·|z_j − lse| (the subtraction) +
+    // 8·eps (expf, the product); at the target one more rounding of the subtraction of scale.
+    std::vector<double> bl(s.rows), bz(n), ref_z = to_double(dz);
+    for (int r = 0; r < s.rows; ++r) {
+      const float* zr = z.data() + static_cast<size_t>(r) * s.vocab;
+      double m = zr[0];
+      for (int j = 1; j < s.vocab; ++j) m = std::max<double>(m, zr[j]);
+      double sum = 0.0;
+      for (int j = 0; j < s.vocab; ++j) sum += std::exp(zr[j] - m);
+      const double lse = m + std::log(sum);
+      const double tol_lse = (s.vocab + 64) * kEps + 8 * kEps * (std::fabs(m) + std::fabs(lse));
+      bl[r] = tol_lse + 8 * kEps * std::fabs(zr[targets[r]]);
+      for (int j = 0; j < s.vocab; ++j) {
+        const double p = std::exp(zr[j] - lse);
+        bz[static_cast<size_t>(r) * s.vocab + j] =
+            scale * (p * (tol_lse + 2 * kEps * std::fabs(zr[j] - lse) + 8 * kEps) + (j == targets[r] ? 2 * kEps : 0.0));
+      }
+    }
+
+    DeviceBuffer<float> g_z(z), g_loss(s.rows), g_dz(n);
+    DeviceBuffer<int32_t> g_t(targets);
+    cu::cross_entropy(g_z.get(), g_t.get(), s.rows, s.vocab, g_loss.get(), g_dz.get(), scale, nullptr);
+    const std::vector<float> loss1 = g_loss.download(), dz1 = g_dz.download();
+    require_within(name + " loss", loss1, to_double(loss), bl);
+    require_within(name + " dlogits", dz1, ref_z, bz);
+    // Loss only.
+    cu::cross_entropy(g_z.get(), g_t.get(), s.rows, s.vocab, g_loss.get(), nullptr, scale, nullptr);
+    require_same_bits(name + " loss without dlogits", loss1, g_loss.download());
+    // Fused in place: the logits buffer becomes the gradient; same bits as out of place.
+    cu::cross_entropy(g_z.get(), g_t.get(), s.rows, s.vocab, g_loss.get(), g_z.get(), scale, nullptr);
+    require_same_bits(name + " loss in place", loss1, g_loss.download());
+    require_same_bits(name + " dlogits in place", dz1, g_z.download());
+  }
+}
+
+// The attention reference in double (ops<double>), and the comparison against it.
+struct AttentionRef {
+  std::vector<double> out, lse, dqkv;
+};
+
+// The GPU's fp32 result must be as close to the exact (fp64) result as the CPU's fp32 result is, up
+// to a factor: both are fp32 evaluations of the same formulas with reductions of length head_dim
+// (scores, dP) and T (softmax sums, outputs, gradients), whose worst-case bounds (γ_hd amplified
+// by exp, plus γ_T) are far looser than either's actual error. The GPU sums in another order
+// (sequential dots, online softmax rescaling) and with a 2-ulp expf, so it may err a few times
+// more than the CPU: allow 8× the CPU's own largest error over the tensor plus 64 eps of the
+// tensor's largest magnitude (a floor for tensors the CPU happens to get almost exactly).
+void require_as_accurate(const std::string& what, const std::vector<float>& gpu, const std::vector<float>& cpu,
+                         const std::vector<double>& exact) {
+  double err_cpu = 0.0, scale = 0.0;
+  for (size_t i = 0; i < exact.size(); ++i) {
+    err_cpu = std::max(err_cpu, std::fabs(cpu[i] - exact[i]));
+    scale = std::max(scale, std::fabs(exact[i]));
+  }
+  const double tol = 8 * err_cpu + 64 * kEps * scale;
+  std::printf("[ops] %-48s cpu fp32 max error %.3e, tolerance %.3e\n", what.c_str(), err_cpu, tol);
+  require_within(what + " vs fp64", gpu, exact, std::vector<double>(exact.size(), tol));
+}
+
+TEST_CASE("cuda attention matches the fp64 reference as closely as the CPU does", "[gpu][ops]") {
+  struct Shape {
+    int batch, seq, heads, hd;
+  };
+  const Shape shapes[] = {{2, 100, 3, 64}, {1, 67, 2, 128}, {3, 33, 2, 32}, {1, 257, 1, 64}, {2, 1, 2, 64}};
+  cu::Workspace ws;
+  for (const Shape& s : shapes) {
+    const std::string name =
+        shape_name("attention", {{"B", s.batch}, {"T", s.seq}, {"H", s.heads}, {"hd", s.hd}});
+    const int d = s.heads * s.hd, rows = s.batch * s.seq;
+    const size_t nq = static_cast<size_t>(rows) * 3 * d, no = static_cast<size_t>(rows) * d;
+    const size_t nl = static_cast<size_t>(s.batch) * s.heads * s.seq;
+    const std::vector<float> qkv = normal(nq, 51), dout = normal(no, 52);
+
+    std::vector<float> out(no), lse(nl), dqkv(nq);
+    model::attention_forward(qkv.data(), s.batch, s.seq, s.heads, s.hd, out.data(), lse.data());
+    model::attention_backward(qkv.data(), lse.data(), dout.data(), s.batch, s.seq, s.heads, s.hd, dqkv.data());
+    AttentionRef ref{std::vector<double>(no), std::vector<double>(nl), std::vector<double>(nq)};
+    const std::vector<double> qkv64 = to_double(qkv), dout64 = to_double(dout);
+    model::attention_forward(qkv64.data(), s.batch, s.seq, s.heads, s.hd, ref.out.data(), ref.lse.data());
+    model::attention_backward(qkv64.data(), ref.lse.data(), dout64.data(), s.batch, s.seq, s.heads, s.hd,
+                              ref.dqkv.data());
+
+    DeviceBuffer<float> g_qkv(qkv), g_out(no), g_lse(nl), g_dout(dout), g_dqkv(nq);
+    cu::attention_forward(g_qkv.get(), s.batch, s.seq, s.heads, s.hd, g_out.get(), g_lse.get(), nullptr);
+    const std::vector<float> out1 = g_out.download(), lse1 = g_lse.download();
+    require_as_accurate(name + " out", out1, out, ref.out);
+    require_as_accurate(name + " lse", lse1, lse, ref.lse);
+    // The backward from the GPU's own lse, as the engine will run it.
+    cu::attention_backward(g_qkv.get(), g_lse.get(), g_dout.get(), s.batch, s.seq, s.heads, s.hd, g_dqkv.get(), ws,
+                           nullptr);
+    const std::vector<float> dqkv1 = g_dqkv.download();
+    require_as_accurate(name + " dqkv", dqkv1, dqkv, ref.dqkv);
+
+    cu::attention_forward(g_qkv.get(), s.batch, s.seq, s.heads, s.hd, g_out.get(), g_lse.get(), nullptr);
+    require_same_bits(name + " out", out1, g_out.download());
+    require_same_bits(name + " lse", lse1, g_lse.download());
+    cu::attention_backward(g_qkv.get(), g_lse.get(), g_dout.get(), s.batch, s.seq, s.heads, s.hd, g_dqkv.get(), ws,
+                           nullptr);
+    require_same_bits(name + " dqkv", dqkv1, g_dqkv.download());
+  }
+}
+
+TEST_CASE("cuda fp64 sums match the CPU gradient norm", "[gpu][ops]") {
+  cu::Workspace ws;
+  for (size_t n : {size_t{1}, size_t{100}, size_t{1000003}}) {
+    std::vector<float> g = normal(n, 61, 1e-3f);
+    for (size_t i = 0; i < n; i += 1001) g[i] *= 1e4f;
+    DeviceBuffer<float> dg(g);
+    DeviceBuffer<double> out(2);
+    cu::sum_squares_f64(dg.get(), n, out.get(), ws, nullptr);
+    cu::sum_f64(dg.get(), n, out.get() + 1, ws, nullptr);
+    const std::vector<double> r = out.download();
+    double sq = 0.0, sum = 0.0, abs_sum = 0.0;  // the CPU's order: index order, in double
+    for (float v : g) {
+      sq += static_cast<double>(v) * v;
+      sum += v;
+      abs_sum += std::fabs(v);
+    }
+    // Squares of floats are exact in double; each side is a sum of n terms with error ≤ n·2⁻⁵³·Σ|terms|.
+    const double u64 = 0x1p-53;
+    INFO("n = " << n << ": gpu " << r[0] << " / " << r[1] << ", cpu " << sq << " / " << sum);
+    CHECK(std::fabs(r[0] - sq) <= 2 * n * u64 * sq);
+    CHECK(std::fabs(r[1] - sum) <= 2 * n * u64 * abs_sum);
+    const double norm = fp4::run::global_grad_norm(g.data(), n);
+    CHECK(std::fabs(std::sqrt(r[0]) - norm) <= (n + 2) * u64 * norm);
+    std::printf("[ops] sum_squares_f64 n=%-8zu relative difference from the CPU %.3e\n", n,
+                sq > 0 ? std::fabs(r[0] - sq) / sq : 0.0);
+    cu::sum_squares_f64(dg.get(), n, out.get(), ws, nullptr);
+    cu::sum_f64(dg.get(), n, out.get() + 1, ws, nullptr);
+    const std::vector<double> r2 = out.download();
+    CHECK(std::memcmp(r.data(), r2.data(), 2 * sizeof(double)) == 0);
+  }
+}
+
+TEST_CASE("cuda AdamW matches the engine run AdamW bit for bit", "[gpu][ops]") {
+  const size_t n = 100003;
+  const std::vector<fp4::run::ParamRange> ranges = {{0, 40000, true}, {40000, 768, false}, {40768, n - 40768, true}};
+  std::vector<cu::AdamWRange> g_ranges;
+  for (const auto& r : ranges) g_ranges.push_back({r.offset, r.size, r.decay});
+  const cu::AdamWRanges dev_ranges(g_ranges, n);
+
+  for (double wd : {0.1, 0.0}) {
+    fp4::run::AdamWHyper h;
+    h.lr = 3e-3;
+    h.beta1 = 0.9;
+    h.beta2 = 0.95;
+    h.eps = 1e-8;
+    h.weight_decay = wd;
+    std::vector<float> params = normal(n, 71, 0.02f);
+    fp4::run::AdamW cpu(n);
+    DeviceBuffer<float> p(params), m(std::vector<float>(n, 0.0f)), v(std::vector<float>(n, 0.0f)), grads(n);
+    // Steps 1-3, then a jump to step 1000 (bias corrections near 1); a clip factor on step 2, and
+    // gradients tiny enough on step 3 for ε to matter.
+    const int64_t steps[] = {1, 2, 3, 1000};
+    const float clip[] = {1.0f, 0.37f, 1.0f, 1.0f};
+    const float gscale[] = {1.0f, 3.0f, 1e-7f, 1.0f};
+    for (int i = 0; i < 4; ++i) {
+      const std::string name = "adamw wd=" + std::to_string(wd) + " t=" + std::to_string(steps[i]);
+      const std::vector<float> g = normal(n, 80 + i, gscale[i]);
+      cpu.step(params.data(), g.data(), ranges, h, steps[i], clip[i]);
+      grads.upload(g);
+      const cu::AdamWConstants c = cu::adamw_constants(h.lr, h.beta1, h.beta2, h.eps, h.weight_decay, steps[i]);
+      cu::adamw_step(p.get(), grads.get(), m.get(), v.get(), dev_ranges, c, clip[i], nullptr);
+      require_bits(name + " params", p.download(), params);
+      require_bits(name + " m", m.download(), cpu.m());
+      require_bits(name + " v", v.download(), cpu.v());
+    }
+  }
+  // Element-wise and bit-identical to the CPU, so a second run gives the same bits by the above.
+}
+
+// C = alpha·op(A)·op(B) + beta·C on bf16 operands against cpu::gemm on the same values in fp32.
+// Products of two bf16 values are exact in fp32, so each side errs only in its k − 1 additions and
+// the alpha/beta step: ≤ γ_{k+1} (u = eps/2) for IEEE round-to-nearest accumulation. Tensor cores
+// may align and truncate rather than round inside their adders (u up to eps), so allow
+// 2·(k + 2)·eps·(|alpha|·(|A||B|)_ij + |beta·C0_ij|); a bf16 output adds its own rounding, at most
+// half a bf16 ulp, i.e. 2⁻⁸ relative (bf16's unit roundoff), so |bf16(x) − cpu| ≤ 2⁻⁸·|x| + bound
+// ≤ 2⁻⁸·(|C_ij| + bound) + bound: tight, values just above a power of two reach it.
+void check_gemm(cu::Gemm& gemm, bool ta, bool tb, int m, int n, int k, float alpha, float beta, bool out_bf16,
+                uint64_t seed) {
+  const std::string name = std::string("gemm ") + (ta ? "T" : "N") + (tb ? "T" : "N") + " m=" + std::to_string(m) +
+                           " n=" + std::to_string(n) + " k=" + std::to_string(k) + (beta != 0 ? " beta" : "") +
+                           (out_bf16 ? " bf16 out" : "");
+  const size_t na = static_cast<size_t>(m) * k, nb = static_cast<size_t>(k) * n, nc = static_cast<size_t>(m) * n;
+  std::vector<float> a = normal(na, seed), b = normal(nb, seed + 1), c0 = normal(nc, seed + 2);
+  std::vector<bf16_t> ab(na), bb(nb), cb(nc);
+  for (size_t i = 0; i < na; ++i) a[i] = fp4::bf16_to_float(ab[i] = fp4::float_to_bf16(a[i]));
+  for (size_t i = 0; i < nb; ++i) b[i] = fp4::bf16_to_float(bb[i] = fp4::float_to_bf16(b[i]));
+  if (out_bf16)
+    for (size_t i = 0; i < nc; ++i) c0[i] = fp4::bf16_to_float(cb[i] = fp4::float_to_bf16(c0[i]));
+  std::vector<float> c = c0;
+  fp4::cpu::gemm(ta, tb, m, n, k, alpha, a.data(), b.data(), beta, c.data());
+  std::vector<float> abs_a(na), abs_b(nb), mag(nc);
+  for (size_t i = 0; i < na; ++i) abs_a[i] = std::fabs(a[i]);
+  for (size_t i = 0; i < nb; ++i) abs_b[i] = std::fabs(b[i]);
+  fp4::cpu::gemm(ta, tb, m, n, k, 1.0f, abs_a.data(), abs_b.data(), 0.0f, mag.data());
+  std::vector<double> bound(nc);
+  for (size_t i = 0; i < nc; ++i) {
+    bound[i] = 2.0 * (k + 2) * kEps * (1.001 * std::fabs(alpha) * mag[i] + std::fabs(beta * c0[i]));
+    if (out_bf16) bound[i] += 0x1p-8 * (std::fabs(c[i]) + bound[i]);
+  }
+
+  DeviceBuffer<bf16_t> ga(ab), gb(bb);
+  cu::GemmShape shape;
+  shape.trans_a = ta;
+  shape.trans_b = tb;
+  shape.m = m;
+  shape.n = n;
+  shape.k = k;
+  std::vector<float> got1, got2;
+  for (int run = 0; run < 2; ++run) {
+    if (out_bf16) {
+      DeviceBuffer<bf16_t> gc(cb);
+      gemm.matmul(shape, alpha, ga.get(), gb.get(), beta, gc.get(), nullptr);
+      const std::vector<bf16_t> r = gc.download();
+      std::vector<float> f(nc);
+      for (size_t i = 0; i < nc; ++i) f[i] = fp4::bf16_to_float(r[i]);
+      (run == 0 ? got1 : got2) = f;
+    } else {
+      DeviceBuffer<float> gc(c0);
+      gemm.matmul(shape, alpha, ga.get(), gb.get(), beta, gc.get(), nullptr);
+      (run == 0 ? got1 : got2) = gc.download();
+    }
+  }
+  require_within(name, got1, to_double(c), bound);
+  require_same_bits(name, got1, got2);
+}
+
+TEST_CASE("cuda gemm matches kernels/cpu/gemm on bf16 operands, every transpose", "[gpu][ops]") {
+  cu::Gemm gemm;
+  struct Shape {
+    int m, n, k;
+  };
+  // A d_model-768 linear with a non-power-of-two token count, a vocab-256 head, and odd sizes
+  // (rows not 16-byte aligned).
+  const Shape shapes[] = {{127, 768, 768}, {1000, 256, 768}, {64, 256, 100}, {3, 17, 33}};
+  uint64_t seed = 100;
+  for (const Shape& s : shapes)
+    for (int t = 0; t < 4; ++t) check_gemm(gemm, t & 1, t & 2, s.m, s.n, s.k, 1.0f, 0.0f, false, seed += 3);
+  const size_t plans = gemm.cached_plans();
+  check_gemm(gemm, false, true, 127, 768, 768, 1.0f, 0.0f, false, 7);  // a cached shape
+  CHECK(gemm.cached_plans() == plans);
+  for (int t = 0; t < 4; ++t) {
+    check_gemm(gemm, t & 1, t & 2, 96, 160, 192, 0.75f, 0.5f, false, seed += 3);
+    check_gemm(gemm, t & 1, t & 2, 96, 160, 192, 1.0f, 0.0f, true, seed += 3);
+    check_gemm(gemm, t & 1, t & 2, 96, 160, 192, 0.75f, 0.5f, true, seed += 3);
+  }
+}
+
+TEST_CASE("cuda gemm batched with strides and leading dimensions matches per-item products", "[gpu][ops]") {
+  // Attention-style: batch of 3 items; A is the right half of each row of a [batch·m, 2k] buffer
+  // (lda = 2k, an offset pointer), B dense [n, k] per item (trans_b: S = Q·Kᵀ), C with ldc = n + 8.
+  const int batch = 3, m = 65, n = 64, k = 64;
+  const int64_t lda = 2 * k, ldc = n + 8;
+  std::vector<float> abuf = normal(static_cast<size_t>(batch) * m * lda, 201), b = normal(static_cast<size_t>(batch) * n * k, 202);
+  std::vector<bf16_t> abuf_b(abuf.size()), b_b(b.size());
+  for (size_t i = 0; i < abuf.size(); ++i) abuf[i] = fp4::bf16_to_float(abuf_b[i] = fp4::float_to_bf16(abuf[i]));
+  for (size_t i = 0; i < b.size(); ++i) b[i] = fp4::bf16_to_float(b_b[i] = fp4::float_to_bf16(b[i]));
+  DeviceBuffer<bf16_t> ga(abuf_b), gb(b_b);
+  const std::vector<float> c_init(static_cast<size_t>(batch) * m * ldc, -7.0f);  // padding must survive
+  DeviceBuffer<float> gc(c_init);
+  cu::Gemm gemm;
+  cu::GemmShape shape;
+  shape.trans_b = true;
+  shape.m = m;
+  shape.n = n;
+  shape.k = k;
+  shape.lda = lda;
+  shape.ldc = ldc;
+  shape.batch = batch;
+  shape.stride_a = m * lda;
+  shape.stride_b = static_cast<int64_t>(n) * k;
+  shape.stride_c = m * ldc;
+  gemm.matmul(shape, 0.125f, ga.get() + k, gb.get(), 0.0f, gc.get(), nullptr);
+  const std::vector<float> got = gc.download();
+  for (int it = 0; it < batch; ++it) {
+    std::vector<float> a(static_cast<size_t>(m) * k), c(static_cast<size_t>(m) * n), abs_a(a.size()), abs_b(static_cast<size_t>(n) * k), mag(c.size());
+    for (int i = 0; i < m; ++i)
+      for (int p = 0; p < k; ++p) a[static_cast<size_t>(i) * k + p] = abuf[(static_cast<size_t>(it) * m + i) * lda + k + p];
+    const float* bi = b.data() + static_cast<size_t>(it) * n * k;
+    fp4::cpu::gemm(false, true, m, n, k, 0.125f, a.data(), bi, 0.0f, c.data());
+    for (size_t i = 0; i < a.size(); ++i) abs_a[i] = std::fabs(a[i]);
+    for (size_t i = 0; i < abs_b.size(); ++i) abs_b[i] = std::fabs(bi[i]);
+    fp4::cpu::gemm(false, true, m, n, k, 0.125f, abs_a.data(), abs_b.data(), 0.0f, mag.data());
+    std::vector<float> g(c.size());
+    std::vector<double> bound(c.size());
+    for (int i = 0; i < m; ++i) {
+      for (int j = 0; j < ldc; ++j) {
+        const float v = got[(static_cast<size_t>(it) * m + i) * ldc + j];
+        if (j >= n) {
+          CHECK(v == -7.0f);
+          continue;
+        }
+        g[static_cast<size_t>(i) * n + j] = v;
+        bound[static_cast<size_t>(i) * n + j] = 2.0 * (k + 2) * kEps * 1.001 * mag[static_cast<size_t>(i) * n + j];
+      }
+    }
+    require_within("gemm batched item " + std::to_string(it), g, to_double(c), bound);
+  }
+  gemm.matmul(shape, 0.125f, ga.get() + k, gb.get(), 0.0f, gc.get(), nullptr);
+  require_same_bits("gemm batched", got, gc.download());
+}
+
+// Milliseconds per call of fn (one warm-up, then the mean of five), on the default stream.
+template <class Fn>
+double time_ms(Fn&& fn) {
+  fn();
+  cudaEvent_t start, stop;
+  FP4_CUDA_CHECK(cudaEventCreate(&start));
+  FP4_CUDA_CHECK(cudaEventCreate(&stop));
+  FP4_CUDA_CHECK(cudaEventRecord(start, nullptr));
+  for (int i = 0; i < 5; ++i) fn();
+  FP4_CUDA_CHECK(cudaEventRecord(stop, nullptr));
+  FP4_CUDA_CHECK(cudaEventSynchronize(stop));
+  float ms = 0.0f;
+  FP4_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  return ms / 5.0;
+}
+
+TEST_CASE("cuda ops at training sizes match the CPU, with their times", "[gpu][ops]") {
+  // A d12-sized micro-batch: 8 sequences of 1024 tokens, d_model 768, 12 heads of 64, byte vocab.
+  const int B = 8, T = 1024, H = 12, hd = 64, d = H * hd, rows = B * T, V = 256;
+  const size_t nd = static_cast<size_t>(rows) * d;
+  cu::Workspace ws;
+  {  // Embedding backward: long runs of repeated tokens, bit-identical to the CPU.
+    std::vector<int32_t> tokens(rows);
+    std::mt19937_64 rng(301);
+    std::exponential_distribution<double> expo(0.05);
+    for (int32_t& t : tokens) t = static_cast<int32_t>(std::min<double>(V - 1, std::floor(expo(rng))));
+    const std::vector<float> dout = normal(nd, 302), dtable0 = normal(static_cast<size_t>(V) * d, 303);
+    std::vector<float> dtable = dtable0;
+    model::embedding_backward(tokens.data(), dout.data(), rows, d, dtable.data());
+    DeviceBuffer<int32_t> g_tokens(tokens);
+    DeviceBuffer<float> g_dout(dout), g_dtable(dtable0);
+    cu::embedding_backward(g_tokens.get(), g_dout.get(), rows, d, V, g_dtable.get(), ws, nullptr);
+    require_bits("embedding backward rows=8192 d=768 vocab=256", g_dtable.download(), dtable);
+    std::printf("[time] embedding_backward rows=%d d=%d: %.3f ms\n", rows, d, time_ms([&] {
+      cu::embedding_backward(g_tokens.get(), g_dout.get(), rows, d, V, g_dtable.get(), ws, nullptr);
+    }));
+  }
+  {  // RMSNorm forward and backward.
+    const std::vector<float> x = normal(nd, 311), gain = normal(d, 312, 0.1f, 1.0f), dy = normal(nd, 313);
+    std::vector<float> y(nd), rstd(rows), dx(nd), dgain(d, 0.0f);
+    model::rmsnorm_forward(x.data(), gain.data(), rows, d, 1e-5f, y.data(), rstd.data());
+    model::rmsnorm_backward(x.data(), gain.data(), rstd.data(), dy.data(), rows, d, dx.data(), dgain.data());
+    DeviceBuffer<float> g_x(x), g_gain(gain), g_y(nd), g_rstd(rows), g_dy(dy), g_dx(nd), g_dgain(d);
+    cu::rmsnorm_forward(g_x.get(), g_gain.get(), rows, d, 1e-5f, g_y.get(), g_rstd.get(), nullptr);
+    cu::rmsnorm_backward(g_x.get(), g_gain.get(), g_rstd.get(), g_dy.get(), rows, d, g_dx.get(), g_dgain.get(), ws,
+                         nullptr);
+    require_bits("rmsnorm y rows=8192 d=768", g_y.download(), y);
+    require_bits("rmsnorm dx rows=8192 d=768", g_dx.download(), dx);
+    std::printf("[time] rmsnorm_forward rows=%d d=%d: %.3f ms\n", rows, d, time_ms([&] {
+      cu::rmsnorm_forward(g_x.get(), g_gain.get(), rows, d, 1e-5f, g_y.get(), g_rstd.get(), nullptr);
+    }));
+    std::printf("[time] rmsnorm_backward rows=%d d=%d: %.3f ms\n", rows, d, time_ms([&] {
+      cu::rmsnorm_backward(g_x.get(), g_gain.get(), g_rstd.get(), g_dy.get(), rows, d, g_dx.get(), g_dgain.get(), ws,
+                           nullptr);
+    }));
+  }
+  {  // Attention: one sequence of 1024 against the fp64 reference, then the full micro-batch timed.
+    const int b1 = 1, h1 = 2, d1 = h1 * hd;
+    const size_t nq = static_cast<size_t>(b1) * T * 3 * d1, no = static_cast<size_t>(b1) * T * d1,
+                 nl = static_cast<size_t>(b1) * h1 * T;
+    const std::vector<float> qkv = normal(nq, 321), dout = normal(no, 322);
+    std::vector<float> out(no), lse(nl), dqkv(nq);
+    model::attention_forward(qkv.data(), b1, T, h1, hd, out.data(), lse.data());
+    model::attention_backward(qkv.data(), lse.data(), dout.data(), b1, T, h1, hd, dqkv.data());
+    std::vector<double> out64(no), lse64(nl), dqkv64(nq);
+    const std::vector<double> qkv64 = to_double(qkv), dout64 = to_double(dout);
+    model::attention_forward(qkv64.data(), b1, T, h1, hd, out64.data(), lse64.data());
+    model::attention_backward(qkv64.data(), lse64.data(), dout64.data(), b1, T, h1, hd, dqkv64.data());
+    DeviceBuffer<float> g_qkv(qkv), g_out(no), g_lse(nl), g_dout(dout), g_dqkv(nq);
+    cu::attention_forward(g_qkv.get(), b1, T, h1, hd, g_out.get(), g_lse.get(), nullptr);
+    cu::attention_backward(g_qkv.get(), g_lse.get(), g_dout.get(), b1, T, h1, hd, g_dqkv.get(), ws, nullptr);
+    require_as_accurate("attention T=1024 out", g_out.download(), out, out64);
+    require_as_accurate("attention T=1024 lse", g_lse.download(), lse, lse64);
+    require_as_accurate("attention T=1024 dqkv", g_dqkv.download(), dqkv, dqkv64);
+
+    DeviceBuffer<float> f_qkv(normal(nd * 3, 323)), f_out(nd), f_lse(static_cast<size_t>(B) * H * T),
+        f_dout(normal(nd, 324)), f_dqkv(nd * 3);
+    std::printf("[time] attention_forward B=%d T=%d H=%d hd=%d: %.3f ms\n", B, T, H, hd, time_ms([&] {
+      cu::attention_forward(f_qkv.get(), B, T, H, hd, f_out.get(), f_lse.get(), nullptr);
+    }));
+    std::printf("[time] attention_backward B=%d T=%d H=%d hd=%d: %.3f ms\n", B, T, H, hd, time_ms([&] {
+      cu::attention_backward(f_qkv.get(), f_lse.get(), f_dout.get(), B, T, H, hd, f_dqkv.get(), ws, nullptr);
+    }));
+  }
+  {  // Cross-entropy over a byte vocabulary and a GPT-2-sized one; the qkv GEMM.
+    for (int vocab : {V, 50257}) {
+      const size_t n = static_cast<size_t>(rows) * vocab;
+      DeviceBuffer<float> z(n), loss(rows);
+      FP4_CUDA_CHECK(cudaMemset(z.get(), 0, n * sizeof(float)));  // the values do not matter for the time
+      std::vector<int32_t> targets(rows);
+      for (int r = 0; r < rows; ++r) targets[r] = (r * 7919) % vocab;
+      DeviceBuffer<int32_t> t(targets);
+      std::printf("[time] cross_entropy rows=%d vocab=%d (fused, in place): %.3f ms\n", rows, vocab, time_ms([&] {
+        cu::cross_entropy(z.get(), t.get(), rows, vocab, loss.get(), z.get(), 1.0f / rows, nullptr);
+      }));
+    }
+    cu::Gemm gemm;
+    DeviceBuffer<bf16_t> x(nd), w(static_cast<size_t>(3) * d * d);
+    FP4_CUDA_CHECK(cudaMemset(x.get(), 0x3c, nd * sizeof(bf16_t)));
+    FP4_CUDA_CHECK(cudaMemset(w.get(), 0x3c, static_cast<size_t>(3) * d * d * sizeof(bf16_t)));
+    DeviceBuffer<float> y(nd * 3);
+    const double ms = time_ms([&] { gemm.gemm(false, true, rows, 3 * d, d, 1.0f, x.get(), w.get(), 0.0f, y.get(), nullptr); });
+    std::printf("[time] gemm NT m=%d n=%d k=%d (qkv fprop): %.3f ms, %.1f TFLOP/s\n", rows, 3 * d, d, ms,
+                2.0 * rows * 3.0 * d * d / (ms * 1e-3) / 1e12);
+  }
+}
+
+TEST_CASE("cuda ops reject bad shapes with std::invalid_argument", "[gpu][ops]") {
+  cu::Workspace ws;
+  DeviceBuffer<float> buf(1024);
+  CHECK_THROWS_AS(cu::attention_forward(buf.get(), 1, 4, 1, 130, buf.get(), buf.get(), nullptr), std::invalid_argument);
+  CHECK_THROWS_AS(cu::attention_forward(buf.get(), 1, 4, 1, 63, buf.get(), buf.get(), nullptr), std::invalid_argument);
+  CHECK_THROWS_AS(cu::rmsnorm_forward(buf.get(), buf.get(), 0, 8, 1e-5f, buf.get(), buf.get(), nullptr),
+                  std::invalid_argument);
+  const cu::RopeTable table(8, 16, 10000.0);
+  CHECK_THROWS_AS(cu::rope_forward(buf.get(), 1, 4, 1, 16, 16, table, nullptr), std::invalid_argument);
+  CHECK_THROWS_AS(cu::rope_forward(buf.get(), 1, 8, 2, 16, 16, table, nullptr), std::invalid_argument);
+  CHECK_THROWS_AS(cu::RopeTable(8, 15, 10000.0), std::invalid_argument);
+  CHECK_THROWS_AS(cu::AdamWRanges({{0, 10, true}, {11, 5, false}}, 16), std::invalid_argument);
+  CHECK_THROWS_AS(cu::AdamWRanges({{0, 10, true}}, 16), std::invalid_argument);
+  CHECK_THROWS_AS(cu::adamw_constants(1e-3, 0.9, 0.95, 1e-8, 0.0, 0), std::invalid_argument);
+  CHECK_THROWS_AS(cu::cross_entropy(buf.get(), nullptr, 0, 10, buf.get(), nullptr, 1.0f, nullptr),
+                  std::invalid_argument);
+  cu::Gemm gemm(0);
+  DeviceBuffer<bf16_t> h(1024);
+  CHECK_THROWS_AS(gemm.gemm(false, false, 0, 4, 4, 1.0f, h.get(), h.get(), 0.0f, buf.get(), nullptr),
+                  std::invalid_argument);
+  cu::GemmShape bad;
+  bad.m = bad.n = bad.k = 8;
+  bad.lda = 4;
+  CHECK_THROWS_AS(gemm.matmul(bad, 1.0f, h.get(), h.get(), 0.0f, buf.get(), nullptr), std::invalid_argument);
+  try {
+    cu::attention_forward(buf.get(), 1, 4, 1, 130, buf.get(), buf.get(), nullptr);
+  } catch (const std::invalid_argument& e) {
+    const std::string msg = e.what();
+    CHECK(msg.find('\n') == std::string::npos);
+    CHECK(msg.find("head_dim = 130") != std::string::npos);
+  }
+}
+
+}  // namespace
