@@ -126,6 +126,8 @@ struct Child {
   int64_t offset = 0;         // metrics.jsonl bytes ingested
   int64_t tokens_done = 0;    // the last train row's tokens
   double tokens_per_s = 0;
+  double started = 0;         // Unix seconds
+  bool killed_for_silence = false;
 };
 
 struct QueueItem {
@@ -145,6 +147,7 @@ class LocalExecutor {
   bool launch(QueueItem& item, size_t slot);
   void finish(Child& c, const ExitStatus& st);
   void ingest(Child& c);
+  void check_heartbeat(Child& c, double now);
   void progress(bool force);
   void say(const std::string& line);
   bool is_gpu_run(const GridPoint& p) const { return p.config.value("device", "cpu") == "cuda"; }
@@ -205,6 +208,21 @@ void LocalExecutor::ingest(Child& c) {
     c.tokens_per_s = r.tokens_per_s;
     remaining_tokens_[c.point->id] = std::max<int64_t>(0, c.point->tokens - c.tokens_done);
   }
+}
+
+// Liveness by heartbeat: a trainer beats every 5 s from a thread of its own, whatever its loop
+// does; a child silent for heartbeat_timeout_s (counted from its start, since the directory may
+// hold an old attempt's beat) is hung, or its disk is. It is killed, which makes the run
+// orphaned: resumed from its last checkpoint like any interrupted run.
+void LocalExecutor::check_heartbeat(Child& c, double now) {
+  if (c.killed_for_silence) return;
+  const HeartbeatInfo h = read_heartbeat(c.dir);
+  const double silent = std::min(now - c.started, h.exists ? h.age_s : now - c.started);
+  if (silent <= spec_.executor.heartbeat_timeout_s) return;
+  say(fmt::format("{}: no heartbeat for {:.0f} s: killing pid {} (it resumes from its last checkpoint)",
+                  c.point->name, silent, c.pid));
+  ::kill(c.pid, SIGKILL);
+  c.killed_for_silence = true;
 }
 
 bool LocalExecutor::launch(QueueItem& item, size_t slot) {
@@ -277,6 +295,7 @@ bool LocalExecutor::launch(QueueItem& item, size_t slot) {
     devices = fmt::format("cpu:{}", cpu_threads_);
   }
   c.pid = spawn(req);
+  c.started = now;
   c.attempt = store_->begin_attempt(p.id, current_provenance(devices), now, static_cast<int>(c.pid));
   slots_[slot].busy = true;
   const bool resumed = rec->attempts > 0;
@@ -426,7 +445,10 @@ int LocalExecutor::run() {
       last_renew = now;
     }
     if (now - last_ingest_ > 1.0) {
-      for (auto& [pid, c] : children_) ingest(c);
+      for (auto& [pid, c] : children_) {
+        ingest(c);
+        check_heartbeat(c, now);
+      }
       last_ingest_ = now;
     }
     progress(false);

@@ -4,7 +4,8 @@
 // exec'd with an argument vector, working directory = the TOML file's directory) on a slot: a GPU
 // (runs_per_gpu runs may share one) for runs whose device is "cuda", a CPU job otherwise. The
 // orchestrator holds a lease on each run it executes (store.h), ingests metrics.jsonl into the
-// store while the run progresses and once it ends, and records the outcome:
+// store while the run progresses and once it ends, kills a child whose heartbeat falls silent for
+// [executor] heartbeat_timeout_s (hung), and records the outcome:
 //   exit 0 → succeeded; 3 → diverged (a result); 75 (directory busy), 130/143 or SIGKILL/SIGTERM/
 //   SIGINT/SIGHUP → orphaned, resumed again (up to max_attempts interruptions per invocation);
 //   anything else → failed, with the trainer's last error line.

@@ -351,3 +351,25 @@ TEST_CASE("fp4lab train refuses a run directory another process holds", "[sweeps
   CHECK(r.err.find("in use") != std::string::npos);
   CHECK_FALSE(fs::exists(run_dir / "metrics.jsonl"));
 }
+
+TEST_CASE("a trainer whose heartbeat falls silent is killed and its run resumed later", "[sweeps][sweeps_run]") {
+  ScratchDir dir;
+  fp4::test::TinyGrid g;
+  g.grid = "tokens = [1280]\n";
+  g.executor = "heartbeat_timeout_s = 1\nmax_attempts = 2\n";
+  const fs::path toml = fp4::test::write_tiny_grid(dir.path(), "hung", g);
+  // A "trainer" that never beats: the orchestrator must not wait on it forever.
+  const fs::path fake = dir / "hung-trainer.sh";
+  fp4::test::spit(fake, "#!/bin/sh\nexec sleep 60\n");
+  fs::permissions(fake, fs::perms::owner_all);
+  const std::string cmd = "FP4LAB_TRAINER='" + fake.string() + "' '" + FP4LAB_BINARY + "' sweep run --plain '" +
+                          toml.string() + "' >'" + (dir / "hung.log").string() + "' 2>&1";
+  const int status = std::system(cmd.c_str());
+  const std::string log = fp4::test::slurp(dir / "hung.log");
+  INFO(log);
+  CHECK(WEXITSTATUS(status) == 1);  // not finished: left orphaned after max_attempts interruptions
+  CHECK(log.find("no heartbeat") != std::string::npos);
+  auto store = Store::open(dir / "hung.db", Store::Mode::read_only);
+  CHECK(store->runs().at(0).state == RunState::orphaned);
+  CHECK(store->runs().at(0).attempts == 3);  // the first try and two resumes
+}
