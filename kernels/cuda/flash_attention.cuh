@@ -1,0 +1,51 @@
+// flash_attention.cuh — fused causal multi-head attention on tensor cores (bf16 operands, fp32
+// accumulation), forward and backward, for head_dim 64 (issue 4). Deterministic: no atomics, every
+// sum runs in an order fixed by the shape, so two calls give identical bits.
+//
+// Layout and semantics are ops.h's attention (and ops.cuh's fp32 kernel's): qkv [B·T, 3·d] with
+// each row q | k | v, head h at columns h·64 of each part, d = n_heads·64; out [B·T, d]; lse
+// [B, H, T] (natural log); s_tj = q_t·k_j / 8 for j ≤ t, p = softmax(s), out_t = Σ_j p_tj v_j.
+//
+// Precision (what differs from an exact evaluation; the test derives its tolerance from this):
+//   * inputs qkv and dout are bf16 (the engine's qkv already holds bf16 values; dout is rounded by
+//     the caller, e.g. with ops.cuh's float_to_bf16);
+//   * scores, the online softmax (running max and sum), lse and every product's accumulation are
+//     fp32; the probabilities P (forward and backward) and dS = P ∘ (dP − D) (backward) are rounded
+//     to bf16 to enter the P·V, Pᵀ·dO, dSᵀ·Q and dS·K tensor-core products, as FlashAttention does:
+//     each term of those sums carries one relative rounding error of at most 2⁻⁸ (bf16 keeps 8
+//     significant bits);
+//   * out is written in fp32 (not bf16): the engine's attention buffer is fp32 and decides itself
+//     whether to round it (Storage::bf16), the backward's D_t = dout_t·out_t then uses the unrounded
+//     value, and the extra bytes are negligible next to the T² work;
+//   * dqkv is written in fp32: it feeds the qkv projection's backward, which converts to bf16 for
+//     its GEMM anyway; one rounding fewer, and the same buffer the fp32 kernel fills.
+//
+// Shapes: head_dim must be 64 and seq_len a positive multiple of 64 (std::invalid_argument
+// otherwise, before anything is launched); qkv and dout 16-byte aligned (cudaMalloc's are); out,
+// lse and dqkv 8-byte aligned.
+//
+// Plain C++ on the host side, like quantize.cuh: callable from .cpp files.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include "kernels/cuda/quantize.cuh"  // FP4_CUDA_CHECK, Workspace
+#include "kernels/numerics.h"         // bf16_t
+
+namespace fp4::cuda {
+
+constexpr int kFlashHeadDim = 64;  // the only head_dim supported
+constexpr int kFlashBlock = 64;    // seq_len must be a multiple of this
+
+// out [B·T, d] fp32 and lse [B, H, T] fp32 are overwritten. Asynchronous on `stream`.
+void flash_attention_forward(const bf16_t* qkv, int batch, int seq_len, int n_heads, int head_dim,
+                             float* out, float* lse, cudaStream_t stream);
+
+// dqkv [B·T, 3·d] fp32 is overwritten (dq | dk | dv, qkv's layout). `out` and `lse` are the
+// forward's; dout [B·T, d] is the gradient of out, in bf16. P is recomputed from lse. `workspace`
+// holds D_t = dout_t·out_t (B·H·T floats); calls sharing it must be ordered on one stream.
+void flash_attention_backward(const bf16_t* qkv, const float* out, const float* lse, const bf16_t* dout,
+                              int batch, int seq_len, int n_heads, int head_dim, float* dqkv,
+                              Workspace& workspace, cudaStream_t stream);
+
+}  // namespace fp4::cuda
