@@ -27,11 +27,13 @@ struct TrainCliOptions {
   bool quiet = false;
   bool print_config = false;
   int64_t stop_after = -1;
+  std::string device;  // empty: the config's
 };
 
 void run_train(const TrainCliOptions& o) {
   if (o.print_config) {
-    const run::RunConfig c = run::load_config(o.config);
+    run::RunConfig c = run::load_config(o.config);
+    if (!o.device.empty()) run::set_device(c, o.device, "--device");
     std::cout << run::config_to_json(c).dump(2) << "\n";
     std::cerr << "config hash " << run::config_hash(c) << "\n";
     return;
@@ -42,6 +44,7 @@ void run_train(const TrainCliOptions& o) {
   t.dir = o.dir;
   t.resume = o.resume;
   t.stop_after = o.stop_after;
+  t.device = o.device;
   t.echo = !o.quiet;
   int code = 0;
   try {
@@ -71,6 +74,9 @@ void register_train_commands(CLI::App& app) {
   cmd->add_option("--dir", o->dir, "The run directory (created if missing)");
   cmd->add_flag("--resume", o->resume,
                 "Continue the run in --dir from its newest valid checkpoint (from scratch if it has none)");
+  cmd->add_option("--device", o->device,
+                  "cpu or cuda: overrides the config's device (it is part of the config, so of its hash: "
+                  "resume with the same --device)");
   cmd->add_flag("--quiet", o->quiet, "Write progress to train.log only, not to stderr");
   cmd->add_flag("--print-config", o->print_config,
                 "Print the fully resolved config (every default written out) and its hash, and exit");

@@ -176,8 +176,14 @@ TEST_CASE("run config: bad values are refused, naming the field", "[run][config]
   CHECK(error_of(with(probe, "/eval/tokens"_json_pointer, 128)) ==
         "run.json: eval.tokens (128) must be at least train.micro_batch × model.seq_len (256) when the probe is on: "
         "it measures one micro-batch of the held-out set");
-  CHECK(error_of(with(minimal(), "/device"_json_pointer, "cuda")) ==
-        "run.json: device must be \"cpu\" (the cuda backend does not train yet), got \"cuda\"");
+  CHECK(error_of(with(minimal(), "/device"_json_pointer, "tpu")) ==
+        "run.json: device must be \"cpu\" or \"cuda\", got \"tpu\"");
+#ifdef FP4LAB_HAVE_CUDA
+  CHECK(config_from_json(with(minimal(), "/device"_json_pointer, "cuda"), "run.json").device == "cuda");
+#else
+  CHECK(error_of(with(minimal(), "/device"_json_pointer, "cuda")).rfind(
+            "run.json: device \"cuda\": this fp4lab was built without CUDA; ", 0) == 0);
+#endif
   CHECK(error_of(with(minimal(), "/storage"_json_pointer, "fp32")) == "run.json: storage must be \"bf16\", got \"fp32\"");
   CHECK(error_of(with(minimal(), "/recipe"_json_pointer, "fp3")).rfind("run.json: recipe: unknown recipe preset \"fp3\"", 0) == 0);
 }

@@ -366,6 +366,30 @@ TEST_CASE("train: bad inputs are refused before the run directory is touched", "
   CHECK_FALSE(std::filesystem::exists(dir));
 }
 
+TEST_CASE("train: device cuda without a GPU (or without CUDA) is refused before the directory is touched",
+          "[run][trainer]") {
+  ScratchDir tmp;
+  const auto dir = tmp / "run";
+  json j = tiny_config("bf16", 2);
+  j["device"] = "cuda";
+  try {
+    const TrainResult r = run_train(write_config(tmp, j), dir);
+    // A machine with a GPU (and a build with CUDA) trains it: nothing to check here.
+    CHECK(r.outcome == Outcome::succeeded);
+    return;
+  } catch (const std::invalid_argument& e) {
+    const std::string what = e.what();
+    INFO(what);
+    CHECK(what.find('\n') == std::string::npos);
+#ifdef FP4LAB_HAVE_CUDA
+    CHECK(what.rfind("device \"cuda\": no CUDA device is visible", 0) == 0);
+#else
+    CHECK(what.find("device \"cuda\": this fp4lab was built without CUDA; ") != std::string::npos);
+#endif
+  }
+  CHECK_FALSE(std::filesystem::exists(dir));
+}
+
 TEST_CASE("train: byte shards train, report bits per byte, and a damaged shard is refused", "[run][trainer]") {
   ScratchDir tmp;
   // Forty small documents of varied text; every other one is held out.

@@ -162,6 +162,13 @@ class BasicModel {
   // to `fn` and leaves grads() untouched.
   PassResult probe(const Batch& batch, const StepContext& ctx, const ProbeFn& fn);
 
+  // The checks forward_backward() (backward = true) and evaluate() (false) run before any work:
+  // throws std::invalid_argument (one line) for a bad micro-batch. For other backends of the same
+  // model (engine/cuda_model), so that they refuse exactly what this one refuses.
+  void validate_batch(const Batch& batch, const StepContext& ctx, bool backward) const {
+    check_batch(batch, ctx, backward);
+  }
+
  private:
   struct LayerActs {  // what a block keeps for its backward pass
     std::vector<T> h1, rstd1, qkv, lse, att, x_mid, h2, rstd2, u, a;

@@ -310,6 +310,24 @@ void check_blocks(const Where& w, const RunConfig& c) {
 
 }  // namespace
 
+std::string device_error(const std::string& device) {
+  if (device == "cpu") return {};
+  if (device == "cuda") {
+#ifdef FP4LAB_HAVE_CUDA
+    return {};
+#else
+    return "device \"cuda\": this fp4lab was built without CUDA; rebuild it with the CUDA toolkit "
+           "(cmake -DFP4LAB_CUDA=ON) or train with device \"cpu\"";
+#endif
+  }
+  return "device must be \"cpu\" or \"cuda\", got \"" + device + "\"";
+}
+
+void set_device(RunConfig& c, const std::string& device, const std::string& where) {
+  if (std::string e = device_error(device); !e.empty()) throw std::invalid_argument(where + ": " + e);
+  c.device = device;
+}
+
 const char* schedule_name(Schedule s) { return s == Schedule::cosine ? "cosine" : "wsd"; }
 
 int default_d_ff(int d_model) { return model::nearest_d_ff(d_model); }
@@ -387,8 +405,7 @@ RunConfig config_from_json(const nlohmann::json& j, const std::string& file) {
     if (!j["device"].is_string()) w.bad("device", "must be a string, got " + j["device"].dump());
     c.device = j["device"].get<std::string>();
   }
-  if (c.device != "cpu")
-    w.bad("device", "must be \"cpu\" (the cuda backend does not train yet), got \"" + c.device + "\"");
+  if (std::string e = device_error(c.device); !e.empty()) throw std::invalid_argument(w.file + ": " + e);
   if (j.contains("storage")) {
     if (!j["storage"].is_string()) w.bad("storage", "must be a string, got " + j["storage"].dump());
     c.storage = j["storage"].get<std::string>();

@@ -82,6 +82,14 @@ struct RunConfig {
   int64_t grad_accum() const { return train.batch_tokens / tokens_per_micro_step(); }
 };
 
+// Empty when `device` can train in this build; otherwise the one-line reason, e.g.
+// "device must be \"cpu\" or \"cuda\", got \"tpu\"", or for "cuda" in a build without CUDA
+// "device \"cuda\": this fp4lab was built without CUDA; ...".
+std::string device_error(const std::string& device);
+// Sets c.device (part of the config and its hash) after checking it; `where` starts the message
+// ("--device"). Throws std::invalid_argument.
+void set_device(RunConfig& c, const std::string& device, const std::string& where);
+
 // Parses, validates and resolves. `file` names the source in messages ("run.json").
 RunConfig config_from_json(const nlohmann::json& j, const std::string& file);
 // As above from text; malformed JSON is reported as "file:line:col: malformed JSON: ...".

@@ -20,6 +20,7 @@
 #include "engine/model/model_config.h"
 #include "engine/model/transformer.h"
 #include "engine/quantized_linear.h"
+#include "engine/run/backend.h"
 #include "engine/run/checkpoint.h"
 #include "engine/run/config.h"
 #include "engine/run/heartbeat.h"
@@ -29,6 +30,10 @@
 #include "engine/run/run_dir.h"
 #include "engine/run/schedule.h"
 #include "kernels/cpu/quant_metrics.h"
+
+#ifdef FP4LAB_HAVE_CUDA
+#include "engine/cuda_model/cuda_backend.h"
+#endif
 
 namespace fp4::run {
 
@@ -143,7 +148,7 @@ struct EvalOutcome {
 };
 
 // Mean cross-entropy over the held-out set in micro-batches of B sequences, summed in order.
-EvalOutcome evaluate(model::Model& m, const EvalSet& e, int micro_batch, const model::StepContext& ctx) {
+EvalOutcome evaluate(TrainBackend& m, const EvalSet& e, int micro_batch, const model::StepContext& ctx) {
   double sum = 0.0;
   int64_t count = 0;
   bool nonfinite = false;
@@ -252,7 +257,7 @@ struct Setup {
   RunConfig config;
   std::string hash;
   std::unique_ptr<data::DataSource> data;
-  std::unique_ptr<model::Model> model;
+  std::unique_ptr<TrainBackend> backend;  // config.device's
   EvalSet eval;
   std::optional<LoadedCheckpoint> checkpoint;
 };
@@ -265,9 +270,8 @@ TrainResult result_from_status(const json& status, const RunConfig& c) {
   return r;
 }
 
-void write_checkpoint_now(const Setup& s, const RunPaths& paths, const model::Model& m, const AdamW& opt,
-                          const data::TrainStream& stream, int64_t step, int64_t tokens, MetricsWriter& metrics,
-                          TrainLog& log) {
+void write_checkpoint_now(const Setup& s, const RunPaths& paths, TrainBackend& m, const data::TrainStream& stream,
+                          int64_t step, int64_t tokens, MetricsWriter& metrics, TrainLog& log) {
   metrics.sync();  // rows up to here survive whatever survives the checkpoint
   CheckpointState st;
   st.step = step;
@@ -275,34 +279,32 @@ void write_checkpoint_now(const Setup& s, const RunPaths& paths, const model::Mo
   st.config_hash = s.hash;
   st.data_position = stream.position().to_json();
   st.extra = {{"data_fingerprint", s.data->fingerprint()}};
-  st.params = m.params();
-  st.adam_m = opt.m();
-  st.adam_v = opt.v();
+  TrainState state = m.save_state();
+  st.params = std::move(state.params);
+  st.adam_m = std::move(state.adam_m);
+  st.adam_v = std::move(state.adam_v);
   const auto path = write_checkpoint(paths.checkpoints, st);
   log.line(fmt::format("checkpoint {} written", path.filename().string()));
 }
 
 TrainResult run_loop(Setup& s, const TrainOptions& o, const RunPaths& paths, TrainLog& log, Heartbeat& heartbeat) {
   const RunConfig& c = s.config;
-  model::Model& m = *s.model;
+  TrainBackend& m = *s.backend;
   const int64_t accum = c.grad_accum();
   const int b = c.train.micro_batch, t = c.model.seq_len;
 
   // Resume or start.
-  AdamW opt(m.params().size());
   int64_t step = 0, tokens = 0;
   std::unique_ptr<data::TrainStream> stream;
   if (s.checkpoint) {
     CheckpointState& st = s.checkpoint->state;
-    m.params() = std::move(st.params);
-    opt.m() = std::move(st.adam_m);
-    opt.v() = std::move(st.adam_v);
+    m.load_state(TrainState{std::move(st.params), std::move(st.adam_m), std::move(st.adam_v)});
     step = st.step;
     tokens = st.tokens_seen;
     stream = s.data->train_stream(data::StreamPosition::from_json(st.data_position));
     log.line(fmt::format("resuming from {} (step {}, {} tokens)", s.checkpoint->path.filename().string(), step, tokens));
   } else {
-    m.init_params(c.train.seed);
+    m.init(c.train.seed);
     stream = s.data->train_stream();
     log.line(o.resume ? "no checkpoint to resume from: starting from scratch" : "starting");
   }
@@ -314,10 +316,11 @@ TrainResult run_loop(Setup& s, const TrainOptions& o, const RunPaths& paths, Tra
   const model::ModelConfig& mc = m.config();
   const int64_t n_nonemb = model::nonembedding_params(mc);
   const double flops_per_token = model::train_flops_per_token(mc, t);
-  metrics.write({{"kind", "run"},
+  json run_row = {{"kind", "run"},
                  {"step", step},
                  {"tokens", tokens},
                  {"event", s.checkpoint ? "resume" : "start"},
+                 {"device", m.device()},
                  {"config_hash", s.hash},
                  {"data_fingerprint", s.data->fingerprint()},
                  {"vocab_size", mc.vocab_size},
@@ -329,16 +332,32 @@ TrainResult run_loop(Setup& s, const TrainOptions& o, const RunPaths& paths, Tra
                  {"flops_total", flops_per_token * static_cast<double>(c.train.tokens)},
                  {"grad_accum", accum},
                  {"threads", omp_get_max_threads()},
-                 {"version", FP4LAB_VERSION}});
+                 {"version", FP4LAB_VERSION}};
+  metrics.write(run_row);
   log.line(fmt::format("model {}: {} parameters ({} non-embedding); recipe {}; {} steps of {} tokens "
-                       "({} micro-steps of {}×{}); data {}",
+                       "({} micro-steps of {}×{}); data {}; device {}",
                        model::describe(mc), model::total_params(mc), n_nonemb, c.recipe.name, c.train.steps,
-                       c.train.batch_tokens, accum, b, t, c.data));
+                       c.train.batch_tokens, accum, b, t, c.data, m.device()));
 
   const auto ctx_at = [&](int64_t completed, uint32_t micro) {
     return model::StepContext{c.train.seed, static_cast<uint32_t>(completed), micro};
   };
+  // A device backend reports its memory high-water mark when the process is done with the run: in
+  // train.log and in a closing "run" row (the start row's fields, event "end", peak_device_bytes).
+  const auto device_summary = [&](int64_t at) {
+    const int64_t peak = m.peak_device_bytes();
+    if (peak < 0) return;
+    json row = run_row;
+    row["event"] = "end";
+    row["step"] = at;
+    row["tokens"] = at * c.train.batch_tokens;
+    row["peak_device_bytes"] = peak;
+    metrics.write(row);
+    log.line(fmt::format("peak device memory {:.1f} MiB ({} bytes, cudaMemGetInfo: the whole device)",
+                         static_cast<double>(peak) / (1024.0 * 1024.0), peak));
+  };
   const auto diverge = [&](int64_t at, const std::string& reason) {
+    device_summary(at);
     write_status(paths.status, {{"state", "diverged"}, {"step", at}, {"reason", reason}});
     log.line(fmt::format("diverged at step {}: {}", at, reason));
     return TrainResult{Outcome::diverged, at, reason, 0};
@@ -362,7 +381,7 @@ TrainResult run_loop(Setup& s, const TrainOptions& o, const RunPaths& paths, Tra
   };
   const auto probe_now = [&](int64_t at) {
     heartbeat.set_phase("probe");
-    run_probe(m, s.eval, b, ctx_at(at, 0), metrics, at, at * c.train.batch_tokens);
+    run_probe(m.probe_model(), s.eval, b, ctx_at(at, 0), metrics, at, at * c.train.batch_tokens);
     heartbeat.set_phase("train");
   };
 
@@ -375,12 +394,6 @@ TrainResult run_loop(Setup& s, const TrainOptions& o, const RunPaths& paths, Tra
   std::vector<int32_t> runs(static_cast<size_t>(b) * (t + 1));
   Tokens micro;
   const float grad_scale = 1.0f / static_cast<float>(accum);
-  const std::vector<ParamRange> ranges = [&] {
-    std::vector<ParamRange> r;
-    for (const model::ParamView& v : m.views())
-      r.push_back({static_cast<size_t>(v.offset), static_cast<size_t>(v.size), v.kind != model::ParamKind::norm_gain});
-    return r;
-  }();
   const int64_t log_every = std::max<int64_t>(1, c.train.steps / 50);
   const double session_start = monotonic_s();
   const int64_t session_first = step;
@@ -400,7 +413,7 @@ TrainResult run_loop(Setup& s, const TrainOptions& o, const RunPaths& paths, Tra
       nonfinite = nonfinite || r.nonfinite;
     }
     const double loss = loss_sum / static_cast<double>(accum);
-    const double norm = global_grad_norm(m.grads().data(), m.grads().size());
+    const double norm = m.grad_norm();
     const double lr = learning_rate(c.train, index);
     ++step;
     tokens += c.train.batch_tokens;
@@ -418,7 +431,7 @@ TrainResult run_loop(Setup& s, const TrainOptions& o, const RunPaths& paths, Tra
     h.beta2 = c.train.beta2;
     h.eps = c.train.eps;
     h.weight_decay = c.train.weight_decay;
-    opt.step(m.params().data(), m.grads().data(), ranges, h, step, clip_scale(norm, c.train.grad_clip));
+    m.adamw_step(h, step, clip_scale(norm, c.train.grad_clip));
     heartbeat.set_step(step);
 
     const double now = monotonic_s();
@@ -440,16 +453,18 @@ TrainResult run_loop(Setup& s, const TrainOptions& o, const RunPaths& paths, Tra
     const int stop = g_stop_signal != 0 ? static_cast<int>(g_stop_signal) : (step == o.stop_after ? SIGTERM : 0);
     if ((c.checkpoint.every > 0 && step % c.checkpoint.every == 0) || step == c.train.steps || stop != 0) {
       heartbeat.set_phase("checkpoint");
-      write_checkpoint_now(s, paths, m, opt, *stream, step, tokens, metrics, log);
+      write_checkpoint_now(s, paths, m, *stream, step, tokens, metrics, log);
       heartbeat.set_phase("train");
     }
     if (stop != 0 && step < c.train.steps) {
+      device_summary(step);
       log.line(fmt::format("stopped by {} after step {}: the checkpoint is written, continue with --resume",
                            signal_name(stop), step));
       return TrainResult{Outcome::interrupted, step, "", stop};
     }
   }
 
+  device_summary(step);
   write_status(paths.status, {{"state", "succeeded"}, {"step", step}, {"tokens", tokens}});
   log.line(fmt::format("succeeded: {} steps, {} tokens", step, tokens));
   return TrainResult{Outcome::succeeded, step, "", 0};
@@ -473,6 +488,7 @@ TrainResult train(const TrainOptions& o) {
 
   // ---- Input checks: nothing is written into the directory until all of them pass.
   s.config = load_config(o.config);
+  if (!o.device.empty()) set_device(s.config, o.device, "--device");  // part of the config (and hash)
   s.hash = config_hash(s.config);
   const std::string dir = o.dir.string();
   // Lock the directory before reading anything in it, so what we read (status, checkpoints) cannot
@@ -517,9 +533,16 @@ TrainResult train(const TrainOptions& o) {
     const model::ModelConfig mc =
         model::model_explicit(s.config.model.n_layers, s.config.model.d_model, s.config.model.n_heads,
                               s.config.model.head_dim, s.config.model.d_ff, static_cast<int>(s.data->vocab_size()));
-    s.model = std::make_unique<model::Model>(
-        mc, s.config.recipe, engine::resolve_bf16_layers(s.config.recipe.bf16_layers, mc.n_layers),
-        model::Storage::bf16);
+    std::vector<int> bf16_layers = engine::resolve_bf16_layers(s.config.recipe.bf16_layers, mc.n_layers);
+    if (s.config.device == "cuda") {
+#ifdef FP4LAB_HAVE_CUDA
+      s.backend = cuda_model::make_cuda_backend(mc, s.config.recipe, std::move(bf16_layers));
+#else
+      throw std::invalid_argument(device_error("cuda"));  // the config refuses it already
+#endif
+    } else {
+      s.backend = make_cpu_backend(mc, s.config.recipe, std::move(bf16_layers));
+    }
   }
   s.eval = make_eval_set(*s.data, s.config);
   if (o.resume) {
@@ -544,9 +567,9 @@ TrainResult train(const TrainOptions& o) {
         throw std::invalid_argument("cannot resume: " + name + " was written against other data (fingerprint " +
                                     fp.substr(0, 12) + ", \"" + s.config.data + "\" is " +
                                     s.data->fingerprint().substr(0, 12) + ")");
-      if (st.params.size() != s.model->params().size())
+      if (st.params.size() != s.backend->n_params())
         throw std::invalid_argument(fmt::format("cannot resume: {} holds {} parameters, the model has {}", name,
-                                                st.params.size(), s.model->params().size()));
+                                                st.params.size(), s.backend->n_params()));
       if (st.step > s.config.train.steps)
         throw std::invalid_argument(fmt::format("cannot resume: {} is at step {}, beyond train.steps = {}", name,
                                                 st.step, s.config.train.steps));

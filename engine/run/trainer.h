@@ -8,6 +8,8 @@
 //   Then, when due: evaluation (every eval.every steps and at the last), the shrinkage probe
 //   (every probe.every steps), a checkpoint (every checkpoint.every steps, at the last, and when
 //   asked to stop). Evaluation and the probe also run once before the first step of a fresh run.
+// The loop runs on the backend the config's `device` names (backend.h): "cpu" (engine/model) or
+// "cuda" (engine/cuda_model, in builds with CUDA).
 // Everything the run writes goes into DIR (run_dir.h lists the files; docs/train.md their
 // contents). A resumed run continues from the newest valid checkpoint and produces the same bits
 // as a run that was never interrupted: nothing it computes depends on the wall clock, the thread
@@ -25,6 +27,7 @@ struct TrainOptions {
   std::filesystem::path dir;             // the run directory
   bool resume = false;                   // continue the run in `dir` (from scratch if it has none)
   int64_t stop_after = -1;               // act as if SIGTERM arrived during this step (tests)
+  std::string device;                    // non-empty: overrides the config's device (--device)
   bool echo = true;                      // copy train.log's lines to stderr
   double heartbeat_interval_s = 5.0;
 };

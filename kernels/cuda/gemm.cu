@@ -34,7 +34,7 @@ uint32_t alignment_of(const void* p) {
 }
 
 struct PlanKey {
-  bool trans_a, trans_b, out_bf16;
+  bool trans_a, trans_b, out_bf16, in_f32;
   int m, n, k, batch;
   int64_t lda, ldb, ldc, stride_a, stride_b, stride_c;
   uint32_t align_a, align_b, align_c;
@@ -89,8 +89,9 @@ struct Gemm::Impl {
   }
 
   const Plan& plan(const PlanKey& key);
-  void run(const GemmShape& s, float alpha, const bf16_t* a, const bf16_t* b, float beta, void* c,
-           bool out_bf16, cudaStream_t stream);
+  // in_f32: a and b point to fp32 (else bf16) elements.
+  void run(const GemmShape& s, float alpha, const void* a, const void* b, float beta, void* c,
+           bool out_bf16, bool in_f32, cudaStream_t stream);
 };
 
 const Plan& Gemm::Impl::plan(const PlanKey& key) {
@@ -103,9 +104,10 @@ const Plan& Gemm::Impl::plan(const PlanKey& key) {
   FP4_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_first, sizeof(op_first)));
   FP4_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_second, sizeof(op_second)));
   // Our B is stored [n, k] with trans_b, else [k, n]; our A [k, m] with trans_a, else [m, k].
-  p->first = make_layout(CUDA_R_16BF, key.trans_b ? key.n : key.k, key.trans_b ? key.k : key.n, key.ldb,
+  const cudaDataType_t in_type = key.in_f32 ? CUDA_R_32F : CUDA_R_16BF;
+  p->first = make_layout(in_type, key.trans_b ? key.n : key.k, key.trans_b ? key.k : key.n, key.ldb,
                          key.batch, key.stride_b);
-  p->second = make_layout(CUDA_R_16BF, key.trans_a ? key.k : key.m, key.trans_a ? key.m : key.k, key.lda,
+  p->second = make_layout(in_type, key.trans_a ? key.k : key.m, key.trans_a ? key.m : key.k, key.lda,
                           key.batch, key.stride_a);
   p->out = make_layout(key.out_bf16 ? CUDA_R_16BF : CUDA_R_32F, key.m, key.n, key.ldc, key.batch, key.stride_c);
 
@@ -166,8 +168,8 @@ const Plan& Gemm::Impl::plan(const PlanKey& key) {
   return ref;
 }
 
-void Gemm::Impl::run(const GemmShape& s, float alpha, const bf16_t* a, const bf16_t* b, float beta, void* c,
-                     bool out_bf16, cudaStream_t stream) {
+void Gemm::Impl::run(const GemmShape& s, float alpha, const void* a, const void* b, float beta, void* c,
+                     bool out_bf16, bool in_f32, cudaStream_t stream) {
   auto fail = [&](const std::string& what) {
     throw std::invalid_argument("gemm (m = " + std::to_string(s.m) + ", n = " + std::to_string(s.n) +
                                 ", k = " + std::to_string(s.k) + "): " + what);
@@ -185,7 +187,7 @@ void Gemm::Impl::run(const GemmShape& s, float alpha, const bf16_t* a, const bf1
     if (s.stride_a < 0 || s.stride_b < 0) fail("negative batch strides");
     if (s.stride_c < (s.m - 1) * ldc + s.n) fail("batch items of C overlap (stride_c = " + std::to_string(s.stride_c) + ")");
   }
-  const PlanKey key{s.trans_a, s.trans_b, out_bf16, s.m, s.n, s.k, s.batch, lda, ldb, ldc,
+  const PlanKey key{s.trans_a, s.trans_b, out_bf16, in_f32, s.m, s.n, s.k, s.batch, lda, ldb, ldc,
                     s.batch > 1 ? s.stride_a : 0, s.batch > 1 ? s.stride_b : 0, s.batch > 1 ? s.stride_c : 0,
                     alignment_of(a), alignment_of(b), alignment_of(c)};
   const Plan& p = plan(key);
@@ -203,12 +205,17 @@ Gemm::~Gemm() = default;
 
 void Gemm::matmul(const GemmShape& shape, float alpha, const bf16_t* a, const bf16_t* b, float beta, float* c,
                   cudaStream_t stream) {
-  impl_->run(shape, alpha, a, b, beta, c, false, stream);
+  impl_->run(shape, alpha, a, b, beta, c, false, false, stream);
 }
 
 void Gemm::matmul(const GemmShape& shape, float alpha, const bf16_t* a, const bf16_t* b, float beta, bf16_t* c,
                   cudaStream_t stream) {
-  impl_->run(shape, alpha, a, b, beta, c, true, stream);
+  impl_->run(shape, alpha, a, b, beta, c, true, false, stream);
+}
+
+void Gemm::matmul(const GemmShape& shape, float alpha, const float* a, const float* b, float beta, float* c,
+                  cudaStream_t stream) {
+  impl_->run(shape, alpha, a, b, beta, c, false, true, stream);
 }
 
 void Gemm::gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const bf16_t* a, const bf16_t* b,
@@ -219,7 +226,7 @@ void Gemm::gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, co
   s.m = m;
   s.n = n;
   s.k = k;
-  impl_->run(s, alpha, a, b, beta, c, false, stream);
+  impl_->run(s, alpha, a, b, beta, c, false, false, stream);
 }
 
 size_t Gemm::cached_plans() const { return impl_->plans.size(); }

@@ -57,6 +57,11 @@ class Gemm {
               cudaStream_t stream);
   void matmul(const GemmShape& shape, float alpha, const bf16_t* a, const bf16_t* b, float beta, bf16_t* c,
               cudaStream_t stream);
+  // fp32 operands, fp32 output, CUBLAS_COMPUTE_32F (true fp32 products and sums: never TF32, which
+  // only CUBLAS_COMPUTE_32F_FAST_TF32 would allow). For the products whose operands are fp32 in the
+  // CPU reference too: the LM head's backward, where the logits' gradient stays fp32.
+  void matmul(const GemmShape& shape, float alpha, const float* a, const float* b, float beta, float* c,
+              cudaStream_t stream);
 
   // Dense, unbatched shorthand with kernels/cpu/gemm.h's argument order.
   void gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const bf16_t* a, const bf16_t* b,

@@ -1,0 +1,452 @@
+// cuda_model.cpp — see cuda_model.h. run() is transformer.cpp's run() step for step, with the CPU
+// ops replaced by kernels/cuda's and store() where the CPU model calls store(); keep the two in
+// step when either changes. One deliberate difference: attention uses the fused bf16 kernel where
+// the shape allows (use_flash), which rounds P and dS to bf16 for its tensor-core products, as
+// FlashAttention does; the fp32 reference kernel (the CPU's math) serves every other shape.
+#include "engine/cuda_model/cuda_model.h"
+
+#include <algorithm>
+#include <cmath>
+#include <stdexcept>
+#include <string>
+
+#include "engine/quantized_linear.h"
+
+namespace fp4::cuda_model {
+
+namespace {
+
+// Throws std::invalid_argument (the run's bad input: exit 2) when no device can be used.
+void require_device() {
+  int devices = 0;
+  const cudaError_t err = cudaGetDeviceCount(&devices);
+  if (err != cudaSuccess || devices == 0) {
+    cudaGetLastError();  // clear the sticky error state a failed query may leave
+    throw std::invalid_argument(std::string("device \"cuda\": no CUDA device is visible (") +
+                                (err != cudaSuccess ? cudaGetErrorString(err) : "cudaGetDeviceCount found 0 devices") +
+                                "): run on a machine with a GPU or use device \"cpu\"");
+  }
+}
+
+}  // namespace
+
+CudaModel::CudaModel(const model::ModelConfig& config, const engine::Recipe& recipe, std::vector<int> bf16_layers,
+                     model::Storage storage)
+    : host_(config, recipe, bf16_layers, storage), storage_(storage) {
+  require_device();
+  if (config.head_dim > cuda::kMaxHeadDim)
+    throw std::invalid_argument("model: head_dim = " + std::to_string(config.head_dim) +
+                                " is above the CUDA attention kernel's limit " + std::to_string(cuda::kMaxHeadDim) +
+                                ": use more heads or device \"cpu\"");
+  // The host mirror never computes gradients (only probe(), which keeps its own): drop that buffer.
+  host_.grads().clear();
+  host_.grads().shrink_to_fit();
+  const int L = config.n_layers;
+  keep_bf16_.assign(L, false);
+  for (int b : host_.bf16_layers()) keep_bf16_[b] = true;
+  n_params_ = host_.params().size();
+  tok_emb_ = 0;
+  final_norm_ = 1 + 6 * L;
+  lm_head_ = 2 + 6 * L;
+
+  FP4_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  gemm_ = std::make_unique<cuda::Gemm>();
+  params_.reserve(n_params_);
+  grads_.reserve(n_params_);
+  w_bf16_.reserve(n_params_);
+  tensor_scales_.reserve(4);
+  nonfinite_.reserve(1);
+  loss_sum_.reserve(1);
+  FP4_CUDA_CHECK(cudaMemsetAsync(params_.get(), 0, n_params_ * sizeof(float), stream_));
+  FP4_CUDA_CHECK(cudaMemsetAsync(grads_.get(), 0, n_params_ * sizeof(float), stream_));
+  FP4_CUDA_CHECK(cudaStreamSynchronize(stream_));
+}
+
+CudaModel::~CudaModel() {
+  if (stream_) {
+    cudaStreamSynchronize(stream_);  // destructors must not throw: best effort
+    cudaStreamDestroy(stream_);
+  }
+}
+
+// ---- Parameters ----------------------------------------------------------------------------------
+
+void CudaModel::init_params(uint64_t seed) {
+  host_.init_params(seed);
+  params_from_host(host_.params());
+}
+
+void CudaModel::params_from_host(const std::vector<float>& params) {
+  if (params.size() != n_params_)
+    throw std::invalid_argument("cuda model: " + std::to_string(params.size()) + " parameters given, the model has " +
+                                std::to_string(n_params_));
+  FP4_CUDA_CHECK(cudaMemcpyAsync(params_.get(), params.data(), n_params_ * sizeof(float), cudaMemcpyHostToDevice,
+                                 stream_));
+  FP4_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  weights_stale_ = true;
+}
+
+std::vector<float> CudaModel::params_to_host() const {
+  std::vector<float> out(n_params_);
+  FP4_CUDA_CHECK(cudaMemcpyAsync(out.data(), params_.get(), n_params_ * sizeof(float), cudaMemcpyDeviceToHost, stream_));
+  FP4_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  return out;
+}
+
+std::vector<float> CudaModel::grads_to_host() const {
+  std::vector<float> out(n_params_);
+  FP4_CUDA_CHECK(cudaMemcpyAsync(out.data(), grads_.get(), n_params_ * sizeof(float), cudaMemcpyDeviceToHost, stream_));
+  FP4_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  return out;
+}
+
+void CudaModel::sync_host_params() { host_.params() = params_to_host(); }
+
+void CudaModel::zero_grads() {
+  FP4_CUDA_CHECK(cudaMemsetAsync(grads_.get(), 0, n_params_ * sizeof(float), stream_));
+}
+
+// ---- Helpers -------------------------------------------------------------------------------------
+
+void CudaModel::store(float* p, size_t n) {
+  if (storage_ == model::Storage::bf16) cuda::round_to_bf16(p, n, stream_);
+}
+
+engine::LinearSite CudaModel::site(const model::StepContext& ctx, int block, int pos) const {
+  engine::LinearSite s;
+  s.recipe = &host_.recipe();
+  s.keep_bf16 = keep_bf16_[block];
+  s.linear_id = static_cast<uint32_t>(4 * block + pos);
+  s.seed = ctx.seed;
+  s.step = ctx.step;
+  s.micro_step = ctx.micro_step;
+  return s;
+}
+
+const model::ParamView& CudaModel::weight_view(int block, int pos) const {
+  // The layout (param_layout): tok_emb, then per block attn_norm, qkv, attn_out, mlp_norm, mlp_in,
+  // mlp_out.
+  static constexpr int kOffsetInBlock[4] = {1, 2, 4, 5};
+  return views()[1 + 6 * block + kOffsetInBlock[pos]];
+}
+
+namespace {
+
+// One copy of a slot: its spec, where its dequantized values and tensor scale go.
+cuda::CopyOut copy_out(const QuantSpec& spec, bf16_t* dequant, float* tensor_scale) {
+  cuda::CopyOut c;
+  c.spec = spec;
+  c.dequant = dequant;
+  c.tensor_scale = tensor_scale;
+  return c;
+}
+
+// Quantizes `src` into one or two copies: a row-blocked and a column-blocked copy share one fused
+// pass; two copies blocked the same way take a pass each.
+void quantize_copies(const bf16_t* src, int rows, int cols, const cuda::CopyOut* a, const cuda::CopyOut* b,
+                     unsigned* flag, cuda::Workspace& ws, cudaStream_t stream) {
+  auto row = [](const cuda::CopyOut* c) { return c != nullptr && c->spec.along == BlockAlong::row ? c : nullptr; };
+  auto col = [](const cuda::CopyOut* c) { return c != nullptr && c->spec.along == BlockAlong::column ? c : nullptr; };
+  if (b != nullptr && a->spec.along == b->spec.along) {
+    cuda::quantize_fused(src, rows, cols, row(a), col(a), flag, ws, stream);
+    cuda::quantize_fused(src, rows, cols, row(b), col(b), flag, ws, stream);
+    return;
+  }
+  const cuda::CopyOut* r = row(a) ? row(a) : row(b);
+  const cuda::CopyOut* c = col(a) ? col(a) : col(b);
+  cuda::quantize_fused(src, rows, cols, r, c, flag, ws, stream);
+}
+
+}  // namespace
+
+float CudaModel::alpha_of(const QuantSpec& a, const float* ts_a, const QuantSpec& b, const float* ts_b) {
+  const bool two_a = a.scale == ScaleMode::e4m3x2, two_b = b.scale == ScaleMode::e4m3x2;
+  if (!two_a && !two_b) return 1.0f;  // both tensor scales are 1, as on the CPU
+  // The GEMM's alpha is a host float: wait for the quantizer's tensor scales. A synchronization per
+  // GEMM under e4m3x2 recipes; correctness first (a device-side alpha would remove it).
+  float host[2] = {1.0f, 1.0f};
+  if (two_a) FP4_CUDA_CHECK(cudaMemcpyAsync(&host[0], ts_a, sizeof(float), cudaMemcpyDeviceToHost, stream_));
+  if (two_b) FP4_CUDA_CHECK(cudaMemcpyAsync(&host[1], ts_b, sizeof(float), cudaMemcpyDeviceToHost, stream_));
+  FP4_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  return host[0] * host[1];  // the CPU's qa.tensor_scale * qb.tensor_scale
+}
+
+void CudaModel::linear_forward(const model::StepContext& ctx, int block, int pos, const float* x, float* y) {
+  const model::ParamView& w = weight_view(block, pos);
+  const int n = static_cast<int>(w.shape[0]), k = static_cast<int>(w.shape[1]), t = rows_;
+  cuda::float_to_bf16(x, xb_.get(), static_cast<size_t>(t) * k, stream_);
+  const bf16_t* wb = w_bf16_.get() + w.offset;
+  const engine::LinearSite s = site(ctx, block, pos);
+  if (!engine::site_is_quantized(s)) {
+    gemm_->gemm(false, true, t, n, k, 1.0f, xb_.get(), wb, 0.0f, y, stream_);
+    return;
+  }
+  float* ts = tensor_scales_.get();
+  const QuantSpec sx = engine::site_slot_spec(s, engine::Slot::fprop_x);
+  const QuantSpec sw = engine::site_slot_spec(s, engine::Slot::fprop_w);
+  const cuda::CopyOut cx = copy_out(sx, q_a_.get(), ts + 0), cw = copy_out(sw, q_b_.get(), ts + 1);
+  quantize_copies(xb_.get(), t, k, &cx, nullptr, nonfinite_.get(), ws_quant_, stream_);
+  quantize_copies(wb, n, k, &cw, nullptr, nonfinite_.get(), ws_quant_, stream_);
+  const float alpha = alpha_of(sx, ts + 0, sw, ts + 1);
+  gemm_->gemm(false, true, t, n, k, alpha, q_a_.get(), q_b_.get(), 0.0f, y, stream_);
+}
+
+void CudaModel::linear_backward(const model::StepContext& ctx, int block, int pos, const float* x, const float* dy,
+                                float* dx) {
+  const model::ParamView& w = weight_view(block, pos);
+  const int n = static_cast<int>(w.shape[0]), k = static_cast<int>(w.shape[1]), t = rows_;
+  float* dw = grads_.get() + w.offset;
+  cuda::float_to_bf16(x, xb_.get(), static_cast<size_t>(t) * k, stream_);
+  cuda::float_to_bf16(dy, dyb_.get(), static_cast<size_t>(t) * n, stream_);
+  const bf16_t* wb = w_bf16_.get() + w.offset;
+  const engine::LinearSite s = site(ctx, block, pos);
+  if (!engine::site_is_quantized(s)) {
+    gemm_->gemm(false, false, t, k, n, 1.0f, dyb_.get(), wb, 0.0f, dx, stream_);  // dX = dY · W
+    gemm_->gemm(true, false, n, k, t, 1.0f, dyb_.get(), xb_.get(), 1.0f, dw, stream_);  // dW += dYᵀ · X
+    return;
+  }
+  float* ts = tensor_scales_.get();
+  const QuantSpec s_dy_d = engine::site_slot_spec(s, engine::Slot::dgrad_dy);
+  const QuantSpec s_w_d = engine::site_slot_spec(s, engine::Slot::dgrad_w);
+  const QuantSpec s_dy_w = engine::site_slot_spec(s, engine::Slot::wgrad_dy);
+  const QuantSpec s_x_w = engine::site_slot_spec(s, engine::Slot::wgrad_x);
+  const cuda::CopyOut c_dy_d = copy_out(s_dy_d, q_a_.get(), ts + 0), c_w_d = copy_out(s_w_d, q_b_.get(), ts + 1);
+  const cuda::CopyOut c_dy_w = copy_out(s_dy_w, q_c_.get(), ts + 2), c_x_w = copy_out(s_x_w, q_d_.get(), ts + 3);
+  // dY's two copies (dgrad's along N, wgrad's along T) come from one read of dY.
+  quantize_copies(dyb_.get(), t, n, &c_dy_d, &c_dy_w, nonfinite_.get(), ws_quant_, stream_);
+  quantize_copies(wb, n, k, &c_w_d, nullptr, nonfinite_.get(), ws_quant_, stream_);
+  quantize_copies(xb_.get(), t, k, &c_x_w, nullptr, nonfinite_.get(), ws_quant_, stream_);
+  const float alpha_d = alpha_of(s_dy_d, ts + 0, s_w_d, ts + 1);
+  const float alpha_w = alpha_of(s_dy_w, ts + 2, s_x_w, ts + 3);
+  gemm_->gemm(false, false, t, k, n, alpha_d, q_a_.get(), q_b_.get(), 0.0f, dx, stream_);
+  gemm_->gemm(true, false, n, k, t, alpha_w, q_c_.get(), q_d_.get(), 1.0f, dw, stream_);
+}
+
+// ---- Passes --------------------------------------------------------------------------------------
+
+bool CudaModel::use_flash(int seq_len) const {
+  return storage_ == model::Storage::bf16 && config().head_dim == cuda::kFlashHeadDim &&
+         seq_len % cuda::kFlashBlock == 0;
+}
+
+void CudaModel::prepare(const model::Batch& batch) {
+  const model::ModelConfig& c = config();
+  const int B = batch.batch_size, S = batch.seq_len, R = B * S;
+  const int L = c.n_layers, d = c.d_model, f = c.d_ff, V = c.vocab_size;
+  const size_t r = static_cast<size_t>(R);
+  batch_ = B;
+  seq_ = S;
+  rows_ = R;
+
+  host_tokens_.resize(2 * r);
+  for (size_t i = 0; i < r; ++i) {
+    host_tokens_[i] = static_cast<int32_t>(batch.inputs[i]);
+    host_tokens_[r + i] = static_cast<int32_t>(batch.targets[i]);
+  }
+  tokens_.reserve(2 * r);
+  // From pageable memory: returns once the bytes are staged, so host_tokens_ may change after.
+  FP4_CUDA_CHECK(cudaMemcpyAsync(tokens_.get(), host_tokens_.data(), 2 * r * sizeof(int32_t), cudaMemcpyHostToDevice,
+                                 stream_));
+  if (!rope_ || rope_->seq_len() != S) {
+    FP4_CUDA_CHECK(cudaStreamSynchronize(stream_));  // the old table may still be in use
+    rope_ = std::make_unique<cuda::RopeTable>(S, c.head_dim, c.rope_base);
+  }
+
+  if (static_cast<int>(resid_.size()) != L + 1) {
+    resid_.clear();
+    for (int i = 0; i <= L; ++i) resid_.push_back(std::make_unique<DeviceArray<float>>());
+    acts_.clear();
+    for (int i = 0; i < L; ++i) acts_.push_back(std::make_unique<LayerActs>());
+  }
+  for (auto& x : resid_) x->reserve(r * d);
+  for (auto& a : acts_) {
+    a->h1.reserve(r * d);
+    a->rstd1.reserve(r);
+    a->qkv.reserve(r * 3 * d);
+    a->lse.reserve(r * c.n_heads);
+    a->att.reserve(r * d);
+    a->x_mid.reserve(r * d);
+    a->h2.reserve(r * d);
+    a->rstd2.reserve(r);
+    a->u.reserve(r * 2 * f);
+    a->a.reserve(r * f);
+  }
+  hf_.reserve(r * d);
+  rstdf_.reserve(r);
+  logits_.reserve(r * V);
+  loss_rows_.reserve(r);
+  for (auto* v : {&tmp_, &dres_, &dtmp_, &dh_, &datt_}) v->reserve(r * d);
+  da_.reserve(r * f);
+  du_.reserve(r * 2 * f);
+  dqkv_.reserve(r * 3 * d);
+  if (use_flash(S)) {
+    qkvb_.reserve(r * 3 * d);
+    dattb_.reserve(r * d);
+  }
+  const size_t widest_k = static_cast<size_t>(std::max(d, f));           // a linear's K
+  const size_t widest_n = static_cast<size_t>(std::max(3 * d, 2 * f));   // a linear's N
+  size_t widest_w = 0;
+  for (int pos = 0; pos < 4; ++pos) widest_w = std::max(widest_w, static_cast<size_t>(weight_view(0, pos).size));
+  xb_.reserve(r * widest_k);
+  dyb_.reserve(r * widest_n);
+  hfb_.reserve(r * d);
+  if (recipe().quantized) {  // the slots' dequantized copies
+    q_a_.reserve(r * std::max(widest_k, widest_n));  // X (fprop) or dY (dgrad)
+    q_b_.reserve(widest_w);
+    q_c_.reserve(r * widest_n);
+    q_d_.reserve(r * widest_k);
+  }
+  head_w_.reserve(static_cast<size_t>(V) * d);
+
+  // The weights as the GEMMs see them: bf16 copies of the fp32 masters, remade after each change
+  // (so once per optimizer step: the masters do not change between micro-steps). The LM head's
+  // fp32 copy holds the same bf16 values for its fp32 backward GEMM.
+  if (weights_stale_) {
+    cuda::float_to_bf16(params_.get(), w_bf16_.get(), n_params_, stream_);
+    const model::ParamView& head = views()[lm_head_];
+    cuda::bf16_to_float(w_bf16_.get() + head.offset, head_w_.get(), static_cast<size_t>(head.size), stream_);
+    weights_stale_ = false;
+  }
+  FP4_CUDA_CHECK(cudaMemsetAsync(nonfinite_.get(), 0, sizeof(unsigned), stream_));
+}
+
+double CudaModel::run(const model::StepContext& ctx, bool backward, float grad_scale, bool* finite) {
+  const model::ModelConfig& c = config();
+  const int L = c.n_layers, d = c.d_model, f = c.d_ff, V = c.vocab_size;
+  const int H = c.n_heads, hd = c.head_dim, R = rows_, B = batch_, S = seq_;
+  const float eps = static_cast<float>(c.norm_eps);
+  const size_t r = static_cast<size_t>(R), rd = r * d;
+  const int32_t* inputs = tokens_.get();
+  const int32_t* targets = tokens_.get() + r;
+  const auto& v = views();
+  auto block_view = [&](int l, int k) { return 1 + 6 * l + k; };  // k: 0 attn_norm, 3 mlp_norm
+  cudaStream_t st = stream_;
+
+  // ---- Forward ----
+  cuda::embedding_forward(param(tok_emb_), V, inputs, R, d, resid_[0]->get(), st);
+  store(resid_[0]->get(), rd);
+  for (int l = 0; l < L; ++l) {
+    LayerActs& A = *acts_[l];
+    const float* x = resid_[l]->get();
+    cuda::rmsnorm_forward(x, param(block_view(l, 0)), R, d, eps, A.h1.get(), A.rstd1.get(), st);
+    store(A.h1.get(), rd);
+    linear_forward(ctx, l, 0, A.h1.get(), A.qkv.get());
+    store(A.qkv.get(), r * 3 * d);
+    cuda::rope_forward(A.qkv.get(), B, S, H, hd, 3 * d, *rope_, st);      // q
+    cuda::rope_forward(A.qkv.get() + d, B, S, H, hd, 3 * d, *rope_, st);  // k
+    store(A.qkv.get(), r * 3 * d);
+    if (use_flash(S)) {
+      cuda::float_to_bf16(A.qkv.get(), qkvb_.get(), r * 3 * d, st);  // exact: stored as bf16 values
+      cuda::flash_attention_forward(qkvb_.get(), B, S, H, hd, A.att.get(), A.lse.get(), st);
+    } else {
+      cuda::attention_forward(A.qkv.get(), B, S, H, hd, A.att.get(), A.lse.get(), st);
+    }
+    store(A.att.get(), rd);
+    linear_forward(ctx, l, 1, A.att.get(), tmp_.get());
+    store(tmp_.get(), rd);
+    cuda::residual_add(x, tmp_.get(), A.x_mid.get(), rd, st);
+    store(A.x_mid.get(), rd);
+    cuda::rmsnorm_forward(A.x_mid.get(), param(block_view(l, 3)), R, d, eps, A.h2.get(), A.rstd2.get(), st);
+    store(A.h2.get(), rd);
+    linear_forward(ctx, l, 2, A.h2.get(), A.u.get());
+    store(A.u.get(), r * 2 * f);
+    cuda::swiglu_forward(A.u.get(), R, f, A.a.get(), st);
+    store(A.a.get(), r * f);
+    linear_forward(ctx, l, 3, A.a.get(), tmp_.get());
+    store(tmp_.get(), rd);
+    cuda::residual_add(A.x_mid.get(), tmp_.get(), resid_[l + 1]->get(), rd, st);
+    store(resid_[l + 1]->get(), rd);
+  }
+  cuda::rmsnorm_forward(resid_[L]->get(), param(final_norm_), R, d, eps, hf_.get(), rstdf_.get(), st);
+  store(hf_.get(), rd);
+  // Logits: the bf16-valued hidden state times the bf16 head weights, fp32 accumulation.
+  cuda::float_to_bf16(hf_.get(), hfb_.get(), rd, st);
+  gemm_->gemm(false, true, R, V, d, 1.0f, hfb_.get(), w_bf16_.get() + v[lm_head_].offset, 0.0f, logits_.get(), st);
+  // With a backward pass the logits' buffer becomes their gradient (fused head + loss).
+  cuda::cross_entropy(logits_.get(), targets, R, V, loss_rows_.get(), backward ? logits_.get() : nullptr,
+                      grad_scale / static_cast<float>(R), st);
+  cuda::sum_f64(loss_rows_.get(), r, loss_sum_.get(), ws_sum_, st);
+
+  if (backward) {
+    // ---- Backward ----
+    const float* dlogits = logits_.get();
+    cuda::GemmShape head_grad;  // d lm_head [V, d] += dlogitsᵀ [V, R] · hf [R, d], in fp32
+    head_grad.trans_a = true;
+    head_grad.m = V;
+    head_grad.n = d;
+    head_grad.k = R;
+    gemm_->matmul(head_grad, 1.0f, dlogits, hf_.get(), 1.0f, grad(lm_head_), st);
+    cuda::GemmShape head_dx;  // dh [R, d] = dlogits [R, V] · head_w [V, d], in fp32
+    head_dx.m = R;
+    head_dx.n = d;
+    head_dx.k = V;
+    gemm_->matmul(head_dx, 1.0f, dlogits, head_w_.get(), 0.0f, dh_.get(), st);
+    store(dh_.get(), rd);
+    cuda::rmsnorm_backward(resid_[L]->get(), param(final_norm_), rstdf_.get(), dh_.get(), R, d, dres_.get(),
+                           grad(final_norm_), ws_ops_, st);
+    store(dres_.get(), rd);
+    for (int l = L - 1; l >= 0; --l) {
+      LayerActs& A = *acts_[l];
+      // dres_ holds ∂loss/∂(block output). MLP branch.
+      linear_backward(ctx, l, 3, A.a.get(), dres_.get(), da_.get());
+      store(da_.get(), r * f);
+      cuda::swiglu_backward(A.u.get(), da_.get(), R, f, du_.get(), st);
+      store(du_.get(), r * 2 * f);
+      linear_backward(ctx, l, 2, A.h2.get(), du_.get(), dh_.get());
+      store(dh_.get(), rd);
+      cuda::rmsnorm_backward(A.x_mid.get(), param(block_view(l, 3)), A.rstd2.get(), dh_.get(), R, d, dtmp_.get(),
+                             grad(block_view(l, 3)), ws_ops_, st);
+      cuda::residual_add(dres_.get(), dtmp_.get(), dres_.get(), rd, st);
+      store(dres_.get(), rd);
+      // dres_ holds ∂loss/∂x_mid. Attention branch.
+      linear_backward(ctx, l, 1, A.att.get(), dres_.get(), datt_.get());
+      store(datt_.get(), rd);
+      if (use_flash(S)) {
+        cuda::float_to_bf16(A.qkv.get(), qkvb_.get(), r * 3 * d, st);
+        cuda::float_to_bf16(datt_.get(), dattb_.get(), rd, st);
+        cuda::flash_attention_backward(qkvb_.get(), A.att.get(), A.lse.get(), dattb_.get(), B, S, H, hd, dqkv_.get(),
+                                       ws_flash_, st);
+      } else {
+        cuda::attention_backward(A.qkv.get(), A.lse.get(), datt_.get(), B, S, H, hd, dqkv_.get(), ws_ops_, st);
+      }
+      store(dqkv_.get(), r * 3 * d);
+      cuda::rope_backward(dqkv_.get(), B, S, H, hd, 3 * d, *rope_, st);
+      cuda::rope_backward(dqkv_.get() + d, B, S, H, hd, 3 * d, *rope_, st);
+      store(dqkv_.get(), r * 3 * d);
+      linear_backward(ctx, l, 0, A.h1.get(), dqkv_.get(), dh_.get());
+      store(dh_.get(), rd);
+      cuda::rmsnorm_backward(resid_[l]->get(), param(block_view(l, 0)), A.rstd1.get(), dh_.get(), R, d, dtmp_.get(),
+                             grad(block_view(l, 0)), ws_ops_, st);
+      cuda::residual_add(dres_.get(), dtmp_.get(), dres_.get(), rd, st);
+      store(dres_.get(), rd);
+    }
+    cuda::embedding_backward(inputs, dres_.get(), R, d, V, grad(tok_emb_), ws_ops_, st);
+  }
+
+  double loss_sum = 0.0;
+  unsigned flag = 0;
+  FP4_CUDA_CHECK(cudaMemcpyAsync(&loss_sum, loss_sum_.get(), sizeof(double), cudaMemcpyDeviceToHost, st));
+  FP4_CUDA_CHECK(cudaMemcpyAsync(&flag, nonfinite_.get(), sizeof(unsigned), cudaMemcpyDeviceToHost, st));
+  FP4_CUDA_CHECK(cudaStreamSynchronize(st));
+  *finite = flag == 0 && std::isfinite(loss_sum);
+  return loss_sum;
+}
+
+model::PassResult CudaModel::forward_backward(const model::Batch& batch, const model::StepContext& ctx,
+                                              float grad_scale) {
+  host_.validate_batch(batch, ctx, true);
+  prepare(batch);
+  bool finite = true;
+  const double sum = run(ctx, true, grad_scale, &finite);
+  return model::PassResult{sum / rows_, !finite};
+}
+
+model::EvalResult CudaModel::evaluate(const model::Batch& batch, const model::StepContext& ctx) {
+  host_.validate_batch(batch, ctx, false);
+  prepare(batch);
+  bool finite = true;
+  const double sum = run(ctx, false, 0.0f, &finite);
+  return model::EvalResult{sum, rows_, !finite};
+}
+
+}  // namespace fp4::cuda_model

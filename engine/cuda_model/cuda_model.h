@@ -1,0 +1,163 @@
+// cuda_model.h — the transformer of engine/model/transformer.h on the GPU: the same parameters
+// (layout, initialization), the same forward and backward, the same bf16 storage points, the same
+// recipe applied to the block linears. Only the order of fp32 sums differs (cuBLASLt's GEMMs, the
+// CUDA ops' reductions), so losses and gradients follow the CPU model's within rounding
+// (docs/train.md, "The CUDA backend", states the tolerances the tests hold it to).
+//
+// What runs where:
+//   - the block linears: bf16 operands (X as stored, the bf16 copy of the fp32 master weights, dY
+//     as bf16), fp32 accumulation in cuBLASLt (kernels/cuda/gemm.cuh). Under a quantized recipe
+//     each slot's operand is first quantized by kernels/cuda/quantize.cuh's fused quantizer, which
+//     is bit-identical to the CPU reference and uses the very QuantSpecs engine/quantized_linear
+//     builds (site_slot_spec: seeds, Philox streams, steps, RHT signs), and the GEMM multiplies the
+//     dequantized copies with alpha = the product of the two tensor scales (e4m3x2), as the CPU does;
+//   - the LM head: forward as a bf16 GEMM (its operands are bf16-valued on the CPU too), backward
+//     as fp32 GEMMs (the logits' gradient stays fp32, as on the CPU);
+//   - everything else: kernels/cuda/ops.cuh, fp32 with round_to_bf16 where transformer.cpp calls
+//     store().
+// Deterministic: no atomics anywhere (ops.cuh, gemm.cuh without split-K), so two identical calls
+// give identical bits on the same GPU model.
+//
+// Plain C++: it calls only the host APIs of kernels/cuda (no nvcc needed). One stream, owned here;
+// every method returns with the stream's work enqueued or, where it hands a value to the host
+// (a loss, a norm, a copy-out), finished. Call from one thread at a time.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "engine/model/transformer.h"
+#include "kernels/cuda/flash_attention.cuh"
+#include "kernels/cuda/gemm.cuh"
+#include "kernels/cuda/ops.cuh"
+#include "kernels/cuda/quantize.cuh"
+
+namespace fp4::cuda_model {
+
+// A device array that grows on demand (reallocating drops the contents) and frees itself.
+template <typename T>
+class DeviceArray {
+ public:
+  DeviceArray() = default;
+  ~DeviceArray() {
+    if (ptr_) cudaFree(ptr_);  // a destructor must not throw; nothing to do on failure
+  }
+  DeviceArray(const DeviceArray&) = delete;
+  DeviceArray& operator=(const DeviceArray&) = delete;
+
+  void reserve(size_t n) {
+    if (n <= capacity_) return;
+    if (ptr_) FP4_CUDA_CHECK(cudaFree(ptr_));
+    ptr_ = nullptr;
+    capacity_ = 0;
+    FP4_CUDA_CHECK(cudaMalloc(&ptr_, n * sizeof(T)));
+    capacity_ = n;
+  }
+  T* get() { return ptr_; }
+  const T* get() const { return ptr_; }
+  size_t capacity() const { return capacity_; }
+
+ private:
+  T* ptr_ = nullptr;
+  size_t capacity_ = 0;
+};
+
+class CudaModel {
+ public:
+  // As model::Model's constructor (the same checks and one-line errors), plus: throws
+  // std::invalid_argument when no CUDA device is visible. Parameters start at zero.
+  CudaModel(const model::ModelConfig& config, const engine::Recipe& recipe, std::vector<int> bf16_layers,
+            model::Storage storage = model::Storage::bf16);
+  ~CudaModel();
+  CudaModel(const CudaModel&) = delete;
+  CudaModel& operator=(const CudaModel&) = delete;
+
+  const model::ModelConfig& config() const { return host_.config(); }
+  const engine::Recipe& recipe() const { return host_.recipe(); }
+  const std::vector<model::ParamView>& views() const { return host_.views(); }
+  size_t n_params() const { return n_params_; }
+
+  // model::Model::init_params on the host (identical weights), then uploaded.
+  void init_params(uint64_t seed);
+  // Host copies in and out (checkpoints, tests). params_from_host's size must be n_params().
+  void params_from_host(const std::vector<float>& params);
+  std::vector<float> params_to_host() const;
+  std::vector<float> grads_to_host() const;
+
+  void zero_grads();
+  model::PassResult forward_backward(const model::Batch& batch, const model::StepContext& ctx, float grad_scale = 1.0f);
+  model::EvalResult evaluate(const model::Batch& batch, const model::StepContext& ctx = {});
+
+  // Device buffers of n_params() floats, for the optimizer (which runs on stream()). Whoever
+  // writes params() must call params_changed() so the next pass remakes the bf16 weight copy.
+  float* params() { return params_.get(); }
+  float* grads() { return grads_.get(); }
+  const float* grads() const { return grads_.get(); }
+  void params_changed() { weights_stale_ = true; }
+  cudaStream_t stream() const { return stream_; }
+
+  // The host model this one mirrors (same config, recipe, layout): with sync_host_params() it holds
+  // the current weights, so host-side tools (the shrinkage probe) can run on it. Its gradient
+  // buffer is released: call only probe() and evaluate() on it.
+  model::Model& host_model() { return host_; }
+  void sync_host_params();
+
+ private:
+  struct LayerActs {  // what a block keeps for its backward pass (device, fp32)
+    DeviceArray<float> h1, rstd1, qkv, lse, att, x_mid, h2, rstd2, u, a;
+  };
+
+  void prepare(const model::Batch& batch);  // sizes buffers, uploads tokens, remakes bf16 weights
+  double run(const model::StepContext& ctx, bool backward, float grad_scale, bool* finite);
+  void store(float* p, size_t n);  // round_to_bf16 in Storage::bf16 mode
+  engine::LinearSite site(const model::StepContext& ctx, int block, int pos) const;
+  const model::ParamView& weight_view(int block, int pos) const;
+  void linear_forward(const model::StepContext& ctx, int block, int pos, const float* x, float* y);
+  void linear_backward(const model::StepContext& ctx, int block, int pos, const float* x, const float* dy,
+                       float* dx);
+  // The product of two tensor scales (device floats), read back only for two-level scales.
+  float alpha_of(const QuantSpec& a, const float* ts_a, const QuantSpec& b, const float* ts_b);
+  const float* param(int view) const { return params_.get() + views()[view].offset; }
+  float* grad(int view) { return grads_.get() + views()[view].offset; }
+
+  model::Model host_;  // validation, initialization, views; the probe's host mirror
+  std::vector<bool> keep_bf16_;
+  model::Storage storage_;
+  size_t n_params_ = 0;
+  int tok_emb_ = 0, final_norm_ = 0, lm_head_ = 0;
+
+  cudaStream_t stream_ = nullptr;
+  std::unique_ptr<cuda::Gemm> gemm_;
+  cuda::Workspace ws_ops_, ws_sum_, ws_quant_;
+
+  DeviceArray<float> params_, grads_;
+  DeviceArray<bf16_t> w_bf16_;  // the bf16 copy of every parameter (the GEMMs' weights)
+  bool weights_stale_ = true;
+
+  // Per-pass state.
+  int batch_ = 0, seq_ = 0, rows_ = 0;
+  std::vector<int32_t> host_tokens_;     // inputs | targets, staged for one upload
+  DeviceArray<int32_t> tokens_;          // inputs [rows] | targets [rows]
+  std::unique_ptr<cuda::RopeTable> rope_;
+  std::vector<std::unique_ptr<DeviceArray<float>>> resid_;
+  std::vector<std::unique_ptr<LayerActs>> acts_;
+  DeviceArray<float> hf_, rstdf_, logits_, loss_rows_, head_w_;
+  DeviceArray<float> tmp_, dres_, dtmp_, da_, du_, dh_, datt_, dqkv_;
+  DeviceArray<bf16_t> xb_, dyb_, hfb_;  // bf16 operands
+  // Attention: the fused bf16 tensor-core kernel (kernels/cuda/flash_attention.cuh) when the shape
+  // allows it (head_dim 64, seq_len a multiple of 64) and activations are stored in bf16 (so its
+  // bf16 inputs are exactly the stored values); the fp32 reference kernel otherwise.
+  bool use_flash(int seq_len) const;
+  DeviceArray<bf16_t> qkvb_, dattb_;      // the fused kernel's bf16 inputs (qkv, dout)
+  cuda::Workspace ws_flash_;
+  DeviceArray<bf16_t> q_a_, q_b_, q_c_, q_d_;  // dequantized copies of the slots
+  DeviceArray<float> tensor_scales_;    // 4 floats: the slots' S_dec
+  DeviceArray<unsigned> nonfinite_;     // the quantizers' flag for this pass
+  DeviceArray<double> loss_sum_;
+};
+
+}  // namespace fp4::cuda_model

@@ -1,0 +1,62 @@
+// backend.h — what the training loop needs from a device: the model's passes, the global gradient
+// norm, the AdamW step, and the state a checkpoint holds. The trainer (trainer.cpp) runs the same
+// loop over either backend; `device` in the config picks one:
+//   "cpu":  engine/model's Model and run::AdamW (the reference; its bits are the CPU tests' bits);
+//   "cuda": engine/cuda_model's CudaModel with the AdamW and fp64 norm of kernels/cuda/ops.cuh
+//           (built only with CUDA: engine/cuda_model/cuda_backend.h).
+// Every backend is deterministic: the same calls give the same bits (on the same kind of device).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "engine/model/transformer.h"
+#include "engine/run/optimizer.h"
+
+namespace fp4::run {
+
+// The optimizer's and the model's state, as a checkpoint stores it (fp32, the parameter layout).
+struct TrainState {
+  std::vector<float> params, adam_m, adam_v;
+};
+
+class TrainBackend {
+ public:
+  virtual ~TrainBackend() = default;
+
+  virtual const char* device() const = 0;  // "cpu", "cuda"
+  virtual const model::ModelConfig& config() const = 0;
+  virtual const std::vector<model::ParamView>& views() const = 0;
+  virtual size_t n_params() const = 0;
+
+  // A fresh start (model::Model::init_params's weights, zero moments) or a checkpoint's state.
+  virtual void init(uint64_t seed) = 0;
+  virtual void load_state(TrainState state) = 0;  // sizes must be n_params()
+  virtual TrainState save_state() = 0;
+
+  virtual void zero_grads() = 0;
+  virtual model::PassResult forward_backward(const model::Batch& batch, const model::StepContext& ctx,
+                                             float grad_scale) = 0;
+  virtual model::EvalResult evaluate(const model::Batch& batch, const model::StepContext& ctx) = 0;
+  // sqrt(Σ g²), the squares summed in fp64 in a fixed order (optimizer.h's global_grad_norm on the
+  // CPU, ops.cuh's sum_squares_f64 on the GPU).
+  virtual double grad_norm() = 0;
+  // One AdamW update of every parameter (ranges from views(): norm gains do not decay).
+  virtual void adamw_step(const AdamWHyper& h, int64_t t, float clip_scale) = 0;
+
+  // The host model holding the current weights, for the shrinkage probe (model::Model::probe).
+  virtual model::Model& probe_model() = 0;
+
+  // Device memory high-water mark in bytes, or -1 where it means nothing (the CPU).
+  virtual int64_t peak_device_bytes() { return -1; }
+};
+
+// The decay ranges AdamW needs: one per tensor, norm gains exempt.
+std::vector<ParamRange> param_ranges(const std::vector<model::ParamView>& views);
+
+std::unique_ptr<TrainBackend> make_cpu_backend(const model::ModelConfig& config, const engine::Recipe& recipe,
+                                               std::vector<int> bf16_layers);
+
+}  // namespace fp4::run
