@@ -1,6 +1,7 @@
 // cuda_model.cpp — see cuda_model.h. run() is transformer.cpp's run() step for step, with the CPU
-// ops replaced by kernels/cuda's and store() where the CPU model calls store(); keep the two in
-// step when either changes. One deliberate difference: attention uses the fused bf16 kernel where
+// ops replaced by kernels/cuda's and store() where the CPU model calls store() (most of them fused
+// into the op that writes or next reads the buffer: run() marks each one); keep the two in step
+// when either changes. One deliberate difference: attention uses the fused bf16 kernel where
 // the shape allows (use_flash), which rounds P and dS to bf16 for its tensor-core products, as
 // FlashAttention does; the fp32 reference kernel (the CPU's math) serves every other shape.
 #include "engine/cuda_model/cuda_model.h"
@@ -112,6 +113,13 @@ void CudaModel::store(float* p, size_t n) {
   if (storage_ == model::Storage::bf16) cuda::round_to_bf16(p, n, stream_);
 }
 
+cuda::StoreOut CudaModel::store_out(bf16_t* copy) const {
+  cuda::StoreOut s;
+  s.round = storage_ == model::Storage::bf16;
+  s.bf16 = copy;
+  return s;
+}
+
 engine::LinearSite CudaModel::site(const model::StepContext& ctx, int block, int pos) const {
   engine::LinearSite s;
   s.recipe = &host_.recipe();
@@ -171,38 +179,45 @@ float CudaModel::alpha_of(const QuantSpec& a, const float* ts_a, const QuantSpec
   return host[0] * host[1];  // the CPU's qa.tensor_scale * qb.tensor_scale
 }
 
-void CudaModel::linear_forward(const model::StepContext& ctx, int block, int pos, const float* x, float* y) {
+void CudaModel::linear_forward(const model::StepContext& ctx, int block, int pos, const float* x, float* y,
+                               const bf16_t* xb) {
   const model::ParamView& w = weight_view(block, pos);
   const int n = static_cast<int>(w.shape[0]), k = static_cast<int>(w.shape[1]), t = rows_;
-  cuda::float_to_bf16(x, xb_.get(), static_cast<size_t>(t) * k, stream_);
+  if (xb == nullptr) {
+    cuda::float_to_bf16(x, xb_.get(), static_cast<size_t>(t) * k, stream_);
+    xb = xb_.get();
+  }
   const bf16_t* wb = w_bf16_.get() + w.offset;
   const engine::LinearSite s = site(ctx, block, pos);
   if (!engine::site_is_quantized(s)) {
-    gemm_->gemm(false, true, t, n, k, 1.0f, xb_.get(), wb, 0.0f, y, stream_);
+    gemm_->gemm(false, true, t, n, k, 1.0f, xb, wb, 0.0f, y, stream_);
     return;
   }
   float* ts = tensor_scales_.get();
   const QuantSpec sx = engine::site_slot_spec(s, engine::Slot::fprop_x);
   const QuantSpec sw = engine::site_slot_spec(s, engine::Slot::fprop_w);
   const cuda::CopyOut cx = copy_out(sx, q_a_.get(), ts + 0), cw = copy_out(sw, q_b_.get(), ts + 1);
-  quantize_copies(xb_.get(), t, k, &cx, nullptr, nonfinite_.get(), ws_quant_, stream_);
+  quantize_copies(xb, t, k, &cx, nullptr, nonfinite_.get(), ws_quant_, stream_);
   quantize_copies(wb, n, k, &cw, nullptr, nonfinite_.get(), ws_quant_, stream_);
   const float alpha = alpha_of(sx, ts + 0, sw, ts + 1);
   gemm_->gemm(false, true, t, n, k, alpha, q_a_.get(), q_b_.get(), 0.0f, y, stream_);
 }
 
 void CudaModel::linear_backward(const model::StepContext& ctx, int block, int pos, const float* x, const float* dy,
-                                float* dx) {
+                                float* dx, const bf16_t* dyb) {
   const model::ParamView& w = weight_view(block, pos);
   const int n = static_cast<int>(w.shape[0]), k = static_cast<int>(w.shape[1]), t = rows_;
   float* dw = grads_.get() + w.offset;
   cuda::float_to_bf16(x, xb_.get(), static_cast<size_t>(t) * k, stream_);
-  cuda::float_to_bf16(dy, dyb_.get(), static_cast<size_t>(t) * n, stream_);
+  if (dyb == nullptr) {
+    cuda::float_to_bf16(dy, dyb_.get(), static_cast<size_t>(t) * n, stream_);
+    dyb = dyb_.get();
+  }
   const bf16_t* wb = w_bf16_.get() + w.offset;
   const engine::LinearSite s = site(ctx, block, pos);
   if (!engine::site_is_quantized(s)) {
-    gemm_->gemm(false, false, t, k, n, 1.0f, dyb_.get(), wb, 0.0f, dx, stream_);  // dX = dY · W
-    gemm_->gemm(true, false, n, k, t, 1.0f, dyb_.get(), xb_.get(), 1.0f, dw, stream_);  // dW += dYᵀ · X
+    gemm_->gemm(false, false, t, k, n, 1.0f, dyb, wb, 0.0f, dx, stream_);  // dX = dY · W
+    gemm_->gemm(true, false, n, k, t, 1.0f, dyb, xb_.get(), 1.0f, dw, stream_);  // dW += dYᵀ · X
     return;
   }
   float* ts = tensor_scales_.get();
@@ -213,7 +228,7 @@ void CudaModel::linear_backward(const model::StepContext& ctx, int block, int po
   const cuda::CopyOut c_dy_d = copy_out(s_dy_d, q_a_.get(), ts + 0), c_w_d = copy_out(s_w_d, q_b_.get(), ts + 1);
   const cuda::CopyOut c_dy_w = copy_out(s_dy_w, q_c_.get(), ts + 2), c_x_w = copy_out(s_x_w, q_d_.get(), ts + 3);
   // dY's two copies (dgrad's along N, wgrad's along T) come from one read of dY.
-  quantize_copies(dyb_.get(), t, n, &c_dy_d, &c_dy_w, nonfinite_.get(), ws_quant_, stream_);
+  quantize_copies(dyb, t, n, &c_dy_d, &c_dy_w, nonfinite_.get(), ws_quant_, stream_);
   quantize_copies(wb, n, k, &c_w_d, nullptr, nonfinite_.get(), ws_quant_, stream_);
   quantize_copies(xb_.get(), t, k, &c_x_w, nullptr, nonfinite_.get(), ws_quant_, stream_);
   const float alpha_d = alpha_of(s_dy_d, ts + 0, s_w_d, ts + 1);
@@ -323,44 +338,56 @@ double CudaModel::run(const model::StepContext& ctx, bool backward, float grad_s
   cudaStream_t st = stream_;
 
   // ---- Forward ----
-  cuda::embedding_forward(param(tok_emb_), V, inputs, R, d, resid_[0]->get(), st);
-  store(resid_[0]->get(), rd);
+  // Every store() of transformer.cpp's run() is marked "store(buf)": either the call itself or, as
+  // "store(buf): <how>", fused into the op that writes the buffer (StoreOut: rounded as written) or
+  // into the one op that reads it next (round_*: rounded as read, the buffer being read nowhere
+  // else). Either way the same bits; the fused ops also write the bf16 copy of their output that
+  // the next GEMM takes (xb_, dyb_, hfb_, qkvb_), instead of a float_to_bf16 pass.
+  const bool bf16 = storage_ == model::Storage::bf16;
+  const bool flash = use_flash(S);  // implies bf16
+  cuda::embedding_forward(param(tok_emb_), V, inputs, R, d, resid_[0]->get(), st, store_out());
+  // store(resid_[0]): rounded by embedding_forward
   for (int l = 0; l < L; ++l) {
     LayerActs& A = *acts_[l];
     const float* x = resid_[l]->get();
-    cuda::rmsnorm_forward(x, param(block_view(l, 0)), R, d, eps, A.h1.get(), A.rstd1.get(), st);
-    store(A.h1.get(), rd);
-    linear_forward(ctx, l, 0, A.h1.get(), A.qkv.get());
-    store(A.qkv.get(), r * 3 * d);
-    cuda::rope_forward(A.qkv.get(), B, S, H, hd, 3 * d, *rope_, st);      // q
-    cuda::rope_forward(A.qkv.get() + d, B, S, H, hd, 3 * d, *rope_, st);  // k
-    store(A.qkv.get(), r * 3 * d);
-    if (use_flash(S)) {
-      cuda::float_to_bf16(A.qkv.get(), qkvb_.get(), r * 3 * d, st);  // exact: stored as bf16 values
-      cuda::flash_attention_forward(qkvb_.get(), B, S, H, hd, A.att.get(), A.lse.get(), st);
+    cuda::rmsnorm_forward(x, param(block_view(l, 0)), R, d, eps, A.h1.get(), A.rstd1.get(), st, store_out(xb_.get()));
+    // store(A.h1): rounded by rmsnorm_forward, which also writes the qkv linear's bf16 X into xb_
+    linear_forward(ctx, l, 0, A.h1.get(), A.qkv.get(), xb_.get());
+    // store(A.qkv); rope_forward(q); rope_forward(k); store(A.qkv): one pass, which also writes
+    // the fused attention's bf16 input (exact: the stored values) into qkvb_
+    cuda::rope_forward_qkv(A.qkv.get(), B, S, H, hd, *rope_, st, store_out(flash ? qkvb_.get() : nullptr));
+    const bf16_t* att_b = nullptr;  // A.att's bf16 copy, when its producer wrote one
+    if (flash) {
+      cuda::flash_attention_forward_stored(qkvb_.get(), B, S, H, hd, A.att.get(), A.lse.get(), store_out(xb_.get()),
+                                           st);
+      // store(A.att): rounded by the flash kernel, which also writes the attn_out linear's X into xb_
+      att_b = xb_.get();
     } else {
       cuda::attention_forward(A.qkv.get(), B, S, H, hd, A.att.get(), A.lse.get(), st);
+      store(A.att.get(), rd);
     }
-    store(A.att.get(), rd);
-    linear_forward(ctx, l, 1, A.att.get(), tmp_.get());
-    store(tmp_.get(), rd);
-    cuda::residual_add(x, tmp_.get(), A.x_mid.get(), rd, st);
-    store(A.x_mid.get(), rd);
-    cuda::rmsnorm_forward(A.x_mid.get(), param(block_view(l, 3)), R, d, eps, A.h2.get(), A.rstd2.get(), st);
-    store(A.h2.get(), rd);
-    linear_forward(ctx, l, 2, A.h2.get(), A.u.get());
-    store(A.u.get(), r * 2 * f);
-    cuda::swiglu_forward(A.u.get(), R, f, A.a.get(), st);
-    store(A.a.get(), r * f);
-    linear_forward(ctx, l, 3, A.a.get(), tmp_.get());
-    store(tmp_.get(), rd);
-    cuda::residual_add(A.x_mid.get(), tmp_.get(), resid_[l + 1]->get(), rd, st);
-    store(resid_[l + 1]->get(), rd);
+    linear_forward(ctx, l, 1, A.att.get(), tmp_.get(), att_b);
+    cuda::residual_add(x, tmp_.get(), A.x_mid.get(), rd, st, store_out(), bf16);
+    // store(tmp_): rounded by residual_add as it reads tmp_; store(A.x_mid): rounded by residual_add
+    cuda::rmsnorm_forward(A.x_mid.get(), param(block_view(l, 3)), R, d, eps, A.h2.get(), A.rstd2.get(), st,
+                          store_out(xb_.get()));
+    // store(A.h2): rounded by rmsnorm_forward, which also writes the mlp_in linear's X into xb_
+    linear_forward(ctx, l, 2, A.h2.get(), A.u.get(), xb_.get());
+    if (bf16) {
+      cuda::swiglu_forward_round_u(A.u.get(), R, f, A.a.get(), st, store_out(xb_.get()));
+    } else {
+      cuda::swiglu_forward(A.u.get(), R, f, A.a.get(), st, store_out(xb_.get()));
+    }
+    // store(A.u): rounded in place by swiglu_forward_round_u as it reads it; store(A.a): rounded by
+    // swiglu_forward, which also writes the mlp_out linear's X into xb_
+    linear_forward(ctx, l, 3, A.a.get(), tmp_.get(), xb_.get());
+    cuda::residual_add(A.x_mid.get(), tmp_.get(), resid_[l + 1]->get(), rd, st, store_out(), bf16);
+    // store(tmp_): rounded by residual_add as it reads tmp_; store(resid_[l + 1]): rounded by residual_add
   }
-  cuda::rmsnorm_forward(resid_[L]->get(), param(final_norm_), R, d, eps, hf_.get(), rstdf_.get(), st);
-  store(hf_.get(), rd);
+  cuda::rmsnorm_forward(resid_[L]->get(), param(final_norm_), R, d, eps, hf_.get(), rstdf_.get(), st,
+                        store_out(hfb_.get()));
+  // store(hf_): rounded by rmsnorm_forward, which also writes its bf16 copy into hfb_
   // Logits: the bf16-valued hidden state times the bf16 head weights, fp32 accumulation.
-  cuda::float_to_bf16(hf_.get(), hfb_.get(), rd, st);
   gemm_->gemm(false, true, R, V, d, 1.0f, hfb_.get(), w_bf16_.get() + v[lm_head_].offset, 0.0f, logits_.get(), st);
   // With a backward pass the logits' buffer becomes their gradient (fused head + loss).
   cuda::cross_entropy(logits_.get(), targets, R, V, loss_rows_.get(), backward ? logits_.get() : nullptr,
@@ -381,44 +408,44 @@ double CudaModel::run(const model::StepContext& ctx, bool backward, float grad_s
     head_dx.n = d;
     head_dx.k = V;
     gemm_->matmul(head_dx, 1.0f, dlogits, head_w_.get(), 0.0f, dh_.get(), st);
-    store(dh_.get(), rd);
     cuda::rmsnorm_backward(resid_[L]->get(), param(final_norm_), rstdf_.get(), dh_.get(), R, d, dres_.get(),
-                           grad(final_norm_), ws_ops_, st);
-    store(dres_.get(), rd);
+                           grad(final_norm_), ws_ops_, st, store_out(dyb_.get()), bf16);
+    // store(dh_): rounded by rmsnorm_backward as it reads dh_; store(dres_): rounded by
+    // rmsnorm_backward, which also writes the mlp_out linear's bf16 dY into dyb_
     for (int l = L - 1; l >= 0; --l) {
       LayerActs& A = *acts_[l];
       // dres_ holds ∂loss/∂(block output). MLP branch.
-      linear_backward(ctx, l, 3, A.a.get(), dres_.get(), da_.get());
-      store(da_.get(), r * f);
-      cuda::swiglu_backward(A.u.get(), da_.get(), R, f, du_.get(), st);
-      store(du_.get(), r * 2 * f);
-      linear_backward(ctx, l, 2, A.h2.get(), du_.get(), dh_.get());
-      store(dh_.get(), rd);
+      linear_backward(ctx, l, 3, A.a.get(), dres_.get(), da_.get(), dyb_.get());
+      cuda::swiglu_backward(A.u.get(), da_.get(), R, f, du_.get(), st, store_out(dyb_.get()), bf16);
+      // store(da_): rounded by swiglu_backward as it reads da_; store(du_): rounded by
+      // swiglu_backward, which also writes the mlp_in linear's dY into dyb_
+      linear_backward(ctx, l, 2, A.h2.get(), du_.get(), dh_.get(), dyb_.get());
       cuda::rmsnorm_backward(A.x_mid.get(), param(block_view(l, 3)), A.rstd2.get(), dh_.get(), R, d, dtmp_.get(),
-                             grad(block_view(l, 3)), ws_ops_, st);
-      cuda::residual_add(dres_.get(), dtmp_.get(), dres_.get(), rd, st);
-      store(dres_.get(), rd);
+                             grad(block_view(l, 3)), ws_ops_, st, cuda::StoreOut{}, bf16);
+      // store(dh_): rounded by rmsnorm_backward as it reads dh_
+      cuda::residual_add(dres_.get(), dtmp_.get(), dres_.get(), rd, st, store_out(dyb_.get()));
+      // store(dres_): rounded by residual_add, which also writes the attn_out linear's dY into dyb_
       // dres_ holds ∂loss/∂x_mid. Attention branch.
-      linear_backward(ctx, l, 1, A.att.get(), dres_.get(), datt_.get());
-      store(datt_.get(), rd);
-      if (use_flash(S)) {
-        cuda::float_to_bf16(A.qkv.get(), qkvb_.get(), r * 3 * d, st);
-        cuda::float_to_bf16(datt_.get(), dattb_.get(), rd, st);
+      linear_backward(ctx, l, 1, A.att.get(), dres_.get(), datt_.get(), dyb_.get());
+      if (flash) {
+        cuda::round_to_bf16(datt_.get(), rd, dattb_.get(), st);
+        // store(datt_): rounded in place, with the fused kernel's bf16 dout written into dattb_
+        cuda::float_to_bf16(A.qkv.get(), qkvb_.get(), r * 3 * d, st);  // exact: stored as bf16 values
         cuda::flash_attention_backward(qkvb_.get(), A.att.get(), A.lse.get(), dattb_.get(), B, S, H, hd, dqkv_.get(),
                                        ws_flash_, st);
       } else {
+        store(datt_.get(), rd);
         cuda::attention_backward(A.qkv.get(), A.lse.get(), datt_.get(), B, S, H, hd, dqkv_.get(), ws_ops_, st);
       }
-      store(dqkv_.get(), r * 3 * d);
-      cuda::rope_backward(dqkv_.get(), B, S, H, hd, 3 * d, *rope_, st);
-      cuda::rope_backward(dqkv_.get() + d, B, S, H, hd, 3 * d, *rope_, st);
-      store(dqkv_.get(), r * 3 * d);
-      linear_backward(ctx, l, 0, A.h1.get(), dqkv_.get(), dh_.get());
-      store(dh_.get(), rd);
+      // store(dqkv_); rope_backward(dq); rope_backward(dk); store(dqkv_): one pass, which also
+      // writes the qkv linear's dY into dyb_
+      cuda::rope_backward_qkv(dqkv_.get(), B, S, H, hd, *rope_, st, store_out(dyb_.get()));
+      linear_backward(ctx, l, 0, A.h1.get(), dqkv_.get(), dh_.get(), dyb_.get());
       cuda::rmsnorm_backward(resid_[l]->get(), param(block_view(l, 0)), A.rstd1.get(), dh_.get(), R, d, dtmp_.get(),
-                             grad(block_view(l, 0)), ws_ops_, st);
-      cuda::residual_add(dres_.get(), dtmp_.get(), dres_.get(), rd, st);
-      store(dres_.get(), rd);
+                             grad(block_view(l, 0)), ws_ops_, st, cuda::StoreOut{}, bf16);
+      // store(dh_): rounded by rmsnorm_backward as it reads dh_
+      cuda::residual_add(dres_.get(), dtmp_.get(), dres_.get(), rd, st, store_out(l > 0 ? dyb_.get() : nullptr));
+      // store(dres_): rounded by residual_add, which also writes the next block's mlp_out dY into dyb_
     }
     cuda::embedding_backward(inputs, dres_.get(), R, d, V, grad(tok_emb_), ws_ops_, st);
   }

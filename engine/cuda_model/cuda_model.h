@@ -14,7 +14,8 @@
 //   - the LM head: forward as a bf16 GEMM (its operands are bf16-valued on the CPU too), backward
 //     as fp32 GEMMs (the logits' gradient stays fp32, as on the CPU);
 //   - everything else: kernels/cuda/ops.cuh, fp32 with round_to_bf16 where transformer.cpp calls
-//     store().
+//     store(): mostly fused into the op that writes (StoreOut) or next reads (round_* flags) the
+//     buffer, which also writes the bf16 copy the next GEMM needs; run() marks each such store.
 // Deterministic: no atomics anywhere (ops.cuh, gemm.cuh without split-K), so two identical calls
 // give identical bits on the same GPU model.
 //
@@ -114,11 +115,15 @@ class CudaModel {
   void prepare(const model::Batch& batch);  // sizes buffers, uploads tokens, remakes bf16 weights
   double run(const model::StepContext& ctx, bool backward, float grad_scale, bool* finite);
   void store(float* p, size_t n);  // round_to_bf16 in Storage::bf16 mode
+  // An op's output store: rounded to bf16 in Storage::bf16 mode, with an optional bf16 copy.
+  cuda::StoreOut store_out(bf16_t* copy = nullptr) const;
   engine::LinearSite site(const model::StepContext& ctx, int block, int pos) const;
   const model::ParamView& weight_view(int block, int pos) const;
-  void linear_forward(const model::StepContext& ctx, int block, int pos, const float* x, float* y);
+  // xb / dyb: the bf16 copy of x / dy, already written by its producer (nullptr: converted here).
+  void linear_forward(const model::StepContext& ctx, int block, int pos, const float* x, float* y,
+                      const bf16_t* xb = nullptr);
   void linear_backward(const model::StepContext& ctx, int block, int pos, const float* x, const float* dy,
-                       float* dx);
+                       float* dx, const bf16_t* dyb = nullptr);
   // The product of two tensor scales (device floats), read back only for two-level scales.
   float alpha_of(const QuantSpec& a, const float* ts_a, const QuantSpec& b, const float* ts_b);
   const float* param(int view) const { return params_.get() + views()[view].offset; }

@@ -4,7 +4,12 @@
 //
 // Conventions, the same as the reference: fp32 values, row-major, rows are tokens (sequence b's
 // token t at row b·T + t). Backward functions overwrite their input gradients and add (+=) into
-// parameter gradients. Rounding to bf16 for storage stays the caller's business (round_to_bf16).
+// parameter gradients. Rounding to bf16 for storage (the model's store()) is the caller's business:
+// either a separate round_to_bf16 pass, or the producing op's StoreOut option, which rounds each
+// output as it is written (rounding the fp32 value a kernel computed equals rounding it afterwards,
+// bit for bit) and can also write the bf16 copy a GEMM operand needs in the same pass. Some ops
+// also take a pending store of an input (round_* flags): the input is rounded as it is read, which
+// equals rounding the buffer first when nothing else reads it afterwards.
 // Every pointer is device memory; every function only checks its arguments on the host and
 // enqueues work on `stream` (asynchronous; a RopeTable is built synchronously). Errors: a bad shape
 // throws std::invalid_argument (one line) before anything is launched; CUDA errors throw
@@ -33,20 +38,33 @@
 namespace fp4::cuda {
 
 // ---- bf16 storage ------------------------------------------------------------------------------
+// How an op writes its fp32 output. round: each value is rounded to bf16 (round_to_bf16) as it is
+// written, bit-identical to a round_to_bf16 pass afterwards. bf16: when not null, also receives
+// float_to_bf16 of each value written (same layout and count as the fp32 output), bit-identical to
+// a float_to_bf16 pass afterwards. The default writes the fp32 values only.
+struct StoreOut {
+  bool round = false;
+  bf16_t* bf16 = nullptr;
+};
+
 // Round-to-nearest-even, NaN kept quiet (numerics.h's float_to_bf16, the CPU's rounding).
 void float_to_bf16(const float* x, bf16_t* y, size_t n, cudaStream_t stream);
 void bf16_to_float(const bf16_t* x, float* y, size_t n, cudaStream_t stream);
 // x[i] = round_to_bf16(x[i]): the fp32 buffer holds exactly the values a bf16 buffer would.
 void round_to_bf16(float* x, size_t n, cudaStream_t stream);
+// The same and, in the same pass, copy[i] = float_to_bf16(x[i]) (copy: n bf16).
+void round_to_bf16(float* x, size_t n, bf16_t* copy, cudaStream_t stream);
 
 // ---- Residual add: out[i] = a[i] + b[i] (out may be a or b) ------------------------------------
-void residual_add(const float* a, const float* b, float* out, size_t n, cudaStream_t stream);
+// round_b: b's pending store, b[i] rounded to bf16 as it is read (b itself is left as it is).
+void residual_add(const float* a, const float* b, float* out, size_t n, cudaStream_t stream,
+                  StoreOut out_store = {}, bool round_b = false);
 
 // ---- Embedding -------------------------------------------------------------------------------
 // out[r] = table[tokens[r]], table [vocab, d]. A token outside [0, vocab) yields a row of NaNs
 // (the run then diverges loudly instead of reading out of bounds).
 void embedding_forward(const float* table, int vocab, const int32_t* tokens, int rows, int d,
-                       float* out, cudaStream_t stream);
+                       float* out, cudaStream_t stream, StoreOut out_store = {});
 // dtable[tokens[r]] += dout[r], rows in order: each table element adds its rows one at a time in
 // row order, exactly the CPU's sequence of additions. The rows are first sorted by (token, row)
 // with a rank computation (no atomics, O(rows²) token comparisons: fine for micro-batches of tens
@@ -56,15 +74,18 @@ void embedding_backward(const int32_t* tokens, const float* dout, int rows, int 
                         float* dtable, Workspace& workspace, cudaStream_t stream);
 
 // ---- RMSNorm: rstd = 1 / sqrt(mean(x²) + eps), y = (x · rstd) · gain ---------------------------
+// y_store applies to y (rstd is always fp32).
 void rmsnorm_forward(const float* x, const float* gain, int rows, int d, float eps, float* y,
-                     float* rstd, cudaStream_t stream);
+                     float* rstd, cudaStream_t stream, StoreOut y_store = {});
 // dx = rstd · (g − x̂ · mean(g ⊙ x̂)), g = dy ⊙ gain, x̂ = x·rstd; dgain += Σ_rows dy ⊙ x̂.
 // dgain's sum over rows runs in two fixed passes: partial sums over chunks of kRmsnormRowChunk
 // rows (rows in order), then the partials in chunk order, then one addition into dgain.
-// `workspace` holds ceil(rows / kRmsnormRowChunk)·d floats of scratch.
+// `workspace` holds ceil(rows / kRmsnormRowChunk)·d floats of scratch. dx_store applies to dx;
+// round_dy: dy's pending store, dy rounded to bf16 as it is read (dy itself is left as it is).
 constexpr int kRmsnormRowChunk = 64;
 void rmsnorm_backward(const float* x, const float* gain, const float* rstd, const float* dy, int rows,
-                      int d, float* dx, float* dgain, Workspace& workspace, cudaStream_t stream);
+                      int d, float* dx, float* dgain, Workspace& workspace, cudaStream_t stream,
+                      StoreOut dx_store = {}, bool round_dy = false);
 
 // ---- RoPE ------------------------------------------------------------------------------------
 // The cos/sin table of ops.h (pair i at position t rotates by t·base^(−2i/head_dim)), computed on
@@ -94,6 +115,15 @@ void rope_forward(float* x, int batch, int seq_len, int n_heads, int head_dim, i
 // The transpose of the rotation, in place on the gradient.
 void rope_backward(float* dx, int batch, int seq_len, int n_heads, int head_dim, int row_stride,
                    const RopeTable& table, cudaStream_t stream);
+// The packed qkv buffer [B·T, 3·d] (d = n_heads·head_dim) in one pass, in place: with
+// store.round, every element is rounded to bf16 first (the store of the projection's output),
+// then q and k are rotated (forward, or the transpose for the backward) and every element is
+// rounded again (the store after RoPE); store.bf16 (optional, [B·T, 3·d]) gets the final values.
+// Bit-identical to round_to_bf16(qkv); rope_*(q); rope_*(k); round_to_bf16(qkv); float_to_bf16.
+void rope_forward_qkv(float* qkv, int batch, int seq_len, int n_heads, int head_dim, const RopeTable& table,
+                      cudaStream_t stream, StoreOut store = {});
+void rope_backward_qkv(float* dqkv, int batch, int seq_len, int n_heads, int head_dim, const RopeTable& table,
+                       cudaStream_t stream, StoreOut store = {});
 
 // ---- Causal multi-head attention -------------------------------------------------------------
 // ops.h's definition: qkv [B·T, 3·d] (q | k | v per row, head h at columns h·head_dim of each
@@ -108,11 +138,21 @@ void attention_forward(const float* qkv, int batch, int seq_len, int n_heads, in
 void attention_backward(const float* qkv, const float* lse, const float* dout, int batch, int seq_len,
                         int n_heads, int head_dim, float* dqkv, Workspace& workspace,
                         cudaStream_t stream);
+// flash_attention.cuh's flash_attention_forward with out_store applied to out as the kernel writes
+// it (out_store.bf16: [B·T, d]; lse stays fp32). Same bits as flash_attention_forward followed by
+// round_to_bf16 / float_to_bf16 passes.
+void flash_attention_forward_stored(const bf16_t* qkv, int batch, int seq_len, int n_heads, int head_dim,
+                                    float* out, float* lse, StoreOut out_store, cudaStream_t stream);
 
 // ---- SwiGLU: u [rows, 2·f] = gate | up; a = silu(gate) · up -----------------------------------
-void swiglu_forward(const float* u, int rows, int f, float* a, cudaStream_t stream);
+void swiglu_forward(const float* u, int rows, int f, float* a, cudaStream_t stream, StoreOut a_store = {});
+// The same preceded by u's store: u is rounded to bf16 in place as it is read (it is kept for the
+// backward), bit-identical to round_to_bf16(u) followed by swiglu_forward.
+void swiglu_forward_round_u(float* u, int rows, int f, float* a, cudaStream_t stream, StoreOut a_store = {});
 // dgate = da · up · σ(g) · (1 + g · (1 − σ(g))), dup = da · silu(g); du [rows, 2·f] overwritten.
-void swiglu_backward(const float* u, const float* da, int rows, int f, float* du, cudaStream_t stream);
+// round_da: da's pending store, da rounded to bf16 as it is read (da itself is left as it is).
+void swiglu_backward(const float* u, const float* da, int rows, int f, float* du, cudaStream_t stream,
+                     StoreOut du_store = {}, bool round_da = false);
 
 // ---- Cross-entropy with softmax ------------------------------------------------------------
 // loss[r] = logsumexp(logits[r]) − logits[r][targets[r]]; when dlogits is not null it gets

@@ -9,7 +9,9 @@
 #include <stdexcept>
 #include <string>
 
+#include "kernels/cuda/ops.cuh"  // StoreOut
 #include "kernels/cuda/quantize.cuh"
+#include "kernels/numerics.h"
 
 namespace fp4::cuda::detail {
 
@@ -28,6 +30,17 @@ inline unsigned elementwise_blocks(size_t n, int threads) {
 }
 
 inline void check_launch() { FP4_CUDA_CHECK(cudaGetLastError()); }
+
+// A value as bf16 storage keeps it: rounded to bf16 when `round` (the model's store()), else as is.
+__device__ __forceinline__ float stored(float v, bool round) { return round ? ::fp4::round_to_bf16(v) : v; }
+
+// Writes a computed output element under a StoreOut: the fp32 value (rounded when s.round) at
+// out[i] and, when s.bf16 is set, its bf16 copy at s.bf16[i].
+__device__ __forceinline__ void write_out(float* out, size_t i, float v, const StoreOut& s) {
+  v = stored(v, s.round);
+  out[i] = v;
+  if (s.bf16 != nullptr) s.bf16[i] = ::fp4::float_to_bf16(v);
+}
 
 // Butterfly reductions over a warp. Each step adds (or maxes) a lane's value with its partner's;
 // since a + b == b + a exactly in IEEE arithmetic, every lane ends with the same bits, and the

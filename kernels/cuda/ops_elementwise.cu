@@ -27,10 +27,20 @@ __global__ void round_to_bf16_kernel(float* x, size_t n) {
     x[i] = ::fp4::round_to_bf16(x[i]);
 }
 
-__global__ void residual_add_kernel(const float* a, const float* b, float* out, size_t n) {
+__global__ void round_copy_kernel(float* x, bf16_t* copy, size_t n) {
+  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<size_t>(gridDim.x) * blockDim.x) {
+    const bf16_t h = ::fp4::float_to_bf16(x[i]);
+    x[i] = ::fp4::bf16_to_float(h);  // round_to_bf16(x[i])
+    copy[i] = h;                     // float_to_bf16 of the rounded value: the same bits
+  }
+}
+
+__global__ void residual_add_kernel(const float* a, const float* b, float* out, size_t n, StoreOut store,
+                                    bool round_b) {
   for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<size_t>(gridDim.x) * blockDim.x)
-    out[i] = a[i] + b[i];
+    detail::write_out(out, i, a[i] + detail::stored(b[i], round_b), store);
 }
 
 }  // namespace
@@ -53,9 +63,17 @@ void round_to_bf16(float* x, size_t n, cudaStream_t stream) {
   detail::check_launch();
 }
 
-void residual_add(const float* a, const float* b, float* out, size_t n, cudaStream_t stream) {
+void round_to_bf16(float* x, size_t n, bf16_t* copy, cudaStream_t stream) {
   if (n == 0) return;
-  residual_add_kernel<<<detail::elementwise_blocks(n, kThreads), kThreads, 0, stream>>>(a, b, out, n);
+  round_copy_kernel<<<detail::elementwise_blocks(n, kThreads), kThreads, 0, stream>>>(x, copy, n);
+  detail::check_launch();
+}
+
+void residual_add(const float* a, const float* b, float* out, size_t n, cudaStream_t stream, StoreOut out_store,
+                  bool round_b) {
+  if (n == 0) return;
+  residual_add_kernel<<<detail::elementwise_blocks(n, kThreads), kThreads, 0, stream>>>(a, b, out, n, out_store,
+                                                                                        round_b);
   detail::check_launch();
 }
 

@@ -21,13 +21,13 @@ constexpr int kRankTile = 1024;  // tokens staged in shared memory per step of t
 constexpr int kAccumThreads = 128;
 
 __global__ void embedding_forward_kernel(const float* table, int vocab, const int32_t* tokens, int rows,
-                                         int d, float* out) {
+                                         int d, float* out, StoreOut store) {
   const size_t n = static_cast<size_t>(rows) * static_cast<size_t>(d);
   for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<size_t>(gridDim.x) * blockDim.x) {
     const size_t r = i / static_cast<size_t>(d), j = i % static_cast<size_t>(d);
     const int32_t tok = tokens[r];
-    out[i] = (tok >= 0 && tok < vocab) ? table[static_cast<size_t>(tok) * d + j] : NAN;
+    detail::write_out(out, i, (tok >= 0 && tok < vocab) ? table[static_cast<size_t>(tok) * d + j] : NAN, store);
   }
 }
 
@@ -85,11 +85,11 @@ void check_shape(const char* op, int rows, int d, int vocab) {
 }  // namespace
 
 void embedding_forward(const float* table, int vocab, const int32_t* tokens, int rows, int d, float* out,
-                       cudaStream_t stream) {
+                       cudaStream_t stream, StoreOut out_store) {
   check_shape("embedding_forward", rows, d, vocab);
   const size_t n = static_cast<size_t>(rows) * static_cast<size_t>(d);
   embedding_forward_kernel<<<detail::elementwise_blocks(n, kThreads), kThreads, 0, stream>>>(
-      table, vocab, tokens, rows, d, out);
+      table, vocab, tokens, rows, d, out, out_store);
   detail::check_launch();
 }
 

@@ -184,7 +184,7 @@ struct Geometry {
 // ---- Forward ----------------------------------------------------------------------------------
 
 __global__ void __launch_bounds__(kThreads) flash_forward_kernel(const bf16_t* qkv, Geometry geo, float* out,
-                                                                 float* lse) {
+                                                                 float* lse, StoreOut store) {
   __shared__ __align__(16) bf16_t sQ[kTileElems];
   __shared__ __align__(16) bf16_t sK[2][kTileElems];
   __shared__ __align__(16) bf16_t sV[2][kTileElems];
@@ -271,10 +271,17 @@ __global__ void __launch_bounds__(kThreads) flash_forward_kernel(const bf16_t* q
   const size_t row0 = static_cast<size_t>(b) * geo.seq_len + static_cast<size_t>(qt) * kTile + warp * 16 + g;
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
-    float* o_row = out + (row0 + r * 8) * d + static_cast<size_t>(h) * kHd;
+    const size_t at = (row0 + r * 8) * d + static_cast<size_t>(h) * kHd;
 #pragma unroll
-    for (int n = 0; n < 8; ++n)
-      *reinterpret_cast<float2*>(o_row + n * 8 + 2 * c) = make_float2(o[n][2 * r] / l[r], o[n][2 * r + 1] / l[r]);
+    for (int n = 0; n < 8; ++n) {
+      // out's store (ops.cuh's StoreOut) applied as it is written.
+      const float v0 = detail::stored(o[n][2 * r] / l[r], store.round);
+      const float v1 = detail::stored(o[n][2 * r + 1] / l[r], store.round);
+      *reinterpret_cast<float2*>(out + at + n * 8 + 2 * c) = make_float2(v0, v1);
+      if (store.bf16 != nullptr)  // the pair as one 4-byte store, the lower column in the lower half
+        *reinterpret_cast<uint32_t*>(store.bf16 + at + n * 8 + 2 * c) =
+            static_cast<uint32_t>(::fp4::float_to_bf16(v0)) | (static_cast<uint32_t>(::fp4::float_to_bf16(v1)) << 16);
+    }
     if (c == 0) {
       const int t = qt * kTile + warp * 16 + g + r * 8;
       lse[(static_cast<size_t>(b) * geo.n_heads + h) * geo.seq_len + t] = m[r] + logf(l[r]);
@@ -500,14 +507,20 @@ void set_shared(const void* kernel, size_t bytes) {
 
 }  // namespace
 
+void flash_attention_forward_stored(const bf16_t* qkv, int batch, int seq_len, int n_heads, int head_dim,
+                                    float* out, float* lse, StoreOut out_store, cudaStream_t stream) {
+  const Geometry geo = check("flash_attention_forward", batch, seq_len, n_heads, head_dim);
+  detail::require(aligned(qkv, 16) && aligned(out, 8) && aligned(lse, 4) && aligned(out_store.bf16, 4),
+                  "flash_attention_forward",
+                  "qkv must be 16-byte aligned, out 8-byte aligned and out's bf16 copy 4-byte aligned");
+  const dim3 grid(seq_len / kTile, n_heads, batch);
+  flash_forward_kernel<<<grid, kThreads, 0, stream>>>(qkv, geo, out, lse, out_store);
+  detail::check_launch();
+}
+
 void flash_attention_forward(const bf16_t* qkv, int batch, int seq_len, int n_heads, int head_dim, float* out,
                              float* lse, cudaStream_t stream) {
-  const Geometry geo = check("flash_attention_forward", batch, seq_len, n_heads, head_dim);
-  detail::require(aligned(qkv, 16) && aligned(out, 8) && aligned(lse, 4), "flash_attention_forward",
-                  "qkv must be 16-byte aligned and out 8-byte aligned");
-  const dim3 grid(seq_len / kTile, n_heads, batch);
-  flash_forward_kernel<<<grid, kThreads, 0, stream>>>(qkv, geo, out, lse);
-  detail::check_launch();
+  flash_attention_forward_stored(qkv, batch, seq_len, n_heads, head_dim, out, lse, StoreOut{}, stream);
 }
 
 void flash_attention_backward(const bf16_t* qkv, const float* out, const float* lse, const bf16_t* dout, int batch,

@@ -24,7 +24,7 @@ constexpr int kRowsPerBlock = kThreads / 8;
 constexpr int kColumnThreads = 128;
 
 __global__ void rmsnorm_forward_kernel(const float* x, const float* gain, int rows, int d, float eps,
-                                       float* y, float* rstd) {
+                                       float* y, float* rstd, StoreOut store) {
   const int row = blockIdx.x * kRowsPerBlock + threadIdx.x / 8;
   const int lane = threadIdx.x % 8;
   const bool active = row < rows;  // inactive groups still take part in the shuffles
@@ -37,12 +37,12 @@ __global__ void rmsnorm_forward_kernel(const float* x, const float* gain, int ro
   const float mean_sq = sum_sq / static_cast<float>(d);
   const float s = 1.0f / sqrtf(mean_sq + eps);
   if (lane == 0) rstd[row] = s;
-  float* yr = y + static_cast<size_t>(row) * d;
-  for (int e = lane; e < d; e += 8) yr[e] = (xr[e] * s) * gain[e];
+  const size_t base = static_cast<size_t>(row) * d;
+  for (int e = lane; e < d; e += 8) detail::write_out(y, base + e, (xr[e] * s) * gain[e], store);
 }
 
 __global__ void rmsnorm_dx_kernel(const float* x, const float* gain, const float* rstd, const float* dy,
-                                  int rows, int d, float* dx) {
+                                  int rows, int d, float* dx, StoreOut store, bool round_dy) {
   const int row = blockIdx.x * kRowsPerBlock + threadIdx.x / 8;
   const int lane = threadIdx.x % 8;
   const bool active = row < rows;
@@ -51,7 +51,7 @@ __global__ void rmsnorm_dx_kernel(const float* x, const float* gain, const float
   float partial = 0.0f;
   if (active) {
     for (int e = lane; e < d; e += 8) {
-      const float g = dy[base + e] * gain[e];
+      const float g = detail::stored(dy[base + e], round_dy) * gain[e];
       const float xhat = x[base + e] * s;
       partial += g * xhat;
     }
@@ -60,15 +60,15 @@ __global__ void rmsnorm_dx_kernel(const float* x, const float* gain, const float
   if (!active) return;
   const float c = dot / static_cast<float>(d);
   for (int e = lane; e < d; e += 8) {
-    const float g = dy[base + e] * gain[e];
+    const float g = detail::stored(dy[base + e], round_dy) * gain[e];
     const float xhat = x[base + e] * s;
-    dx[base + e] = s * (g - xhat * c);
+    detail::write_out(dx, base + e, s * (g - xhat * c), store);
   }
 }
 
 // partial[chunk][j] = Σ_{rows of chunk, in order} dy ⊙ (x · rstd), starting from 0.
 __global__ void rmsnorm_dgain_partial_kernel(const float* x, const float* rstd, const float* dy, int rows,
-                                             int d, float* partial) {
+                                             int d, float* partial, bool round_dy) {
   const int j = blockIdx.x * blockDim.x + threadIdx.x;
   if (j >= d) return;
   const int r0 = blockIdx.y * kRmsnormRowChunk;
@@ -76,7 +76,7 @@ __global__ void rmsnorm_dgain_partial_kernel(const float* x, const float* rstd, 
   float sum = 0.0f;
   for (int r = r0; r < r1; ++r) {
     const size_t i = static_cast<size_t>(r) * d + j;
-    sum += dy[i] * (x[i] * rstd[r]);
+    sum += detail::stored(dy[i], round_dy) * (x[i] * rstd[r]);
   }
   partial[static_cast<size_t>(blockIdx.y) * d + j] = sum;
 }
@@ -97,25 +97,26 @@ void check_shape(const char* op, int rows, int d) {
 }  // namespace
 
 void rmsnorm_forward(const float* x, const float* gain, int rows, int d, float eps, float* y, float* rstd,
-                     cudaStream_t stream) {
+                     cudaStream_t stream, StoreOut y_store) {
   check_shape("rmsnorm_forward", rows, d);
   rmsnorm_forward_kernel<<<(rows + kRowsPerBlock - 1) / kRowsPerBlock, kThreads, 0, stream>>>(
-      x, gain, rows, d, eps, y, rstd);
+      x, gain, rows, d, eps, y, rstd, y_store);
   detail::check_launch();
 }
 
 void rmsnorm_backward(const float* x, const float* gain, const float* rstd, const float* dy, int rows, int d,
-                      float* dx, float* dgain, Workspace& workspace, cudaStream_t stream) {
+                      float* dx, float* dgain, Workspace& workspace, cudaStream_t stream, StoreOut dx_store,
+                      bool round_dy) {
   check_shape("rmsnorm_backward", rows, d);
   const int chunks = (rows + kRmsnormRowChunk - 1) / kRmsnormRowChunk;
   detail::require(chunks <= 65535, "rmsnorm_backward", "rows = " + std::to_string(rows) + " is too large");
   auto* partial = static_cast<float*>(workspace.get(static_cast<size_t>(chunks) * d * sizeof(float)));
-  rmsnorm_dx_kernel<<<(rows + kRowsPerBlock - 1) / kRowsPerBlock, kThreads, 0, stream>>>(x, gain, rstd, dy,
-                                                                                         rows, d, dx);
+  rmsnorm_dx_kernel<<<(rows + kRowsPerBlock - 1) / kRowsPerBlock, kThreads, 0, stream>>>(
+      x, gain, rstd, dy, rows, d, dx, dx_store, round_dy);
   detail::check_launch();
   const unsigned col_blocks = static_cast<unsigned>((d + kColumnThreads - 1) / kColumnThreads);
   rmsnorm_dgain_partial_kernel<<<dim3(col_blocks, static_cast<unsigned>(chunks)), kColumnThreads, 0, stream>>>(
-      x, rstd, dy, rows, d, partial);
+      x, rstd, dy, rows, d, partial, round_dy);
   detail::check_launch();
   rmsnorm_dgain_total_kernel<<<col_blocks, kColumnThreads, 0, stream>>>(partial, chunks, d, dgain);
   detail::check_launch();

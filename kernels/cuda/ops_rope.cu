@@ -37,6 +37,53 @@ __global__ void rope_kernel(float* x, int rows, int seq_len, int n_heads, int he
   }
 }
 
+// The packed qkv buffer in one pass: one thread per (row, pair of adjacent columns) over all 3·d
+// columns. Each value is first rounded (store.round: the store before RoPE), the pairs of q and k
+// are rotated with rope_kernel's expressions, then every value is rounded again (the store after)
+// and written, with its bf16 copy when store.bf16 is set.
+__global__ void rope_qkv_kernel(float* x, int rows, int seq_len, int d, int head_dim, const float* cos_table,
+                                const float* sin_table, float sign, StoreOut store) {
+  const int half = head_dim / 2;
+  const size_t pairs_per_row = static_cast<size_t>(3) * d / 2;
+  const size_t n = static_cast<size_t>(rows) * pairs_per_row;
+  for (size_t idx = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; idx < n;
+       idx += static_cast<size_t>(gridDim.x) * blockDim.x) {
+    const int col = static_cast<int>(idx % pairs_per_row) * 2;
+    const int r = static_cast<int>(idx / pairs_per_row);
+    const size_t at = static_cast<size_t>(r) * 3 * d + col;
+    float x0 = detail::stored(x[at], store.round), x1 = detail::stored(x[at + 1], store.round);
+    if (col < 2 * d) {  // q or k: rotate pair i of its head
+      const int i = (col % head_dim) / 2;
+      const int pos = r % seq_len;
+      const float c = cos_table[static_cast<size_t>(pos) * half + i];
+      const float sn = sign * sin_table[static_cast<size_t>(pos) * half + i];
+      const float y0 = x0 * c - x1 * sn;
+      const float y1 = x0 * sn + x1 * c;
+      x0 = y0;
+      x1 = y1;
+    }
+    detail::write_out(x, at, x0, store);
+    detail::write_out(x, at + 1, x1, store);
+  }
+}
+
+void rope_qkv(const char* op, float* x, int batch, int seq_len, int n_heads, int head_dim, const RopeTable& table,
+              float sign, StoreOut store, cudaStream_t stream) {
+  detail::require(batch >= 1 && seq_len >= 1 && n_heads >= 1 && head_dim >= 2 && head_dim % 2 == 0, op,
+                  "needs batch, seq_len, n_heads >= 1 and an even head_dim >= 2, got batch = " +
+                      std::to_string(batch) + ", seq_len = " + std::to_string(seq_len) + ", n_heads = " +
+                      std::to_string(n_heads) + ", head_dim = " + std::to_string(head_dim));
+  detail::require(table.seq_len() == seq_len && table.head_dim() == head_dim, op,
+                  "the table is for seq_len = " + std::to_string(table.seq_len()) + ", head_dim = " +
+                      std::to_string(table.head_dim()) + ", not seq_len = " + std::to_string(seq_len) +
+                      ", head_dim = " + std::to_string(head_dim));
+  const int rows = batch * seq_len, d = n_heads * head_dim;
+  const size_t n = static_cast<size_t>(rows) * 3 * d / 2;
+  rope_qkv_kernel<<<detail::elementwise_blocks(n, kThreads), kThreads, 0, stream>>>(
+      x, rows, seq_len, d, head_dim, table.cos(), table.sin(), sign, store);
+  detail::check_launch();
+}
+
 void rope_apply(const char* op, float* x, int batch, int seq_len, int n_heads, int head_dim, int row_stride,
                 const RopeTable& table, float sign, cudaStream_t stream) {
   detail::require(batch >= 1 && seq_len >= 1 && n_heads >= 1 && head_dim >= 2 && head_dim % 2 == 0, op,
@@ -104,6 +151,16 @@ void rope_forward(float* x, int batch, int seq_len, int n_heads, int head_dim, i
 void rope_backward(float* dx, int batch, int seq_len, int n_heads, int head_dim, int row_stride,
                    const RopeTable& table, cudaStream_t stream) {
   rope_apply("rope_backward", dx, batch, seq_len, n_heads, head_dim, row_stride, table, -1.0f, stream);
+}
+
+void rope_forward_qkv(float* qkv, int batch, int seq_len, int n_heads, int head_dim, const RopeTable& table,
+                      cudaStream_t stream, StoreOut store) {
+  rope_qkv("rope_forward_qkv", qkv, batch, seq_len, n_heads, head_dim, table, 1.0f, store, stream);
+}
+
+void rope_backward_qkv(float* dqkv, int batch, int seq_len, int n_heads, int head_dim, const RopeTable& table,
+                       cudaStream_t stream, StoreOut store) {
+  rope_qkv("rope_backward_qkv", dqkv, batch, seq_len, n_heads, head_dim, table, -1.0f, store, stream);
 }
 
 }  // namespace fp4::cuda

@@ -4,10 +4,11 @@
 //
 // Where the GPU performs the reference's operations in the reference's order, the test demands
 // identical bits: embedding (forward and backward), rmsnorm forward and dx, RoPE, the residual add,
-// the bf16 conversions, AdamW. Elsewhere it states a bound next to each comparison, in units of
-// eps = 2⁻²³ (fp32's machine epsilon, twice the unit roundoff u) and the reduction length: the
-// difference of two implementations is at most the sum of their error bounds, and a recursive sum
-// of n terms errs by at most γ_n ≈ n·u times the sum of the terms' magnitudes. Every op with a
+// the bf16 conversions, AdamW, and every op's fused bf16 store against the separate passes.
+// Elsewhere it states a bound next to each comparison, in units of eps = 2⁻²³ (fp32's machine
+// epsilon, twice the unit roundoff u) and the reduction length: the difference of two
+// implementations is at most the sum of their error bounds, and a recursive sum of n terms errs by
+// at most γ_n ≈ n·u times the sum of the terms' magnitudes. Every op with a
 // reduction is also run twice and must give the same bits (element-wise ops that match the CPU bit
 // for bit are deterministic by that alone).
 //
@@ -28,6 +29,7 @@
 #include "engine/model/ops.h"
 #include "engine/run/optimizer.h"
 #include "kernels/cpu/gemm.h"
+#include "kernels/cuda/flash_attention.cuh"
 #include "kernels/cuda/gemm.cuh"
 #include "kernels/cuda/ops.cuh"
 #include "kernels/numerics.h"
@@ -715,6 +717,185 @@ double time_ms(Fn&& fn) {
   cudaEventDestroy(start);
   cudaEventDestroy(stop);
   return ms / 5.0;
+}
+
+// ---- Fused bf16 stores (ops.cuh's StoreOut and round_* flags) --------------------------------
+// A fused store must give exactly what the separate passes give: the fp32 output equals
+// round_to_bf16 of the plain op's output (or that output itself without rounding), the bf16 side
+// output equals float_to_bf16 of the fp32 output, and a round_* input flag equals running the plain
+// op on the rounded input. Every comparison is bit for bit, with and without rounding.
+
+std::vector<float> rounded(std::vector<float> v) {
+  for (float& x : v) x = fp4::round_to_bf16(x);
+  return v;
+}
+
+// `fused` (the fp32 output) and `copy` (its bf16 side output, if any) against the plain output.
+void require_stored(const std::string& what, const std::vector<float>& fused, const std::vector<bf16_t>* copy,
+                    const std::vector<float>& plain, bool round) {
+  require_bits(what + (round ? " rounded" : " unrounded"), fused, round ? rounded(plain) : plain);
+  if (copy == nullptr) return;
+  REQUIRE(copy->size() == fused.size());
+  std::vector<float> got(fused.size()), want(fused.size());
+  for (size_t i = 0; i < fused.size(); ++i) {
+    got[i] = fp4::bf16_to_float((*copy)[i]);
+    want[i] = fp4::bf16_to_float(fp4::float_to_bf16(fused[i]));
+  }
+  require_bits(what + " bf16 copy", got, want);
+}
+
+TEST_CASE("cuda ops' fused bf16 stores equal separate rounding and conversion passes bit for bit", "[gpu][ops]") {
+  cu::Workspace ws;
+  const int rows = 130, d = 192, f = 160, vocab = 50;
+  const size_t n = static_cast<size_t>(rows) * d, nf = static_cast<size_t>(rows) * f;
+  const float eps = 1e-5f;
+
+  {  // round_to_bf16 with its copy
+    std::vector<float> x = normal(n, 101);
+    x[0] = NAN;
+    x[1] = INFINITY;
+    x[2] = 3.3895314e38f;  // rounds to infinity
+    x[3] = 1.0f + 0x1p-8f;  // a tie
+    DeviceBuffer<float> g(x);
+    DeviceBuffer<bf16_t> c(n);
+    cu::round_to_bf16(g.get(), n, c.get(), nullptr);
+    const std::vector<bf16_t> copy = c.download();
+    require_stored("round_to_bf16 + copy", g.download(), &copy, x, true);
+  }
+
+  for (const bool round : {true, false}) {
+    auto store = [&](bf16_t* copy) {
+      cu::StoreOut s;
+      s.round = round;
+      s.bf16 = copy;
+      return s;
+    };
+    DeviceBuffer<bf16_t> c(2 * nf + 3 * n);  // wide enough for every copy below
+
+    // residual_add: out's store, b's pending store; also in place (out = a).
+    const std::vector<float> a = normal(n, 102), b = normal(n, 103, 3.0f);
+    DeviceBuffer<float> g_a(a), g_b(b), g_b_in(round ? rounded(b) : b), g_out(n);
+    cu::residual_add(g_a.get(), g_b_in.get(), g_out.get(), n, nullptr);
+    const std::vector<float> sum = g_out.download();
+    cu::residual_add(g_a.get(), g_b.get(), g_out.get(), n, nullptr, store(c.get()), round);
+    std::vector<bf16_t> copy = c.download();
+    copy.resize(n);
+    require_stored("residual_add", g_out.download(), &copy, sum, round);
+    require_bits("residual_add leaves b", g_b.download(), b);
+    cu::residual_add(g_a.get(), g_b.get(), g_a.get(), n, nullptr, store(nullptr), round);
+    require_stored("residual_add in place", g_a.download(), nullptr, sum, round);
+
+    // embedding_forward (an out-of-range token gives a NaN row either way)
+    std::vector<int32_t> tokens(rows);
+    for (int r = 0; r < rows; ++r) tokens[r] = (r * 7) % vocab;
+    tokens[5] = vocab;
+    const std::vector<float> table = normal(static_cast<size_t>(vocab) * d, 104);
+    DeviceBuffer<float> g_table(table), g_emb(n);
+    DeviceBuffer<int32_t> g_tokens(tokens);
+    cu::embedding_forward(g_table.get(), vocab, g_tokens.get(), rows, d, g_emb.get(), nullptr);
+    const std::vector<float> emb = g_emb.download();
+    cu::embedding_forward(g_table.get(), vocab, g_tokens.get(), rows, d, g_emb.get(), nullptr, store(c.get()));
+    copy = c.download();
+    copy.resize(n);
+    require_stored("embedding_forward", g_emb.download(), &copy, emb, round);
+
+    // rmsnorm forward (y's store) and backward (dx's store, dy's pending store)
+    const std::vector<float> x = normal(n, 105, 2.0f, 0.1f), gain = normal(d, 106, 0.1f, 1.0f);
+    const std::vector<float> dy = normal(n, 107), dgain0 = normal(d, 108, 0.5f);
+    DeviceBuffer<float> g_x(x), g_gain(gain), g_y(n), g_rstd(rows), g_dy(dy), g_dy_in(round ? rounded(dy) : dy),
+        g_dx(n), g_dgain(dgain0);
+    cu::rmsnorm_forward(g_x.get(), g_gain.get(), rows, d, eps, g_y.get(), g_rstd.get(), nullptr);
+    const std::vector<float> y = g_y.download(), rstd = g_rstd.download();
+    cu::rmsnorm_forward(g_x.get(), g_gain.get(), rows, d, eps, g_y.get(), g_rstd.get(), nullptr, store(c.get()));
+    copy = c.download();
+    copy.resize(n);
+    require_stored("rmsnorm_forward y", g_y.download(), &copy, y, round);
+    require_bits("rmsnorm_forward rstd (stored y)", g_rstd.download(), rstd);
+    cu::rmsnorm_backward(g_x.get(), g_gain.get(), g_rstd.get(), g_dy_in.get(), rows, d, g_dx.get(), g_dgain.get(), ws,
+                         nullptr);
+    const std::vector<float> dx = g_dx.download(), dgain = g_dgain.download();
+    g_dgain.upload(dgain0);
+    cu::rmsnorm_backward(g_x.get(), g_gain.get(), g_rstd.get(), g_dy.get(), rows, d, g_dx.get(), g_dgain.get(), ws,
+                         nullptr, store(c.get()), round);
+    copy = c.download();
+    copy.resize(n);
+    require_stored("rmsnorm_backward dx", g_dx.download(), &copy, dx, round);
+    require_bits("rmsnorm_backward dgain (round_dy)", g_dgain.download(), dgain);
+    require_bits("rmsnorm_backward leaves dy", g_dy.download(), dy);
+
+    // swiglu forward (a's store; u's store in place) and backward (du's store, da's pending store)
+    std::vector<float> u = normal(2 * nf, 109, 3.0f);
+    const std::vector<float> da = normal(nf, 110);
+    DeviceBuffer<float> g_u(u), g_u_in(round ? rounded(u) : u), g_sa(nf), g_da(da), g_da_in(round ? rounded(da) : da),
+        g_du(2 * nf);
+    cu::swiglu_forward(g_u_in.get(), rows, f, g_sa.get(), nullptr);
+    const std::vector<float> act = g_sa.download();
+    cu::swiglu_forward(g_u_in.get(), rows, f, g_sa.get(), nullptr, store(c.get()));
+    copy = c.download();
+    copy.resize(nf);
+    require_stored("swiglu_forward a", g_sa.download(), &copy, act, round);
+    if (round) {
+      cu::swiglu_forward_round_u(g_u.get(), rows, f, g_sa.get(), nullptr, store(c.get()));
+      copy = c.download();
+      copy.resize(nf);
+      require_stored("swiglu_forward_round_u a", g_sa.download(), &copy, act, round);
+      require_bits("swiglu_forward_round_u u in place", g_u.download(), rounded(u));
+    }
+    cu::swiglu_backward(g_u_in.get(), g_da_in.get(), rows, f, g_du.get(), nullptr);
+    const std::vector<float> du = g_du.download();
+    cu::swiglu_backward(g_u_in.get(), g_da.get(), rows, f, g_du.get(), nullptr, store(c.get()), round);
+    copy = c.download();
+    copy.resize(2 * nf);
+    require_stored("swiglu_backward du", g_du.download(), &copy, du, round);
+    require_bits("swiglu_backward leaves da", g_da.download(), da);
+
+    // RoPE over the packed qkv buffer: store, rope(q), rope(k), store, bf16 copy in one pass.
+    struct RopeShape {
+      int batch, seq, heads, hd;
+    };
+    for (const RopeShape& s : {RopeShape{2, 65, 3, 64}, RopeShape{1, 17, 2, 32}}) {
+      const std::string name = shape_name("rope_qkv", {{"B", s.batch}, {"T", s.seq}, {"H", s.heads}, {"hd", s.hd}});
+      const cu::RopeTable tbl(s.seq, s.hd, 10000.0);
+      const int dm = s.heads * s.hd;
+      const size_t nq = static_cast<size_t>(s.batch) * s.seq * 3 * dm;
+      REQUIRE(nq <= 2 * nf + 3 * n);
+      const std::vector<float> qkv = normal(nq, 111, 2.0f);
+      for (const bool backward : {false, true}) {
+        const auto rope = backward ? cu::rope_backward : cu::rope_forward;
+        DeviceBuffer<float> g(qkv);
+        DeviceBuffer<bf16_t> gc(nq);
+        if (round) cu::round_to_bf16(g.get(), nq, nullptr);
+        rope(g.get(), s.batch, s.seq, s.heads, s.hd, 3 * dm, tbl, nullptr);
+        rope(g.get() + dm, s.batch, s.seq, s.heads, s.hd, 3 * dm, tbl, nullptr);
+        const std::vector<float> plain = g.download();  // rounded once more by require_stored
+        g.upload(qkv);
+        if (backward) {
+          cu::rope_backward_qkv(g.get(), s.batch, s.seq, s.heads, s.hd, tbl, nullptr, store(gc.get()));
+        } else {
+          cu::rope_forward_qkv(g.get(), s.batch, s.seq, s.heads, s.hd, tbl, nullptr, store(gc.get()));
+        }
+        copy = gc.download();
+        require_stored(name + (backward ? " backward" : " forward"), g.download(), &copy, plain, round);
+      }
+    }
+
+    // The fused attention's output store (lse unchanged).
+    {
+      const int batch = 2, seq = 128, heads = 2, hd = 64, dm = heads * hd;
+      const size_t nq = static_cast<size_t>(batch) * seq * 3 * dm, no = static_cast<size_t>(batch) * seq * dm;
+      const std::vector<float> qkv = normal(nq, 112);
+      DeviceBuffer<float> g_qkv(qkv), g_out(no), g_lse(static_cast<size_t>(batch) * heads * seq);
+      DeviceBuffer<bf16_t> g_qkvb(nq), gc(no);
+      cu::float_to_bf16(g_qkv.get(), g_qkvb.get(), nq, nullptr);
+      cu::flash_attention_forward(g_qkvb.get(), batch, seq, heads, hd, g_out.get(), g_lse.get(), nullptr);
+      const std::vector<float> out = g_out.download(), lse = g_lse.download();
+      cu::flash_attention_forward_stored(g_qkvb.get(), batch, seq, heads, hd, g_out.get(), g_lse.get(),
+                                         store(gc.get()), nullptr);
+      copy = gc.download();
+      require_stored("flash_attention_forward_stored out", g_out.download(), &copy, out, round);
+      require_bits("flash_attention_forward_stored lse", g_lse.download(), lse);
+    }
+  }
 }
 
 TEST_CASE("cuda ops at training sizes match the CPU, with their times", "[gpu][ops]") {
