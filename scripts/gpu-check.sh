@@ -1,25 +1,35 @@
 #!/usr/bin/env bash
 # gpu-check.sh — the one command run on the GPU machine: configure and build the CUDA targets, run
-# the [gpu] tests, then the quantizer benchmark. Every log is also written to $OUT when it is set
-# (the device tool's output folder); a summary is printed last.
+# the [gpu] tests, then the benchmarks. Every log is also written to $OUT when it is set (the
+# device tool's output folder); a summary is printed last.
 #
-#   source .devdeps/activate.sh && bash scripts/gpu-check.sh [--no-bench] [--profile] [--prebuilt DIR]
+#   source .devdeps/activate.sh && bash scripts/gpu-check.sh [--no-bench] [--engine] [--peer]
+#                                                           [--profile] [--prebuilt DIR]
 #
+# Benchmarks: the quantizers against a device-to-device copy (default); with --engine also the
+# attention kernels and the training engine (bench/gpu_train.sh, MFU against the bf16 GEMM rate
+# the attention benchmark measures in this same run); with --peer also the compiled PyTorch peer
+# (bench/peer_torch.py) on the same shapes, so fp4lab and the peer are measured side by side.
 # --profile also runs Nsight Compute on the fused kernel (two launches) into ncu.txt.
-# --prebuilt DIR skips the build and runs DIR/fp4lab_gpu_tests and DIR/fp4lab_bench_quantize, built
-# elsewhere from this tree with the same configuration (Release, CMAKE_CUDA_ARCHITECTURES=90; an
-# x86-64 machine with the same CUDA), to save device time; carry DIR with the call.
+# --prebuilt DIR skips the build and runs the binaries in DIR (fp4lab, fp4lab_gpu_tests,
+# fp4lab_bench_quantize, fp4lab_bench_attention), built elsewhere from this tree with the same
+# configuration (Release, CMAKE_CUDA_ARCHITECTURES=90; an x86-64 machine with the same CUDA), to
+# save device time; carry DIR with the call.
 #
 # Exit status: the tests' (0 when all passed), or the build's when it failed.
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 bench=1
+engine=0
+peer=0
 profile=0
 prebuilt=
 while [ $# -gt 0 ]; do
   case "$1" in
     --no-bench) bench=0 ;;
+    --engine) engine=1 ;;
+    --peer) peer=1 ;;
     --profile) profile=1 ;;
     --prebuilt) prebuilt=$2; shift ;;
   esac
@@ -35,17 +45,22 @@ echo "== machine" | tee "$logdir/machine.log"
 
 tests_bin=$build/tests/fp4lab_gpu_tests
 bench_bin=$build/bench/fp4lab_bench_quantize
+attention_bin=$build/bench/fp4lab_bench_attention
+fp4lab_bin=$build/cli/fp4lab
 if [ -n "$prebuilt" ]; then
   echo "== prebuilt binaries from $prebuilt (no build here)"
   tests_bin=$prebuilt/fp4lab_gpu_tests
   bench_bin=$prebuilt/fp4lab_bench_quantize
+  attention_bin=$prebuilt/fp4lab_bench_attention
+  fp4lab_bin=$prebuilt/fp4lab
   ls -l "$tests_bin" "$bench_bin" || exit 1
 else
   echo "== configure and build"
   start=$(date +%s)
   cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES=90 \
     >"$logdir/build.log" 2>&1 &&
-    cmake --build "$build" --target fp4lab_gpu_tests fp4lab_bench_quantize >>"$logdir/build.log" 2>&1
+    cmake --build "$build" --target fp4lab fp4lab_gpu_tests fp4lab_bench_quantize fp4lab_bench_attention \
+      >>"$logdir/build.log" 2>&1
   build_rc=$?
   echo "build: exit $build_rc in $(( $(date +%s) - start )) s"
   if [ $build_rc -ne 0 ]; then
@@ -66,6 +81,24 @@ if [ $bench -eq 1 ]; then
   timeout 240 "$bench_bin" 8192 8192 >"$logdir/bench.log" 2>&1
   echo "bench: exit $?"
   cat "$logdir/bench.log"
+fi
+
+if [ $engine -eq 1 ]; then
+  echo "== benchmark: attention (and the bf16 GEMM rate)"
+  timeout 120 "$attention_bin" >"$logdir/attention.log" 2>&1
+  echo "attention bench: exit $?"
+  cat "$logdir/attention.log"
+  gemm=$(grep -oE "[0-9.]+ TFLOP/s" "$logdir/attention.log" | head -n 1 | awk '{print $1}')
+  echo "== benchmark: training engine (bench/gpu_train.sh, MFU against ${gemm:-?} TFLOP/s)"
+  timeout 400 bash bench/gpu_train.sh "$fp4lab_bin" "${gemm:-790}" 6 2>&1 | tee "$logdir/train.md"
+fi
+
+if [ $peer -eq 1 ]; then
+  echo "== benchmark: the compiled PyTorch peer, same shapes"
+  timeout 590 python3 bench/peer_torch.py --model d6,d12 --recipe bf16,e2m1,ufp4,nvfp4 --steps 10 --warmup 3 \
+    >"$logdir/peer.jsonl" 2>"$logdir/peer.err"
+  echo "peer: exit $?"
+  cat "$logdir/peer.jsonl"
 fi
 
 if [ $profile -eq 1 ] && command -v ncu >/dev/null 2>&1; then
