@@ -261,6 +261,17 @@ bool LocalExecutor::launch(QueueItem& item, size_t slot) {
     item.not_before = now + 1.0;
     return true;
   }
+  // Attempts left open by an orchestrator that died (no live lease holder got this far) are closed
+  // first, so every attempt row ends with an exit code: unknown here, so recorded as a kill (an
+  // interruption, not a failure), with the reason.
+  for (const Store::AttemptRecord& a : store_->attempts(p.id)) {
+    if (a.end != 0) continue;
+    AttemptEnd gone;
+    gone.exit_code = -SIGKILL;
+    gone.state = RunState::orphaned;
+    gone.error = "no outcome recorded: its orchestrator died";
+    store_->end_attempt(a.id, gone, now);
+  }
   if (!store_->try_lease(p.id, owner_, now, o_.lease_ttl_s)) {
     say(fmt::format("skip {}: another orchestrator took it", p.name));
     ++elsewhere_;

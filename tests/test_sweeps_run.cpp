@@ -196,6 +196,8 @@ TEST_CASE("a sweep killed at random moments ends bit-identical to an uninterrupt
     std::set<int64_t> got;
     for (const auto& e : evals) got.insert(e.step);
     CHECK(got == want);
+    // Every attempt was closed with an exit code, even those whose orchestrator was killed.
+    for (const auto& attempt : b->attempts(run.id)) CHECK(attempt.end != 0);
     // Final losses bit-identical to the calm sweep.
     const auto fa = a->final_loss(run.id), fb = b->final_loss(run.id);
     REQUIRE(fa.has_value());
