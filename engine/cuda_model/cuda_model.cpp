@@ -56,8 +56,11 @@ CudaModel::CudaModel(const model::ModelConfig& config, const engine::Recipe& rec
   grads_.reserve(n_params_);
   w_bf16_.reserve(n_params_);
   tensor_scales_.reserve(4);
+  scalars_.reserve(4);
   nonfinite_.reserve(1);
   loss_sum_.reserve(1);
+  static const float kScalars[4] = {0.0f, 1.0f, 1.0f, 1.0f};  // beta 0, 1 (unused), the alpha slot, spare
+  FP4_CUDA_CHECK(cudaMemcpyAsync(scalars_.get(), kScalars, sizeof(kScalars), cudaMemcpyHostToDevice, stream_));
   FP4_CUDA_CHECK(cudaMemsetAsync(params_.get(), 0, n_params_ * sizeof(float), stream_));
   FP4_CUDA_CHECK(cudaMemsetAsync(grads_.get(), 0, n_params_ * sizeof(float), stream_));
   FP4_CUDA_CHECK(cudaStreamSynchronize(stream_));
@@ -167,11 +170,21 @@ void quantize_copies(const bf16_t* src, int rows, int cols, const cuda::CopyOut*
 
 }  // namespace
 
-float CudaModel::alpha_of(const QuantSpec& a, const float* ts_a, const QuantSpec& b, const float* ts_b) {
+const float* CudaModel::alpha_of(const QuantSpec& a, const float* ts_a, const QuantSpec& b, const float* ts_b,
+                                  float* slot) {
+  const bool two_a = a.scale == ScaleMode::e4m3x2, two_b = b.scale == ScaleMode::e4m3x2;
+  if (!two_a && !two_b) return nullptr;  // both tensor scales are 1, as on the CPU
+  // The CPU's qa.tensor_scale * qb.tensor_scale (a one-level scale being 1), one fp32 multiply, on
+  // the device: the quantizers' scales never leave it, so no host synchronization per GEMM. The
+  // slot is rewritten only after the previous GEMM that read it, everything being on one stream.
+  cuda::Gemm::scale_product(two_a ? ts_a : nullptr, two_b ? ts_b : nullptr, slot, stream_);
+  return slot;
+}
+
+float CudaModel::host_alpha_of(const QuantSpec& a, const float* ts_a, const QuantSpec& b, const float* ts_b) {
   const bool two_a = a.scale == ScaleMode::e4m3x2, two_b = b.scale == ScaleMode::e4m3x2;
   if (!two_a && !two_b) return 1.0f;  // both tensor scales are 1, as on the CPU
-  // The GEMM's alpha is a host float: wait for the quantizer's tensor scales. A synchronization per
-  // GEMM under e4m3x2 recipes; correctness first (a device-side alpha would remove it).
+  // A host float: wait for the quantizer's tensor scales (a synchronization per call).
   float host[2] = {1.0f, 1.0f};
   if (two_a) FP4_CUDA_CHECK(cudaMemcpyAsync(&host[0], ts_a, sizeof(float), cudaMemcpyDeviceToHost, stream_));
   if (two_b) FP4_CUDA_CHECK(cudaMemcpyAsync(&host[1], ts_b, sizeof(float), cudaMemcpyDeviceToHost, stream_));
@@ -179,11 +192,21 @@ float CudaModel::alpha_of(const QuantSpec& a, const float* ts_a, const QuantSpec
   return host[0] * host[1];  // the CPU's qa.tensor_scale * qb.tensor_scale
 }
 
+void CudaModel::quantized_gemm(bool trans_a, bool trans_b, int m, int n, int k, const float* alpha, const bf16_t* a,
+                               const bf16_t* b, float* c) {
+  if (alpha == nullptr) {
+    gemm_->gemm(trans_a, trans_b, m, n, k, 1.0f, a, b, 0.0f, c, stream_);
+    return;
+  }
+  gemm_->gemm_device_scalars(trans_a, trans_b, m, n, k, alpha, a, b, scalars_.get() + 0, c, stream_);
+}
+
 void CudaModel::linear_forward(const model::StepContext& ctx, int block, int pos, const float* x, float* y,
                                const bf16_t* xb) {
   const model::ParamView& w = weight_view(block, pos);
   const int n = static_cast<int>(w.shape[0]), k = static_cast<int>(w.shape[1]), t = rows_;
-  if (xb == nullptr) {
+  if (xb == nullptr) {  // run() always passes the producer's copy: a fallback for other callers
+    xb_.reserve(static_cast<size_t>(t) * k);
     cuda::float_to_bf16(x, xb_.get(), static_cast<size_t>(t) * k, stream_);
     xb = xb_.get();
   }
@@ -199,16 +222,20 @@ void CudaModel::linear_forward(const model::StepContext& ctx, int block, int pos
   const cuda::CopyOut cx = copy_out(sx, q_a_.get(), ts + 0), cw = copy_out(sw, q_b_.get(), ts + 1);
   quantize_copies(xb, t, k, &cx, nullptr, nonfinite_.get(), ws_quant_, stream_);
   quantize_copies(wb, n, k, &cw, nullptr, nonfinite_.get(), ws_quant_, stream_);
-  const float alpha = alpha_of(sx, ts + 0, sw, ts + 1);
-  gemm_->gemm(false, true, t, n, k, alpha, q_a_.get(), q_b_.get(), 0.0f, y, stream_);
+  const float* alpha = alpha_of(sx, ts + 0, sw, ts + 1, scalars_.get() + 2);
+  quantized_gemm(false, true, t, n, k, alpha, q_a_.get(), q_b_.get(), y);
 }
 
 void CudaModel::linear_backward(const model::StepContext& ctx, int block, int pos, const float* x, const float* dy,
-                                float* dx, const bf16_t* dyb) {
+                                float* dx, const bf16_t* xb, const bf16_t* dyb) {
   const model::ParamView& w = weight_view(block, pos);
   const int n = static_cast<int>(w.shape[0]), k = static_cast<int>(w.shape[1]), t = rows_;
   float* dw = grads_.get() + w.offset;
-  cuda::float_to_bf16(x, xb_.get(), static_cast<size_t>(t) * k, stream_);
+  if (xb == nullptr) {  // run() always passes the producer's copy: a fallback for other callers
+    xb_.reserve(static_cast<size_t>(t) * k);
+    cuda::float_to_bf16(x, xb_.get(), static_cast<size_t>(t) * k, stream_);
+    xb = xb_.get();
+  }
   if (dyb == nullptr) {
     cuda::float_to_bf16(dy, dyb_.get(), static_cast<size_t>(t) * n, stream_);
     dyb = dyb_.get();
@@ -217,7 +244,7 @@ void CudaModel::linear_backward(const model::StepContext& ctx, int block, int po
   const engine::LinearSite s = site(ctx, block, pos);
   if (!engine::site_is_quantized(s)) {
     gemm_->gemm(false, false, t, k, n, 1.0f, dyb, wb, 0.0f, dx, stream_);  // dX = dY · W
-    gemm_->gemm(true, false, n, k, t, 1.0f, dyb, xb_.get(), 1.0f, dw, stream_);  // dW += dYᵀ · X
+    gemm_->gemm(true, false, n, k, t, 1.0f, dyb, xb, 1.0f, dw, stream_);  // dW += dYᵀ · X
     return;
   }
   float* ts = tensor_scales_.get();
@@ -230,10 +257,14 @@ void CudaModel::linear_backward(const model::StepContext& ctx, int block, int po
   // dY's two copies (dgrad's along N, wgrad's along T) come from one read of dY.
   quantize_copies(dyb, t, n, &c_dy_d, &c_dy_w, nonfinite_.get(), ws_quant_, stream_);
   quantize_copies(wb, n, k, &c_w_d, nullptr, nonfinite_.get(), ws_quant_, stream_);
-  quantize_copies(xb_.get(), t, k, &c_x_w, nullptr, nonfinite_.get(), ws_quant_, stream_);
-  const float alpha_d = alpha_of(s_dy_d, ts + 0, s_w_d, ts + 1);
-  const float alpha_w = alpha_of(s_dy_w, ts + 2, s_x_w, ts + 3);
-  gemm_->gemm(false, false, t, k, n, alpha_d, q_a_.get(), q_b_.get(), 0.0f, dx, stream_);
+  quantize_copies(xb, t, k, &c_x_w, nullptr, nonfinite_.get(), ws_quant_, stream_);
+  const float* alpha_d = alpha_of(s_dy_d, ts + 0, s_w_d, ts + 1, scalars_.get() + 2);
+  quantized_gemm(false, false, t, k, n, alpha_d, q_a_.get(), q_b_.get(), dx);
+  // dW += alpha·(dYᵀ·X) keeps a host alpha: with beta = 1, cuBLASLt's device-scalar epilogue rounds
+  // differently from its host-scalar one (tests/gpu/ops_test.cpp measured 1-ulp differences), and
+  // the device path must give the bits the host path gave. One synchronization per linear backward
+  // under e4m3x2 recipes (none in the forward or dgrad).
+  const float alpha_w = host_alpha_of(s_dy_w, ts + 2, s_x_w, ts + 3);
   gemm_->gemm(true, false, n, k, t, alpha_w, q_c_.get(), q_d_.get(), 1.0f, dw, stream_);
 }
 
@@ -285,6 +316,11 @@ void CudaModel::prepare(const model::Batch& batch) {
     a->rstd2.reserve(r);
     a->u.reserve(r * 2 * f);
     a->a.reserve(r * f);
+    a->h1b.reserve(r * d);
+    a->attb.reserve(r * d);
+    a->h2b.reserve(r * d);
+    a->ab.reserve(r * f);
+    if (use_flash(S)) a->qkvb.reserve(r * 3 * d);
   }
   hf_.reserve(r * d);
   rstdf_.reserve(r);
@@ -294,15 +330,11 @@ void CudaModel::prepare(const model::Batch& batch) {
   da_.reserve(r * f);
   du_.reserve(r * 2 * f);
   dqkv_.reserve(r * 3 * d);
-  if (use_flash(S)) {
-    qkvb_.reserve(r * 3 * d);
-    dattb_.reserve(r * d);
-  }
+  if (use_flash(S)) dattb_.reserve(r * d);
   const size_t widest_k = static_cast<size_t>(std::max(d, f));           // a linear's K
   const size_t widest_n = static_cast<size_t>(std::max(3 * d, 2 * f));   // a linear's N
   size_t widest_w = 0;
   for (int pos = 0; pos < 4; ++pos) widest_w = std::max(widest_w, static_cast<size_t>(weight_view(0, pos).size));
-  xb_.reserve(r * widest_k);
   dyb_.reserve(r * widest_n);
   hfb_.reserve(r * d);
   if (recipe().quantized) {  // the slots' dequantized copies
@@ -312,6 +344,12 @@ void CudaModel::prepare(const model::Batch& batch) {
     q_d_.reserve(r * widest_k);
   }
   head_w_.reserve(static_cast<size_t>(V) * d);
+  // The LM head's weight gradient sums over all R rows into only V·d outputs: one GEMM gets a
+  // handful of output tiles (a few CTAs on a GPU with over a hundred SMs). Split K = R into up to
+  // 32 chunks of at least 256 rows (a count fixed by R alone, so the summation order is too).
+  head_chunks_ = 32;
+  while (head_chunks_ > 1 && (R % head_chunks_ != 0 || R / head_chunks_ < 256)) head_chunks_ /= 2;
+  if (head_chunks_ > 1) head_partials_.reserve(static_cast<size_t>(head_chunks_) * V * d);
 
   // The weights as the GEMMs see them: bf16 copies of the fp32 masters, remade after each change
   // (so once per optimizer step: the masters do not change between micro-steps). The LM head's
@@ -342,7 +380,8 @@ double CudaModel::run(const model::StepContext& ctx, bool backward, float grad_s
   // "store(buf): <how>", fused into the op that writes the buffer (StoreOut: rounded as written) or
   // into the one op that reads it next (round_*: rounded as read, the buffer being read nowhere
   // else). Either way the same bits; the fused ops also write the bf16 copy of their output that
-  // the next GEMM takes (xb_, dyb_, hfb_, qkvb_), instead of a float_to_bf16 pass.
+  // the next GEMM takes (LayerActs' h1b, qkvb, attb, h2b, ab; dyb_, hfb_), instead of a
+  // float_to_bf16 pass; the per-layer copies serve the backward's GEMMs too.
   const bool bf16 = storage_ == model::Storage::bf16;
   const bool flash = use_flash(S);  // implies bf16
   cuda::embedding_forward(param(tok_emb_), V, inputs, R, d, resid_[0]->get(), st, store_out());
@@ -350,37 +389,37 @@ double CudaModel::run(const model::StepContext& ctx, bool backward, float grad_s
   for (int l = 0; l < L; ++l) {
     LayerActs& A = *acts_[l];
     const float* x = resid_[l]->get();
-    cuda::rmsnorm_forward(x, param(block_view(l, 0)), R, d, eps, A.h1.get(), A.rstd1.get(), st, store_out(xb_.get()));
-    // store(A.h1): rounded by rmsnorm_forward, which also writes the qkv linear's bf16 X into xb_
-    linear_forward(ctx, l, 0, A.h1.get(), A.qkv.get(), xb_.get());
+    cuda::rmsnorm_forward(x, param(block_view(l, 0)), R, d, eps, A.h1.get(), A.rstd1.get(), st,
+                          store_out(A.h1b.get()));
+    // store(A.h1): rounded by rmsnorm_forward, which also writes the qkv linear's bf16 X into A.h1b
+    linear_forward(ctx, l, 0, A.h1.get(), A.qkv.get(), A.h1b.get());
     // store(A.qkv); rope_forward(q); rope_forward(k); store(A.qkv): one pass, which also writes
-    // the fused attention's bf16 input (exact: the stored values) into qkvb_
-    cuda::rope_forward_qkv(A.qkv.get(), B, S, H, hd, *rope_, st, store_out(flash ? qkvb_.get() : nullptr));
-    const bf16_t* att_b = nullptr;  // A.att's bf16 copy, when its producer wrote one
+    // the fused attention's bf16 input (exact: the stored values) into A.qkvb
+    cuda::rope_forward_qkv(A.qkv.get(), B, S, H, hd, *rope_, st, store_out(flash ? A.qkvb.get() : nullptr));
     if (flash) {
-      cuda::flash_attention_forward_stored(qkvb_.get(), B, S, H, hd, A.att.get(), A.lse.get(), store_out(xb_.get()),
-                                           st);
-      // store(A.att): rounded by the flash kernel, which also writes the attn_out linear's X into xb_
-      att_b = xb_.get();
+      cuda::flash_attention_forward_stored(A.qkvb.get(), B, S, H, hd, A.att.get(), A.lse.get(),
+                                           store_out(A.attb.get()), st);
+      // store(A.att): rounded by the flash kernel, which also writes the attn_out linear's X into A.attb
     } else {
       cuda::attention_forward(A.qkv.get(), B, S, H, hd, A.att.get(), A.lse.get(), st);
       store(A.att.get(), rd);
+      cuda::float_to_bf16(A.att.get(), A.attb.get(), rd, st);  // the attn_out linear's X
     }
-    linear_forward(ctx, l, 1, A.att.get(), tmp_.get(), att_b);
+    linear_forward(ctx, l, 1, A.att.get(), tmp_.get(), A.attb.get());
     cuda::residual_add(x, tmp_.get(), A.x_mid.get(), rd, st, store_out(), bf16);
     // store(tmp_): rounded by residual_add as it reads tmp_; store(A.x_mid): rounded by residual_add
     cuda::rmsnorm_forward(A.x_mid.get(), param(block_view(l, 3)), R, d, eps, A.h2.get(), A.rstd2.get(), st,
-                          store_out(xb_.get()));
-    // store(A.h2): rounded by rmsnorm_forward, which also writes the mlp_in linear's X into xb_
-    linear_forward(ctx, l, 2, A.h2.get(), A.u.get(), xb_.get());
+                          store_out(A.h2b.get()));
+    // store(A.h2): rounded by rmsnorm_forward, which also writes the mlp_in linear's X into A.h2b
+    linear_forward(ctx, l, 2, A.h2.get(), A.u.get(), A.h2b.get());
     if (bf16) {
-      cuda::swiglu_forward_round_u(A.u.get(), R, f, A.a.get(), st, store_out(xb_.get()));
+      cuda::swiglu_forward_round_u(A.u.get(), R, f, A.a.get(), st, store_out(A.ab.get()));
     } else {
-      cuda::swiglu_forward(A.u.get(), R, f, A.a.get(), st, store_out(xb_.get()));
+      cuda::swiglu_forward(A.u.get(), R, f, A.a.get(), st, store_out(A.ab.get()));
     }
     // store(A.u): rounded in place by swiglu_forward_round_u as it reads it; store(A.a): rounded by
-    // swiglu_forward, which also writes the mlp_out linear's X into xb_
-    linear_forward(ctx, l, 3, A.a.get(), tmp_.get(), xb_.get());
+    // swiglu_forward, which also writes the mlp_out linear's X into A.ab
+    linear_forward(ctx, l, 3, A.a.get(), tmp_.get(), A.ab.get());
     cuda::residual_add(A.x_mid.get(), tmp_.get(), resid_[l + 1]->get(), rd, st, store_out(), bf16);
     // store(tmp_): rounded by residual_add as it reads tmp_; store(resid_[l + 1]): rounded by residual_add
   }
@@ -402,8 +441,17 @@ double CudaModel::run(const model::StepContext& ctx, bool backward, float grad_s
     head_grad.m = V;
     head_grad.n = d;
     head_grad.k = R;
-    gemm_->matmul(head_grad, 1.0f, dlogits, hf_.get(), 1.0f, grad(lm_head_), st);
-    cuda::GemmShape head_dx;  // dh [R, d] = dlogits [R, V] · head_w [V, d], in fp32
+    if (head_chunks_ > 1) {
+      // Split-K by hand (see prepare): head_chunks_ partial products, then added to the gradient
+      // in chunk order. Deterministic; differs from one GEMM only in the order of fp32 sums.
+      gemm_->matmul_split_k(head_grad, head_chunks_, 1.0f, dlogits, hf_.get(), 1.0f, grad(lm_head_),
+                            head_partials_.get(), st);
+    } else {
+      gemm_->matmul(head_grad, 1.0f, dlogits, hf_.get(), 1.0f, grad(lm_head_), st);
+    }
+    // dh [R, d] = dlogits [R, V] · head_w [V, d], in fp32: R·d outputs (hundreds of tiles at
+    // R = 8192), so one GEMM without split-K fills the GPU.
+    cuda::GemmShape head_dx;
     head_dx.m = R;
     head_dx.n = d;
     head_dx.k = V;
@@ -415,23 +463,23 @@ double CudaModel::run(const model::StepContext& ctx, bool backward, float grad_s
     for (int l = L - 1; l >= 0; --l) {
       LayerActs& A = *acts_[l];
       // dres_ holds ∂loss/∂(block output). MLP branch.
-      linear_backward(ctx, l, 3, A.a.get(), dres_.get(), da_.get(), dyb_.get());
+      linear_backward(ctx, l, 3, A.a.get(), dres_.get(), da_.get(), A.ab.get(), dyb_.get());
       cuda::swiglu_backward(A.u.get(), da_.get(), R, f, du_.get(), st, store_out(dyb_.get()), bf16);
       // store(da_): rounded by swiglu_backward as it reads da_; store(du_): rounded by
       // swiglu_backward, which also writes the mlp_in linear's dY into dyb_
-      linear_backward(ctx, l, 2, A.h2.get(), du_.get(), dh_.get(), dyb_.get());
+      linear_backward(ctx, l, 2, A.h2.get(), du_.get(), dh_.get(), A.h2b.get(), dyb_.get());
       cuda::rmsnorm_backward(A.x_mid.get(), param(block_view(l, 3)), A.rstd2.get(), dh_.get(), R, d, dtmp_.get(),
                              grad(block_view(l, 3)), ws_ops_, st, cuda::StoreOut{}, bf16);
       // store(dh_): rounded by rmsnorm_backward as it reads dh_
       cuda::residual_add(dres_.get(), dtmp_.get(), dres_.get(), rd, st, store_out(dyb_.get()));
       // store(dres_): rounded by residual_add, which also writes the attn_out linear's dY into dyb_
       // dres_ holds ∂loss/∂x_mid. Attention branch.
-      linear_backward(ctx, l, 1, A.att.get(), dres_.get(), datt_.get(), dyb_.get());
+      linear_backward(ctx, l, 1, A.att.get(), dres_.get(), datt_.get(), A.attb.get(), dyb_.get());
       if (flash) {
         cuda::round_to_bf16(datt_.get(), rd, dattb_.get(), st);
         // store(datt_): rounded in place, with the fused kernel's bf16 dout written into dattb_
-        cuda::float_to_bf16(A.qkv.get(), qkvb_.get(), r * 3 * d, st);  // exact: stored as bf16 values
-        cuda::flash_attention_backward(qkvb_.get(), A.att.get(), A.lse.get(), dattb_.get(), B, S, H, hd, dqkv_.get(),
+        // A.qkvb: the forward's bf16 copy of A.qkv (exact: stored as bf16 values)
+        cuda::flash_attention_backward(A.qkvb.get(), A.att.get(), A.lse.get(), dattb_.get(), B, S, H, hd, dqkv_.get(),
                                        ws_flash_, st);
       } else {
         store(datt_.get(), rd);
@@ -440,7 +488,7 @@ double CudaModel::run(const model::StepContext& ctx, bool backward, float grad_s
       // store(dqkv_); rope_backward(dq); rope_backward(dk); store(dqkv_): one pass, which also
       // writes the qkv linear's dY into dyb_
       cuda::rope_backward_qkv(dqkv_.get(), B, S, H, hd, *rope_, st, store_out(dyb_.get()));
-      linear_backward(ctx, l, 0, A.h1.get(), dqkv_.get(), dh_.get(), dyb_.get());
+      linear_backward(ctx, l, 0, A.h1.get(), dqkv_.get(), dh_.get(), A.h1b.get(), dyb_.get());
       cuda::rmsnorm_backward(resid_[l]->get(), param(block_view(l, 0)), A.rstd1.get(), dh_.get(), R, d, dtmp_.get(),
                              grad(block_view(l, 0)), ws_ops_, st, cuda::StoreOut{}, bf16);
       // store(dh_): rounded by rmsnorm_backward as it reads dh_

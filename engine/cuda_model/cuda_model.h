@@ -10,9 +10,13 @@
 //     each slot's operand is first quantized by kernels/cuda/quantize.cuh's fused quantizer, which
 //     is bit-identical to the CPU reference and uses the very QuantSpecs engine/quantized_linear
 //     builds (site_slot_spec: seeds, Philox streams, steps, RHT signs), and the GEMM multiplies the
-//     dequantized copies with alpha = the product of the two tensor scales (e4m3x2), as the CPU does;
+//     dequantized copies with alpha = the product of the two tensor scales (e4m3x2), as the CPU does,
+//     formed on the device and passed to cuBLASLt as a device pointer (no host round trip) for the
+//     beta = 0 products (fprop, dgrad); the weight gradient's beta = 1 product keeps a host alpha
+//     (cuBLASLt's device-scalar epilogue rounds differently there);
 //   - the LM head: forward as a bf16 GEMM (its operands are bf16-valued on the CPU too), backward
-//     as fp32 GEMMs (the logits' gradient stays fp32, as on the CPU);
+//     as fp32 GEMMs (the logits' gradient stays fp32, as on the CPU); the weight gradient, a long-K
+//     product with few output tiles, runs as a deterministic split-K (Gemm::matmul_split_k);
 //   - everything else: kernels/cuda/ops.cuh, fp32 with round_to_bf16 where transformer.cpp calls
 //     store(): mostly fused into the op that writes (StoreOut) or next reads (round_* flags) the
 //     buffer, which also writes the bf16 copy the next GEMM needs; run() marks each such store.
@@ -110,6 +114,11 @@ class CudaModel {
  private:
   struct LayerActs {  // what a block keeps for its backward pass (device, fp32)
     DeviceArray<float> h1, rstd1, qkv, lse, att, x_mid, h2, rstd2, u, a;
+    // The bf16 copies of h1, att, h2, a (the linears' X) and qkv (the fused attention's input, flash
+    // only), written by their producers in the forward and read again by the backward, so the
+    // backward converts nothing. float_to_bf16 of the stored fp32 values: the same bits a
+    // conversion in the backward would give.
+    DeviceArray<bf16_t> h1b, qkvb, attb, h2b, ab;
   };
 
   void prepare(const model::Batch& batch);  // sizes buffers, uploads tokens, remakes bf16 weights
@@ -123,9 +132,17 @@ class CudaModel {
   void linear_forward(const model::StepContext& ctx, int block, int pos, const float* x, float* y,
                       const bf16_t* xb = nullptr);
   void linear_backward(const model::StepContext& ctx, int block, int pos, const float* x, const float* dy,
-                       float* dx, const bf16_t* dyb = nullptr);
-  // The product of two tensor scales (device floats), read back only for two-level scales.
-  float alpha_of(const QuantSpec& a, const float* ts_a, const QuantSpec& b, const float* ts_b);
+                       float* dx, const bf16_t* xb = nullptr, const bf16_t* dyb = nullptr);
+  // The GEMM's alpha for two slots: nullptr when neither has a two-level scale (alpha = 1, as on
+  // the CPU), else `slot` (a device float) after a one-thread kernel has written the product of the
+  // two tensor scales into it (a one-level slot's scale counting as 1).
+  const float* alpha_of(const QuantSpec& a, const float* ts_a, const QuantSpec& b, const float* ts_b, float* slot);
+  // The same product read back to the host (a stream synchronization when either scale is
+  // two-level): for the weight gradient's beta = 1 GEMM (see linear_backward).
+  float host_alpha_of(const QuantSpec& a, const float* ts_a, const QuantSpec& b, const float* ts_b);
+  // C = alpha · op(A) · op(B) (beta = 0) with alpha from alpha_of: a host 1 or a device pointer.
+  void quantized_gemm(bool trans_a, bool trans_b, int m, int n, int k, const float* alpha, const bf16_t* a,
+                      const bf16_t* b, float* c);
   const float* param(int view) const { return params_.get() + views()[view].offset; }
   float* grad(int view) { return grads_.get() + views()[view].offset; }
 
@@ -152,15 +169,20 @@ class CudaModel {
   std::vector<std::unique_ptr<LayerActs>> acts_;
   DeviceArray<float> hf_, rstdf_, logits_, loss_rows_, head_w_;
   DeviceArray<float> tmp_, dres_, dtmp_, da_, du_, dh_, datt_, dqkv_;
-  DeviceArray<bf16_t> xb_, dyb_, hfb_;  // bf16 operands
+  DeviceArray<bf16_t> xb_, dyb_, hfb_;  // bf16 operands (xb_: only for a linear called without its X copy)
   // Attention: the fused bf16 tensor-core kernel (kernels/cuda/flash_attention.cuh) when the shape
   // allows it (head_dim 64, seq_len a multiple of 64) and activations are stored in bf16 (so its
   // bf16 inputs are exactly the stored values); the fp32 reference kernel otherwise.
   bool use_flash(int seq_len) const;
-  DeviceArray<bf16_t> qkvb_, dattb_;      // the fused kernel's bf16 inputs (qkv, dout)
+  DeviceArray<bf16_t> dattb_;             // the fused kernel's bf16 dout (its qkv: LayerActs::qkvb)
   cuda::Workspace ws_flash_;
   DeviceArray<bf16_t> q_a_, q_b_, q_c_, q_d_;  // dequantized copies of the slots
   DeviceArray<float> tensor_scales_;    // 4 floats: the slots' S_dec
+  // 4 floats: 0 and 1 (device-side beta values), a device-side alpha slot, a spare.
+  DeviceArray<float> scalars_;
+  // The LM head's weight-gradient split-K: chunk count (fixed by the row count) and partials.
+  int head_chunks_ = 1;
+  DeviceArray<float> head_partials_;
   DeviceArray<unsigned> nonfinite_;     // the quantizers' flag for this pass
   DeviceArray<double> loss_sum_;
 };

@@ -8,6 +8,7 @@
 
 #include <cublasLt.h>
 
+#include <algorithm>
 #include <map>
 #include <stdexcept>
 #include <string>
@@ -35,6 +36,7 @@ uint32_t alignment_of(const void* p) {
 
 struct PlanKey {
   bool trans_a, trans_b, out_bf16, in_f32;
+  bool device_scalars;  // CUBLASLT_POINTER_MODE_DEVICE: alpha and beta are device pointers
   int m, n, k, batch;
   int64_t lda, ldb, ldc, stride_a, stride_b, stride_c;
   uint32_t align_a, align_b, align_c;
@@ -89,15 +91,46 @@ struct Gemm::Impl {
   }
 
   const Plan& plan(const PlanKey& key);
-  // in_f32: a and b point to fp32 (else bf16) elements.
-  void run(const GemmShape& s, float alpha, const void* a, const void* b, float beta, void* c,
-           bool out_bf16, bool in_f32, cudaStream_t stream);
+  // in_f32: a and b point to fp32 (else bf16) elements. alpha and beta point to host floats, or
+  // with device_scalars to device floats.
+  void run(const GemmShape& s, const float* alpha, const void* a, const void* b, const float* beta, void* c,
+           bool out_bf16, bool in_f32, bool device_scalars, cudaStream_t stream);
 };
+
+// Split-K's fixed-order sum: c[i, j] = (beta == 0 ? 0 : beta·c[i, j]) + p[0][i, j] + … + p[chunks − 1][i, j].
+__global__ void split_k_sum_kernel(const float* partials, int chunks, int m, int n, float beta, float* c,
+                                   int64_t ldc) {
+  const size_t count = static_cast<size_t>(m) * n, plane = count;
+  for (size_t e = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; e < count;
+       e += static_cast<size_t>(gridDim.x) * blockDim.x) {
+    const size_t i = e / static_cast<size_t>(n), j = e % static_cast<size_t>(n);
+    float* out = c + i * static_cast<size_t>(ldc) + j;
+    float acc = beta == 0.0f ? 0.0f : beta * *out;  // beta = 0: C is not read
+    for (int p = 0; p < chunks; ++p) acc += partials[p * plane + e];
+    *out = acc;
+  }
+}
+
+__global__ void scale_product_kernel(const float* a, const float* b, float* out) {
+  *out = (a ? *a : 1.0f) * (b ? *b : 1.0f);  // one IEEE multiply (--fmad=false: nothing to contract)
+}
 
 const Plan& Gemm::Impl::plan(const PlanKey& key) {
   if (auto it = plans.find(key); it != plans.end()) return *it->second;
+  // A device-scalar plan takes the algorithm of the host-scalar plan of the same shape (made first),
+  // so that both modes give the same bits.
+  const Plan* host_plan = nullptr;
+  if (key.device_scalars) {
+    PlanKey host_key = key;
+    host_key.device_scalars = false;
+    host_plan = &plan(host_key);
+  }
   auto p = std::make_unique<Plan>();
   FP4_CUBLAS_CHECK(cublasLtMatmulDescCreate(&p->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  if (key.device_scalars) {
+    const cublasLtPointerMode_t mode = CUBLASLT_POINTER_MODE_DEVICE;
+    FP4_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_POINTER_MODE, &mode, sizeof(mode)));
+  }
   // cuBLASLt's first operand is our B (its transpose flag is ours for B), its second our A.
   const cublasOperation_t op_first = key.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
   const cublasOperation_t op_second = key.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
@@ -110,6 +143,20 @@ const Plan& Gemm::Impl::plan(const PlanKey& key) {
   p->second = make_layout(in_type, key.trans_a ? key.k : key.m, key.trans_a ? key.m : key.k, key.lda,
                           key.batch, key.stride_a);
   p->out = make_layout(key.out_bf16 ? CUDA_R_16BF : CUDA_R_32F, key.m, key.n, key.ldc, key.batch, key.stride_c);
+
+  if (host_plan != nullptr) {
+    cublasLtMatmulHeuristicResult_t check{};
+    if (cublasLtMatmulAlgoCheck(handle, p->desc, p->first, p->second, p->out, p->out, &host_plan->algo, &check) ==
+            CUBLAS_STATUS_SUCCESS &&
+        check.state == CUBLAS_STATUS_SUCCESS && check.workspaceSize <= workspace_bytes) {
+      p->algo = host_plan->algo;  // already confirmed free of split-K when the host plan was made
+      const Plan& ref = *p;
+      plans.emplace(key, std::move(p));
+      return ref;
+    }
+    // Rejected: ask the heuristic below instead, still without split-K,
+    // deterministic, but then not necessarily the host-scalar call's bits.
+  }
 
   cublasLtMatmulPreference_t pref = nullptr;
   FP4_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
@@ -168,8 +215,8 @@ const Plan& Gemm::Impl::plan(const PlanKey& key) {
   return ref;
 }
 
-void Gemm::Impl::run(const GemmShape& s, float alpha, const void* a, const void* b, float beta, void* c,
-                     bool out_bf16, bool in_f32, cudaStream_t stream) {
+void Gemm::Impl::run(const GemmShape& s, const float* alpha, const void* a, const void* b, const float* beta,
+                     void* c, bool out_bf16, bool in_f32, bool device_scalars, cudaStream_t stream) {
   auto fail = [&](const std::string& what) {
     throw std::invalid_argument("gemm (m = " + std::to_string(s.m) + ", n = " + std::to_string(s.n) +
                                 ", k = " + std::to_string(s.k) + "): " + what);
@@ -187,11 +234,11 @@ void Gemm::Impl::run(const GemmShape& s, float alpha, const void* a, const void*
     if (s.stride_a < 0 || s.stride_b < 0) fail("negative batch strides");
     if (s.stride_c < (s.m - 1) * ldc + s.n) fail("batch items of C overlap (stride_c = " + std::to_string(s.stride_c) + ")");
   }
-  const PlanKey key{s.trans_a, s.trans_b, out_bf16, in_f32, s.m, s.n, s.k, s.batch, lda, ldb, ldc,
+  const PlanKey key{s.trans_a, s.trans_b, out_bf16, in_f32, device_scalars, s.m, s.n, s.k, s.batch, lda, ldb, ldc,
                     s.batch > 1 ? s.stride_a : 0, s.batch > 1 ? s.stride_b : 0, s.batch > 1 ? s.stride_c : 0,
                     alignment_of(a), alignment_of(b), alignment_of(c)};
   const Plan& p = plan(key);
-  FP4_CUBLAS_CHECK(cublasLtMatmul(handle, p.desc, &alpha, b, p.first, a, p.second, &beta, c, p.out, c, p.out,
+  FP4_CUBLAS_CHECK(cublasLtMatmul(handle, p.desc, alpha, b, p.first, a, p.second, beta, c, p.out, c, p.out,
                                   &p.algo, workspace, workspace_bytes, stream));
 }
 
@@ -205,17 +252,17 @@ Gemm::~Gemm() = default;
 
 void Gemm::matmul(const GemmShape& shape, float alpha, const bf16_t* a, const bf16_t* b, float beta, float* c,
                   cudaStream_t stream) {
-  impl_->run(shape, alpha, a, b, beta, c, false, false, stream);
+  impl_->run(shape, &alpha, a, b, &beta, c, false, false, false, stream);
 }
 
 void Gemm::matmul(const GemmShape& shape, float alpha, const bf16_t* a, const bf16_t* b, float beta, bf16_t* c,
                   cudaStream_t stream) {
-  impl_->run(shape, alpha, a, b, beta, c, true, false, stream);
+  impl_->run(shape, &alpha, a, b, &beta, c, true, false, false, stream);
 }
 
 void Gemm::matmul(const GemmShape& shape, float alpha, const float* a, const float* b, float beta, float* c,
                   cudaStream_t stream) {
-  impl_->run(shape, alpha, a, b, beta, c, false, true, stream);
+  impl_->run(shape, &alpha, a, b, &beta, c, false, true, false, stream);
 }
 
 void Gemm::gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const bf16_t* a, const bf16_t* b,
@@ -226,7 +273,61 @@ void Gemm::gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, co
   s.m = m;
   s.n = n;
   s.k = k;
-  impl_->run(s, alpha, a, b, beta, c, false, false, stream);
+  impl_->run(s, &alpha, a, b, &beta, c, false, false, false, stream);
+}
+
+void Gemm::gemm_device_scalars(bool trans_a, bool trans_b, int m, int n, int k, const float* alpha, const bf16_t* a,
+                               const bf16_t* b, const float* beta, float* c, cudaStream_t stream) {
+  if (alpha == nullptr || beta == nullptr) throw std::invalid_argument("gemm: null device alpha or beta");
+  GemmShape s;
+  s.trans_a = trans_a;
+  s.trans_b = trans_b;
+  s.m = m;
+  s.n = n;
+  s.k = k;
+  impl_->run(s, alpha, a, b, beta, c, false, false, true, stream);
+}
+
+void Gemm::matmul_split_k(const GemmShape& shape, int chunks, float alpha, const float* a, const float* b, float beta,
+                          float* c, float* partials, cudaStream_t stream) {
+  const std::string where = "gemm split-K (m = " + std::to_string(shape.m) + ", n = " + std::to_string(shape.n) +
+                            ", k = " + std::to_string(shape.k) + ", chunks = " + std::to_string(chunks) + "): ";
+  if (shape.batch != 1) throw std::invalid_argument(where + "batch must be 1");
+  if (chunks < 1 || shape.k < 1 || shape.k % chunks != 0) throw std::invalid_argument(where + "chunks must divide k");
+  if (c == nullptr || partials == nullptr) throw std::invalid_argument(where + "a null output or workspace");
+  if (shape.m < 1 || shape.n < 1) throw std::invalid_argument(where + "m and n must be >= 1");
+  const int kc = shape.k / chunks;
+  const int64_t lda = shape.lda == 0 ? (shape.trans_a ? shape.m : shape.k) : shape.lda;
+  const int64_t ldb = shape.ldb == 0 ? (shape.trans_b ? shape.k : shape.n) : shape.ldb;
+  const int64_t ldc = shape.ldc == 0 ? shape.n : shape.ldc;
+  if (ldc < shape.n) throw std::invalid_argument(where + "ldc is below C's row length");
+  // Chunk p takes K indices [p·kc, (p + 1)·kc): rows of A stored [k, m] (trans_a) or columns of A
+  // stored [m, k]; columns of B stored [n, k] (trans_b) or rows of B stored [k, n].
+  GemmShape part;
+  part.trans_a = shape.trans_a;
+  part.trans_b = shape.trans_b;
+  part.m = shape.m;
+  part.n = shape.n;
+  part.k = kc;
+  part.lda = lda;
+  part.ldb = ldb;
+  part.ldc = shape.n;
+  part.batch = chunks;
+  part.stride_a = shape.trans_a ? kc * lda : kc;
+  part.stride_b = shape.trans_b ? kc : kc * ldb;
+  part.stride_c = static_cast<int64_t>(shape.m) * shape.n;
+  const float zero = 0.0f;
+  impl_->run(part, &alpha, a, b, &zero, partials, false, true, false, stream);
+  constexpr int kThreads = 256;
+  const size_t count = static_cast<size_t>(shape.m) * shape.n;
+  const int blocks = static_cast<int>(std::min<size_t>((count + kThreads - 1) / kThreads, 4096));
+  split_k_sum_kernel<<<blocks, kThreads, 0, stream>>>(partials, chunks, shape.m, shape.n, beta, c, ldc);
+  FP4_CUDA_CHECK(cudaGetLastError());
+}
+
+void Gemm::scale_product(const float* a, const float* b, float* out, cudaStream_t stream) {
+  scale_product_kernel<<<1, 1, 0, stream>>>(a, b, out);
+  FP4_CUDA_CHECK(cudaGetLastError());
 }
 
 size_t Gemm::cached_plans() const { return impl_->plans.size(); }

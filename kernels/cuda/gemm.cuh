@@ -66,8 +66,32 @@ class Gemm {
   // Dense, unbatched shorthand with kernels/cpu/gemm.h's argument order.
   void gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const bf16_t* a, const bf16_t* b,
             float beta, float* c, cudaStream_t stream);
+  // The same with alpha and beta read from device memory (one float each) when the GEMM runs
+  // (cuBLASLt's CUBLASLT_POINTER_MODE_DEVICE), so a scale a previous kernel computed needs no trip
+  // through the host. C must be valid memory (cuBLASLt decides on the device whether *beta == 0
+  // spares reading it). The plan reuses the algorithm the host-scalar call of the same shape uses
+  // (checked with cublasLtMatmulAlgoCheck; should cuBLASLt reject it, the heuristic picks another,
+  // still deterministic and without split-K). With *beta == 0 the result equals the host-scalar
+  // call's bit for bit (tests/gpu/ops_test.cpp); with *beta != 0 the epilogue's rounding differs
+  // (measured on H200 / CUDA 13: last-bit differences in about a third of the outputs).
+  void gemm_device_scalars(bool trans_a, bool trans_b, int m, int n, int k, const float* alpha, const bf16_t* a,
+                           const bf16_t* b, const float* beta, float* c, cudaStream_t stream);
+
+  // Deterministic split-K for fp32 products with a long K and a small output (few tiles: the LM
+  // head's weight gradient, V·d outputs over K = tokens): K is cut into `chunks` equal parts
+  // (chunks must divide k), one strided-batched GEMM computes every part's alpha·op(A)·op(B) into
+  // `partials` ([chunks, m, n] fp32, dense, device), then one kernel forms
+  // C = (beta == 0 ? 0 : beta·C) + partial[0] + partial[1] + … + partial[chunks − 1] per element,
+  // added in that order (no atomics): the same bits every call. shape.batch must be 1. Differs
+  // from matmul only in the order of the fp32 sums.
+  void matmul_split_k(const GemmShape& shape, int chunks, float alpha, const float* a, const float* b, float beta,
+                      float* c, float* partials, cudaStream_t stream);
 
   size_t cached_plans() const;  // distinct shape keys seen so far
+
+  // *out = (a ? *a : 1) · (b ? *b : 1): one fp32 multiply on the device (a, b, out: device floats),
+  // the product of two tensor scales as a device-side alpha for gemm_device_scalars.
+  static void scale_product(const float* a, const float* b, float* out, cudaStream_t stream);
 
  private:
   struct Impl;

@@ -701,6 +701,129 @@ TEST_CASE("cuda gemm batched with strides and leading dimensions matches per-ite
   require_same_bits("gemm batched", got, gc.download());
 }
 
+TEST_CASE("cuda gemm with device-side alpha and beta equals the host-scalar gemm bit for bit", "[gpu][ops]") {
+  // The quantized linears' products (fprop NT, dgrad NN, the wgrad shape TN) with beta = 0, alpha
+  // the product of two tensor scales formed on the device by Gemm::scale_product: bit for bit.
+  // With beta = 1 cuBLASLt's device-scalar epilogue rounds differently (so the engine keeps a host
+  // alpha for its beta = 1 wgrad): there only deterministic and within the two epilogue roundings,
+  // |diff| <= 4·eps·(|C_host| + |C0|) (each side rounds alpha·acc and the sum once at most).
+  struct Case {
+    bool ta, tb;
+    int m, n, k;
+    float beta;
+  };
+  const Case cases[] = {{false, true, 1000, 768, 768, 0.0f}, {false, false, 1000, 768, 256, 0.0f},
+                        {true, false, 256, 768, 1000, 0.0f}, {true, false, 256, 768, 1000, 1.0f},
+                        {false, true, 33, 17, 64, 1.0f}};
+  cu::Gemm gemm;
+  const float s_a = 0.0371f, s_b = 1.93f;
+  const float host_alpha = s_a * s_b;
+  DeviceBuffer<float> scalars(std::vector<float>{s_a, s_b, 0.0f, 0.0f, 1.0f});
+  cu::Gemm::scale_product(scalars.get() + 0, scalars.get() + 1, scalars.get() + 2, nullptr);
+  const std::vector<float> sc = scalars.download();
+  REQUIRE(bits(sc[2]) == bits(host_alpha));
+  cu::Gemm::scale_product(scalars.get() + 0, nullptr, scalars.get() + 2, nullptr);  // one-level b: s_b = 1
+  REQUIRE(bits(scalars.download()[2]) == bits(s_a));
+  cu::Gemm::scale_product(scalars.get() + 0, scalars.get() + 1, scalars.get() + 2, nullptr);
+  uint64_t seed = 900;
+  for (const Case& c : cases) {
+    const std::string name = std::string("gemm device scalars ") + (c.ta ? "T" : "N") + (c.tb ? "T" : "N") +
+                             " m=" + std::to_string(c.m) + " n=" + std::to_string(c.n) + " k=" + std::to_string(c.k) +
+                             (c.beta != 0 ? " beta" : "");
+    const size_t na = static_cast<size_t>(c.m) * c.k, nb = static_cast<size_t>(c.k) * c.n,
+                 nc = static_cast<size_t>(c.m) * c.n;
+    std::vector<float> a = normal(na, seed++), b = normal(nb, seed++), c0 = normal(nc, seed++);
+    std::vector<bf16_t> ab(na), bb(nb);
+    for (size_t i = 0; i < na; ++i) ab[i] = fp4::float_to_bf16(a[i]);
+    for (size_t i = 0; i < nb; ++i) bb[i] = fp4::float_to_bf16(b[i]);
+    DeviceBuffer<bf16_t> ga(ab), gb(bb);
+    DeviceBuffer<float> host_c(c0), dev_c(c0);
+    gemm.gemm(c.ta, c.tb, c.m, c.n, c.k, host_alpha, ga.get(), gb.get(), c.beta, host_c.get(), nullptr);
+    gemm.gemm_device_scalars(c.ta, c.tb, c.m, c.n, c.k, scalars.get() + 2, ga.get(), gb.get(),
+                             scalars.get() + (c.beta != 0 ? 4 : 3), dev_c.get(), nullptr);
+    const std::vector<float> host = host_c.download(), dev = dev_c.download();
+    if (c.beta == 0.0f) {
+      require_bits(name, dev, host);
+      continue;
+    }
+    std::vector<double> bound(nc);
+    for (size_t i = 0; i < nc; ++i) bound[i] = 4.0 * kEps * (std::fabs(host[i]) + std::fabs(c0[i]));
+    require_within(name + " vs host", dev, to_double(host), bound);
+    dev_c.upload(c0);
+    gemm.gemm_device_scalars(c.ta, c.tb, c.m, c.n, c.k, scalars.get() + 2, ga.get(), gb.get(), scalars.get() + 4,
+                             dev_c.get(), nullptr);
+    require_same_bits(name, dev, dev_c.download());
+  }
+}
+
+TEST_CASE("cuda gemm split-K in fp32 matches one fp32 gemm within the summation bound, deterministically",
+          "[gpu][ops]") {
+  // The LM head's weight gradient (dW [V, d] += dlogitsᵀ · hf, K = 8192 rows, 32 chunks) and an odd
+  // shape with padded leading dimensions and a non-power-of-two chunk count (chunks of 32 columns,
+  // so every chunk's operands start 16-byte aligned, as cuBLASLt's batched kernels expect).
+  // Bound: both sides sum k fp32 products (each rounded, or fused) in different orders, each within
+  // γ_{k+1}·(|alpha|·(|A||B|)_ij + |beta·C0_ij|) of the exact value; allow twice the unit roundoff
+  // per step as for the bf16 GEMM, 2·(k + 2)·eps·(…), with |A||B| itself from an fp32 GEMM (×1.001).
+  struct Case {
+    bool ta, tb;
+    int m, n, k, chunks;
+    int64_t lda, ldb, ldc;
+    float alpha, beta;
+  };
+  const Case cases[] = {{true, false, 256, 768, 8192, 32, 0, 0, 0, 1.0f, 1.0f},
+                        {false, true, 37, 45, 96, 3, 100, 104, 50, 0.5f, 0.0f},
+                        {false, false, 64, 96, 512, 8, 0, 0, 0, 1.0f, 1.0f}};
+  cu::Gemm gemm;
+  uint64_t seed = 950;
+  for (const Case& c : cases) {
+    const std::string name = std::string("gemm split-K ") + (c.ta ? "T" : "N") + (c.tb ? "T" : "N") +
+                             " m=" + std::to_string(c.m) + " n=" + std::to_string(c.n) + " k=" + std::to_string(c.k) +
+                             " chunks=" + std::to_string(c.chunks);
+    const int64_t a_rows = c.ta ? c.k : c.m, a_cols = c.ta ? c.m : c.k;
+    const int64_t b_rows = c.tb ? c.n : c.k, b_cols = c.tb ? c.k : c.n;
+    const int64_t lda = c.lda ? c.lda : a_cols, ldb = c.ldb ? c.ldb : b_cols, ldc = c.ldc ? c.ldc : c.n;
+    std::vector<float> a = normal(static_cast<size_t>(a_rows * lda), seed++, 0.01f);
+    std::vector<float> b = normal(static_cast<size_t>(b_rows * ldb), seed++);
+    std::vector<float> c0 = normal(static_cast<size_t>(c.m * ldc), seed++);
+    std::vector<float> abs_a(a.size()), abs_b(b.size());
+    for (size_t i = 0; i < a.size(); ++i) abs_a[i] = std::fabs(a[i]);
+    for (size_t i = 0; i < b.size(); ++i) abs_b[i] = std::fabs(b[i]);
+    DeviceBuffer<float> ga(a), gb(b), gabs_a(abs_a), gabs_b(abs_b);
+    DeviceBuffer<float> plain(c0), split1(c0), split2(c0), mag(static_cast<size_t>(c.m * ldc));
+    DeviceBuffer<float> partials(static_cast<size_t>(c.chunks) * c.m * c.n);
+    cu::GemmShape shape;
+    shape.trans_a = c.ta;
+    shape.trans_b = c.tb;
+    shape.m = c.m;
+    shape.n = c.n;
+    shape.k = c.k;
+    shape.lda = lda;
+    shape.ldb = ldb;
+    shape.ldc = ldc;
+    gemm.matmul(shape, c.alpha, ga.get(), gb.get(), c.beta, plain.get(), nullptr);
+    gemm.matmul(shape, 1.0f, gabs_a.get(), gabs_b.get(), 0.0f, mag.get(), nullptr);
+    gemm.matmul_split_k(shape, c.chunks, c.alpha, ga.get(), gb.get(), c.beta, split1.get(), partials.get(), nullptr);
+    gemm.matmul_split_k(shape, c.chunks, c.alpha, ga.get(), gb.get(), c.beta, split2.get(), partials.get(), nullptr);
+    const std::vector<float> p = plain.download(), s1 = split1.download(), s2 = split2.download(), mg = mag.download();
+    std::vector<float> got;
+    std::vector<double> ref, bound;
+    for (int i = 0; i < c.m; ++i) {
+      for (int64_t j = 0; j < ldc; ++j) {
+        const size_t e = static_cast<size_t>(i * ldc + j);
+        if (j >= c.n) {  // padding between rows: untouched
+          CHECK(bits(s1[e]) == bits(c0[e]));
+          continue;
+        }
+        got.push_back(s1[e]);
+        ref.push_back(p[e]);
+        bound.push_back(2.0 * (c.k + 2) * kEps * (1.001 * std::fabs(c.alpha) * mg[e] + std::fabs(c.beta * c0[e])));
+      }
+    }
+    require_within(name + " vs one gemm", got, ref, bound);
+    require_same_bits(name, s1, s2);
+  }
+}
+
 // Milliseconds per call of fn (one warm-up, then the mean of five), on the default stream.
 template <class Fn>
 double time_ms(Fn&& fn) {
