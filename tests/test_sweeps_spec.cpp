@@ -565,3 +565,26 @@ TEST_CASE("sweep spec: load_sweep_spec reads the file and resolves paths against
     CHECK(std::string(e.what()).find("missing.toml") != std::string::npos);
   }
 }
+
+TEST_CASE("sweep spec: the studies shipped in the repository parse", "[sweeps][sweeps_spec]") {
+  const std::filesystem::path src = FP4LAB_SOURCE_DIR;
+  CHECK(fp4::sweeps::load_sweep_spec(src / "scripts/demo-study.toml").points.size() == 6);
+  const auto study = src / "results/first-study/study.toml";
+  const auto noise = src / "results/first-study/noise-floor.toml";
+#ifdef FP4LAB_HAVE_CUDA
+  const auto s = fp4::sweeps::load_sweep_spec(study);
+  CHECK(s.points.size() == 60);
+  const auto n = fp4::sweeps::load_sweep_spec(noise);
+  CHECK(n.points.size() == 12);
+  // The noise floor's seed-0 runs are the study's own: one run each, in one store.
+  CHECK(n.store == s.store);
+  int shared = 0;
+  for (const auto& p : n.points)
+    for (const auto& q : s.points) shared += p.id == q.id;
+  CHECK(shared == 4);
+#else
+  // A build without CUDA refuses device "cuda" with its one-line reason.
+  CHECK_THROWS_WITH(fp4::sweeps::load_sweep_spec(study), Catch::Contains("without CUDA"));
+  CHECK_THROWS_WITH(fp4::sweeps::load_sweep_spec(noise), Catch::Contains("without CUDA"));
+#endif
+}
