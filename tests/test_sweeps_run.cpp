@@ -375,3 +375,48 @@ TEST_CASE("a trainer whose heartbeat falls silent is killed and its run resumed 
   CHECK(store->runs().at(0).state == RunState::orphaned);
   CHECK(store->runs().at(0).attempts == 3);  // the first try and two resumes
 }
+
+#ifdef FP4LAB_HAVE_CUDA
+// Runs on device "cuda" go to GPU slots: --gpus names the GPUs, runs_per_gpu runs share one, and
+// each child sees only its GPU through CUDA_VISIBLE_DEVICES. A stand-in trainer records what it was
+// given, so this runs on any machine (a build with CUDA is needed only to accept device "cuda").
+TEST_CASE("runs on device cuda are spread over the GPU slots", "[sweeps][sweeps_run]") {
+  ScratchDir dir;
+  fp4::test::TinyGrid g;
+  g.grid = "seed = [0, 1, 2, 3, 4, 5]\ntokens = [1280]\n";
+  g.executor = "runs_per_gpu = 2\n";
+  fs::path toml = fp4::test::write_tiny_grid(dir.path(), "gpus", g);
+  std::string text = fp4::test::slurp(toml);
+  text.replace(text.find("[data]"), 0, "device = \"cuda\"\n");  // into [sweep]
+  fp4::test::spit(toml, text);
+  const fs::path fake = dir / "fake-trainer.sh";
+  // argv: train --config DIR/run.json --dir DIR --resume --quiet
+  fp4::test::spit(fake,
+                  "#!/bin/sh\n"
+                  "printf '%s %s\\n' \"$CUDA_VISIBLE_DEVICES\" \"$(date +%s.%N)\" > \"$5/gpu.txt\"\n"
+                  "sleep 0.4\n"
+                  "printf '{\"state\": \"succeeded\", \"step\": 10}' > \"$5/status.json\"\n");
+  fs::permissions(fake, fs::perms::owner_all);
+  const std::string cmd = "CUDA_VISIBLE_DEVICES=7 FP4LAB_TRAINER='" + fake.string() + "' '" + FP4LAB_BINARY +
+                          "' sweep run --plain --gpus 2,5 '" + toml.string() + "' >'" + (dir / "gpus.log").string() +
+                          "' 2>&1";
+  const int status = std::system(cmd.c_str());
+  INFO(fp4::test::slurp(dir / "gpus.log"));
+  CHECK(WEXITSTATUS(status) == 0);
+  auto store = Store::open(dir / "gpus.db", Store::Mode::read_only);
+  std::map<std::string, int> per_gpu;
+  for (const auto& run : store->runs()) {
+    CHECK(run.state == RunState::succeeded);
+    const std::string seen = fp4::test::slurp(fs::path(run.dir) / "gpu.txt");
+    per_gpu[seen.substr(0, seen.find(' '))] += 1;
+    const auto attempts = store->attempts(run.id);
+    REQUIRE(attempts.size() == 1);
+    CHECK((attempts[0].provenance.devices == "cuda:2" || attempts[0].provenance.devices == "cuda:5"));
+  }
+  // --gpus wins over CUDA_VISIBLE_DEVICES (7 is never seen); 6 runs over 2 GPUs × 2 slots each.
+  CHECK(per_gpu.size() == 2);
+  CHECK(per_gpu["2"] >= 1);
+  CHECK(per_gpu["5"] >= 1);
+  CHECK(per_gpu["2"] + per_gpu["5"] == 6);
+}
+#endif
