@@ -1,7 +1,6 @@
 // sweep_commands.cpp — `fp4lab sweep plan|run|status|slurm|ingest` (docs/sweeps.md).
 #include <unistd.h>
 
-#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
@@ -10,6 +9,7 @@
 #include <vector>
 
 #include "cli/commands.h"
+#include "engine/run/io.h"
 #include "sweeps/ingest.h"
 #include "sweeps/local_executor.h"
 #include "sweeps/slurm.h"
@@ -20,10 +20,6 @@
 namespace fp4::cli {
 
 namespace {
-
-double unix_now() {
-  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-}
 
 // The store read-only when it exists (plan and status never write), null when it does not yet.
 std::unique_ptr<sweeps::Store> open_existing_store(const sweeps::SweepSpec& spec) {
@@ -81,7 +77,7 @@ void register_sweep_commands(CLI::App& app) {
   plan->callback([o] {
     const sweeps::SweepSpec spec = sweeps::load_sweep_spec(o->spec);
     const auto store = open_existing_store(spec);
-    sweeps::print_plan(spec, sweeps::plan_sweep(spec, store.get(), unix_now(), o->retry_failed), std::cout);
+    sweeps::print_plan(spec, sweeps::plan_sweep(spec, store.get(), run::unix_time_s(), o->retry_failed), std::cout);
   });
   plan->add_flag("--retry-failed", o->retry_failed, "Plan as `sweep run --retry-failed` would");
 
@@ -112,7 +108,7 @@ void register_sweep_commands(CLI::App& app) {
   status->callback([o] {
     const sweeps::SweepSpec spec = sweeps::load_sweep_spec(o->spec);
     const auto store = open_existing_store(spec);
-    sweeps::print_status(spec, sweeps::plan_sweep(spec, store.get(), unix_now(), false), store.get(), std::cout);
+    sweeps::print_status(spec, sweeps::plan_sweep(spec, store.get(), run::unix_time_s(), false), store.get(), std::cout);
   });
 
   CLI::App* slurm = sweep->add_subcommand("slurm", "Write a Slurm array job (one task per run still to run)");

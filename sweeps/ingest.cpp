@@ -1,11 +1,11 @@
 // ingest.cpp — see ingest.h.
 #include "sweeps/ingest.h"
 
-#include <chrono>
 
 #include <fmt/format.h>
 
 #include "engine/run/config.h"
+#include "engine/run/io.h"
 #include "sweeps/lease_owner.h"
 #include "sweeps/run_dir_reader.h"
 #include "sweeps/sweep_plan.h"
@@ -15,10 +15,6 @@ namespace fp4::sweeps {
 namespace fs = std::filesystem;
 
 namespace {
-
-double unix_now() {
-  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-}
 
 std::string run_id_of_dir(const fs::path& dir) {
   for (const fs::path& p : {dir / "config.json", requested_config_path(dir)}) {
@@ -44,7 +40,7 @@ IngestSummary ingest_run_dirs(Store& store, const SweepSpec* spec, std::vector<f
       throw std::invalid_argument(fmt::format("{}: run {} is not in {}: ingest it with --spec <the grid TOML that "
                                               "declares it>",
                                               dir.string(), id.substr(0, 12), store.path().string()));
-    const double now = unix_now();
+    const double now = run::unix_time_s();
     if (classify_record(*rec, now) == PlanAction::running && rec->lease_owner != current_lease_owner()) {
       out << fmt::format("skip {}: {} is running it and ingests it\n", rec->name, rec->lease_owner);
       ++sum.skipped;

@@ -7,11 +7,9 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <deque>
-#include <fstream>
 #include <map>
 #include <optional>
 #include <sstream>
@@ -19,7 +17,7 @@
 
 #include <fmt/format.h>
 
-#include "engine/data/atomic_file.h"
+#include "engine/run/io.h"
 #include "engine/run/run_dir.h"
 #include "sweeps/lease_owner.h"
 #include "sweeps/process.h"
@@ -33,10 +31,6 @@ namespace fp4::sweeps {
 namespace fs = std::filesystem;
 
 namespace {
-
-double unix_now() {
-  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-}
 
 // ---- Signals: the handler only counts; the loop acts. -------------------------------------------
 volatile sig_atomic_t g_signal_count = 0;
@@ -178,7 +172,7 @@ void LocalExecutor::say(const std::string& line) {
 }
 
 void LocalExecutor::progress(bool force) {
-  const double now = unix_now();
+  const double now = run::unix_time_s();
   double rate = 0;
   for (const auto& [pid, c] : children_) rate += c.tokens_per_s;
   int64_t left = 0;
@@ -227,7 +221,7 @@ void LocalExecutor::check_heartbeat(Child& c, double now) {
 
 bool LocalExecutor::launch(QueueItem& item, size_t slot) {
   const GridPoint& p = *item.point;
-  const double now = unix_now();
+  const double now = run::unix_time_s();
   std::optional<RunRecord> rec = store_->run(p.id);
   if (!rec) throw std::logic_error("run " + p.id + " vanished from the store");
   if (rec->state == RunState::succeeded || rec->state == RunState::diverged) return false;  // done by another
@@ -278,14 +272,8 @@ bool LocalExecutor::launch(QueueItem& item, size_t slot) {
     return false;
   }
   // The config the run is asked to train, beside what it writes (identical to its config.json).
+  write_requested_config(dir, p.config);
   const fs::path request = requested_config_path(dir);
-  const std::string text = p.config.dump(2) + "\n";
-  {
-    std::ifstream f(request, std::ios::binary);
-    std::ostringstream have;
-    have << f.rdbuf();
-    if (!f || have.str() != text) data::write_file_atomic(request, {text});
-  }
   Child c;
   c.point = &p;
   c.dir = dir;
@@ -347,7 +335,7 @@ void LocalExecutor::finish(Child& c, const ExitStatus& st) {
     if (end.error.empty()) end.error = st.describe();
     verdict = fmt::format("failed ({}): {}", st.describe(), end.error);
   }
-  const double now = unix_now();
+  const double now = run::unix_time_s();
   store_->end_attempt(c.attempt, end, now);
   store_->set_state(p.id, end.state, end.error);
   store_->release_lease(p.id, owner_);
@@ -364,7 +352,7 @@ void LocalExecutor::finish(Child& c, const ExitStatus& st) {
 int LocalExecutor::run() {
   store_ = Store::open(spec_.store, Store::Mode::read_write);
   store_->record_grid(spec_);
-  const double start = unix_now();
+  const double start = run::unix_time_s();
   const std::vector<PlanEntry> plan = plan_sweep(spec_, store_.get(), start, o_.retry_failed);
 
   // The queue: largest runs first (by training FLOPs) unless the spec asks for declared order.
@@ -408,7 +396,7 @@ int LocalExecutor::run() {
   say(fmt::format("sweep {}: {} runs, {} to run, {} finished, {} running elsewhere; store {}", spec_.name, total_,
                   queue_.size(), finished_, elsewhere_, spec_.store.string()));
   const StopSignalScope signals;
-  double last_renew = unix_now();
+  double last_renew = run::unix_time_s();
   last_progress_ = last_renew;  // the first plain progress line after progress_every_s
   int stop_signal = 0;
   for (;;) {
@@ -434,7 +422,7 @@ int LocalExecutor::run() {
       it = children_.erase(it);
       finish(c, *st);
     }
-    const double now = unix_now();
+    const double now = run::unix_time_s();
     // Launch into free slots.
     if (!stopping_) {
       for (size_t s = 0; s < slots_.size(); ++s) {
@@ -452,7 +440,6 @@ int LocalExecutor::run() {
     // Keep-alive and progress.
     if (now - last_renew > o_.lease_ttl_s / 4) {
       store_->renew_leases(owner_, now, o_.lease_ttl_s);
-      for (auto& [pid, c] : children_) ingest(c);
       last_renew = now;
     }
     if (now - last_ingest_ > 1.0) {
@@ -470,7 +457,7 @@ int LocalExecutor::run() {
     out_ << "\n";
     progress_line_open_ = false;
   }
-  const std::vector<PlanEntry> after = plan_sweep(spec_, store_.get(), unix_now(), false);
+  const std::vector<PlanEntry> after = plan_sweep(spec_, store_.get(), run::unix_time_s(), false);
   std::map<std::string, int> counts;
   for (const PlanEntry& e : after) ++counts[plan_action_name(e.action)];
   std::string summary;

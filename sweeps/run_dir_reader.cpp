@@ -7,6 +7,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "engine/data/atomic_file.h"
 #include "sweeps/provenance.h"
 
 namespace fp4::sweeps {
@@ -25,6 +26,14 @@ std::string read_from(const fs::path& path, int64_t offset) {
 }
 
 }  // namespace
+
+void write_requested_config(const fs::path& dir, const nlohmann::json& config) {
+  const fs::path path = requested_config_path(dir);
+  const std::string text = config.dump(2) + "\n";
+  std::error_code ec;
+  if (fs::exists(path, ec) && read_from(path, 0) == text) return;
+  data::write_file_atomic(path, {text});
+}
 
 IngestResult ingest_metrics_file(Store& store, const std::string& run_id, const fs::path& dir, int64_t offset) {
   IngestResult r;

@@ -9,6 +9,8 @@
 #include <filesystem>
 #include <string>
 
+#include <nlohmann/json.hpp>
+
 #include "sweeps/store.h"
 
 namespace fp4::sweeps {
@@ -16,6 +18,11 @@ namespace fp4::sweeps {
 // The files the orchestrator adds to a run directory.
 inline std::filesystem::path requested_config_path(const std::filesystem::path& dir) { return dir / "run.json"; }
 inline std::filesystem::path output_log_path(const std::filesystem::path& dir) { return dir / "output.log"; }
+
+// Writes DIR/run.json, the resolved config the run is asked to train (pretty-printed, as the
+// trainer writes its config.json), atomically and only when its bytes differ from what is there:
+// the one writer of that file, for the local executor and the Slurm job alike.
+void write_requested_config(const std::filesystem::path& dir, const nlohmann::json& config);
 
 struct IngestResult {
   int64_t offset = 0;           // metrics.jsonl bytes ingested so far (complete lines)

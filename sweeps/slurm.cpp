@@ -1,12 +1,12 @@
 // slurm.cpp — see slurm.h.
 #include "sweeps/slurm.h"
 
-#include <chrono>
 #include <ctime>
 
 #include <fmt/format.h>
 
 #include "engine/data/atomic_file.h"
+#include "engine/run/io.h"
 #include "sweeps/process.h"
 #include "sweeps/run_dir_reader.h"
 #include "sweeps/store.h"
@@ -33,8 +33,7 @@ int write_slurm_job(const SweepSpec& spec, const SlurmOptions& o, std::ostream& 
   const fs::path trainer = o.trainer.empty() ? self_executable() : o.trainer;
   auto store = Store::open(spec.store, Store::Mode::read_write);
   store->record_grid(spec);
-  const double now =
-      std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  const double now = run::unix_time_s();
   const std::vector<PlanEntry> plan = plan_sweep(spec, store.get(), now, o.retry_failed);
   std::vector<std::string> dirs;
   bool gpu = false;
@@ -43,8 +42,7 @@ int write_slurm_job(const SweepSpec& spec, const SlurmOptions& o, std::ostream& 
     const std::optional<RunRecord> rec = store->run(e.point->id);
     const fs::path dir = rec->dir;
     fs::create_directories(dir);
-    const std::string text = e.point->config.dump(2) + "\n";
-    data::write_file_atomic(requested_config_path(dir), {text});
+    write_requested_config(dir, e.point->config);
     dirs.push_back(dir.string());
     gpu |= e.point->config.value("device", "cpu") == "cuda";
   }

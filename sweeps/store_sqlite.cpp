@@ -152,8 +152,4 @@ void WriteTransaction::commit() {
   open_ = false;
 }
 
-double unix_now() {
-  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-}
-
 }  // namespace fp4::sweeps::detail

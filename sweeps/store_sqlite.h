@@ -92,7 +92,4 @@ class WriteTransaction {
   bool open_ = true;
 };
 
-// Wall-clock Unix seconds, for the created/updated columns.
-double unix_now();
-
 }  // namespace fp4::sweeps::detail
