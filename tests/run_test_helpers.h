@@ -4,7 +4,35 @@
 
 #include <omp.h>
 
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
 namespace fp4::test {
+
+// Every row of DIR/metrics.jsonl, in file order.
+inline std::vector<nlohmann::json> read_rows(const std::filesystem::path& dir) {
+  std::vector<nlohmann::json> rows;
+  std::ifstream in(dir / "metrics.jsonl");
+  for (std::string line; std::getline(in, line);) rows.push_back(nlohmann::json::parse(line));
+  return rows;
+}
+
+// The same rows in file order without the wall-clock fields and the per-process "run" rows: what
+// two runs of one config (or a run and its resumed twin) must have bit for bit.
+inline std::vector<nlohmann::json> plain_rows(const std::vector<nlohmann::json>& rows) {
+  std::vector<nlohmann::json> out;
+  for (nlohmann::json r : rows) {
+    if (r["kind"] == "run") continue;
+    r.erase("tokens_per_s");
+    r.erase("elapsed_s");
+    out.push_back(r);
+  }
+  return out;
+}
 
 // Sets the OpenMP thread count for a scope. The trainer's results do not depend on it (a test
 // checks that); on a loaded machine one thread avoids OpenMP's barrier spinning, which turns a

@@ -8,7 +8,6 @@
 #include <cstring>
 #include <cmath>
 #include <map>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -61,13 +60,6 @@ TrainResult run_train(const std::filesystem::path& config, const std::filesystem
   return train(o);
 }
 
-std::vector<json> read_rows(const std::filesystem::path& dir) {
-  std::vector<json> rows;
-  std::istringstream in(slurp(dir / "metrics.jsonl"));
-  for (std::string line; std::getline(in, line);) rows.push_back(json::parse(line));
-  return rows;
-}
-
 // The rows a consumer keeps: the last per (kind, step, layer, linear, slot, gemm), without the
 // wall-clock fields and without the per-process "run" rows.
 std::map<std::string, json> last_rows(const std::vector<json>& rows) {
@@ -80,18 +72,6 @@ std::map<std::string, json> last_rows(const std::vector<json>& rows) {
     for (const char* k : {"step", "layer", "linear", "slot", "gemm"})
       if (r.contains(k)) key.append("/").append(r[k].dump());
     out[key] = r;
-  }
-  return out;
-}
-
-// The same rows in file order (timing and run rows dropped), for the strictest comparison.
-std::vector<json> plain_rows(const std::vector<json>& rows) {
-  std::vector<json> out;
-  for (json r : rows) {
-    if (r["kind"] == "run") continue;
-    r.erase("tokens_per_s");
-    r.erase("elapsed_s");
-    out.push_back(r);
   }
   return out;
 }

@@ -17,7 +17,6 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <map>
 #include <sstream>
 #include <string>
@@ -32,8 +31,11 @@
 #include "engine/run/checkpoint.h"
 #include "engine/run/trainer.h"
 #include "kernels/cpu/gemm.h"
+#include "tests/run_test_helpers.h"
 
 using fp4::bf16_t;
+using fp4::test::plain_rows;
+using fp4::test::read_rows;
 using nlohmann::json;
 
 namespace {
@@ -87,25 +89,6 @@ fp4::run::TrainResult train_run(const std::filesystem::path& config, const std::
   o.echo = false;
   o.device = device;
   return fp4::run::train(o);
-}
-
-std::vector<json> read_rows(const std::filesystem::path& dir) {
-  std::vector<json> rows;
-  std::ifstream in(dir / "metrics.jsonl");
-  for (std::string line; std::getline(in, line);) rows.push_back(json::parse(line));
-  return rows;
-}
-
-// Rows in file order without the wall-clock fields and the per-process "run" rows.
-std::vector<json> plain_rows(const std::vector<json>& rows) {
-  std::vector<json> out;
-  for (json r : rows) {
-    if (r["kind"] == "run") continue;
-    r.erase("tokens_per_s");
-    r.erase("elapsed_s");
-    out.push_back(r);
-  }
-  return out;
 }
 
 std::vector<json> rows_of(const std::vector<json>& rows, const std::string& kind) {
