@@ -201,15 +201,9 @@ void CudaModel::quantized_gemm(bool trans_a, bool trans_b, int m, int n, int k, 
   gemm_->gemm_device_scalars(trans_a, trans_b, m, n, k, alpha, a, b, scalars_.get() + 0, c, stream_);
 }
 
-void CudaModel::linear_forward(const model::StepContext& ctx, int block, int pos, const float* x, float* y,
-                               const bf16_t* xb) {
+void CudaModel::linear_forward(const model::StepContext& ctx, int block, int pos, const bf16_t* xb, float* y) {
   const model::ParamView& w = weight_view(block, pos);
   const int n = static_cast<int>(w.shape[0]), k = static_cast<int>(w.shape[1]), t = rows_;
-  if (xb == nullptr) {  // run() always passes the producer's copy: a fallback for other callers
-    xb_.reserve(static_cast<size_t>(t) * k);
-    cuda::float_to_bf16(x, xb_.get(), static_cast<size_t>(t) * k, stream_);
-    xb = xb_.get();
-  }
   const bf16_t* wb = w_bf16_.get() + w.offset;
   const engine::LinearSite s = site(ctx, block, pos);
   if (!engine::site_is_quantized(s)) {
@@ -226,20 +220,11 @@ void CudaModel::linear_forward(const model::StepContext& ctx, int block, int pos
   quantized_gemm(false, true, t, n, k, alpha, q_a_.get(), q_b_.get(), y);
 }
 
-void CudaModel::linear_backward(const model::StepContext& ctx, int block, int pos, const float* x, const float* dy,
-                                float* dx, const bf16_t* xb, const bf16_t* dyb) {
+void CudaModel::linear_backward(const model::StepContext& ctx, int block, int pos, const bf16_t* xb,
+                                const bf16_t* dyb, float* dx) {
   const model::ParamView& w = weight_view(block, pos);
   const int n = static_cast<int>(w.shape[0]), k = static_cast<int>(w.shape[1]), t = rows_;
   float* dw = grads_.get() + w.offset;
-  if (xb == nullptr) {  // run() always passes the producer's copy: a fallback for other callers
-    xb_.reserve(static_cast<size_t>(t) * k);
-    cuda::float_to_bf16(x, xb_.get(), static_cast<size_t>(t) * k, stream_);
-    xb = xb_.get();
-  }
-  if (dyb == nullptr) {
-    cuda::float_to_bf16(dy, dyb_.get(), static_cast<size_t>(t) * n, stream_);
-    dyb = dyb_.get();
-  }
   const bf16_t* wb = w_bf16_.get() + w.offset;
   const engine::LinearSite s = site(ctx, block, pos);
   if (!engine::site_is_quantized(s)) {
@@ -392,7 +377,7 @@ double CudaModel::run(const model::StepContext& ctx, bool backward, float grad_s
     cuda::rmsnorm_forward(x, param(block_view(l, 0)), R, d, eps, A.h1.get(), A.rstd1.get(), st,
                           store_out(A.h1b.get()));
     // store(A.h1): rounded by rmsnorm_forward, which also writes the qkv linear's bf16 X into A.h1b
-    linear_forward(ctx, l, 0, A.h1.get(), A.qkv.get(), A.h1b.get());
+    linear_forward(ctx, l, 0, A.h1b.get(), A.qkv.get());
     // store(A.qkv); rope_forward(q); rope_forward(k); store(A.qkv): one pass, which also writes
     // the fused attention's bf16 input (exact: the stored values) into A.qkvb
     cuda::rope_forward_qkv(A.qkv.get(), B, S, H, hd, *rope_, st, store_out(flash ? A.qkvb.get() : nullptr));
@@ -405,13 +390,13 @@ double CudaModel::run(const model::StepContext& ctx, bool backward, float grad_s
       store(A.att.get(), rd);
       cuda::float_to_bf16(A.att.get(), A.attb.get(), rd, st);  // the attn_out linear's X
     }
-    linear_forward(ctx, l, 1, A.att.get(), tmp_.get(), A.attb.get());
+    linear_forward(ctx, l, 1, A.attb.get(), tmp_.get());
     cuda::residual_add(x, tmp_.get(), A.x_mid.get(), rd, st, store_out(), bf16);
     // store(tmp_): rounded by residual_add as it reads tmp_; store(A.x_mid): rounded by residual_add
     cuda::rmsnorm_forward(A.x_mid.get(), param(block_view(l, 3)), R, d, eps, A.h2.get(), A.rstd2.get(), st,
                           store_out(A.h2b.get()));
     // store(A.h2): rounded by rmsnorm_forward, which also writes the mlp_in linear's X into A.h2b
-    linear_forward(ctx, l, 2, A.h2.get(), A.u.get(), A.h2b.get());
+    linear_forward(ctx, l, 2, A.h2b.get(), A.u.get());
     if (bf16) {
       cuda::swiglu_forward_round_u(A.u.get(), R, f, A.a.get(), st, store_out(A.ab.get()));
     } else {
@@ -419,7 +404,7 @@ double CudaModel::run(const model::StepContext& ctx, bool backward, float grad_s
     }
     // store(A.u): rounded in place by swiglu_forward_round_u as it reads it; store(A.a): rounded by
     // swiglu_forward, which also writes the mlp_out linear's X into A.ab
-    linear_forward(ctx, l, 3, A.a.get(), tmp_.get(), A.ab.get());
+    linear_forward(ctx, l, 3, A.ab.get(), tmp_.get());
     cuda::residual_add(A.x_mid.get(), tmp_.get(), resid_[l + 1]->get(), rd, st, store_out(), bf16);
     // store(tmp_): rounded by residual_add as it reads tmp_; store(resid_[l + 1]): rounded by residual_add
   }
@@ -463,18 +448,18 @@ double CudaModel::run(const model::StepContext& ctx, bool backward, float grad_s
     for (int l = L - 1; l >= 0; --l) {
       LayerActs& A = *acts_[l];
       // dres_ holds ∂loss/∂(block output). MLP branch.
-      linear_backward(ctx, l, 3, A.a.get(), dres_.get(), da_.get(), A.ab.get(), dyb_.get());
+      linear_backward(ctx, l, 3, A.ab.get(), dyb_.get(), da_.get());
       cuda::swiglu_backward(A.u.get(), da_.get(), R, f, du_.get(), st, store_out(dyb_.get()), bf16);
       // store(da_): rounded by swiglu_backward as it reads da_; store(du_): rounded by
       // swiglu_backward, which also writes the mlp_in linear's dY into dyb_
-      linear_backward(ctx, l, 2, A.h2.get(), du_.get(), dh_.get(), A.h2b.get(), dyb_.get());
+      linear_backward(ctx, l, 2, A.h2b.get(), dyb_.get(), dh_.get());
       cuda::rmsnorm_backward(A.x_mid.get(), param(block_view(l, 3)), A.rstd2.get(), dh_.get(), R, d, dtmp_.get(),
                              grad(block_view(l, 3)), ws_ops_, st, cuda::StoreOut{}, bf16);
       // store(dh_): rounded by rmsnorm_backward as it reads dh_
       cuda::residual_add(dres_.get(), dtmp_.get(), dres_.get(), rd, st, store_out(dyb_.get()));
       // store(dres_): rounded by residual_add, which also writes the attn_out linear's dY into dyb_
       // dres_ holds ∂loss/∂x_mid. Attention branch.
-      linear_backward(ctx, l, 1, A.att.get(), dres_.get(), datt_.get(), A.attb.get(), dyb_.get());
+      linear_backward(ctx, l, 1, A.attb.get(), dyb_.get(), datt_.get());
       if (flash) {
         cuda::round_to_bf16(datt_.get(), rd, dattb_.get(), st);
         // store(datt_): rounded in place, with the fused kernel's bf16 dout written into dattb_
@@ -488,7 +473,7 @@ double CudaModel::run(const model::StepContext& ctx, bool backward, float grad_s
       // store(dqkv_); rope_backward(dq); rope_backward(dk); store(dqkv_): one pass, which also
       // writes the qkv linear's dY into dyb_
       cuda::rope_backward_qkv(dqkv_.get(), B, S, H, hd, *rope_, st, store_out(dyb_.get()));
-      linear_backward(ctx, l, 0, A.h1.get(), dqkv_.get(), dh_.get(), A.h1b.get(), dyb_.get());
+      linear_backward(ctx, l, 0, A.h1b.get(), dyb_.get(), dh_.get());
       cuda::rmsnorm_backward(resid_[l]->get(), param(block_view(l, 0)), A.rstd1.get(), dh_.get(), R, d, dtmp_.get(),
                              grad(block_view(l, 0)), ws_ops_, st, cuda::StoreOut{}, bf16);
       // store(dh_): rounded by rmsnorm_backward as it reads dh_

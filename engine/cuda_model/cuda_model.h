@@ -128,11 +128,11 @@ class CudaModel {
   cuda::StoreOut store_out(bf16_t* copy = nullptr) const;
   engine::LinearSite site(const model::StepContext& ctx, int block, int pos) const;
   const model::ParamView& weight_view(int block, int pos) const;
-  // xb / dyb: the bf16 copy of x / dy, already written by its producer (nullptr: converted here).
-  void linear_forward(const model::StepContext& ctx, int block, int pos, const float* x, float* y,
-                      const bf16_t* xb = nullptr);
-  void linear_backward(const model::StepContext& ctx, int block, int pos, const float* x, const float* dy,
-                       float* dx, const bf16_t* xb = nullptr, const bf16_t* dyb = nullptr);
+  // xb / dyb: the bf16 copy of the linear's X / dY, written by its producer in the same pass that
+  // stored the fp32 value (run() keeps them per layer), so the linears convert nothing.
+  void linear_forward(const model::StepContext& ctx, int block, int pos, const bf16_t* xb, float* y);
+  void linear_backward(const model::StepContext& ctx, int block, int pos, const bf16_t* xb, const bf16_t* dyb,
+                       float* dx);
   // The GEMM's alpha for two slots: nullptr when neither has a two-level scale (alpha = 1, as on
   // the CPU), else `slot` (a device float) after a one-thread kernel has written the product of the
   // two tensor scales into it (a one-level slot's scale counting as 1).
@@ -169,7 +169,7 @@ class CudaModel {
   std::vector<std::unique_ptr<LayerActs>> acts_;
   DeviceArray<float> hf_, rstdf_, logits_, loss_rows_, head_w_;
   DeviceArray<float> tmp_, dres_, dtmp_, da_, du_, dh_, datt_, dqkv_;
-  DeviceArray<bf16_t> xb_, dyb_, hfb_;  // bf16 operands (xb_: only for a linear called without its X copy)
+  DeviceArray<bf16_t> dyb_, hfb_;  // bf16 operands: the current linear's dY, the final norm's output
   // Attention: the fused bf16 tensor-core kernel (kernels/cuda/flash_attention.cuh) when the shape
   // allows it (head_dim 64, seq_len a multiple of 64) and activations are stored in bf16 (so its
   // bf16 inputs are exactly the stored values); the fp32 reference kernel otherwise.
