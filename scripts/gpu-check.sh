@@ -103,9 +103,9 @@ fi
 
 if [ $profile -eq 1 ] && command -v ncu >/dev/null 2>&1; then
   echo "== ncu: fused kernel, e2m1 RN, row copy then both copies"
-  timeout 300 ncu --clock-control none -k regex:fused_quantize -c 2 \
+  timeout 300 ncu --clock-control none -k regex:"fused_quantize|fused_strip|row_rn" -c 2 \
     --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats \
-    --section SchedulerStats --section MemoryWorkloadAnalysis \
+    --section SchedulerStats --section MemoryWorkloadAnalysis --section ComputeWorkloadAnalysis --section InstructionStats \
     "$bench_bin" --profile >"$logdir/ncu.txt" 2>&1
   echo "ncu: exit $?"
   grep -E "Duration|Throughput|Achieved Occupancy|Registers|Issued Warp|No Eligible|Stall|Warp Cycles|One or More|Bank" "$logdir/ncu.txt" | head -n 80
