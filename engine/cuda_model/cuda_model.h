@@ -11,9 +11,9 @@
 //     is bit-identical to the CPU reference and uses the very QuantSpecs engine/quantized_linear
 //     builds (site_slot_spec: seeds, Philox streams, steps, RHT signs), and the GEMM multiplies the
 //     dequantized copies with alpha = the product of the two tensor scales (e4m3x2), as the CPU does,
-//     formed on the device and passed to cuBLASLt as a device pointer (no host round trip) for the
-//     beta = 0 products (fprop, dgrad); the weight gradient's beta = 1 product keeps a host alpha
-//     (cuBLASLt's device-scalar epilogue rounds differently there);
+//     formed on the device and passed to cuBLASLt as a device pointer (no host round trip; for the
+//     weight gradient's beta = 1 product cuBLASLt's device-scalar epilogue rounds alpha·acc + C in
+//     its own way, deterministic, see linear_backward);
 //   - the LM head: forward as a bf16 GEMM (its operands are bf16-valued on the CPU too), backward
 //     as fp32 GEMMs (the logits' gradient stays fp32, as on the CPU); the weight gradient, a long-K
 //     product with few output tiles, runs as a deterministic split-K (Gemm::matmul_split_k);
@@ -137,9 +137,6 @@ class CudaModel {
   // the CPU), else `slot` (a device float) after a one-thread kernel has written the product of the
   // two tensor scales into it (a one-level slot's scale counting as 1).
   const float* alpha_of(const QuantSpec& a, const float* ts_a, const QuantSpec& b, const float* ts_b, float* slot);
-  // The same product read back to the host (a stream synchronization when either scale is
-  // two-level): for the weight gradient's beta = 1 GEMM (see linear_backward).
-  float host_alpha_of(const QuantSpec& a, const float* ts_a, const QuantSpec& b, const float* ts_b);
   // C = alpha · op(A) · op(B) (beta = 0) with alpha from alpha_of: a host 1 or a device pointer.
   void quantized_gemm(bool trans_a, bool trans_b, int m, int n, int k, const float* alpha, const bf16_t* a,
                       const bf16_t* b, float* c);
@@ -178,7 +175,7 @@ class CudaModel {
   cuda::Workspace ws_flash_;
   DeviceArray<bf16_t> q_a_, q_b_, q_c_, q_d_;  // dequantized copies of the slots
   DeviceArray<float> tensor_scales_;    // 4 floats: the slots' S_dec
-  // 4 floats: 0 and 1 (device-side beta values), a device-side alpha slot, a spare.
+  // 4 floats: 0 and 1 (device-side beta values), the fprop/dgrad alpha slot, the wgrad alpha slot.
   DeviceArray<float> scalars_;
   // The LM head's weight-gradient split-K: chunk count (fixed by the row count) and partials.
   int head_chunks_ = 1;

@@ -22,7 +22,7 @@ namespace detail {
 // scales: a kernel over 16 x 64 strips without CTA barriers (quantize_rows.cu). Returns false, launching
 // nothing, otherwise. (Declared here, not in quantize_kernels.cuh, so that the fused instances do
 // not recompile.)
-bool launch_fused_rn(const FusedArgs& a, int b, cudaStream_t stream);
+bool launch_fused_strips(const FusedArgs& a, int b, cudaStream_t stream);
 }  // namespace detail
 
 void throw_on_cuda_error(cudaError_t err, const char* what, const char* file, int line) {
@@ -306,7 +306,7 @@ void launch_quantize(const bf16_t* x, int rows, int cols, const CopyOut* row_cop
   a.unit_tensor_scale[1] = col_copy != nullptr && !two_level(col_copy) ? col_copy->tensor_scale : nullptr;
 
   if (launch_row_rn(a, b, stream)) return;  // the row copy alone, RN, no codes: no tiles needed
-  if (launch_fused_rn(a, b, stream)) return;  // both copies, RN, no codes, block 16: no tiles
+  if (launch_fused_strips(a, b, stream)) return;  // block 16 without codes: both copies RN or SR, or the column copy RN
   const int64_t tiles = (rows + b - 1) / b * static_cast<int64_t>(a.src.col_tiles);
   if (tiles > 0x7fffffff) throw std::invalid_argument("quantize_fused: tensor too large for one launch");
   const bool col_sr = col_copy != nullptr && col_copy->spec.rounding == Rounding::sr;

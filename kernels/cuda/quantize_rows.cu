@@ -12,8 +12,8 @@
 // so each u's 32 scales are 128 contiguous bytes, one coalesced store.
 // 2D tiles (whose amax spans B rows) and everything else keep the fused kernel.
 //
-// It also holds fused_strip_kernel (launch_fused_rn): both copies, RN, no codes, 1D blocks of 16,
-// without tiles or CTA barriers (see there).
+// It also holds fused_strip_kernel (launch_fused_strips): both copies, both RN or both SR, or the
+// column copy alone, RN; no codes, 1D blocks of 16, without tiles or CTA barriers (see there).
 #include <stdexcept>
 
 #include "kernels/cuda/quantize_kernels.cuh"
@@ -94,7 +94,8 @@ void launch_rows(const FusedArgs& a, cudaStream_t stream) {
   FP4_CUDA_CHECK(cudaGetLastError());
 }
 
-// Both copies, RN, no codes, 1D blocks of 16, one family (fused_strip_kernel): no CTA barrier.
+// Both copies, both RN or both SR, no codes, 1D blocks of 16, one family (fused_strip_kernel): no
+// CTA barrier.
 // A warp takes strips of 16 rows x 64 columns (persistent, grid-stride), each staged in the warp's
 // own shared buffer by 16-byte cp.async copies issued one strip ahead (__syncwarp only).
 // Column copy: lane l takes columns 2l, 2l + 1 (one 4-byte word per row, whole 16-row blocks):
@@ -102,10 +103,24 @@ void launch_rows(const FusedArgs& a, cudaStream_t stream) {
 // contiguous bytes across the warp. Row copy: lane l takes whole 16-element row blocks, (row
 // 2 * (l / 4) + u, block l % 4), u < 2, read back from the buffer as 16-byte chunks (the transpose),
 // and quantizes them as row_rn_kernel does (the same per-block code: bit-identical).
+// SR (the gradient dY's two copies in training): each copy draws the uniform of element (r, c) from
+// word (r·cols + c) mod 4 of the Philox call for the source indices [4k, 4k + 4) that hold it, with
+// the copy's own seed, stream and step, as the reference and the tiled kernel do. The row copy's
+// blocks are 16 aligned consecutive indices: 4 whole calls per block. In the column copy, lanes 2m
+// and 2m + 1 hold columns 4m..4m+3 of the strip, one call per row: the even lane makes the calls of
+// rows 0..7, the odd lane those of rows 8..15, and each hands the partner the two words it needs (so
+// no call is made twice). The SR instances hold 32 more live values per lane (the uniforms) and get
+// 2 CTAs per SM instead of 3.
 constexpr int kStripCols = 64;
 
-template <Grid G, ScaleMode M>
-__global__ void __launch_bounds__(kThreads, 3) fused_strip_kernel(const FusedArgs a, int col_strips, int nstrips) {
+template <Rounding R>
+__host__ __device__ constexpr int strip_ctas_per_sm() { return R == Rounding::sr ? 2 : 3; }
+
+// kRowCopy false: the column copy alone (RN: X's weight-gradient copy in training), the same
+// strips without the row phase.
+template <Grid G, ScaleMode M, Rounding R, bool kRowCopy>
+__global__ void __launch_bounds__(kThreads, strip_ctas_per_sm<R>()) fused_strip_kernel(const FusedArgs a, int col_strips,
+                                                                                    int nstrips) {
   constexpr int B = 16;
   const CopyArgs& rc = a.row;
   const CopyArgs& cc = a.col;
@@ -149,9 +164,31 @@ __global__ void __launch_bounds__(kThreads, 3) fused_strip_kernel(const FusedArg
 #pragma unroll
   for (int r = 0; r < B; ++r) raw[r] = buf[r * 32 + (lane ^ (((r >> 1) & 1) << 2))];
 
-  // Column copy (as col_blocks, 1D, RN, no codes).
+  // Column copy (as col_blocks, 1D, no codes).
   {
     const QuantSpec& s = cc.spec;
+    // SR: u0[r] / u1[r], the uniforms of (row r0 + r, columns gc / gc + 1); see above. Made before
+    // any per-block branch, since the words cross lanes.
+    float u0[B] = {}, u1[B] = {};
+    if constexpr (R == Rounding::sr) {
+      const bool odd = lane & 1;
+      const uint64_t group_col = static_cast<uint64_t>(gc - 2 * odd);  // 4m: the pair's first column
+#pragma unroll
+      for (int i = 0; i < B / 2; ++i) {
+        const uint64_t row = static_cast<uint64_t>(r0 + (odd ? B / 2 : 0) + i);
+        const Philox4 w = philox_for_elements(s.seed, s.stream, s.step, row * cols + group_col);
+        // Kept: this lane's own two words of its own row; given: the partner's two of that row.
+        const uint32_t keep0 = odd ? w.w[2] : w.w[0], keep1 = odd ? w.w[3] : w.w[1];
+        const uint32_t give0 = odd ? w.w[0] : w.w[2], give1 = odd ? w.w[1] : w.w[3];
+        const uint32_t got0 = __shfl_xor_sync(0xffffffffu, give0, 1);
+        const uint32_t got1 = __shfl_xor_sync(0xffffffffu, give1, 1);
+        // Even lane: row i is its own, row i + 8 came from the partner; odd lane the other way.
+        u0[i] = uniform_from_word(odd ? got0 : keep0);
+        u1[i] = uniform_from_word(odd ? got1 : keep1);
+        u0[i + B / 2] = uniform_from_word(odd ? keep0 : got0);
+        u1[i + B / 2] = uniform_from_word(odd ? keep1 : got1);
+      }
+    }
     float v0[B], v1[B];
 #pragma unroll
     for (int r = 0; r < B; ++r) {
@@ -168,8 +205,8 @@ __global__ void __launch_bounds__(kThreads, 3) fused_strip_kernel(const FusedArg
     const BlockScale bs0 = make_block_scale(s.scale, f0 ? bits_float(m0) : 0.0f, s.gmax, ts);
     const BlockScale bs1 = make_block_scale(s.scale, f1 ? bits_float(m1) : 0.0f, s.gmax, ts);
     uint32_t code[B];
-    quantize_values<B, G, Rounding::rn, M, false>(v0, code, bs0, f0, cc.max_index, [](int) { return 0.0f; });
-    quantize_values<B, G, Rounding::rn, M, false>(v1, code, bs1, f1, cc.max_index, [](int) { return 0.0f; });
+    quantize_values<B, G, R, M, false>(v0, code, bs0, f0, cc.max_index, [&](int r) { return u0[r]; });
+    quantize_values<B, G, R, M, false>(v1, code, bs1, f1, cc.max_index, [&](int r) { return u1[r]; });
     const uint32_t nan_mask = (f0 ? 0u : 0x0000ffffu) | (f1 ? 0u : 0xffff0000u);
     if (valid) {
       if (cc.dequant != nullptr) {
@@ -188,7 +225,7 @@ __global__ void __launch_bounds__(kThreads, 3) fused_strip_kernel(const FusedArg
 
   // Row copy: lane l takes blocks (row 2 * (l / 4) + u, block column l % 4 of the strip), u < 2,
   // whole 16-element blocks as row_rn_kernel: RHT, amax, scale, rounding in registers.
-  {
+  if constexpr (kRowCopy) {
     const CopyArgs& c = rc;
     const QuantSpec& s = c.spec;
     const TensorScale ts = load_tensor_scale(c);
@@ -206,10 +243,19 @@ __global__ void __launch_bounds__(kThreads, 3) fused_strip_kernel(const FusedArg
       const uint32_t m = absmax_bits<B>(v);
       const bool finite = m < kF32InfBits;
       const BlockScale bs = make_block_scale(s.scale, finite ? bits_float(m) : 0.0f, s.gmax, ts);
+      const int64_t i = (r0 + r) * cols + gcb;
+      float uw[B] = {};  // SR: the block's 16 indices are 4 whole Philox calls
+      if constexpr (R == Rounding::sr) {
+#pragma unroll
+        for (int g4 = 0; g4 < B / 4; ++g4) {
+          const Philox4 w = philox_for_elements(s.seed, s.stream, s.step, static_cast<uint64_t>(i) + 4 * g4);
+#pragma unroll
+          for (int j = 0; j < 4; ++j) uw[4 * g4 + j] = uniform_from_word(w.w[j]);
+        }
+      }
       uint32_t code[B];
-      quantize_values<B, G, Rounding::rn, M, false>(v, code, bs, finite, c.max_index, [](int) { return 0.0f; });
+      quantize_values<B, G, R, M, false>(v, code, bs, finite, c.max_index, [&](int j) { return uw[j]; });
       if (bvalid) {
-        const int64_t i = (r0 + r) * cols + gcb;
         if (c.dequant != nullptr) {
           uint4* dst = reinterpret_cast<uint4*>(c.dequant + i);
 #pragma unroll
@@ -231,7 +277,7 @@ __global__ void __launch_bounds__(kThreads, 3) fused_strip_kernel(const FusedArg
   if (__any_sync(0xffffffffu, nonfinite) && lane == 0 && a.nonfinite_flag != nullptr) atomicOr(a.nonfinite_flag, 1u);
 }
 
-template <Grid G, ScaleMode M>
+template <Grid G, ScaleMode M, Rounding R, bool kRowCopy>
 void launch_strips(const FusedArgs& a, cudaStream_t stream) {
   const int col_strips = (a.src.cols + kStripCols - 1) / kStripCols;
   const int64_t nstrips = static_cast<int64_t>(a.src.rows / 16) * col_strips;
@@ -239,7 +285,7 @@ void launch_strips(const FusedArgs& a, cudaStream_t stream) {
   const int64_t grid = std::max<int64_t>(1, (nstrips + per_cta - 1) / per_cta);
   if (nstrips > 0x7fffffff) throw std::invalid_argument("quantize_fused: tensor too large for one launch");
   // Persistent: as many CTAs as fit on the device at once.
-  auto* kernel = fused_strip_kernel<G, M>;
+  auto* kernel = fused_strip_kernel<G, M, R, kRowCopy>;
   int device = 0, sms = 0, per_sm = 0;
   FP4_CUDA_CHECK(cudaGetDevice(&device));
   FP4_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
@@ -275,27 +321,37 @@ bool launch_row_rn(const FusedArgs& a, int b, cudaStream_t stream) {
   return false;
 }
 
-bool launch_fused_rn(const FusedArgs& a, int b, cudaStream_t stream) {
+bool launch_fused_strips(const FusedArgs& a, int b, cudaStream_t stream) {
   const CopyArgs& r = a.row;
   const CopyArgs& c = a.col;
-  if (b != 16 || !r.present || !c.present || r.codes != nullptr || c.codes != nullptr) return false;
-  const QuantSpec& rs = r.spec;
+  // Both copies, both RN or both SR; or the column copy alone, RN.
+  if (b != 16 || !c.present || r.codes != nullptr || c.codes != nullptr) return false;
   const QuantSpec& cs = c.spec;
-  if (rs.block != 16 || cs.block != 16 || rs.rounding != Rounding::rn || cs.rounding != Rounding::rn || rs.tile_2d ||
-      cs.tile_2d || rs.grid != cs.grid || rs.scale != cs.scale)
+  if (cs.block != 16 || cs.tile_2d || (cs.scale != ScaleMode::fp32 && cs.scale != ScaleMode::e4m3x2)) return false;
+  if (r.present) {
+    const QuantSpec& rs = r.spec;
+    if (rs.block != 16 || rs.rounding != cs.rounding || rs.tile_2d || rs.grid != cs.grid || rs.scale != cs.scale)
+      return false;
+  } else if (cs.rounding != Rounding::rn) {
     return false;
-  if (a.src.cols % 16 != 0 || a.src.rows % 16 != 0) return false;  // shape_error refuses it anyway
-  if (rs.scale == ScaleMode::fp32) {
-    if (rs.grid == Grid::e2m1) launch_strips<Grid::e2m1, ScaleMode::fp32>(a, stream);
-    else launch_strips<Grid::e1m2, ScaleMode::fp32>(a, stream);
-    return true;
   }
-  if (rs.scale == ScaleMode::e4m3x2) {
-    if (rs.grid == Grid::e2m1) launch_strips<Grid::e2m1, ScaleMode::e4m3x2>(a, stream);
-    else launch_strips<Grid::e1m2, ScaleMode::e4m3x2>(a, stream);
-    return true;
-  }
-  return false;
+  // The strips read 16-byte chunks of whole 16-column groups.
+  if (a.src.cols % 16 != 0 || a.src.rows % 16 != 0) return false;
+  // One instance per (grid, scale, rounding, row copy or not): no runtime switch per element.
+  auto by_copies = [&](auto g, auto m) {
+    constexpr Grid G = decltype(g)::value;
+    constexpr ScaleMode M = decltype(m)::value;
+    if (!r.present) launch_strips<G, M, Rounding::rn, false>(a, stream);
+    else if (cs.rounding == Rounding::sr) launch_strips<G, M, Rounding::sr, true>(a, stream);
+    else launch_strips<G, M, Rounding::rn, true>(a, stream);
+  };
+  auto by_scale = [&](auto g) {
+    if (cs.scale == ScaleMode::fp32) by_copies(g, std::integral_constant<ScaleMode, ScaleMode::fp32>{});
+    else by_copies(g, std::integral_constant<ScaleMode, ScaleMode::e4m3x2>{});
+  };
+  if (cs.grid == Grid::e2m1) by_scale(std::integral_constant<Grid, Grid::e2m1>{});
+  else by_scale(std::integral_constant<Grid, Grid::e1m2>{});
+  return true;
 }
 
 }  // namespace fp4::cuda::detail

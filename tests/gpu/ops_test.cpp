@@ -704,8 +704,8 @@ TEST_CASE("cuda gemm batched with strides and leading dimensions matches per-ite
 TEST_CASE("cuda gemm with device-side alpha and beta equals the host-scalar gemm bit for bit", "[gpu][ops]") {
   // The quantized linears' products (fprop NT, dgrad NN, the wgrad shape TN) with beta = 0, alpha
   // the product of two tensor scales formed on the device by Gemm::scale_product: bit for bit.
-  // With beta = 1 cuBLASLt's device-scalar epilogue rounds differently (so the engine keeps a host
-  // alpha for its beta = 1 wgrad): there only deterministic and within the two epilogue roundings,
+  // With beta = 1 (the engine's wgrad) cuBLASLt's device-scalar epilogue rounds differently: there
+  // only deterministic and within the two epilogue roundings,
   // |diff| <= 4·eps·(|C_host| + |C0|) (each side rounds alpha·acc and the sum once at most).
   struct Case {
     bool ta, tb;

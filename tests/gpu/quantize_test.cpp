@@ -467,23 +467,35 @@ TEST_CASE("gpu quantizer: single copies and mixed slots match the CPU reference"
     }
 }
 
-TEST_CASE("gpu quantizer: both copies, RN, no codes (the strip kernel) match the CPU reference",
+TEST_CASE("gpu quantizer: both copies, both RN or both SR, no codes (the strip kernel) match the CPU reference",
           "[gpu]") {
-  // Both copies RN without codes, block 16, one family (fp32 and e4m3x2 scales): quantize_rows.cu's
-  // fused_strip_kernel (16 x 64 strips; widths that are not a multiple of 64 leave lanes out in whole 16-column
-  // groups). The RHT on either copy, on both or on neither; every distribution (non-finite values,
-  // RHT overflow). Presets without a strip instance (mxfp4, e8m0) check the fallback the same way.
+  // Both copies RN, or both SR (the gradient's two copies in training), without codes, block 16, one
+  // family (fp32 and e4m3x2 scales): quantize_rows.cu's fused_strip_kernel (16 x 64 strips; widths
+  // that are not a multiple of 64 leave lanes out in whole 16-column groups; SR words handed between
+  // lane pairs). The RHT on either copy, on both or on neither; every distribution (non-finite
+  // values, RHT overflow); and the column copy alone, RN. Presets without a strip instance (mxfp4,
+  // e8m0) check the fallback the same way.
   uint64_t seed = 500;
   for (Shape sh : {Shape{16, 16}, Shape{48, 80}, Shape{32, 4112}, Shape{160, 48}, Shape{96, 96}, Shape{64, 1024},
                    Shape{16, 65536}, Shape{4096, 16}, Shape{33, 48}})
     for (Dist d : kAllDists) {
       const std::vector<bf16_t> x = make_input(sh.rows, sh.cols, d, seed++);
       for (const Preset& p : kPresets)
-        for (bool row_rht : {false, true})
-          for (bool col_rht : {false, true})
-            compare(x, sh.rows, sh.cols, make_spec(p, BlockAlong::row, {row_rht, Rounding::rn, false}),
-                    make_spec(p, BlockAlong::column, {col_rht, Rounding::rn, false}), (seed + row_rht) % 2 == 0,
-                    label_of(sh.rows, sh.cols, d, p), false);
+        for (Rounding rounding : {Rounding::rn, Rounding::sr})
+          for (bool row_rht : {false, true})
+            for (bool col_rht : {false, true})
+              compare(x, sh.rows, sh.cols, make_spec(p, BlockAlong::row, {row_rht, rounding, false}),
+                      make_spec(p, BlockAlong::column, {col_rht, rounding, false}), (seed + row_rht) % 2 == 0,
+                      label_of(sh.rows, sh.cols, d, p), false);
+      // The column copy alone, RN, without codes (the strips without their row phase).
+      for (const Preset& p : kPresets)
+        for (bool col_rht : {false, true}) {
+          const QuantSpec cs = make_spec(p, BlockAlong::column, {col_rht, Rounding::rn, false});
+          if (!cpu::shape_error(sh.rows, sh.cols, cs).empty()) continue;
+          INFO(label_of(sh.rows, sh.cols, d, p) << ", " << describe(cs) << ", column copy alone, no codes");
+          const GpuResult got = run_gpu(x, sh.rows, sh.cols, nullptr, &cs, false, false);
+          check_copy(cpu::quantize(x.data(), sh.rows, sh.cols, cs), *got.col, false);
+        }
     }
 }
 
