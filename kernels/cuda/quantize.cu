@@ -178,6 +178,57 @@ __global__ void __launch_bounds__(kThreads) amax_rows_kernel(const bf16_t* x, in
   }
 }
 
+// The same maxima when only the column copy takes the RHT (the gradient's two copies under NVIDIA's
+// recipe: the RHT on the weight-gradient copy alone) and rows % 16 == 0, cols % 16 == 0, without
+// shared memory or barriers: a warp takes strips of 16 rows × 64 columns, as fused_strip_kernel
+// does, and lane l reads columns 2l, 2l + 1 of the strip's 16 rows (each row's reads are 128
+// contiguous bytes across the warp, all 16 in flight at once): |x| of both, and their two 16-element
+// column vectors after the RHT. The row copy has no RHT, so partials[blockIdx.x][1] is 0, as the
+// tile kernel leaves it.
+__global__ void __launch_bounds__(kThreads) amax_cols_kernel(const bf16_t* x, int cols, int col_strips, int nstrips,
+                                                             uint16_t col_signs, float* partials) {
+  __shared__ float warp_max[2][kWarps];
+  float m_plain = 0.0f, m_col = 0.0f;
+  const int lane = threadIdx.x % 32;
+  const int stride = static_cast<int>(gridDim.x) * kWarps;
+  for (int strip = static_cast<int>(blockIdx.x) * kWarps + static_cast<int>(threadIdx.x) / 32; strip < nstrips;
+       strip += stride) {
+    const int64_t r0 = static_cast<int64_t>(strip / col_strips) * 16;
+    const int c = (strip % col_strips) * 64 + 2 * lane;
+    if (c >= cols) continue;  // cols % 16 == 0: the pair is wholly in or out (no shuffles in the loop)
+    const bf16_t* p = x + r0 * cols + c;
+    uint32_t w[16];
+#pragma unroll
+    for (int r = 0; r < 16; ++r) w[r] = __ldg(reinterpret_cast<const uint32_t*>(p + static_cast<int64_t>(r) * cols));
+    float v0[16], v1[16];
+#pragma unroll
+    for (int r = 0; r < 16; ++r) {
+      v0[r] = bits_float(w[r] << 16);  // column c (the low half), as bf16_to_float
+      v1[r] = bits_float(w[r] & 0xffff0000u);
+      m_plain = max_abs_finite(max_abs_finite(m_plain, v0[r]), v1[r]);
+    }
+    rht16(v0, col_signs);
+    rht16(v1, col_signs);
+#pragma unroll
+    for (int r = 0; r < 16; ++r) m_col = max_abs_finite(max_abs_finite(m_col, v0[r]), v1[r]);
+  }
+  float m[2] = {m_plain, m_col};
+  const int warp = threadIdx.x / 32;
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) m[i] = fmaxf(m[i], __shfl_xor_sync(0xffffffffu, m[i], off));
+    if (lane == 0) warp_max[i][warp] = m[i];
+  }
+  __syncthreads();
+  if (threadIdx.x < 3) {
+    float r = 0.0f;
+    if (threadIdx.x != 1)
+      for (int w = 0; w < kWarps; ++w) r = fmaxf(r, warp_max[threadIdx.x / 2][w]);
+    partials[blockIdx.x * 3 + threadIdx.x] = r;
+  }
+}
+
 struct FinalizeCopy {
   bool present, rht, two_level;
   float gmax;
@@ -273,6 +324,13 @@ void launch_amax(const bf16_t* x, int rows, int cols, const CopyOut* row_copy, c
     blocks = static_cast<int>(std::min<int64_t>((nvec + kThreads * kAmaxVecs - 1) / (kThreads * kAmaxVecs), kMaxAmaxBlocks));
     blocks = std::max(blocks, 1);
     amax_rows_kernel<<<blocks, kThreads, 0, stream>>>(x, nvec, aa.row_rht, aa.row_signs, partials);
+  } else if (aa.col_rht && !aa.row_rht && rows % 16 == 0 && cols % 16 == 0) {
+    const int col_strips = (cols + 63) / 64;
+    const int64_t nstrips = static_cast<int64_t>(rows / 16) * col_strips;
+    if (nstrips > 0x7fffffff) throw std::invalid_argument("quantize_fused: tensor too large for one launch");
+    blocks = static_cast<int>(std::min<int64_t>((nstrips + kWarps - 1) / kWarps, kMaxAmaxBlocks));
+    amax_cols_kernel<<<blocks, kThreads, 0, stream>>>(x, cols, col_strips, static_cast<int>(nstrips), aa.col_signs,
+                                                      partials);
   } else {
     amax_kernel<<<blocks, kThreads, 0, stream>>>(aa, partials);
   }
