@@ -3,14 +3,17 @@
 # the [gpu] tests, then the benchmarks. Every log is also written to $OUT when it is set (the
 # device tool's output folder); a summary is printed last.
 #
-#   source .devdeps/activate.sh && bash scripts/gpu-check.sh [--no-bench] [--engine] [--peer]
-#                                                           [--profile] [--prebuilt DIR]
+#   source .devdeps/activate.sh && bash scripts/gpu-check.sh [--no-tests] [--no-bench] [--engine]
+#                                   [--peer] [--profile] [--step-profile] [--prebuilt DIR]
 #
 # Benchmarks: the quantizers against a device-to-device copy (default); with --engine also the
 # attention kernels and the training engine (bench/gpu_train.sh, MFU against the bf16 GEMM rate
 # the attention benchmark measures in this same run); with --peer also the compiled PyTorch peer
 # (bench/peer_torch.py) on the same shapes, so fp4lab and the peer are measured side by side.
+# (PEER_MODELS and PEER_RECIPES, default d6,d12 and bf16,e2m1,ufp4,nvfp4, narrow the peer's set.)
 # --profile also runs Nsight Compute on the fused kernel (two launches) into ncu.txt.
+# --step-profile: the GPU time of one d12 training step by kernel group, for bf16 and nvfp4
+# (bench/gpu_step_profile.sh; ncu-*.csv kept in the log folder).
 # --prebuilt DIR skips the build and runs the binaries in DIR (fp4lab, fp4lab_gpu_tests,
 # fp4lab_bench_quantize, fp4lab_bench_attention), built elsewhere from this tree with the same
 # configuration (Release, CMAKE_CUDA_ARCHITECTURES=90; an x86-64 machine with the same CUDA), to
@@ -20,14 +23,18 @@
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
+tests=1
 bench=1
 engine=0
+step_profile=0
 peer=0
 profile=0
 prebuilt=
 while [ $# -gt 0 ]; do
   case "$1" in
+    --no-tests) tests=0 ;;
     --no-bench) bench=0 ;;
+    --step-profile) step_profile=1 ;;
     --engine) engine=1 ;;
     --peer) peer=1 ;;
     --profile) profile=1 ;;
@@ -69,12 +76,15 @@ else
   fi
 fi
 
-echo "== [gpu] tests"
-start=$(date +%s)
-timeout 400 "$tests_bin" "[gpu]" --durations yes >"$logdir/tests.log" 2>&1
-test_rc=$?
-echo "tests: exit $test_rc in $(( $(date +%s) - start )) s"
-grep -E "^[0-9.]+ s: |FAILED|failed|passed|skipped|with expansion" "$logdir/tests.log" | head -n 40
+test_rc=0
+if [ $tests -eq 1 ]; then
+  echo "== [gpu] tests"
+  start=$(date +%s)
+  timeout 400 "$tests_bin" "[gpu]" --durations yes >"$logdir/tests.log" 2>&1
+  test_rc=$?
+  echo "tests: exit $test_rc in $(( $(date +%s) - start )) s"
+  grep -E "^[0-9.]+ s: |FAILED|failed|passed|skipped|with expansion" "$logdir/tests.log" | head -n 40
+fi
 
 if [ $bench -eq 1 ]; then
   echo "== benchmark: $bench_bin 8192 8192"
@@ -95,10 +105,19 @@ fi
 
 if [ $peer -eq 1 ]; then
   echo "== benchmark: the compiled PyTorch peer, same shapes"
-  timeout 590 python3 bench/peer_torch.py --model d6,d12 --recipe bf16,e2m1,ufp4,nvfp4 --steps 10 --warmup 3 \
+  timeout 590 python3 bench/peer_torch.py --model "${PEER_MODELS:-d6,d12}" --recipe "${PEER_RECIPES:-bf16,e2m1,ufp4,nvfp4}" \
+    --steps 10 --warmup 3 \
     >"$logdir/peer.jsonl" 2>"$logdir/peer.err"
   echo "peer: exit $?"
   cat "$logdir/peer.jsonl"
+fi
+
+if [ $step_profile -eq 1 ] && command -v ncu >/dev/null 2>&1; then
+  for recipe in bf16 nvfp4; do
+    echo "== step profile: d12 $recipe"
+    timeout 240 bash bench/gpu_step_profile.sh "$(cd "$(dirname "$fp4lab_bin")" && pwd)/$(basename "$fp4lab_bin")" \
+      d12 "$recipe" "$logdir" 2>&1 | tee "$logdir/step-d12-$recipe.md"
+  done
 fi
 
 if [ $profile -eq 1 ] && command -v ncu >/dev/null 2>&1; then

@@ -10,8 +10,11 @@
 //   * inputs qkv and dout are bf16 (the engine's qkv already holds bf16 values; dout is rounded by
 //     the caller, e.g. with ops.cuh's float_to_bf16);
 //   * scores, the online softmax (running max and sum), lse and every product's accumulation are
-//     fp32; the probabilities P (forward and backward) and dS = P ∘ (dP − D) (backward) are rounded
-//     to bf16 to enter the P·V, Pᵀ·dO, dSᵀ·Q and dS·K tensor-core products, as FlashAttention does:
+//     fp32; each exponential is the hardware's 2^x (ex2.approx, about 2 ulp, as CUDA's expf) of one
+//     fp32 fma, e^(s/8 − x) = 2^(s·(log2 e)/8 − x·log2 e), so the softmax runs in log2 units and lse
+//     is converted back to a natural log once per row;
+//   * the probabilities P (forward and backward) and dS = P ∘ (dP − D) (backward) are rounded to
+//     bf16 to enter the P·V, Pᵀ·dO, dSᵀ·Q and dS·K tensor-core products, as FlashAttention does:
 //     each term of those sums carries one relative rounding error of at most 2⁻⁸ (bf16 keeps 8
 //     significant bits);
 //   * out is written in fp32 (not bf16): the engine's attention buffer is fp32 and decides itself
@@ -21,8 +24,8 @@
 //     its GEMM anyway; one rounding fewer, and the same buffer the fp32 kernel fills.
 //
 // Shapes: head_dim must be 64 and seq_len a positive multiple of 64 (std::invalid_argument
-// otherwise, before anything is launched); qkv and dout 16-byte aligned (cudaMalloc's are); out,
-// lse and dqkv 8-byte aligned.
+// otherwise, before anything is launched); qkv and dout 16-byte aligned (cudaMalloc's are); out
+// and dqkv 8-byte aligned, lse 4-byte aligned.
 //
 // Plain C++ on the host side, like quantize.cuh: callable from .cpp files.
 #pragma once
@@ -43,7 +46,8 @@ void flash_attention_forward(const bf16_t* qkv, int batch, int seq_len, int n_he
 
 // dqkv [B·T, 3·d] fp32 is overwritten (dq | dk | dv, qkv's layout). `out` and `lse` are the
 // forward's; dout [B·T, d] is the gradient of out, in bf16. P is recomputed from lse. `workspace`
-// holds D_t = dout_t·out_t (B·H·T floats); calls sharing it must be ordered on one stream.
+// holds D_t = dout_t·out_t and lse_t·log2 e (2·B·H·T floats), passed from the dQ kernel to the
+// dK/dV kernel; calls sharing it must be ordered on one stream.
 void flash_attention_backward(const bf16_t* qkv, const float* out, const float* lse, const bf16_t* dout,
                               int batch, int seq_len, int n_heads, int head_dim, float* dqkv,
                               Workspace& workspace, cudaStream_t stream);

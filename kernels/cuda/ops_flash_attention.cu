@@ -1,22 +1,39 @@
 // ops_flash_attention.cu — see flash_attention.cuh: fused causal attention on tensor cores.
 //
-// Tiling. Queries and keys come in tiles of 64 rows × 64 features (bf16). A CTA has 4 warps; each
-// warp owns 16 rows of the CTA's own tile (queries in the forward and the dQ pass, keys in the
-// dK/dV pass) and streams the other side's tiles through shared memory, double-buffered with
-// cp.async so the next tile loads while this one is multiplied. Causality: the CTA for tile i only
-// visits the tiles on its side of the diagonal, and masks inside the diagonal tile. The grid runs
+// Tiling. Features are always the 64 of a head; rows come in tiles of 64 (keys everywhere, queries
+// in the backward) or 128 (queries in the forward). A CTA has 4 warps. Each warp owns M·16 rows of
+// the CTA's own tile (queries in the forward and the dQ pass, keys in the dK/dV pass) as M mma row
+// blocks, and streams the other side's 64-row tiles through shared memory, three stages deep with
+// cp.async (two tiles load while one is multiplied; one barrier per tile). Causality: the CTA only
+// visits the tiles on its side of the diagonal, a warp skips a tile that is entirely above its rows
+// (all masked), and only tiles that cross the diagonal pay for the element-wise mask. The grid runs
 // the longest CTAs first (they start while the short ones fill the tail).
 //
-//   forward (one CTA per 64 queries): for key tiles 0..i: S = Q·Kᵀ (fp32), online softmax (running
-//     row max m and sum l, the output rescaled by exp(m_old − m_new)), O += P·V with P rounded to
-//     bf16; finally out = O / l, lse = m + log l.
-//   backward: D_t = dout_t·out_t (a warp per row and head, fixed butterfly). Then, without atomics,
-//     the standard deterministic split:
-//     dK/dV pass (one CTA per 64 keys): for query tiles i..last, in increasing order: Sᵀ = K·Qᵀ,
-//       Pᵀ = exp(Sᵀ/8 − lse), dPᵀ = V·dOᵀ, dSᵀ = Pᵀ ∘ (dPᵀ − D); dV += Pᵀ·dO, dK += dSᵀ·Q; dK /= 8.
-//     dQ pass (one CTA per 64 queries): for key tiles 0..i: S, P, dP, dS again; dQ += dS·K; dQ /= 8.
+//   forward (one CTA per 128 queries, M = 2: 32 rows a warp): for key tiles 0..diagonal:
+//     S = Q·Kᵀ (fp32), online softmax (running row max m and sum l, the output rescaled by
+//     2^(m_old − m_new)), O += P·V with P rounded to bf16; finally out = O / l, lse = (m + log2 l)·ln 2.
+//     Two row blocks a warp let each K/V fragment read from shared memory feed two mma: half the
+//     shared-memory traffic per mma of one row block, and twice the independent mma chains.
+//   backward (M = 1: each warp holds S, dP and one or two accumulators). Both passes are capped at
+//     168 registers (__launch_bounds__(128, 3): three CTAs, 12 warps a SM instead of 8 at 226–255
+//     registers, more warps to hide the mma, ldmatrix and MUFU latencies); to fit without spilling
+//     (ptxas -v: 168 and 166 registers, no spills) they re-read the A
+//     fragments of their own tile (dO in the dQ pass, K and V in the dK/dV pass) from shared memory
+//     every step: 4 ldmatrix.x4 each, next to the 32–64 of the step.
+//     dQ pass first (one CTA per 64 queries): D_t = dout_t·out_t for its own rows (fixed order,
+//     fp32), written with lse_t·log2 e to the workspace for the next pass; then for key tiles
+//     0..diagonal: S = Q·Kᵀ, P = 2^(S·log2e/8 − lse·log2e), dP = dO·Vᵀ, dS = P ∘ (dP − D);
+//     dQ += dS·K; dQ /= 8.
+//     dK/dV pass (one CTA per 64 keys): for query tiles diagonal..last, in increasing order:
+//       Sᵀ = K·Qᵀ, Pᵀ, dPᵀ = V·dOᵀ, dSᵀ = Pᵀ ∘ (dPᵀ − D); dV += Pᵀ·dO, dK += dSᵀ·Q; dK /= 8.
 //     Computing Sᵀ (keys as rows) in the dK/dV pass puts Pᵀ and dSᵀ in registers in exactly the
 //     layout of an mma A operand, as S (queries as rows) is for P·V in the forward.
+//
+// exp2. Every exponential is ex2.approx.ftz of one fma: e^(s/8 − x) = 2^(s·(log2 e/8) − x·log2 e), the
+// constant rounded once to fp32. The hardware's ex2 errs by about 2 ulp; the rounding of the fma's
+// argument adds |argument|·2⁻²⁴·ln 2 relative, and the constant's rounding |s|/8·2⁻²⁴ — both far below
+// the score's own fp32 error (the test's n32·Σ|q·k|/8, at least 136 ulp of |s|/8); ftz only flushes
+// results below 2⁻¹²⁶ to 0. A masked score is −inf and 2^−inf = +0 exactly, as expf gave.
 //
 // mma layout (PTX mma.sync.m16n8k16.row.col.f32.bf16.bf16.f32). With g = lane / 4, c = lane % 4:
 //   A 16×16 (row-major, 4 registers of two bf16, the lower half the smaller column):
@@ -48,14 +65,21 @@ namespace fp4::cuda {
 namespace {
 
 constexpr int kHd = kFlashHeadDim;  // 64 features
-constexpr int kTile = kFlashBlock;  // 64 rows per tile
+constexpr int kTile = kFlashBlock;  // 64 rows per streamed tile (and per CTA in the backward)
 constexpr int kPitch = kHd + 8;     // shared row pitch in bf16 (see the bank note above)
 constexpr int kTileElems = kTile * kPitch;
 constexpr int kWarps = 4;
 constexpr int kThreads = kWarps * 32;
-constexpr float kScale = 0.125f;  // 1 / sqrt(64), exact (the reference's fp32 scale)
+constexpr int kStages = 3;          // streamed tiles in flight: one computed, two loading
+constexpr int kFwdRows = 32;        // query rows per warp in the forward (M = 2 row blocks)
+constexpr int kFwdTile = kWarps * kFwdRows;  // 128 queries per forward CTA
+constexpr float kScale = 0.125f;    // 1 / sqrt(64), exact (the reference's fp32 scale)
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr float kLn2 = 0.6931471805599453f;
+constexpr float kScaleLog2e = 0.125f * 1.4426950408889634f;  // log2(e) / 8, one rounding
 
-static_assert(kTile == kWarps * 16, "each warp owns 16 rows of the CTA's tile");
+static_assert(kTile == kWarps * 16, "in the backward each warp owns 16 rows of the CTA's tile");
+static_assert(kFwdTile == 2 * kTile, "a forward query tile spans two key tiles");
 
 // ---- PTX wrappers -----------------------------------------------------------------------------
 
@@ -67,6 +91,8 @@ __device__ __forceinline__ uint32_t shared_addr(const void* p) {
 __device__ __forceinline__ void cp_async16(uint32_t dst, const void* src) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(src) : "memory");
 }
+// Closes the current group of cp.async (an empty group when none was issued: the waits below count
+// groups, so every thread commits one per stage whether or not it had a tile to load).
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
 template <int N>
 __device__ __forceinline__ void cp_async_wait() {
@@ -100,35 +126,55 @@ __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
   return r;
 }
 
+// 2^x, the MUFU approximation (about 2 ulp; see the exp2 note above). 2^−inf = +0.
+__device__ __forceinline__ float exp2_approx(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+
+// e^(s/8 − x) as 2^(s·log2e/8 − x2), x2 = x·log2 e: one fma (explicit: the build passes
+// --fmad=false) and one MUFU.
+__device__ __forceinline__ float exp_scaled(float s, float x2) { return exp2_approx(__fmaf_rn(s, kScaleLog2e, -x2)); }
+
 // ---- Tiles and fragments ----------------------------------------------------------------------
 
-// Rows [0, 64) × 64 features from global (row stride `stride` elements) into a padded shared
-// tile, 16 bytes per cp.async: 512 chunks, 4 per thread. Not committed here.
-__device__ __forceinline__ void load_tile_async(bf16_t* dst, const bf16_t* src, size_t stride) {
+// Rows [0, rows) × 64 features from global (row stride `stride` elements) into a padded shared
+// tile, 16 bytes per cp.async (8 a row); rows at or past `valid` are not read (left as they are).
+// Not committed here.
+template <int Rows>
+__device__ __forceinline__ void load_tile_async(bf16_t* dst, const bf16_t* src, size_t stride, int valid = Rows) {
 #pragma unroll
-  for (int i = 0; i < kTile * kHd / 8 / kThreads; ++i) {
+  for (int i = 0; i < Rows * kHd / 8 / kThreads; ++i) {
     const int chunk = static_cast<int>(threadIdx.x) + i * kThreads;
     const int row = chunk / 8, col = (chunk % 8) * 8;
-    cp_async16(shared_addr(dst + row * kPitch + col), src + static_cast<size_t>(row) * stride + col);
+    if (row < valid)
+      cp_async16(shared_addr(dst + row * kPitch + col), src + static_cast<size_t>(row) * stride + col);
   }
 }
 
-// 64 floats (a row of lse or D) into shared memory: 16 chunks of 16 bytes.
+// 64 floats (a row of lse·log2e or D) into shared memory: 16 chunks of 16 bytes.
 __device__ __forceinline__ void load_stats_async(float* dst, const float* src) {
   if (threadIdx.x < kTile / 4) cp_async16(shared_addr(dst + 4 * threadIdx.x), src + 4 * threadIdx.x);
 }
 
-// The A operand for rows [row0, row0 + 16) × all 64 features of a shared tile: 4 k-steps.
-__device__ __forceinline__ void load_a_frags(uint32_t (&a)[4][4], const bf16_t* tile, int row0, int lane) {
+// The A operand for M row blocks of 16 (rows row0 + 16m ..) × all 64 features of a shared tile: 4
+// k-steps each.
+template <int M>
+__device__ __forceinline__ void load_a_frags(uint32_t (&a)[M][4][4], const bf16_t* tile, int row0, int lane) {
   // Lanes 0–7: rows 0–7, cols 0–7 (a0); 8–15: rows 8–15 (a1); 16–23: rows 0–7, cols 8–15 (a2); 24–31: a3.
   const int row = row0 + (lane & 7) + ((lane >> 3) & 1) * 8, col = (lane >> 4) * 8;
 #pragma unroll
-  for (int kk = 0; kk < 4; ++kk) ldsm_x4(a[kk], shared_addr(tile + row * kPitch + kk * 16 + col));
+  for (int m = 0; m < M; ++m)
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) ldsm_x4(a[m][kk], shared_addr(tile + (row + 16 * m) * kPitch + kk * 16 + col));
 }
 
-// acc[n] (n = 0..7: columns 8n..8n+7 of a 16×64 result) += A · tileᵀ, where the shared tile's rows
-// are the 64 result columns and its features the reduction (S = Q·Kᵀ, dP = dO·Vᵀ and transposes).
-__device__ __forceinline__ void mma_abt(float (&acc)[8][4], const uint32_t (&a)[4][4], const bf16_t* tile,
+// acc[m][n] (row block m; n = 0..7: columns 8n..8n+7 of a 16×64 result) += A_m · tileᵀ, where the
+// shared tile's rows are the 64 result columns and its features the reduction (S = Q·Kᵀ,
+// dP = dO·Vᵀ and transposes). Each B fragment serves all M row blocks.
+template <int M>
+__device__ __forceinline__ void mma_abt(float (&acc)[M][8][4], const uint32_t (&a)[M][4][4], const bf16_t* tile,
                                         int lane) {
   // Per (k-step kk, pair of column tiles np): lanes 0–7 give tile rows 16np..+7 at features
   // 16kk..+7 (b0 of column tile 2np), 8–15 the same rows at 16kk+8.. (b1), 16–31 rows 16np+8..+15
@@ -140,40 +186,57 @@ __device__ __forceinline__ void mma_abt(float (&acc)[8][4], const uint32_t (&a)[
     for (int np = 0; np < 4; ++np) {
       uint32_t b[4];
       ldsm_x4(b, shared_addr(tile + (np * 16 + row) * kPitch + kk * 16 + col));
-      mma(acc[2 * np], a[kk], b[0], b[1]);
-      mma(acc[2 * np + 1], a[kk], b[2], b[3]);
+#pragma unroll
+      for (int m = 0; m < M; ++m) {
+        mma(acc[m][2 * np], a[m][kk], b[0], b[1]);
+        mma(acc[m][2 * np + 1], a[m][kk], b[2], b[3]);
+      }
     }
   }
 }
 
-// acc[n] (features 8n..8n+7) += W · tile, W a 16×64 matrix in registers as 8 accumulator-layout
-// column tiles (w[n][0..3], fp32, rounded here to bf16), the shared tile's rows the reduction (keys
-// for P·V, queries for Pᵀ·dO) and its features the result columns: loaded with .trans.
-__device__ __forceinline__ void mma_wb(float (&acc)[8][4], const float (&w)[8][4], const bf16_t* tile, int lane) {
+// acc[m][n] (features 8n..8n+7) += W_m · tile, W_m a 16×64 matrix in registers as 8
+// accumulator-layout column tiles (w[m][n][0..3], fp32, rounded here to bf16), the shared tile's
+// rows the reduction (keys for P·V, queries for Pᵀ·dO) and its features the result columns: loaded
+// with .trans. Each B fragment serves all M row blocks.
+template <int M>
+__device__ __forceinline__ void mma_wb(float (&acc)[M][8][4], const float (&w)[M][8][4], const bf16_t* tile,
+                                       int lane) {
   // Per (k-step kk over tile rows, pair of feature tiles dp): lanes 0–7 give rows 16kk..+7 at
   // features 16dp..+7 (b0 of feature tile 2dp), 8–15 rows 16kk+8..+15 (b1), 16–31 the same at
   // features 16dp+8..+15 (b0, b1 of feature tile 2dp+1).
   const int row = (lane & 7) + ((lane >> 3) & 1) * 8, col = (lane >> 4) * 8;
 #pragma unroll
   for (int kk = 0; kk < 4; ++kk) {
-    const uint32_t a[4] = {pack_bf16(w[2 * kk][0], w[2 * kk][1]), pack_bf16(w[2 * kk][2], w[2 * kk][3]),
-                           pack_bf16(w[2 * kk + 1][0], w[2 * kk + 1][1]),
-                           pack_bf16(w[2 * kk + 1][2], w[2 * kk + 1][3])};
+    uint32_t a[M][4];
+#pragma unroll
+    for (int m = 0; m < M; ++m) {
+      a[m][0] = pack_bf16(w[m][2 * kk][0], w[m][2 * kk][1]);
+      a[m][1] = pack_bf16(w[m][2 * kk][2], w[m][2 * kk][3]);
+      a[m][2] = pack_bf16(w[m][2 * kk + 1][0], w[m][2 * kk + 1][1]);
+      a[m][3] = pack_bf16(w[m][2 * kk + 1][2], w[m][2 * kk + 1][3]);
+    }
 #pragma unroll
     for (int dp = 0; dp < 4; ++dp) {
       uint32_t b[4];
       ldsm_x4_trans(b, shared_addr(tile + (kk * 16 + row) * kPitch + dp * 16 + col));
-      mma(acc[2 * dp], a, b[0], b[1]);
-      mma(acc[2 * dp + 1], a, b[2], b[3]);
+#pragma unroll
+      for (int m = 0; m < M; ++m) {
+        mma(acc[m][2 * dp], a[m], b[0], b[1]);
+        mma(acc[m][2 * dp + 1], a[m], b[2], b[3]);
+      }
     }
   }
 }
 
-__device__ __forceinline__ void zero(float (&x)[8][4]) {
+template <int M>
+__device__ __forceinline__ void zero(float (&x)[M][8][4]) {
 #pragma unroll
-  for (int n = 0; n < 8; ++n)
+  for (int m = 0; m < M; ++m)
 #pragma unroll
-    for (int e = 0; e < 4; ++e) x[n][e] = 0.0f;
+    for (int n = 0; n < 8; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) x[m][n][e] = 0.0f;
 }
 
 struct Geometry {
@@ -183,146 +246,290 @@ struct Geometry {
 
 // ---- Forward ----------------------------------------------------------------------------------
 
+// Shared memory: the 128-query tile, then kStages stages of (K tile, V tile).
+constexpr size_t kForwardShared = (static_cast<size_t>(kFwdTile) * kPitch + kStages * 2 * kTileElems) * sizeof(bf16_t);
+
+// 247 registers (2 CTAs, 8 warps a SM, as FlashAttention-2's forward): capping it at 168 for a third
+// CTA spills even with Q re-read every step.
 __global__ void __launch_bounds__(kThreads) flash_forward_kernel(const bf16_t* qkv, Geometry geo, float* out,
                                                                  float* lse, StoreOut store) {
-  __shared__ __align__(16) bf16_t sQ[kTileElems];
-  __shared__ __align__(16) bf16_t sK[2][kTileElems];
-  __shared__ __align__(16) bf16_t sV[2][kTileElems];
+  extern __shared__ __align__(16) unsigned char smem[];
+  bf16_t* sQ = reinterpret_cast<bf16_t*>(smem);
+  bf16_t* sKV = sQ + kFwdTile * kPitch;  // stage s: K at sKV + 2s·kTileElems, V right after
+  const int seq = geo.seq_len;
+  const int n_qtiles = (seq + kFwdTile - 1) / kFwdTile;
+  const int qt = n_qtiles - 1 - static_cast<int>(blockIdx.x);  // longest first
+  const int h = blockIdx.y, b = blockIdx.z;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, c = lane % 4;
+  const int q0 = qt * kFwdTile;                 // the CTA's first query
+  const int n_valid = min(kFwdTile, seq - q0);  // 128, or 64 in a last tile when seq % 128 = 64
+  const int n_kt = (q0 + n_valid) / kTile;      // key tiles 0..n_kt−1 reach the last valid query
+  const int wq0 = q0 + warp * kFwdRows;         // this warp's first query
+  const bool warp_valid = warp * kFwdRows < n_valid;  // whole warps: n_valid is a multiple of 64
+  const size_t d = geo.d(), stride = 3 * d;
+  const bf16_t* q_g = qkv + (static_cast<size_t>(b) * seq + q0) * stride + static_cast<size_t>(h) * kHd;
+  const bf16_t* k_g = qkv + static_cast<size_t>(b) * seq * stride + d + static_cast<size_t>(h) * kHd;
+  const bf16_t* v_g = k_g + d;
+  const size_t tile_stride = static_cast<size_t>(kTile) * stride;
+  auto load_kv = [&](int kt) {
+    bf16_t* st = sKV + (kt % kStages) * 2 * kTileElems;
+    load_tile_async<kTile>(st, k_g + kt * tile_stride, stride);
+    load_tile_async<kTile>(st + kTileElems, v_g + kt * tile_stride, stride);
+  };
+
+  // Groups: Q with key tile 0, then one group per key tile (empty past the last), so that before
+  // key tile kt's wait exactly groups 0..kt+1 are committed and wait_group 1 completes tile kt.
+  load_tile_async<kFwdTile>(sQ, q_g, stride, n_valid);
+  load_kv(0);
+  cp_async_commit();
+  if (n_kt > 1) load_kv(1);
+  cp_async_commit();
+
+  uint32_t qf[2][4][4];
+  float o[2][8][4];
+  zero(o);
+  // Per row block m and half r (rows g and g + 8): running max of the scores in log2 units
+  // (s·log2e/8) and this lane's partial sum of 2^(s·log2e/8 − max) over its own columns.
+  float m_run[2][2], l_run[2][2];
+#pragma unroll
+  for (int m = 0; m < 2; ++m)
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      m_run[m][r] = -INFINITY;
+      l_run[m][r] = 0.0f;
+    }
+  for (int kt = 0; kt < n_kt; ++kt) {
+    cp_async_wait<kStages - 2>();
+    __syncthreads();  // tile kt visible to all; every warp is done with tile kt − 1's stage
+    if (kt + kStages - 1 < n_kt) load_kv(kt + kStages - 1);  // into the stage tile kt − 1 used
+    cp_async_commit();
+    const int k0 = kt * kTile;
+    // Nothing to do when every key of the tile is after every query of the warp (k0 is a multiple
+    // of 64 and wq0 of 32, so a tile the warp does visit has k0 ≤ wq0: each of its rows keeps at
+    // least key k0, and the running max stays finite).
+    if (!warp_valid || k0 > wq0) continue;
+    if (kt == 0) load_a_frags<2>(qf, sQ, warp * kFwdRows, lane);
+    const bf16_t* sK = sKV + (kt % kStages) * 2 * kTileElems;
+    const bf16_t* sV = sK + kTileElems;
+
+    float s[2][8][4];
+    zero(s);
+    mma_abt<2>(s, qf, sK, lane);
+    if (k0 + kTile - 1 > wq0) {
+      // The tile crosses the warp's diagonal: key > query → −inf. Element (m, n, e) is query
+      // wq0 + 16m + g + 8(e/2), key k0 + 8n + 2c + e%2.
+      const int base = k0 - wq0 + 2 * c - g;
+#pragma unroll
+      for (int m = 0; m < 2; ++m)
+#pragma unroll
+        for (int n = 0; n < 8; ++n)
+#pragma unroll
+          for (int e = 0; e < 4; ++e)
+            if (base + 8 * n + (e & 1) - 16 * m - 8 * (e >> 1) > 0) s[m][n][e] = -INFINITY;
+    }
+
+    // Row max over the quad's 16 raw scores (scaling by log2e/8 > 0 keeps the order, and fp32
+    // rounding is monotonic: max(s)·k rounds to the max of the rounded s·k).
+    float mx[2][2], corr[2][2], sum[2][2];
+#pragma unroll
+    for (int m = 0; m < 2; ++m)
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        float v = fmaxf(s[m][0][2 * r], s[m][0][2 * r + 1]);
+#pragma unroll
+        for (int n = 1; n < 8; ++n) v = fmaxf(v, fmaxf(s[m][n][2 * r], s[m][n][2 * r + 1]));
+        mx[m][r] = v;
+      }
+#pragma unroll
+    for (int m = 0; m < 2; ++m)
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        float v = mx[m][r];
+        v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 1));
+        v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 2));
+        const float m_new = fmaxf(m_run[m][r], v * kScaleLog2e);  // finite (see above)
+        corr[m][r] = exp2_approx(m_run[m][r] - m_new);            // 0 on the first tile (m = −inf)
+        m_run[m][r] = m_new;
+        sum[m][r] = 0.0f;
+      }
+#pragma unroll
+    for (int m = 0; m < 2; ++m)
+#pragma unroll
+      for (int n = 0; n < 8; ++n)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const float p = exp_scaled(s[m][n][e], m_run[m][e >> 1]);  // masked: 2^−inf = 0
+          s[m][n][e] = p;
+          sum[m][e >> 1] += p;
+          o[m][n][e] *= corr[m][e >> 1];
+        }
+#pragma unroll
+    for (int m = 0; m < 2; ++m)
+#pragma unroll
+      for (int r = 0; r < 2; ++r) l_run[m][r] = l_run[m][r] * corr[m][r] + sum[m][r];
+
+    mma_wb<2>(o, s, sV, lane);  // O += bf16(P) · V
+  }
+  if (!warp_valid) return;  // no barrier follows
+
+#pragma unroll
+  for (int m = 0; m < 2; ++m)
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      float l = l_run[m][r];
+      l += __shfl_xor_sync(0xffffffffu, l, 1);
+      l += __shfl_xor_sync(0xffffffffu, l, 2);
+      const int t = wq0 + 16 * m + 8 * r + g;
+      const size_t at = (static_cast<size_t>(b) * seq + t) * d + static_cast<size_t>(h) * kHd;
+#pragma unroll
+      for (int n = 0; n < 8; ++n) {
+        // out's store (ops.cuh's StoreOut) applied as it is written.
+        const float v0 = detail::stored(o[m][n][2 * r] / l, store.round);
+        const float v1 = detail::stored(o[m][n][2 * r + 1] / l, store.round);
+        *reinterpret_cast<float2*>(out + at + n * 8 + 2 * c) = make_float2(v0, v1);
+        if (store.bf16 != nullptr)  // the pair as one 4-byte store, the lower column in the lower half
+          *reinterpret_cast<uint32_t*>(store.bf16 + at + n * 8 + 2 * c) =
+              static_cast<uint32_t>(::fp4::float_to_bf16(v0)) |
+              (static_cast<uint32_t>(::fp4::float_to_bf16(v1)) << 16);
+      }
+      // lse = ln(Σ e^(s/8)) = (max·log2e/8 + log2 l)·ln 2 = max/8 + ln l.
+      if (c == 0) lse[(static_cast<size_t>(b) * geo.n_heads + h) * seq + t] = __fmaf_rn(m_run[m][r], kLn2, logf(l));
+    }
+}
+
+// ---- Backward ---------------------------------------------------------------------------------
+
+// dQ for 64 queries (and D, lse·log2e of those rows for the dK/dV pass); key tiles 0..diagonal in
+// increasing order. Shared memory: the Q and dO tiles, then kStages stages of (K tile, V tile).
+constexpr size_t kDqShared = (2 + kStages * 2) * static_cast<size_t>(kTileElems) * sizeof(bf16_t);
+
+__global__ void __launch_bounds__(kThreads, 3) flash_dq_kernel(const bf16_t* qkv, const float* out, const float* lse,
+                                                            const bf16_t* dout, Geometry geo, float* dqkv,
+                                                            float* dsum, float* lse2) {
+  extern __shared__ __align__(16) unsigned char smem[];
+  bf16_t* sQ = reinterpret_cast<bf16_t*>(smem);
+  bf16_t* sO = sQ + kTileElems;
+  bf16_t* sKV = sO + kTileElems;  // stage s: K at sKV + 2s·kTileElems, V right after
   const int n_tiles = geo.seq_len / kTile;
   const int qt = n_tiles - 1 - static_cast<int>(blockIdx.x);  // longest first
   const int h = blockIdx.y, b = blockIdx.z;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, c = lane % 4;
   const size_t d = geo.d(), stride = 3 * d;
-  const bf16_t* q_g = qkv + (static_cast<size_t>(b) * geo.seq_len + static_cast<size_t>(qt) * kTile) * stride +
-                      static_cast<size_t>(h) * kHd;
-  const bf16_t* k_g = qkv + static_cast<size_t>(b) * geo.seq_len * stride + d + static_cast<size_t>(h) * kHd;
-  const bf16_t* v_g = k_g + d;
+  const bf16_t* base = qkv + static_cast<size_t>(b) * geo.seq_len * stride + static_cast<size_t>(h) * kHd;
+  const bf16_t* q_g = base + static_cast<size_t>(qt) * kTile * stride;
+  const bf16_t* k_g = base + d;
+  const bf16_t* v_g = base + 2 * d;
+  const size_t row_q0 = static_cast<size_t>(b) * geo.seq_len + static_cast<size_t>(qt) * kTile;  // first row
+  const bf16_t* o_g = dout + row_q0 * d + static_cast<size_t>(h) * kHd;
   const size_t tile_stride = static_cast<size_t>(kTile) * stride;
+  const size_t stat = (static_cast<size_t>(b) * geo.n_heads + h) * geo.seq_len + static_cast<size_t>(qt) * kTile;
+  auto load_kv = [&](int kt) {
+    bf16_t* st = sKV + (kt % kStages) * 2 * kTileElems;
+    load_tile_async<kTile>(st, k_g + kt * tile_stride, stride);
+    load_tile_async<kTile>(st + kTileElems, v_g + kt * tile_stride, stride);
+  };
 
-  load_tile_async(sQ, q_g, stride);
-  load_tile_async(sK[0], k_g, stride);
-  load_tile_async(sV[0], v_g, stride);
+  // Groups as in the forward: Q, dO and key tile 0, then one per key tile.
+  load_tile_async<kTile>(sQ, q_g, stride);
+  load_tile_async<kTile>(sO, o_g, d);
+  load_kv(0);
+  cp_async_commit();
+  if (qt >= 1) load_kv(1);
   cp_async_commit();
 
-  uint32_t qf[4][4];
-  float o[8][4];
-  zero(o);
-  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};  // rows g and g + 8 of the warp
-  for (int kt = 0; kt <= qt; ++kt) {
-    const int buf = kt & 1;
-    if (kt < qt) {  // prefetch the next key tile into the other buffer (freed by the last barrier)
-      load_tile_async(sK[buf ^ 1], k_g + (kt + 1) * tile_stride, stride);
-      load_tile_async(sV[buf ^ 1], v_g + (kt + 1) * tile_stride, stride);
-      cp_async_commit();
-      cp_async_wait<1>();
-    } else {
-      cp_async_wait<0>();
-    }
-    __syncthreads();
-    if (kt == 0) load_a_frags(qf, sQ, warp * 16, lane);
-
-    float s[8][4];
-    zero(s);
-    mma_abt(s, qf, sK[buf], lane);
-
-    // Scale, mask (diagonal tile only: key column > query row), row max over the quad's 16 values.
-    float mx[2] = {-INFINITY, -INFINITY};
-#pragma unroll
-    for (int n = 0; n < 8; ++n)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int row = warp * 16 + g + (e / 2) * 8, col = n * 8 + 2 * c + (e % 2);
-        float v = s[n][e] * kScale;
-        if (kt == qt && col > row) v = -INFINITY;
-        s[n][e] = v;
-        mx[e / 2] = fmaxf(mx[e / 2], v);
-      }
-    float corr[2], sum[2] = {0.0f, 0.0f};
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
-      mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
-      const float m_new = fmaxf(m[r], mx[r]);  // finite: key 0 ≤ every query is in tile 0
-      corr[r] = expf(m[r] - m_new);            // 0 on the first tile (m = −inf)
-      m[r] = m_new;
-    }
-#pragma unroll
-    for (int n = 0; n < 8; ++n)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const float p = expf(s[n][e] - m[e / 2]);  // masked: exp(−inf) = 0
-        s[n][e] = p;
-        sum[e / 2] += p;
-        o[n][e] *= corr[e / 2];
-      }
-    // l is each lane's partial sum over its own columns; the quad combines them at the end.
-    l[0] = l[0] * corr[0] + sum[0];
-    l[1] = l[1] * corr[1] + sum[1];
-
-    mma_wb(o, s, sV[buf], lane);  // O += bf16(P) · V
-    __syncthreads();              // every warp is done with this buffer before it is refilled
-  }
-
+  // While those load: D_t = Σ_i dout_ti·out_ti for this lane's rows g and g + 8 of the warp (lane c
+  // takes features 16c..16c+15 in increasing order, then the quad's fixed butterfly: all four
+  // lanes end with the same bits), and lse·log2e. The c = 0 lanes publish both for the dK/dV pass.
+  float lse2_r[2], d_r[2];
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
-    l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
-    l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
-  }
-  const size_t row0 = static_cast<size_t>(b) * geo.seq_len + static_cast<size_t>(qt) * kTile + warp * 16 + g;
+    const int t = warp * 16 + g + 8 * r;  // row within the tile
+    const size_t at = (row_q0 + t) * d + static_cast<size_t>(h) * kHd + 16 * c;
+    float acc = 0.0f;
 #pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    const size_t at = (row0 + r * 8) * d + static_cast<size_t>(h) * kHd;
+    for (int j = 0; j < 2; ++j) {
+      const uint4 go = *reinterpret_cast<const uint4*>(dout + at + 8 * j);  // 8 bf16, 16-byte aligned
+      const uint32_t words[4] = {go.x, go.y, go.z, go.w};
 #pragma unroll
-    for (int n = 0; n < 8; ++n) {
-      // out's store (ops.cuh's StoreOut) applied as it is written.
-      const float v0 = detail::stored(o[n][2 * r] / l[r], store.round);
-      const float v1 = detail::stored(o[n][2 * r + 1] / l[r], store.round);
-      *reinterpret_cast<float2*>(out + at + n * 8 + 2 * c) = make_float2(v0, v1);
-      if (store.bf16 != nullptr)  // the pair as one 4-byte store, the lower column in the lower half
-        *reinterpret_cast<uint32_t*>(store.bf16 + at + n * 8 + 2 * c) =
-            static_cast<uint32_t>(::fp4::float_to_bf16(v0)) | (static_cast<uint32_t>(::fp4::float_to_bf16(v1)) << 16);
+      for (int k = 0; k < 4; ++k) {
+        const float2 ov = *reinterpret_cast<const float2*>(out + at + 8 * j + 2 * k);
+        acc = __fmaf_rn(__uint_as_float(words[k] << 16), ov.x, acc);           // lower half: smaller column
+        acc = __fmaf_rn(__uint_as_float(words[k] & 0xffff0000u), ov.y, acc);
+      }
     }
+    acc += __shfl_xor_sync(0xffffffffu, acc, 1);
+    acc += __shfl_xor_sync(0xffffffffu, acc, 2);
+    d_r[r] = acc;
+    lse2_r[r] = lse[stat + t] * kLog2e;
     if (c == 0) {
-      const int t = qt * kTile + warp * 16 + g + r * 8;
-      lse[(static_cast<size_t>(b) * geo.n_heads + h) * geo.seq_len + t] = m[r] + logf(l[r]);
+      dsum[stat + t] = d_r[r];
+      lse2[stat + t] = lse2_r[r];
     }
   }
-}
 
-// ---- Backward ---------------------------------------------------------------------------------
+  uint32_t qf[1][4][4], of[1][4][4];
+  float dq[1][8][4];
+  zero(dq);
+  for (int kt = 0; kt <= qt; ++kt) {
+    cp_async_wait<kStages - 2>();
+    __syncthreads();  // tile kt visible to all; every warp is done with tile kt − 1's stage
+    if (kt + kStages - 1 <= qt) load_kv(kt + kStages - 1);
+    cp_async_commit();
+    // Q's fragments stay in registers; dO's are re-read every step (the 168-register cap, above).
+    if (kt == 0) load_a_frags<1>(qf, sQ, warp * 16, lane);
+    load_a_frags<1>(of, sO, warp * 16, lane);
+    const bf16_t* k_s = sKV + (kt % kStages) * 2 * kTileElems;
+    const bf16_t* v_s = k_s + kTileElems;
+    float s[1][8][4], dp[1][8][4];  // rows: this warp's 16 queries; columns: the tile's 64 keys
+    zero(s);
+    zero(dp);
+    mma_abt<1>(s, qf, k_s, lane);   // S = Q · Kᵀ
+    mma_abt<1>(dp, of, v_s, lane);  // dP = dO · Vᵀ
+    if (kt == qt) {
+      // Diagonal tile: key > query → −inf (P = 0). Element (n, e) is query 16·warp + g + 8(e/2),
+      // key 8n + 2c + e%2 (both within the tile).
+      const int off = 2 * c - g - 16 * warp;
+#pragma unroll
+      for (int n = 0; n < 8; ++n)
+#pragma unroll
+        for (int e = 0; e < 4; ++e)
+          if (off + 8 * n + (e & 1) - 8 * (e >> 1) > 0) s[0][n][e] = -INFINITY;
+    }
+#pragma unroll
+    for (int n = 0; n < 8; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const float p = exp_scaled(s[0][n][e], lse2_r[e >> 1]);
+        dp[0][n][e] = p * (dp[0][n][e] - d_r[e >> 1]);  // dS without the 1/8
+      }
+    mma_wb<1>(dq, dp, k_s, lane);  // dQ += bf16(dS) · K
+  }
 
-// D[b, h, t] = Σ_i dout[t, h·64 + i] · out[t, h·64 + i]: one warp per (row, head), two features
-// per lane, then the fixed butterfly.
-__global__ void flash_dsum_kernel(const float* out, const bf16_t* dout, Geometry geo, int rows, float* dsum) {
-  const size_t warp_id = (static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
-  const int lane = threadIdx.x % 32;
-  if (warp_id >= static_cast<size_t>(rows) * geo.n_heads) return;  // whole warps
-  const size_t row = warp_id / geo.n_heads;
-  const int h = static_cast<int>(warp_id % geo.n_heads);
-  const size_t at = row * geo.d() + static_cast<size_t>(h) * kHd + 2 * lane;
-  const float2 o = *reinterpret_cast<const float2*>(out + at);
-  const float p0 = ::fp4::bf16_to_float(dout[at]) * o.x;
-  const float p1 = ::fp4::bf16_to_float(dout[at + 1]) * o.y;
-  const float v = detail::warp_sum(p0 + p1);
-  if (lane == 0) {
-    const size_t b = row / geo.seq_len, t = row % geo.seq_len;
-    dsum[(b * geo.n_heads + h) * geo.seq_len + t] = v;
+  const size_t row0 = row_q0 + warp * 16 + g;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    float* q_row = dqkv + (row0 + r * 8) * stride + static_cast<size_t>(h) * kHd;
+#pragma unroll
+    for (int n = 0; n < 8; ++n)
+      *reinterpret_cast<float2*>(q_row + n * 8 + 2 * c) =
+          make_float2(dq[0][n][2 * r] * kScale, dq[0][n][2 * r + 1] * kScale);
   }
 }
 
-constexpr size_t kBackwardShared = 6 * kTileElems * sizeof(bf16_t) + 4 * kTile * sizeof(float);
+// dK, dV for 64 keys; query tiles from the diagonal up, in increasing order. lse2 and dsum are
+// the dQ pass's (lse·log2e and D). Shared memory: the K and V tiles, then kStages stages of
+// (Q tile, dO tile, 64 lse·log2e, 64 D).
+constexpr size_t kDkdvStage = 2 * static_cast<size_t>(kTileElems) * sizeof(bf16_t) + 2 * kTile * sizeof(float);
+constexpr size_t kDkdvShared = 2 * static_cast<size_t>(kTileElems) * sizeof(bf16_t) + kStages * kDkdvStage;
+static_assert(kDkdvStage % 16 == 0, "cp.async needs 16-byte aligned stages");
 
-// dK, dV for 64 keys; query tiles from the diagonal up, in increasing order.
-__global__ void __launch_bounds__(kThreads) flash_dkdv_kernel(const bf16_t* qkv, const bf16_t* dout,
-                                                              const float* lse, const float* dsum, Geometry geo,
+__global__ void __launch_bounds__(kThreads, 3) flash_dkdv_kernel(const bf16_t* qkv, const bf16_t* dout,
+                                                              const float* lse2, const float* dsum, Geometry geo,
                                                               float* dqkv) {
   extern __shared__ __align__(16) unsigned char smem[];
   bf16_t* sK = reinterpret_cast<bf16_t*>(smem);
   bf16_t* sV = sK + kTileElems;
-  bf16_t* sQ = sV + kTileElems;         // [2] tiles
-  bf16_t* sO = sQ + 2 * kTileElems;     // [2] tiles of dout
-  float* sL = reinterpret_cast<float*>(sO + 2 * kTileElems);  // [2][64] lse
-  float* sD = sL + 2 * kTile;                                 // [2][64] D
+  unsigned char* stages = smem + 2 * kTileElems * sizeof(bf16_t);
   const int n_tiles = geo.seq_len / kTile;
   const int kt = blockIdx.x;  // key tile 0 has the most query tiles: first
   const int h = blockIdx.y, b = blockIdx.z;
@@ -333,59 +540,69 @@ __global__ void __launch_bounds__(kThreads) flash_dkdv_kernel(const bf16_t* qkv,
   const bf16_t* v_g = k_g + d;
   const bf16_t* o_g = dout + static_cast<size_t>(b) * geo.seq_len * d + static_cast<size_t>(h) * kHd;
   const size_t stat = (static_cast<size_t>(b) * geo.n_heads + h) * geo.seq_len;
-
-  load_tile_async(sK, k_g, stride);
-  load_tile_async(sV, v_g, stride);
-  auto load_queries = [&](int qt, int buf) {
-    load_tile_async(sQ + buf * kTileElems, q_g + static_cast<size_t>(qt) * kTile * stride, stride);
-    load_tile_async(sO + buf * kTileElems, o_g + static_cast<size_t>(qt) * kTile * d, d);
-    load_stats_async(sL + buf * kTile, lse + stat + qt * kTile);
-    load_stats_async(sD + buf * kTile, dsum + stat + qt * kTile);
+  auto stage_q = [&](int qt) { return reinterpret_cast<bf16_t*>(stages + ((qt - kt) % kStages) * kDkdvStage); };
+  auto load_queries = [&](int qt) {
+    bf16_t* sq = stage_q(qt);
+    float* sl = reinterpret_cast<float*>(sq + 2 * kTileElems);
+    load_tile_async<kTile>(sq, q_g + static_cast<size_t>(qt) * kTile * stride, stride);
+    load_tile_async<kTile>(sq + kTileElems, o_g + static_cast<size_t>(qt) * kTile * d, d);
+    load_stats_async(sl, lse2 + stat + qt * kTile);
+    load_stats_async(sl + kTile, dsum + stat + qt * kTile);
   };
-  load_queries(kt, 0);
+
+  // Groups: K, V with query tile kt, then one per query tile (empty past the last).
+  load_tile_async<kTile>(sK, k_g, stride);
+  load_tile_async<kTile>(sV, v_g, stride);
+  load_queries(kt);
+  cp_async_commit();
+  if (kt + 1 < n_tiles) load_queries(kt + 1);
   cp_async_commit();
 
-  uint32_t kf[4][4], vf[4][4];
-  float dk[8][4], dv[8][4];
+  uint32_t kf[1][4][4], vf[1][4][4];
+  float dk[1][8][4], dv[1][8][4];
   zero(dk);
   zero(dv);
   for (int qt = kt; qt < n_tiles; ++qt) {
-    const int buf = (qt - kt) & 1;
-    if (qt + 1 < n_tiles) {
-      load_queries(qt + 1, buf ^ 1);
-      cp_async_commit();
-      cp_async_wait<1>();
-    } else {
-      cp_async_wait<0>();
-    }
-    __syncthreads();
-    if (qt == kt) {
-      load_a_frags(kf, sK, warp * 16, lane);
-      load_a_frags(vf, sV, warp * 16, lane);
-    }
-    const bf16_t* q_s = sQ + buf * kTileElems;
-    const bf16_t* o_s = sO + buf * kTileElems;
-    const float* l_s = sL + buf * kTile;
-    const float* d_s = sD + buf * kTile;
+    cp_async_wait<kStages - 2>();
+    __syncthreads();  // tile qt visible to all; every warp is done with tile qt − 1's stage
+    if (qt + kStages - 1 < n_tiles) load_queries(qt + kStages - 1);
+    cp_async_commit();
+    // Re-read every step rather than held across the loop: the 168-register cap (file comment).
+    load_a_frags<1>(kf, sK, warp * 16, lane);
+    load_a_frags<1>(vf, sV, warp * 16, lane);
+    const bf16_t* q_s = stage_q(qt);
+    const bf16_t* o_s = q_s + kTileElems;
+    const float* l_s = reinterpret_cast<const float*>(o_s + kTileElems);
+    const float* d_s = l_s + kTile;
 
-    float s[8][4], dp[8][4];  // rows: this warp's 16 keys; columns: the tile's 64 queries
+    float s[1][8][4], dp[1][8][4];  // rows: this warp's 16 keys; columns: the tile's 64 queries
     zero(s);
     zero(dp);
-    mma_abt(s, kf, q_s, lane);   // Sᵀ = K · Qᵀ
-    mma_abt(dp, vf, o_s, lane);  // dPᵀ = V · dOᵀ
+    mma_abt<1>(s, kf, q_s, lane);   // Sᵀ = K · Qᵀ
+    mma_abt<1>(dp, vf, o_s, lane);  // dPᵀ = V · dOᵀ
+    if (qt == kt) {
+      // Diagonal tile: query < key → −inf (P = 0). Element (n, e) is key 16·warp + g + 8(e/2),
+      // query 8n + 2c + e%2 (both within the tile).
+      const int off = 2 * c - g - 16 * warp;
 #pragma unroll
-    for (int n = 0; n < 8; ++n)
+      for (int n = 0; n < 8; ++n)
+#pragma unroll
+        for (int e = 0; e < 4; ++e)
+          if (off + 8 * n + (e & 1) - 8 * (e >> 1) < 0) s[0][n][e] = -INFINITY;
+    }
+#pragma unroll
+    for (int n = 0; n < 8; ++n) {
+      const float2 l2 = *reinterpret_cast<const float2*>(l_s + n * 8 + 2 * c);  // queries 8n + 2c, +1
+      const float2 dd = *reinterpret_cast<const float2*>(d_s + n * 8 + 2 * c);
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        const int key = warp * 16 + g + (e / 2) * 8, query = n * 8 + 2 * c + (e % 2);
-        const bool masked = qt == kt && query < key;
-        const float p = masked ? 0.0f : expf(s[n][e] * kScale - l_s[query]);
-        s[n][e] = p;
-        dp[n][e] = p * (dp[n][e] - d_s[query]);  // dSᵀ (without the 1/8, applied to dK at the end)
+        const float p = exp_scaled(s[0][n][e], (e & 1) ? l2.y : l2.x);
+        s[0][n][e] = p;
+        dp[0][n][e] = p * (dp[0][n][e] - ((e & 1) ? dd.y : dd.x));  // dSᵀ (without the 1/8, applied to dK at the end)
       }
-    mma_wb(dv, s, o_s, lane);   // dV += bf16(Pᵀ) · dO
-    mma_wb(dk, dp, q_s, lane);  // dK += bf16(dSᵀ) · Q
-    __syncthreads();
+    }
+    mma_wb<1>(dv, s, o_s, lane);   // dV += bf16(Pᵀ) · dO
+    mma_wb<1>(dk, dp, q_s, lane);  // dK += bf16(dSᵀ) · Q
   }
 
   const size_t row0 = static_cast<size_t>(b) * geo.seq_len + static_cast<size_t>(kt) * kTile + warp * 16 + g;
@@ -395,92 +612,10 @@ __global__ void __launch_bounds__(kThreads) flash_dkdv_kernel(const bf16_t* qkv,
     float* v_row = k_row + d;
 #pragma unroll
     for (int n = 0; n < 8; ++n) {
-      *reinterpret_cast<float2*>(k_row + n * 8 + 2 * c) = make_float2(dk[n][2 * r] * kScale, dk[n][2 * r + 1] * kScale);
-      *reinterpret_cast<float2*>(v_row + n * 8 + 2 * c) = make_float2(dv[n][2 * r], dv[n][2 * r + 1]);
+      *reinterpret_cast<float2*>(k_row + n * 8 + 2 * c) =
+          make_float2(dk[0][n][2 * r] * kScale, dk[0][n][2 * r + 1] * kScale);
+      *reinterpret_cast<float2*>(v_row + n * 8 + 2 * c) = make_float2(dv[0][n][2 * r], dv[0][n][2 * r + 1]);
     }
-  }
-}
-
-// dQ for 64 queries; key tiles 0..diagonal in increasing order.
-__global__ void __launch_bounds__(kThreads) flash_dq_kernel(const bf16_t* qkv, const bf16_t* dout,
-                                                            const float* lse, const float* dsum, Geometry geo,
-                                                            float* dqkv) {
-  extern __shared__ __align__(16) unsigned char smem[];
-  bf16_t* sQ = reinterpret_cast<bf16_t*>(smem);
-  bf16_t* sO = sQ + kTileElems;
-  bf16_t* sK = sO + kTileElems;      // [2]
-  bf16_t* sV = sK + 2 * kTileElems;  // [2]
-  const int n_tiles = geo.seq_len / kTile;
-  const int qt = n_tiles - 1 - static_cast<int>(blockIdx.x);  // longest first
-  const int h = blockIdx.y, b = blockIdx.z;
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, c = lane % 4;
-  const size_t d = geo.d(), stride = 3 * d;
-  const bf16_t* base = qkv + static_cast<size_t>(b) * geo.seq_len * stride + static_cast<size_t>(h) * kHd;
-  const bf16_t* q_g = base + static_cast<size_t>(qt) * kTile * stride;
-  const bf16_t* k_g = base + d;
-  const bf16_t* v_g = base + 2 * d;
-  const bf16_t* o_g =
-      dout + (static_cast<size_t>(b) * geo.seq_len + static_cast<size_t>(qt) * kTile) * d + static_cast<size_t>(h) * kHd;
-  const size_t tile_stride = static_cast<size_t>(kTile) * stride;
-  const size_t stat = (static_cast<size_t>(b) * geo.n_heads + h) * geo.seq_len + static_cast<size_t>(qt) * kTile;
-
-  load_tile_async(sQ, q_g, stride);
-  load_tile_async(sO, o_g, d);
-  load_tile_async(sK, k_g, stride);
-  load_tile_async(sV, v_g, stride);
-  cp_async_commit();
-  float lse_r[2], d_r[2];
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    lse_r[r] = lse[stat + warp * 16 + g + r * 8];
-    d_r[r] = dsum[stat + warp * 16 + g + r * 8];
-  }
-
-  uint32_t qf[4][4], of[4][4];
-  float dq[8][4];
-  zero(dq);
-  for (int kt = 0; kt <= qt; ++kt) {
-    const int buf = kt & 1;
-    if (kt < qt) {
-      load_tile_async(sK + (buf ^ 1) * kTileElems, k_g + (kt + 1) * tile_stride, stride);
-      load_tile_async(sV + (buf ^ 1) * kTileElems, v_g + (kt + 1) * tile_stride, stride);
-      cp_async_commit();
-      cp_async_wait<1>();
-    } else {
-      cp_async_wait<0>();
-    }
-    __syncthreads();
-    if (kt == 0) {
-      load_a_frags(qf, sQ, warp * 16, lane);
-      load_a_frags(of, sO, warp * 16, lane);
-    }
-    const bf16_t* k_s = sK + buf * kTileElems;
-    const bf16_t* v_s = sV + buf * kTileElems;
-    float s[8][4], dp[8][4];  // rows: this warp's 16 queries; columns: the tile's 64 keys
-    zero(s);
-    zero(dp);
-    mma_abt(s, qf, k_s, lane);   // S = Q · Kᵀ
-    mma_abt(dp, of, v_s, lane);  // dP = dO · Vᵀ
-#pragma unroll
-    for (int n = 0; n < 8; ++n)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int row = warp * 16 + g + (e / 2) * 8, col = n * 8 + 2 * c + (e % 2);
-        const bool masked = kt == qt && col > row;
-        const float p = masked ? 0.0f : expf(s[n][e] * kScale - lse_r[e / 2]);
-        dp[n][e] = p * (dp[n][e] - d_r[e / 2]);  // dS without the 1/8
-      }
-    mma_wb(dq, dp, k_s, lane);  // dQ += bf16(dS) · K
-    __syncthreads();
-  }
-
-  const size_t row0 = static_cast<size_t>(b) * geo.seq_len + static_cast<size_t>(qt) * kTile + warp * 16 + g;
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    float* q_row = dqkv + (row0 + r * 8) * stride + static_cast<size_t>(h) * kHd;
-#pragma unroll
-    for (int n = 0; n < 8; ++n)
-      *reinterpret_cast<float2*>(q_row + n * 8 + 2 * c) = make_float2(dq[n][2 * r] * kScale, dq[n][2 * r + 1] * kScale);
   }
 }
 
@@ -513,8 +648,9 @@ void flash_attention_forward_stored(const bf16_t* qkv, int batch, int seq_len, i
   detail::require(aligned(qkv, 16) && aligned(out, 8) && aligned(lse, 4) && aligned(out_store.bf16, 4),
                   "flash_attention_forward",
                   "qkv must be 16-byte aligned, out 8-byte aligned and out's bf16 copy 4-byte aligned");
-  const dim3 grid(seq_len / kTile, n_heads, batch);
-  flash_forward_kernel<<<grid, kThreads, 0, stream>>>(qkv, geo, out, lse, out_store);
+  set_shared(reinterpret_cast<const void*>(flash_forward_kernel), kForwardShared);
+  const dim3 grid((seq_len + kFwdTile - 1) / kFwdTile, n_heads, batch);
+  flash_forward_kernel<<<grid, kThreads, kForwardShared, stream>>>(qkv, geo, out, lse, out_store);
   detail::check_launch();
 }
 
@@ -528,24 +664,20 @@ void flash_attention_backward(const bf16_t* qkv, const float* out, const float* 
                               cudaStream_t stream) {
   const char* op = "flash_attention_backward";
   const Geometry geo = check(op, batch, seq_len, n_heads, head_dim);
-  detail::require(aligned(qkv, 16) && aligned(dout, 16) && aligned(out, 8) && aligned(lse, 16) && aligned(dqkv, 8),
-                  op, "qkv, dout and lse must be 16-byte aligned, out and dqkv 8-byte aligned");
+  detail::require(aligned(qkv, 16) && aligned(dout, 16) && aligned(out, 8) && aligned(lse, 4) && aligned(dqkv, 8),
+                  op, "qkv and dout must be 16-byte aligned, out and dqkv 8-byte aligned");
+  // The workspace holds D (B·H·T floats) then lse·log2e (as many), both written by the dQ pass for
+  // the dK/dV pass; each starts at a multiple of 64 floats, as cp.async of a tile's 64 needs.
   const size_t n_stats = static_cast<size_t>(batch) * n_heads * seq_len;
-  auto* dsum = static_cast<float*>(workspace.get(n_stats * sizeof(float)));
-  const int rows = batch * seq_len;
+  auto* dsum = static_cast<float*>(workspace.get(2 * n_stats * sizeof(float)));
+  float* lse2 = dsum + n_stats;
 
-  constexpr int kDsumThreads = 256;
-  const size_t warps = static_cast<size_t>(rows) * n_heads;
-  const unsigned blocks = static_cast<unsigned>((warps * 32 + kDsumThreads - 1) / kDsumThreads);
-  flash_dsum_kernel<<<blocks, kDsumThreads, 0, stream>>>(out, dout, geo, rows, dsum);
-  detail::check_launch();
-
-  set_shared(reinterpret_cast<const void*>(flash_dkdv_kernel), kBackwardShared);
-  set_shared(reinterpret_cast<const void*>(flash_dq_kernel), kBackwardShared);
+  set_shared(reinterpret_cast<const void*>(flash_dq_kernel), kDqShared);
+  set_shared(reinterpret_cast<const void*>(flash_dkdv_kernel), kDkdvShared);
   const dim3 grid(seq_len / kTile, n_heads, batch);
-  flash_dkdv_kernel<<<grid, kThreads, kBackwardShared, stream>>>(qkv, dout, lse, dsum, geo, dqkv);
+  flash_dq_kernel<<<grid, kThreads, kDqShared, stream>>>(qkv, out, lse, dout, geo, dqkv, dsum, lse2);
   detail::check_launch();
-  flash_dq_kernel<<<grid, kThreads, kBackwardShared, stream>>>(qkv, dout, lse, dsum, geo, dqkv);
+  flash_dkdv_kernel<<<grid, kThreads, kDkdvShared, stream>>>(qkv, dout, lse2, dsum, geo, dqkv);
   detail::check_launch();
 }
 
