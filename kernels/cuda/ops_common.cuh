@@ -42,6 +42,60 @@ __device__ __forceinline__ void write_out(float* out, size_t i, float v, const S
   if (s.bf16 != nullptr) s.bf16[i] = ::fp4::float_to_bf16(v);
 }
 
+// ---- Vector access --------------------------------------------------------------------------
+// The element-wise kernels move 16 bytes per access (float4, and 8 bytes for four bf16) where the
+// shape and the pointers allow it: the per-instruction overhead of 4-byte accesses, not the
+// arithmetic, is what kept them below the memory bandwidth. Which path runs never changes a
+// result: every element still gets its own operations, in the same order.
+
+// Whether p is a multiple of `bytes` (a power of two) as an address; null counts as aligned (an
+// absent optional output).
+__host__ __device__ __forceinline__ bool aligned(const void* p, size_t bytes) {
+  return (reinterpret_cast<uintptr_t>(p) & (bytes - 1)) == 0;
+}
+
+// Whether write_out4 may store at out + i for any i that is a multiple of 4.
+inline bool vec4_ok(const float* out, const StoreOut& s) { return aligned(out, 16) && aligned(s.bf16, 8); }
+
+// Four consecutive bf16 bits in one 8-byte word, element 0 in the low half (little-endian).
+__device__ __forceinline__ uint2 pack_bf16x4(float a, float b, float c, float d) {
+  const auto bits = [](float v) { return static_cast<uint32_t>(::fp4::float_to_bf16(v)); };
+  return make_uint2(bits(a) | (bits(b) << 16), bits(c) | (bits(d) << 16));
+}
+
+// write_out for the four elements out[i .. i+3] (i a multiple of 4, vec4_ok(out, s)): each value
+// gets exactly write_out's treatment, stored with one 16-byte (and one 8-byte) access.
+__device__ __forceinline__ void write_out4(float* out, size_t i, float4 v, const StoreOut& s) {
+  v.x = stored(v.x, s.round);
+  v.y = stored(v.y, s.round);
+  v.z = stored(v.z, s.round);
+  v.w = stored(v.w, s.round);
+  *reinterpret_cast<float4*>(out + i) = v;
+  if (s.bf16 != nullptr) *reinterpret_cast<uint2*>(s.bf16 + i) = pack_bf16x4(v.x, v.y, v.z, v.w);
+}
+
+// A 2-D launch over a [rows, per_row] index space (per_row: the units one thread handles in a
+// row, e.g. float4 groups): threadIdx.x/blockIdx.x walk a row, threadIdx.y/blockIdx.y the rows,
+// so kernels find (row, unit) without dividing (64-bit division per element was the main cost of
+// the flat-index versions). The x extent is split into equal blocks, rounded up to whole warps,
+// so few threads idle when per_row is not a multiple of 256; short rows stack several rows per
+// block. Kernels loop (grid-stride) in both directions, so any rows and per_row are covered.
+struct RowGrid {
+  dim3 grid, block;
+};
+inline RowGrid row_grid(int rows, long long per_row, int threads = 256) {
+  const long long x_blocks = (per_row + threads - 1) / threads;
+  long long tx = (per_row + x_blocks - 1) / x_blocks;  // <= threads
+  tx = (tx + 31) / 32 * 32;
+  const long long ty = threads / tx;
+  const long long y_blocks = (rows + ty - 1) / ty;
+  RowGrid g;
+  g.block = dim3(static_cast<unsigned>(tx), static_cast<unsigned>(ty));
+  g.grid = dim3(static_cast<unsigned>(x_blocks < 65536 ? x_blocks : 65536),
+                static_cast<unsigned>(y_blocks < 65535 ? y_blocks : 65535));
+  return g;
+}
+
 // Butterfly reductions over a warp. Each step adds (or maxes) a lane's value with its partner's;
 // since a + b == b + a exactly in IEEE arithmetic, every lane ends with the same bits, and the
 // association order is fixed, so the result is deterministic.

@@ -1,17 +1,28 @@
 // ops_rmsnorm.cu — see ops.cuh: RMSNorm forward and backward.
 //
-// A row belongs to a group of eight consecutive threads (four rows per warp). Thread l of the group
-// sums the elements e ≡ l (mod 8) in increasing order and the group combines the eight sums
-// pairwise: exactly ops.h's dot(), so mean(x²) — and with IEEE division and square root, rstd, y
-// and dx — come out bit-identical to the CPU reference. Element-wise work follows the same mapping
-// (thread l writes the elements e ≡ l mod 8), which also keeps a warp's loads in 32-byte runs.
+// A row's sum (mean(x²) forward, Σ g·x̂ for dx) belongs to a group of eight consecutive threads
+// (four rows per warp). Thread l of the group sums the elements e ≡ l (mod 8) in increasing order
+// and the group combines the eight sums pairwise: exactly ops.h's dot(), so mean(x²) — and with
+// IEEE division and square root, rstd, y and dx — come out bit-identical to the CPU reference.
+//
+// Staged kernels (the usual path): a block first copies its rows into shared memory with
+// asynchronous 16-byte copies (cp.async; the whole tile is in flight at once, which is what keeps
+// HBM busy — eight threads per row reading 4-byte words with a dependent sum could not), then the
+// row groups run their sums out of shared memory, then each warp writes whole rows with 16-byte
+// stores. Each value still gets the same operations in the same order; only where it is read from
+// changes. A tile row is `stride` floats apart, stride ≡ 8 (mod 32): the four rows a warp sums read
+// banks 0-7, 8-15, 16-23 and 24-31, with no conflicts. When d % 4 != 0 or a pointer is not 16-byte
+// aligned, the same kernels copy and store 4 bytes at a time. A tile fits in kTileBytes, so rows
+// wider than about 12k (forward) or 6k (dx) floats take the direct kernels below instead (the same
+// arithmetic, reading global memory).
 //
 // dgain sums over rows: partial sums over fixed chunks of kRmsnormRowChunk rows (one thread per
-// (chunk, column), rows in order), then one thread per column adds the chunk sums in chunk order
-// and adds the total into dgain. The order depends only on the shape; with rows <= the chunk it is
-// the CPU's order.
+// (chunk, column), rows in order), then per column the chunk sums in chunk order, added into dgain.
+// The order depends only on the shape; with rows <= the chunk it is the CPU's order.
 #include "kernels/cuda/ops.cuh"
 #include "kernels/cuda/ops_common.cuh"
+
+#include <cuda_pipeline.h>
 
 #include <string>
 
@@ -19,12 +30,191 @@ namespace fp4::cuda {
 
 namespace {
 
-constexpr int kThreads = 256;          // 32 rows per block
-constexpr int kRowsPerBlock = kThreads / 8;
+constexpr int kThreads = 256;
+constexpr int kGroups = kThreads / 8;  // row groups (of eight threads) per block
+constexpr int kWarps = kThreads / 32;
+constexpr int kRowsPerBlock = kGroups;  // the direct kernels: one row per group
 constexpr int kColumnThreads = 128;
+constexpr int kTileBytes = 48 * 1024;  // dynamic shared memory a block may take without opting in
+// At most 8 rows per tile: small blocks, many per SM (8 of 256 threads), so a d = 768 forward
+// over 8192 rows is one wave of 1024 blocks rather than 547 blocks of 15 rows with a tail.
+constexpr int kMaxTileRows = 8;
+static_assert(kMaxTileRows <= kGroups, "a tile row per row group");
 
-__global__ void rmsnorm_forward_kernel(const float* x, const float* gain, int rows, int d, float eps,
-                                       float* y, float* rstd, StoreOut store) {
+// ---- Staged kernels ----------------------------------------------------------------------------
+
+// How a block stages its rows: `rows` tile rows (1..kMaxTileRows) of `stride` floats for each of
+// `buffers` inputs, then `scalars` floats per row (rstd, the dx coefficient). rows == 0: d is too
+// wide for kTileBytes.
+struct Tile {
+  int stride = 0, rows = 0;
+  size_t bytes = 0;
+};
+Tile plan_tile(int d, int buffers, int scalars) {
+  Tile t;
+  const long long stride = (static_cast<long long>(d) + 31) / 32 * 32 + 8;
+  const long long row_bytes = (buffers * stride + scalars) * static_cast<long long>(sizeof(float));
+  const long long rows = kTileBytes / row_bytes;
+  if (rows < 1) return t;
+  t.stride = static_cast<int>(stride);
+  t.rows = static_cast<int>(rows < kMaxTileRows ? rows : kMaxTileRows);
+  t.bytes = static_cast<size_t>(t.rows * row_bytes);
+  return t;
+}
+
+// Starts copying rows [0, n) of src (rows of d floats, contiguous) into the tile, one warp per
+// row: 16-byte copies with kVec (d % 4 == 0, src 16-byte aligned, so every row start is), else
+// 4-byte ones. The caller commits and waits.
+template <bool kVec>
+__device__ __forceinline__ void stage_rows(float* tile, int stride, const float* src, int d, int n) {
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  for (int r = warp; r < n; r += kWarps) {
+    const float* s = src + static_cast<size_t>(r) * d;
+    float* t = tile + r * stride;
+    if constexpr (kVec) {
+      for (int e = 4 * lane; e < d; e += 128) __pipeline_memcpy_async(t + e, s + e, 16);
+    } else {
+      for (int e = lane; e < d; e += 32) __pipeline_memcpy_async(t + e, s + e, 4);
+    }
+  }
+  __pipeline_commit();
+}
+
+// gain[e .. e+3]: one 16-byte load when gain is aligned (a parameter inside the flat buffer need
+// not be), else four.
+__device__ __forceinline__ float4 load_gain4(const float* gain, int e, bool gain_vec) {
+  if (gain_vec) return *reinterpret_cast<const float4*>(gain + e);
+  return make_float4(gain[e], gain[e + 1], gain[e + 2], gain[e + 3]);
+}
+
+// Block b normalizes rows [b·tile_rows, ...). kVec: d % 4 == 0, x 16-byte aligned and
+// vec4_ok(y, store).
+template <bool kVec>
+__global__ void rmsnorm_forward_staged_kernel(const float* x, const float* gain, int rows, int d, int stride,
+                                              int tile_rows, float eps, float* y, float* rstd, StoreOut store,
+                                              bool gain_vec) {
+  extern __shared__ float4 smem[];
+  float* tile = reinterpret_cast<float*>(smem);
+  float* tile_rstd = tile + tile_rows * stride;
+  const int row0 = blockIdx.x * tile_rows;
+  const int n = rows - row0 < tile_rows ? rows - row0 : tile_rows;
+  stage_rows<kVec>(tile, stride, x + static_cast<size_t>(row0) * d, d, n);
+  __pipeline_wait_prior(0);
+  __syncthreads();
+
+  {  // rstd: group r sums row r (tile_rows <= kGroups); inactive groups still take part in the shuffles.
+     // The unrolled loop issues eight shared-memory reads ahead of the additions (still in order).
+    const int r = threadIdx.x / 8, lane = threadIdx.x % 8;
+    const bool active = r < n;
+    const float* xr = tile + (active ? r : 0) * stride;
+    float partial = 0.0f;
+    if (active) {
+#pragma unroll 8
+      for (int e = lane; e < d; e += 8) partial += xr[e] * xr[e];
+    }
+    const float sum_sq = detail::group8_combine(partial);
+    if (active && lane == 0) {
+      const float mean_sq = sum_sq / static_cast<float>(d);
+      const float s = 1.0f / sqrtf(mean_sq + eps);
+      rstd[row0 + r] = s;
+      tile_rstd[r] = s;
+    }
+  }
+  __syncthreads();
+
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  for (int r = warp; r < n; r += kWarps) {
+    const float* xr = tile + r * stride;
+    const float s = tile_rstd[r];
+    const size_t base = static_cast<size_t>(row0 + r) * d;
+    if constexpr (kVec) {
+      for (int e = 4 * lane; e < d; e += 128) {
+        const float4 v = *reinterpret_cast<const float4*>(xr + e);
+        const float4 g = load_gain4(gain, e, gain_vec);
+        detail::write_out4(y, base + e, make_float4((v.x * s) * g.x, (v.y * s) * g.y, (v.z * s) * g.z, (v.w * s) * g.w),
+                           store);
+      }
+    } else {
+      for (int e = lane; e < d; e += 32) detail::write_out(y, base + e, (xr[e] * s) * gain[e], store);
+    }
+  }
+}
+
+// dx for rows [b·tile_rows, ...): x and dy staged. kVec: d % 4 == 0, x and dy 16-byte aligned and
+// vec4_ok(dx, store).
+template <bool kVec>
+__global__ void rmsnorm_dx_staged_kernel(const float* x, const float* gain, const float* rstd, const float* dy,
+                                         int rows, int d, int stride, int tile_rows, float* dx, StoreOut store,
+                                         bool round_dy, bool gain_vec) {
+  extern __shared__ float4 smem[];
+  float* tile_x = reinterpret_cast<float*>(smem);
+  float* tile_dy = tile_x + tile_rows * stride;
+  float* tile_s = tile_dy + tile_rows * stride;
+  float* tile_c = tile_s + tile_rows;
+  const int row0 = blockIdx.x * tile_rows;
+  const int n = rows - row0 < tile_rows ? rows - row0 : tile_rows;
+  stage_rows<kVec>(tile_x, stride, x + static_cast<size_t>(row0) * d, d, n);
+  stage_rows<kVec>(tile_dy, stride, dy + static_cast<size_t>(row0) * d, d, n);
+  __pipeline_wait_prior(0);
+  __syncthreads();
+
+  {  // c = mean(g ⊙ x̂): group r sums row r
+    const int r = threadIdx.x / 8, lane = threadIdx.x % 8;
+    const bool active = r < n;
+    const float* xr = tile_x + (active ? r : 0) * stride;
+    const float* dyr = tile_dy + (active ? r : 0) * stride;
+    const float s = active ? rstd[row0 + r] : 0.0f;
+    float partial = 0.0f;
+    if (active) {
+#pragma unroll 8
+      for (int e = lane; e < d; e += 8) {
+        const float g = detail::stored(dyr[e], round_dy) * gain[e];
+        const float xhat = xr[e] * s;
+        partial += g * xhat;
+      }
+    }
+    const float dot = detail::group8_combine(partial);
+    if (active && lane == 0) {
+      tile_s[r] = s;
+      tile_c[r] = dot / static_cast<float>(d);
+    }
+  }
+  __syncthreads();
+
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  for (int r = warp; r < n; r += kWarps) {
+    const float* xr = tile_x + r * stride;
+    const float* dyr = tile_dy + r * stride;
+    const float s = tile_s[r], c = tile_c[r];
+    const size_t base = static_cast<size_t>(row0 + r) * d;
+    if constexpr (kVec) {
+      for (int e = 4 * lane; e < d; e += 128) {
+        const float4 xv = *reinterpret_cast<const float4*>(xr + e);
+        const float4 dyv = *reinterpret_cast<const float4*>(dyr + e);
+        const float4 gv = load_gain4(gain, e, gain_vec);
+        const float g0 = detail::stored(dyv.x, round_dy) * gv.x, xhat0 = xv.x * s;
+        const float g1 = detail::stored(dyv.y, round_dy) * gv.y, xhat1 = xv.y * s;
+        const float g2 = detail::stored(dyv.z, round_dy) * gv.z, xhat2 = xv.z * s;
+        const float g3 = detail::stored(dyv.w, round_dy) * gv.w, xhat3 = xv.w * s;
+        detail::write_out4(dx, base + e,
+                           make_float4(s * (g0 - xhat0 * c), s * (g1 - xhat1 * c), s * (g2 - xhat2 * c),
+                                       s * (g3 - xhat3 * c)),
+                           store);
+      }
+    } else {
+      for (int e = lane; e < d; e += 32) {
+        const float g = detail::stored(dyr[e], round_dy) * gain[e];
+        const float xhat = xr[e] * s;
+        detail::write_out(dx, base + e, s * (g - xhat * c), store);
+      }
+    }
+  }
+}
+
+// ---- Direct kernels (rows too wide for a tile) ---------------------------------------------------
+
+__global__ void rmsnorm_forward_kernel(const float* x, const float* gain, int rows, int d, float eps, float* y,
+                                       float* rstd, StoreOut store) {
   const int row = blockIdx.x * kRowsPerBlock + threadIdx.x / 8;
   const int lane = threadIdx.x % 8;
   const bool active = row < rows;  // inactive groups still take part in the shuffles
@@ -66,7 +256,10 @@ __global__ void rmsnorm_dx_kernel(const float* x, const float* gain, const float
   }
 }
 
-// partial[chunk][j] = Σ_{rows of chunk, in order} dy ⊙ (x · rstd), starting from 0.
+// ---- dgain ---------------------------------------------------------------------------------------
+
+// partial[chunk][j] = Σ_{rows of chunk, in order} dy ⊙ (x · rstd), starting from 0. The unrolled
+// loop lets a thread have many rows' loads in flight (the additions still run in row order).
 __global__ void rmsnorm_dgain_partial_kernel(const float* x, const float* rstd, const float* dy, int rows,
                                              int d, float* partial, bool round_dy) {
   const int j = blockIdx.x * blockDim.x + threadIdx.x;
@@ -74,6 +267,7 @@ __global__ void rmsnorm_dgain_partial_kernel(const float* x, const float* rstd, 
   const int r0 = blockIdx.y * kRmsnormRowChunk;
   const int r1 = r0 + kRmsnormRowChunk < rows ? r0 + kRmsnormRowChunk : rows;
   float sum = 0.0f;
+#pragma unroll 16
   for (int r = r0; r < r1; ++r) {
     const size_t i = static_cast<size_t>(r) * d + j;
     sum += detail::stored(dy[i], round_dy) * (x[i] * rstd[r]);
@@ -81,12 +275,37 @@ __global__ void rmsnorm_dgain_partial_kernel(const float* x, const float* rstd, 
   partial[static_cast<size_t>(blockIdx.y) * d + j] = sum;
 }
 
+// dgain[j] += Σ_chunks partial[c][j], chunks in order from 0. A block owns kTotalColumns columns:
+// all its threads load a piece of kTotalPiece chunks into shared memory (coalesced, all loads in
+// flight), then one thread per column adds them in chunk order; the running sum carries over from
+// piece to piece, so the additions are exactly the sequential ones.
+constexpr int kTotalColumns = 32, kTotalLoaders = 8, kTotalPiece = 128;
 __global__ void rmsnorm_dgain_total_kernel(const float* partial, int chunks, int d, float* dgain) {
-  const int j = blockIdx.x * blockDim.x + threadIdx.x;
-  if (j >= d) return;
+  __shared__ float piece[kTotalPiece][kTotalColumns];
+  const int j = blockIdx.x * kTotalColumns + threadIdx.x;
+  const bool active = j < d;
   float sum = 0.0f;
-  for (int c = 0; c < chunks; ++c) sum += partial[static_cast<size_t>(c) * d + j];
-  dgain[j] += sum;
+  for (int c0 = 0; c0 < chunks; c0 += kTotalPiece) {
+    const int n = chunks - c0 < kTotalPiece ? chunks - c0 : kTotalPiece;
+    // All of a thread's loads into registers first, then the shared-memory stores: interleaved,
+    // each store would wait for its load before the next load could issue.
+    constexpr int kPerLoader = kTotalPiece / kTotalLoaders;
+    float v[kPerLoader];
+#pragma unroll
+    for (int k = 0; k < kPerLoader; ++k) {
+      const int c = threadIdx.y + k * kTotalLoaders;
+      v[k] = active && c < n ? partial[static_cast<size_t>(c0 + c) * d + j] : 0.0f;
+    }
+#pragma unroll
+    for (int k = 0; k < kPerLoader; ++k) piece[threadIdx.y + k * kTotalLoaders][threadIdx.x] = v[k];
+    __syncthreads();
+    if (active && threadIdx.y == 0) {
+#pragma unroll 8
+      for (int c = 0; c < n; ++c) sum += piece[c][threadIdx.x];  // reads issued ahead, additions in order
+    }
+    __syncthreads();
+  }
+  if (active && threadIdx.y == 0) dgain[j] += sum;
 }
 
 void check_shape(const char* op, int rows, int d) {
@@ -94,13 +313,24 @@ void check_shape(const char* op, int rows, int d) {
                   "needs rows >= 1 and d >= 1, got rows = " + std::to_string(rows) + ", d = " + std::to_string(d));
 }
 
+unsigned tile_blocks(int rows, const Tile& t) { return static_cast<unsigned>((rows + t.rows - 1) / t.rows); }
+
 }  // namespace
 
 void rmsnorm_forward(const float* x, const float* gain, int rows, int d, float eps, float* y, float* rstd,
                      cudaStream_t stream, StoreOut y_store) {
   check_shape("rmsnorm_forward", rows, d);
-  rmsnorm_forward_kernel<<<(rows + kRowsPerBlock - 1) / kRowsPerBlock, kThreads, 0, stream>>>(
-      x, gain, rows, d, eps, y, rstd, y_store);
+  const Tile t = plan_tile(d, 1, 1);
+  if (t.rows == 0) {
+    rmsnorm_forward_kernel<<<(rows + kRowsPerBlock - 1) / kRowsPerBlock, kThreads, 0, stream>>>(x, gain, rows, d, eps,
+                                                                                                y, rstd, y_store);
+  } else if (d % 4 == 0 && detail::aligned(x, 16) && detail::vec4_ok(y, y_store)) {
+    rmsnorm_forward_staged_kernel<true><<<tile_blocks(rows, t), kThreads, t.bytes, stream>>>(
+        x, gain, rows, d, t.stride, t.rows, eps, y, rstd, y_store, detail::aligned(gain, 16));
+  } else {
+    rmsnorm_forward_staged_kernel<false><<<tile_blocks(rows, t), kThreads, t.bytes, stream>>>(
+        x, gain, rows, d, t.stride, t.rows, eps, y, rstd, y_store, false);
+  }
   detail::check_launch();
 }
 
@@ -111,14 +341,25 @@ void rmsnorm_backward(const float* x, const float* gain, const float* rstd, cons
   const int chunks = (rows + kRmsnormRowChunk - 1) / kRmsnormRowChunk;
   detail::require(chunks <= 65535, "rmsnorm_backward", "rows = " + std::to_string(rows) + " is too large");
   auto* partial = static_cast<float*>(workspace.get(static_cast<size_t>(chunks) * d * sizeof(float)));
-  rmsnorm_dx_kernel<<<(rows + kRowsPerBlock - 1) / kRowsPerBlock, kThreads, 0, stream>>>(
-      x, gain, rstd, dy, rows, d, dx, dx_store, round_dy);
+  const Tile t = plan_tile(d, 2, 2);
+  if (t.rows == 0) {
+    rmsnorm_dx_kernel<<<(rows + kRowsPerBlock - 1) / kRowsPerBlock, kThreads, 0, stream>>>(x, gain, rstd, dy, rows, d,
+                                                                                           dx, dx_store, round_dy);
+  } else if (d % 4 == 0 && detail::aligned(x, 16) && detail::aligned(dy, 16) && detail::vec4_ok(dx, dx_store)) {
+    rmsnorm_dx_staged_kernel<true><<<tile_blocks(rows, t), kThreads, t.bytes, stream>>>(
+        x, gain, rstd, dy, rows, d, t.stride, t.rows, dx, dx_store, round_dy, detail::aligned(gain, 16));
+  } else {
+    rmsnorm_dx_staged_kernel<false><<<tile_blocks(rows, t), kThreads, t.bytes, stream>>>(
+        x, gain, rstd, dy, rows, d, t.stride, t.rows, dx, dx_store, round_dy, false);
+  }
   detail::check_launch();
   const unsigned col_blocks = static_cast<unsigned>((d + kColumnThreads - 1) / kColumnThreads);
   rmsnorm_dgain_partial_kernel<<<dim3(col_blocks, static_cast<unsigned>(chunks)), kColumnThreads, 0, stream>>>(
       x, rstd, dy, rows, d, partial, round_dy);
   detail::check_launch();
-  rmsnorm_dgain_total_kernel<<<col_blocks, kColumnThreads, 0, stream>>>(partial, chunks, d, dgain);
+  const unsigned total_blocks = static_cast<unsigned>((d + kTotalColumns - 1) / kTotalColumns);
+  rmsnorm_dgain_total_kernel<<<total_blocks, dim3(kTotalColumns, kTotalLoaders), 0, stream>>>(partial, chunks, d,
+                                                                                              dgain);
   detail::check_launch();
 }
 

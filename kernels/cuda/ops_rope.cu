@@ -37,33 +37,62 @@ __global__ void rope_kernel(float* x, int rows, int seq_len, int n_heads, int he
   }
 }
 
-// The packed qkv buffer in one pass: one thread per (row, pair of adjacent columns) over all 3·d
-// columns. Each value is first rounded (store.round: the store before RoPE), the pairs of q and k
-// are rotated with rope_kernel's expressions, then every value is rounded again (the store after)
-// and written, with its bf16 copy when store.bf16 is set.
+// The packed qkv buffer in one pass. Each value is first rounded (store.round: the store before
+// RoPE), the pairs of q and k are rotated with rope_kernel's expressions, then every value is
+// rounded again (the store after) and written, with its bf16 copy when store.bf16 is set.
+//
+// Threads walk (row r, unit k) over a detail::row_grid, so the row, position and column come
+// without a 64-bit division per element. A unit is one pair (columns 2k, 2k+1), or with kVec two
+// pairs (columns 4k .. 4k+3, one float4; head_dim % 4 == 0, so both pairs lie in one head, q, k
+// or v alike, and their table entries i, i+1 are one aligned float2).
+__device__ __forceinline__ void rotate(float& x0, float& x1, float c, float s, float sign) {
+  const float sn = sign * s;
+  const float y0 = x0 * c - x1 * sn;
+  const float y1 = x0 * sn + x1 * c;
+  x0 = y0;
+  x1 = y1;
+}
+
+template <bool kVec>
 __global__ void rope_qkv_kernel(float* x, int rows, int seq_len, int d, int head_dim, const float* cos_table,
                                 const float* sin_table, float sign, StoreOut store) {
-  const int half = head_dim / 2;
-  const size_t pairs_per_row = static_cast<size_t>(3) * d / 2;
-  const size_t n = static_cast<size_t>(rows) * pairs_per_row;
-  for (size_t idx = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; idx < n;
-       idx += static_cast<size_t>(gridDim.x) * blockDim.x) {
-    const int col = static_cast<int>(idx % pairs_per_row) * 2;
-    const int r = static_cast<int>(idx / pairs_per_row);
-    const size_t at = static_cast<size_t>(r) * 3 * d + col;
-    float x0 = detail::stored(x[at], store.round), x1 = detail::stored(x[at + 1], store.round);
-    if (col < 2 * d) {  // q or k: rotate pair i of its head
-      const int i = (col % head_dim) / 2;
-      const int pos = r % seq_len;
-      const float c = cos_table[static_cast<size_t>(pos) * half + i];
-      const float sn = sign * sin_table[static_cast<size_t>(pos) * half + i];
-      const float y0 = x0 * c - x1 * sn;
-      const float y1 = x0 * sn + x1 * c;
-      x0 = y0;
-      x1 = y1;
+  const unsigned half = head_dim / 2;
+  // Units per row and those of q and k (columns < 2·d); d is even, and a multiple of 4 with kVec.
+  const unsigned units = kVec ? 3u * (d / 4) : 3u * (d / 2);
+  const unsigned qk_units = kVec ? d / 2 : d;
+  for (unsigned r = blockIdx.y * blockDim.y + threadIdx.y; r < static_cast<unsigned>(rows);
+       r += gridDim.y * blockDim.y) {
+    const size_t row_at = static_cast<size_t>(r) * 3 * d;
+    const float* row = x + row_at;
+    const float* cos_pos = cos_table + static_cast<size_t>(r % seq_len) * half;
+    const float* sin_pos = sin_table + static_cast<size_t>(r % seq_len) * half;
+    for (unsigned k = blockIdx.x * blockDim.x + threadIdx.x; k < units; k += gridDim.x * blockDim.x) {
+      if constexpr (kVec) {
+        const size_t col = 4 * static_cast<size_t>(k);
+        float4 v = *reinterpret_cast<const float4*>(row + col);
+        v.x = detail::stored(v.x, store.round);
+        v.y = detail::stored(v.y, store.round);
+        v.z = detail::stored(v.z, store.round);
+        v.w = detail::stored(v.w, store.round);
+        if (k < qk_units) {  // q or k: rotate pairs i and i + 1 of its head
+          const unsigned i = (2 * k) % half;  // (col mod head_dim) / 2
+          const float2 c = *reinterpret_cast<const float2*>(cos_pos + i);
+          const float2 sn = *reinterpret_cast<const float2*>(sin_pos + i);
+          rotate(v.x, v.y, c.x, sn.x, sign);
+          rotate(v.z, v.w, c.y, sn.y, sign);
+        }
+        detail::write_out4(x, row_at + col, v, store);
+      } else {
+        const size_t col = 2 * static_cast<size_t>(k);
+        float x0 = detail::stored(row[col], store.round), x1 = detail::stored(row[col + 1], store.round);
+        if (k < qk_units) {  // q or k: rotate pair i of its head
+          const unsigned i = k % half;  // (col mod head_dim) / 2
+          rotate(x0, x1, cos_pos[i], sin_pos[i], sign);
+        }
+        detail::write_out(x, row_at + col, x0, store);
+        detail::write_out(x, row_at + col + 1, x1, store);
+      }
     }
-    detail::write_out(x, at, x0, store);
-    detail::write_out(x, at + 1, x1, store);
   }
 }
 
@@ -78,9 +107,17 @@ void rope_qkv(const char* op, float* x, int batch, int seq_len, int n_heads, int
                       std::to_string(table.head_dim()) + ", not seq_len = " + std::to_string(seq_len) +
                       ", head_dim = " + std::to_string(head_dim));
   const int rows = batch * seq_len, d = n_heads * head_dim;
-  const size_t n = static_cast<size_t>(rows) * 3 * d / 2;
-  rope_qkv_kernel<<<detail::elementwise_blocks(n, kThreads), kThreads, 0, stream>>>(
-      x, rows, seq_len, d, head_dim, table.cos(), table.sin(), sign, store);
+  // The tables come from cudaMalloc (aligned); with head_dim % 4 == 0 a row of the table holds an
+  // even number of entries and i is even, so the float2 reads are aligned.
+  if (head_dim % 4 == 0 && detail::vec4_ok(x, store)) {
+    const detail::RowGrid g = detail::row_grid(rows, 3LL * d / 4, kThreads);
+    rope_qkv_kernel<true><<<g.grid, g.block, 0, stream>>>(x, rows, seq_len, d, head_dim, table.cos(), table.sin(),
+                                                          sign, store);
+  } else {
+    const detail::RowGrid g = detail::row_grid(rows, 3LL * d / 2, kThreads);
+    rope_qkv_kernel<false><<<g.grid, g.block, 0, stream>>>(x, rows, seq_len, d, head_dim, table.cos(), table.sin(),
+                                                           sign, store);
+  }
   detail::check_launch();
 }
 

@@ -1,4 +1,5 @@
-// ops_swiglu.cu — see ops.cuh: SwiGLU forward and backward, one thread per (row, feature).
+// ops_swiglu.cu — see ops.cuh: SwiGLU forward and backward, one thread per (row, feature) or per
+// (row, four features) where shape and alignment allow 16-byte accesses.
 //
 // The expressions are the reference's, operation for operation; the only difference from the CPU
 // is the exponential (CUDA's expf, within 2 ulp, against glibc's), so results agree to a few ulp
@@ -14,37 +15,93 @@ namespace {
 
 constexpr int kThreads = 256;
 
-// With round_u (u's store, fused), u is rounded in place as it is read: the thread of (r, j) alone
-// touches u's gate and up elements of (r, j).
+// One element's SwiGLU, the reference's expressions.
+__device__ __forceinline__ float swiglu(float gate, float up) {
+  const float sig = 1.0f / (1.0f + expf(-gate));
+  return (gate * sig) * up;
+}
+
+// dgate and dup of one element (dai: da's value after its pending store).
+__device__ __forceinline__ void swiglu_grad(float g, float up, float dai, float& dgate, float& dup) {
+  const float sig = 1.0f / (1.0f + expf(-g));
+  const float silu = g * sig;
+  dgate = dai * up * (sig * (1.0f + g * (1.0f - sig)));
+  dup = dai * silu;
+}
+
+// Threads walk (row r, unit k) over a detail::row_grid: a unit is feature j = k (kVec false) or
+// the four features j = 4k .. 4k+3 (kVec: f % 4 == 0 and every pointer aligned for 16-byte access,
+// so each gate, up and output group is one float4). Unsigned loop counters: r + stride and
+// k + stride stay below 2³² for any int shape. With round_u (u's store, fused), u is rounded
+// in place as it is read: the thread of (r, j) alone touches u's gate and up elements of (r, j).
+template <bool kVec>
 __global__ void swiglu_forward_kernel(float* u, bool round_u, int rows, int f, float* a, StoreOut store) {
-  const size_t n = static_cast<size_t>(rows) * f;
-  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n;
-       i += static_cast<size_t>(gridDim.x) * blockDim.x) {
-    const size_t r = i / f, j = i % f;
-    float gate = u[r * 2 * f + j], up = u[r * 2 * f + f + j];
-    if (round_u) {
-      gate = ::fp4::round_to_bf16(gate);
-      up = ::fp4::round_to_bf16(up);
-      u[r * 2 * f + j] = gate;
-      u[r * 2 * f + f + j] = up;
+  const unsigned units = kVec ? f / 4 : f;
+  for (unsigned r = blockIdx.y * blockDim.y + threadIdx.y; r < static_cast<unsigned>(rows);
+       r += gridDim.y * blockDim.y) {
+    float* gate_row = u + static_cast<size_t>(r) * 2 * f;
+    float* up_row = gate_row + f;
+    const size_t a_row = static_cast<size_t>(r) * f;
+    for (unsigned k = blockIdx.x * blockDim.x + threadIdx.x; k < units; k += gridDim.x * blockDim.x) {
+      if constexpr (kVec) {
+        const unsigned j = 4 * k;
+        float4 gate = *reinterpret_cast<const float4*>(gate_row + j);
+        float4 up = *reinterpret_cast<const float4*>(up_row + j);
+        if (round_u) {
+          gate = make_float4(::fp4::round_to_bf16(gate.x), ::fp4::round_to_bf16(gate.y), ::fp4::round_to_bf16(gate.z),
+                             ::fp4::round_to_bf16(gate.w));
+          up = make_float4(::fp4::round_to_bf16(up.x), ::fp4::round_to_bf16(up.y), ::fp4::round_to_bf16(up.z),
+                           ::fp4::round_to_bf16(up.w));
+          *reinterpret_cast<float4*>(gate_row + j) = gate;
+          *reinterpret_cast<float4*>(up_row + j) = up;
+        }
+        detail::write_out4(a, a_row + j,
+                           make_float4(swiglu(gate.x, up.x), swiglu(gate.y, up.y), swiglu(gate.z, up.z),
+                                       swiglu(gate.w, up.w)),
+                           store);
+      } else {
+        const unsigned j = k;
+        float gate = gate_row[j], up = up_row[j];
+        if (round_u) {
+          gate = ::fp4::round_to_bf16(gate);
+          up = ::fp4::round_to_bf16(up);
+          gate_row[j] = gate;
+          up_row[j] = up;
+        }
+        detail::write_out(a, a_row + j, swiglu(gate, up), store);
+      }
     }
-    const float sig = 1.0f / (1.0f + expf(-gate));
-    detail::write_out(a, i, (gate * sig) * up, store);
   }
 }
 
+template <bool kVec>
 __global__ void swiglu_backward_kernel(const float* u, const float* da, int rows, int f, float* du, StoreOut store,
                                        bool round_da) {
-  const size_t n = static_cast<size_t>(rows) * f;
-  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n;
-       i += static_cast<size_t>(gridDim.x) * blockDim.x) {
-    const size_t r = i / f, j = i % f;
-    const float g = u[r * 2 * f + j], up = u[r * 2 * f + f + j];
-    const float sig = 1.0f / (1.0f + expf(-g));
-    const float silu = g * sig;
-    const float dai = detail::stored(da[i], round_da);
-    detail::write_out(du, r * 2 * f + j, dai * up * (sig * (1.0f + g * (1.0f - sig))), store);
-    detail::write_out(du, r * 2 * f + f + j, dai * silu, store);
+  const unsigned units = kVec ? f / 4 : f;
+  for (unsigned r = blockIdx.y * blockDim.y + threadIdx.y; r < static_cast<unsigned>(rows);
+       r += gridDim.y * blockDim.y) {
+    const size_t gate_at = static_cast<size_t>(r) * 2 * f, up_at = gate_at + f, da_at = static_cast<size_t>(r) * f;
+    for (unsigned k = blockIdx.x * blockDim.x + threadIdx.x; k < units; k += gridDim.x * blockDim.x) {
+      if constexpr (kVec) {
+        const unsigned j = 4 * k;
+        const float4 g = *reinterpret_cast<const float4*>(u + gate_at + j);
+        const float4 up = *reinterpret_cast<const float4*>(u + up_at + j);
+        const float4 dai = *reinterpret_cast<const float4*>(da + da_at + j);
+        float4 dgate, dup;
+        swiglu_grad(g.x, up.x, detail::stored(dai.x, round_da), dgate.x, dup.x);
+        swiglu_grad(g.y, up.y, detail::stored(dai.y, round_da), dgate.y, dup.y);
+        swiglu_grad(g.z, up.z, detail::stored(dai.z, round_da), dgate.z, dup.z);
+        swiglu_grad(g.w, up.w, detail::stored(dai.w, round_da), dgate.w, dup.w);
+        detail::write_out4(du, gate_at + j, dgate, store);
+        detail::write_out4(du, up_at + j, dup, store);
+      } else {
+        const unsigned j = k;
+        float dgate, dup;
+        swiglu_grad(u[gate_at + j], u[up_at + j], detail::stored(da[da_at + j], round_da), dgate, dup);
+        detail::write_out(du, gate_at + j, dgate, store);
+        detail::write_out(du, up_at + j, dup, store);
+      }
+    }
   }
 }
 
@@ -53,31 +110,40 @@ void check_shape(const char* op, int rows, int f) {
                   "needs rows >= 1 and f >= 1, got rows = " + std::to_string(rows) + ", f = " + std::to_string(f));
 }
 
+void launch_forward(float* u, bool round_u, int rows, int f, float* a, StoreOut store, cudaStream_t stream) {
+  if (f % 4 == 0 && detail::aligned(u, 16) && detail::vec4_ok(a, store)) {
+    const detail::RowGrid g = detail::row_grid(rows, f / 4, kThreads);
+    swiglu_forward_kernel<true><<<g.grid, g.block, 0, stream>>>(u, round_u, rows, f, a, store);
+  } else {
+    const detail::RowGrid g = detail::row_grid(rows, f, kThreads);
+    swiglu_forward_kernel<false><<<g.grid, g.block, 0, stream>>>(u, round_u, rows, f, a, store);
+  }
+  detail::check_launch();
+}
+
 }  // namespace
 
 void swiglu_forward(const float* u, int rows, int f, float* a, cudaStream_t stream, StoreOut a_store) {
   check_shape("swiglu_forward", rows, f);
-  const size_t n = static_cast<size_t>(rows) * f;
   // round_u false: the kernel never writes u.
-  swiglu_forward_kernel<<<detail::elementwise_blocks(n, kThreads), kThreads, 0, stream>>>(
-      const_cast<float*>(u), false, rows, f, a, a_store);
-  detail::check_launch();
+  launch_forward(const_cast<float*>(u), false, rows, f, a, a_store, stream);
 }
 
 void swiglu_forward_round_u(float* u, int rows, int f, float* a, cudaStream_t stream, StoreOut a_store) {
   check_shape("swiglu_forward_round_u", rows, f);
-  const size_t n = static_cast<size_t>(rows) * f;
-  swiglu_forward_kernel<<<detail::elementwise_blocks(n, kThreads), kThreads, 0, stream>>>(u, true, rows, f, a,
-                                                                                          a_store);
-  detail::check_launch();
+  launch_forward(u, true, rows, f, a, a_store, stream);
 }
 
 void swiglu_backward(const float* u, const float* da, int rows, int f, float* du, cudaStream_t stream,
                      StoreOut du_store, bool round_da) {
   check_shape("swiglu_backward", rows, f);
-  const size_t n = static_cast<size_t>(rows) * f;
-  swiglu_backward_kernel<<<detail::elementwise_blocks(n, kThreads), kThreads, 0, stream>>>(u, da, rows, f, du,
-                                                                                           du_store, round_da);
+  if (f % 4 == 0 && detail::aligned(u, 16) && detail::aligned(da, 16) && detail::vec4_ok(du, du_store)) {
+    const detail::RowGrid g = detail::row_grid(rows, f / 4, kThreads);
+    swiglu_backward_kernel<true><<<g.grid, g.block, 0, stream>>>(u, da, rows, f, du, du_store, round_da);
+  } else {
+    const detail::RowGrid g = detail::row_grid(rows, f, kThreads);
+    swiglu_backward_kernel<false><<<g.grid, g.block, 0, stream>>>(u, da, rows, f, du, du_store, round_da);
+  }
   detail::check_launch();
 }
 

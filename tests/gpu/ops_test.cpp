@@ -240,7 +240,9 @@ TEST_CASE("cuda rmsnorm matches the CPU: forward and dx bit for bit, dgain withi
   struct Shape {
     int rows, d;
   };
-  const Shape shapes[] = {{1000, 768}, {37, 100}, {130, 64}, {50, 768}};
+  // d = 771 and 3: widths without 16-byte rows (the scalar staged path); 7000: too wide for dx's
+  // shared-memory tile (the direct dx kernel), 13000: for the forward's too.
+  const Shape shapes[] = {{1000, 768}, {37, 100}, {130, 64}, {50, 768}, {45, 771}, {100, 3}, {5, 7000}, {3, 13000}};
   cu::Workspace ws;
   const float eps = 1e-5f;
   for (const Shape& s : shapes) {
@@ -333,7 +335,7 @@ TEST_CASE("cuda swiglu matches the CPU within a few ulp", "[gpu][ops]") {
   struct Shape {
     int rows, f;
   };
-  const Shape shapes[] = {{1000, 1536}, {37, 100}};
+  const Shape shapes[] = {{1000, 1536}, {37, 100}, {29, 99}};  // f = 99: the scalar path
   for (const Shape& s : shapes) {
     const std::string name = shape_name("swiglu", {{"rows", s.rows}, {"f", s.f}});
     const size_t n = static_cast<size_t>(s.rows) * s.f;
@@ -976,7 +978,9 @@ TEST_CASE("cuda ops' fused bf16 stores equal separate rounding and conversion pa
     struct RopeShape {
       int batch, seq, heads, hd;
     };
-    for (const RopeShape& s : {RopeShape{2, 65, 3, 64}, RopeShape{1, 17, 2, 32}}) {
+    // head_dim 6 and 2 (not a multiple of 4): the one-pair-per-thread path.
+    for (const RopeShape& s : {RopeShape{2, 65, 3, 64}, RopeShape{1, 17, 2, 32}, RopeShape{2, 9, 3, 6},
+                               RopeShape{1, 5, 1, 2}}) {
       const std::string name = shape_name("rope_qkv", {{"B", s.batch}, {"T", s.seq}, {"H", s.heads}, {"hd", s.hd}});
       const cu::RopeTable tbl(s.seq, s.hd, 10000.0);
       const int dm = s.heads * s.hd;
@@ -1021,6 +1025,184 @@ TEST_CASE("cuda ops' fused bf16 stores equal separate rounding and conversion pa
   }
 }
 
+// ---- Vector and scalar paths ---------------------------------------------------------------
+// The element-wise ops use 16-byte accesses only when the shape and every pointer allow them
+// (kernels/cuda/ops_common.cuh). A buffer placed one element past an allocation's start is
+// misaligned, which forces the scalar paths; both paths must give the same bits (and the CPU's,
+// where the op is bit-identical to it).
+
+// n values of T at `offset` elements into a device allocation.
+template <class T>
+class OffsetBuffer {
+ public:
+  OffsetBuffer(size_t n, size_t offset) : buf_(n + offset), n_(n), offset_(offset) {}
+  OffsetBuffer(const std::vector<T>& h, size_t offset) : OffsetBuffer(h.size(), offset) {
+    FP4_CUDA_CHECK(cudaMemcpy(get(), h.data(), n_ * sizeof(T), cudaMemcpyHostToDevice));
+  }
+  T* get() const { return buf_.get() + offset_; }
+  std::vector<T> download() const {
+    const std::vector<T> all = buf_.download();
+    return std::vector<T>(all.begin() + static_cast<std::ptrdiff_t>(offset_), all.end());
+  }
+
+ private:
+  DeviceBuffer<T> buf_;
+  size_t n_, offset_;
+};
+
+std::vector<float> bf16_values(const std::vector<bf16_t>& h) {
+  std::vector<float> v(h.size());
+  for (size_t i = 0; i < h.size(); ++i) v[i] = fp4::bf16_to_float(h[i]);
+  return v;
+}
+
+TEST_CASE("cuda element-wise ops give the same bits on their vector and scalar paths", "[gpu][ops]") {
+  cu::Workspace ws;
+  for (const bool round : {false, true}) {
+    auto stored = [&](std::vector<float> v) { return round ? rounded(v) : v; };
+    auto copy_of = [](const std::vector<float>& v) {
+      std::vector<float> c(v.size());
+      for (size_t i = 0; i < v.size(); ++i) c[i] = fp4::bf16_to_float(fp4::float_to_bf16(v[i]));
+      return c;
+    };
+    for (const size_t off : {size_t{0}, size_t{1}}) {
+      const std::string tag = std::string(off ? " misaligned" : " aligned") + (round ? " rounded" : "");
+      {  // residual_add (n % 4 == 3: the vector path's tail too), the conversions, round with copy
+        const size_t n = 1003;
+        const std::vector<float> a = normal(n, 201), b = normal(n, 202, 3.0f);
+        std::vector<float> sum(n);
+        for (size_t i = 0; i < n; ++i) sum[i] = a[i] + (round ? fp4::round_to_bf16(b[i]) : b[i]);
+        OffsetBuffer<float> g_a(a, off), g_b(b, off), g_out(n, off);
+        OffsetBuffer<bf16_t> g_c(n, off);
+        cu::residual_add(g_a.get(), g_b.get(), g_out.get(), n, nullptr, cu::StoreOut{round, g_c.get()}, round);
+        const std::vector<float> out = g_out.download();
+        require_bits("residual_add" + tag, out, stored(sum));
+        require_bits("residual_add bf16 copy" + tag, bf16_values(g_c.download()), copy_of(out));
+
+        OffsetBuffer<float> g_x(a, off), g_y(n, off);
+        cu::float_to_bf16(g_x.get(), g_c.get(), n, nullptr);
+        require_bits("float_to_bf16" + tag, bf16_values(g_c.download()), copy_of(a));
+        cu::bf16_to_float(g_c.get(), g_y.get(), n, nullptr);
+        require_bits("bf16_to_float" + tag, g_y.download(), copy_of(a));
+        cu::round_to_bf16(g_x.get(), n, nullptr);
+        require_bits("round_to_bf16" + tag, g_x.download(), rounded(a));
+        OffsetBuffer<float> g_z(b, off);
+        cu::round_to_bf16(g_z.get(), n, g_c.get(), nullptr);
+        require_bits("round_to_bf16 + copy" + tag, g_z.download(), rounded(b));
+        require_bits("round_to_bf16 copy" + tag, bf16_values(g_c.download()), rounded(b));
+      }
+      // rmsnorm, against the CPU: y's store and copy, dx's store and dy's pending store
+      for (const auto& [rows, d] : {std::pair{33, 768}, std::pair{20, 100}, std::pair{17, 13}}) {
+        const std::string name = shape_name("rmsnorm", {{"rows", rows}, {"d", d}}) + tag;
+        const size_t n = static_cast<size_t>(rows) * d;
+        const std::vector<float> x = normal(n, 211, 2.0f, 0.1f), gain = normal(d, 212, 0.1f, 1.0f), dy = normal(n, 213);
+        std::vector<float> y(n), rstd(rows), dx(n), dgain(d, 0.0f);
+        model::rmsnorm_forward(x.data(), gain.data(), rows, d, 1e-5f, y.data(), rstd.data());
+        const std::vector<float> dy_in = stored(dy);
+        model::rmsnorm_backward(x.data(), gain.data(), rstd.data(), dy_in.data(), rows, d, dx.data(), dgain.data());
+        // gain always misaligned (a parameter inside the flat buffer may be): the aligned run takes
+        // the vector path with 4-byte gain loads.
+        OffsetBuffer<float> g_x(x, off), g_gain(gain, 1), g_y(n, off), g_rstd(rows, off), g_dy(dy, off),
+            g_dx(n, off), g_dgain(std::vector<float>(d, 0.0f), off);
+        OffsetBuffer<bf16_t> g_c(n, off);
+        cu::rmsnorm_forward(g_x.get(), g_gain.get(), rows, d, 1e-5f, g_y.get(), g_rstd.get(), nullptr,
+                            cu::StoreOut{round, g_c.get()});
+        const std::vector<float> gy = g_y.download();
+        require_bits(name + " y", gy, stored(y));
+        require_bits(name + " y bf16 copy", bf16_values(g_c.download()), copy_of(gy));
+        require_bits(name + " rstd", g_rstd.download(), rstd);
+        cu::rmsnorm_backward(g_x.get(), g_gain.get(), g_rstd.get(), g_dy.get(), rows, d, g_dx.get(), g_dgain.get(),
+                             ws, nullptr, cu::StoreOut{round, g_c.get()}, round);
+        const std::vector<float> gdx = g_dx.download();
+        require_bits(name + " dx", gdx, stored(dx));
+        require_bits(name + " dx bf16 copy", bf16_values(g_c.download()), copy_of(gdx));
+        require_bits(name + " dgain (one chunk)", g_dgain.download(), dgain);
+      }
+    }
+    // swiglu and RoPE: the misaligned (scalar) run against the aligned (vector) one.
+    {
+      const int rows = 21, f = 160;
+      const size_t n = static_cast<size_t>(rows) * f;
+      const std::vector<float> u = normal(2 * n, 221, 3.0f), da = normal(n, 222);
+      std::vector<float> got[2][4];  // [offset][a, a's copy, u after round_u, du]
+      for (const size_t off : {size_t{0}, size_t{1}}) {
+        OffsetBuffer<float> g_u(u, off), g_a(n, off), g_da(da, off), g_du(2 * n, off);
+        OffsetBuffer<bf16_t> g_c(2 * n, off);
+        cu::swiglu_forward_round_u(g_u.get(), rows, f, g_a.get(), nullptr, cu::StoreOut{round, g_c.get()});
+        got[off][0] = g_a.download();
+        got[off][1] = bf16_values(g_c.download());
+        got[off][1].resize(n);  // a's copy: the first n
+        got[off][2] = g_u.download();
+        cu::swiglu_backward(g_u.get(), g_da.get(), rows, f, g_du.get(), nullptr, cu::StoreOut{round, g_c.get()}, round);
+        got[off][3] = g_du.download();
+        require_bits("swiglu_backward du bf16 copy" + std::string(off ? " misaligned" : ""),
+                     bf16_values(g_c.download()), copy_of(got[off][3]));
+      }
+      require_bits("swiglu_forward_round_u a, scalar = vector", got[1][0], got[0][0]);
+      require_bits("swiglu_forward_round_u a copy, scalar = vector", got[1][1], got[0][1]);
+      require_bits("swiglu_forward_round_u u, scalar = vector", got[1][2], got[0][2]);
+      require_bits("swiglu_forward_round_u u", got[0][2], rounded(u));
+      require_bits("swiglu_backward du, scalar = vector", got[1][3], got[0][3]);
+    }
+    {
+      const int batch = 2, seq = 33, heads = 3, hd = 64, dm = heads * hd;
+      const size_t nq = static_cast<size_t>(batch) * seq * 3 * dm;
+      const cu::RopeTable tbl(seq, hd, 10000.0);
+      const std::vector<float> qkv = normal(nq, 231, 2.0f);
+      for (const bool backward : {false, true}) {
+        std::vector<float> got[2][2];
+        for (const size_t off : {size_t{0}, size_t{1}}) {
+          OffsetBuffer<float> g(qkv, off);
+          OffsetBuffer<bf16_t> gc(nq, off);
+          (backward ? cu::rope_backward_qkv : cu::rope_forward_qkv)(g.get(), batch, seq, heads, hd, tbl, nullptr,
+                                                                    cu::StoreOut{round, gc.get()});
+          got[off][0] = g.download();
+          got[off][1] = bf16_values(gc.download());
+        }
+        const std::string name =
+            std::string(backward ? "rope_backward_qkv" : "rope_forward_qkv") + (round ? " rounded" : "");
+        require_bits(name + ", scalar = vector", got[1][0], got[0][0]);
+        require_bits(name + " copy, scalar = vector", got[1][1], got[0][1]);
+        require_bits(name + " copy", got[0][1], copy_of(got[0][0]));
+      }
+    }
+  }
+}
+
+// dgain's documented order (ops.cuh): per column, chunks of kRmsnormRowChunk rows summed in row
+// order from 0, then the chunk sums in chunk order from 0, then one addition into dgain. Emulated
+// in fp32 on the CPU, with more than 128 chunks (the GPU adds the chunk sums in pieces of 128).
+TEST_CASE("cuda rmsnorm dgain follows its documented summation order bit for bit", "[gpu][ops]") {
+  const int rows = 8300, d = 40, chunk = cu::kRmsnormRowChunk;
+  const size_t n = static_cast<size_t>(rows) * d;
+  const std::vector<float> x = normal(n, 241, 2.0f, 0.1f), gain = normal(d, 242, 0.1f, 1.0f), dy = normal(n, 243);
+  const std::vector<float> dgain0 = normal(d, 244);
+  cu::Workspace ws;
+  for (const bool round : {false, true}) {
+    DeviceBuffer<float> g_x(x), g_gain(gain), g_y(n), g_rstd(rows), g_dy(dy), g_dx(n), g_dgain(dgain0);
+    cu::rmsnorm_forward(g_x.get(), g_gain.get(), rows, d, 1e-5f, g_y.get(), g_rstd.get(), nullptr);
+    cu::rmsnorm_backward(g_x.get(), g_gain.get(), g_rstd.get(), g_dy.get(), rows, d, g_dx.get(), g_dgain.get(), ws,
+                         nullptr, {}, round);
+    const std::vector<float> rstd = g_rstd.download();
+    std::vector<float> want = dgain0;
+    for (int j = 0; j < d; ++j) {
+      float total = 0.0f;
+      for (int r0 = 0; r0 < rows; r0 += chunk) {
+        float sum = 0.0f;
+        for (int r = r0; r < std::min(rows, r0 + chunk); ++r) {
+          const size_t i = static_cast<size_t>(r) * d + j;
+          const float dyi = round ? fp4::round_to_bf16(dy[i]) : dy[i];
+          const float xhat = x[i] * rstd[r];
+          sum += dyi * xhat;
+        }
+        total += sum;
+      }
+      want[j] += total;
+    }
+    require_bits(std::string("rmsnorm dgain rows=8300 d=40") + (round ? " round_dy" : ""), g_dgain.download(), want);
+  }
+}
+
 TEST_CASE("cuda ops at training sizes match the CPU, with their times", "[gpu][ops]") {
   // A d12-sized micro-batch: 8 sequences of 1024 tokens, d_model 768, 12 heads of 64, byte vocab.
   const int B = 8, T = 1024, H = 12, hd = 64, d = H * hd, rows = B * T, V = 256;
@@ -1059,6 +1241,30 @@ TEST_CASE("cuda ops at training sizes match the CPU, with their times", "[gpu][o
     std::printf("[time] rmsnorm_backward rows=%d d=%d: %.3f ms\n", rows, d, time_ms([&] {
       cu::rmsnorm_backward(g_x.get(), g_gain.get(), g_rstd.get(), g_dy.get(), rows, d, g_dx.get(), g_dgain.get(), ws,
                            nullptr);
+    }));
+  }
+  {  // The element-wise ops as the bf16 training step calls them (stores fused, bf16 copies written).
+    const int f = 2048;
+    const size_t nf = static_cast<size_t>(rows) * f;
+    DeviceBuffer<float> qkv(normal(nd * 3, 331)), u(normal(2 * nf, 332)), a(nf), da(normal(nf, 333)), du(2 * nf),
+        xa(normal(nd, 334)), xb(normal(nd, 335)), xo(nd);
+    DeviceBuffer<bf16_t> copy(2 * nf);
+    const cu::RopeTable table(T, hd, 10000.0);
+    const cu::StoreOut st{true, copy.get()};
+    std::printf("[time] rope_forward_qkv B=%d T=%d H=%d hd=%d: %.3f ms\n", B, T, H, hd, time_ms([&] {
+      cu::rope_forward_qkv(qkv.get(), B, T, H, hd, table, nullptr, st);
+    }));
+    std::printf("[time] swiglu_forward_round_u rows=%d f=%d: %.3f ms\n", rows, f, time_ms([&] {
+      cu::swiglu_forward_round_u(u.get(), rows, f, a.get(), nullptr, st);
+    }));
+    std::printf("[time] swiglu_backward rows=%d f=%d: %.3f ms\n", rows, f, time_ms([&] {
+      cu::swiglu_backward(u.get(), da.get(), rows, f, du.get(), nullptr, st, true);
+    }));
+    std::printf("[time] residual_add n=%zu: %.3f ms\n", nd, time_ms([&] {
+      cu::residual_add(xa.get(), xb.get(), xo.get(), nd, nullptr, st, true);
+    }));
+    std::printf("[time] round_to_bf16 + copy n=%zu: %.3f ms\n", nd, time_ms([&] {
+      cu::round_to_bf16(xo.get(), nd, copy.get(), nullptr);
     }));
   }
   {  // Attention: one sequence of 1024 against the fp64 reference, then the full micro-batch timed.
