@@ -181,6 +181,35 @@ const float* CudaModel::alpha_of(const QuantSpec& a, const float* ts_a, const Qu
   return slot;
 }
 
+namespace {
+
+bool same_spec(const QuantSpec& a, const QuantSpec& b) {
+  return a.grid == b.grid && a.gmax == b.gmax && a.scale == b.scale && a.block == b.block && a.tile_2d == b.tile_2d &&
+         a.along == b.along && a.rht == b.rht && a.rht_signs == b.rht_signs && a.rounding == b.rounding &&
+         a.seed == b.seed && a.stream == b.stream && a.step == b.step;
+}
+
+}  // namespace
+
+const bf16_t* CudaModel::weight_copy(int block, int pos, engine::Slot slot, const QuantSpec& spec,
+                                     const float** tensor_scale) {
+  const size_t i = static_cast<size_t>(block * 4 + pos) * 2 + (slot == engine::Slot::dgrad_w ? 1 : 0);
+  WeightCopy& c = weight_copies_[i];
+  if (c.version != weights_version_ || !same_spec(c.spec, spec)) {
+    const model::ParamView& w = weight_view(block, pos);
+    const int n = static_cast<int>(w.shape[0]), k = static_cast<int>(w.shape[1]);
+    c.dequant.reserve(static_cast<size_t>(w.size));
+    const cuda::CopyOut out = copy_out(spec, c.dequant.get(), weight_ts_.get() + i);
+    FP4_CUDA_CHECK(cudaMemsetAsync(weight_flags_.get() + i, 0, sizeof(unsigned), stream_));
+    quantize_copies(w_bf16_.get() + w.offset, n, k, &out, nullptr, weight_flags_.get() + i, ws_quant_, stream_);
+    c.spec = spec;
+    c.version = weights_version_;
+  }
+  weight_used_[i] = 1;
+  *tensor_scale = weight_ts_.get() + i;
+  return c.dequant.get();
+}
+
 void CudaModel::quantized_gemm(bool trans_a, bool trans_b, int m, int n, int k, const float* alpha, const bf16_t* a,
                                const bf16_t* b, float* c) {
   if (alpha == nullptr) {
@@ -202,11 +231,12 @@ void CudaModel::linear_forward(const model::StepContext& ctx, int block, int pos
   float* ts = tensor_scales_.get();
   const QuantSpec sx = engine::site_slot_spec(s, engine::Slot::fprop_x);
   const QuantSpec sw = engine::site_slot_spec(s, engine::Slot::fprop_w);
-  const cuda::CopyOut cx = copy_out(sx, q_a_.get(), ts + 0), cw = copy_out(sw, q_b_.get(), ts + 1);
+  const cuda::CopyOut cx = copy_out(sx, q_a_.get(), ts + 0);
   quantize_copies(xb, t, k, &cx, nullptr, nonfinite_.get(), ws_quant_, stream_);
-  quantize_copies(wb, n, k, &cw, nullptr, nonfinite_.get(), ws_quant_, stream_);
-  const float* alpha = alpha_of(sx, ts + 0, sw, ts + 1, scalars_.get() + 2);
-  quantized_gemm(false, true, t, n, k, alpha, q_a_.get(), q_b_.get(), y);
+  const float* ts_w = nullptr;
+  const bf16_t* qw = weight_copy(block, pos, engine::Slot::fprop_w, sw, &ts_w);
+  const float* alpha = alpha_of(sx, ts + 0, sw, ts_w, scalars_.get() + 2);
+  quantized_gemm(false, true, t, n, k, alpha, q_a_.get(), qw, y);
 }
 
 void CudaModel::linear_backward(const model::StepContext& ctx, int block, int pos, const bf16_t* xb,
@@ -226,14 +256,15 @@ void CudaModel::linear_backward(const model::StepContext& ctx, int block, int po
   const QuantSpec s_w_d = engine::site_slot_spec(s, engine::Slot::dgrad_w);
   const QuantSpec s_dy_w = engine::site_slot_spec(s, engine::Slot::wgrad_dy);
   const QuantSpec s_x_w = engine::site_slot_spec(s, engine::Slot::wgrad_x);
-  const cuda::CopyOut c_dy_d = copy_out(s_dy_d, q_a_.get(), ts + 0), c_w_d = copy_out(s_w_d, q_b_.get(), ts + 1);
+  const cuda::CopyOut c_dy_d = copy_out(s_dy_d, q_a_.get(), ts + 0);
   const cuda::CopyOut c_dy_w = copy_out(s_dy_w, q_c_.get(), ts + 2), c_x_w = copy_out(s_x_w, q_d_.get(), ts + 3);
   // dY's two copies (dgrad's along N, wgrad's along T) come from one read of dY.
   quantize_copies(dyb, t, n, &c_dy_d, &c_dy_w, nonfinite_.get(), ws_quant_, stream_);
-  quantize_copies(wb, n, k, &c_w_d, nullptr, nonfinite_.get(), ws_quant_, stream_);
   quantize_copies(xb, t, k, &c_x_w, nullptr, nonfinite_.get(), ws_quant_, stream_);
-  const float* alpha_d = alpha_of(s_dy_d, ts + 0, s_w_d, ts + 1, scalars_.get() + 2);
-  quantized_gemm(false, false, t, k, n, alpha_d, q_a_.get(), q_b_.get(), dx);
+  const float* ts_w = nullptr;
+  const bf16_t* qw = weight_copy(block, pos, engine::Slot::dgrad_w, s_w_d, &ts_w);
+  const float* alpha_d = alpha_of(s_dy_d, ts + 0, s_w_d, ts_w, scalars_.get() + 2);
+  quantized_gemm(false, false, t, k, n, alpha_d, q_a_.get(), qw, dx);
   // dW += alpha·(dYᵀ·X). Under e4m3x2 recipes alpha and beta = 1 come from device memory too, so no
   // linear waits on the host. With beta = 1 cuBLASLt's device-scalar epilogue rounds alpha·acc + C
   // differently from its host-scalar one in the last bit of some outputs (tests/gpu/ops_test.cpp):
@@ -312,13 +343,10 @@ void CudaModel::prepare(const model::Batch& batch) {
   if (use_flash(S)) dattb_.reserve(r * d);
   const size_t widest_k = static_cast<size_t>(std::max(d, f));           // a linear's K
   const size_t widest_n = static_cast<size_t>(std::max(3 * d, 2 * f));   // a linear's N
-  size_t widest_w = 0;
-  for (int pos = 0; pos < 4; ++pos) widest_w = std::max(widest_w, static_cast<size_t>(weight_view(0, pos).size));
   dyb_.reserve(r * widest_n);
   hfb_.reserve(r * d);
   if (recipe().quantized) {  // the slots' dequantized copies
     q_a_.reserve(r * std::max(widest_k, widest_n));  // X (fprop) or dY (dgrad)
-    q_b_.reserve(widest_w);
     q_c_.reserve(r * widest_n);
     q_d_.reserve(r * widest_k);
   }
@@ -333,7 +361,15 @@ void CudaModel::prepare(const model::Batch& batch) {
   // The weights as the GEMMs see them: bf16 copies of the fp32 masters, remade after each change
   // (so once per optimizer step: the masters do not change between micro-steps). The LM head's
   // fp32 copy holds the same bf16 values for its fp32 backward GEMM.
+  const size_t weight_slots = static_cast<size_t>(L) * 4 * 2;
+  if (weight_copies_.size() != weight_slots) {
+    weight_copies_ = std::vector<WeightCopy>(weight_slots);
+    weight_ts_.reserve(weight_slots);
+    weight_flags_.reserve(weight_slots);
+  }
+  weight_used_.assign(weight_slots, 0);
   if (weights_stale_) {
+    ++weights_version_;  // every weight slot's copy is remade on its next use
     cuda::float_to_bf16(params_.get(), w_bf16_.get(), n_params_, stream_);
     const model::ParamView& head = views()[lm_head_];
     cuda::bf16_to_float(w_bf16_.get() + head.offset, head_w_.get(), static_cast<size_t>(head.size), stream_);
@@ -479,9 +515,16 @@ double CudaModel::run(const model::StepContext& ctx, bool backward, float grad_s
 
   double loss_sum = 0.0;
   unsigned flag = 0;
+  std::vector<unsigned> weight_flags(weight_used_.size(), 0u);
   FP4_CUDA_CHECK(cudaMemcpyAsync(&loss_sum, loss_sum_.get(), sizeof(double), cudaMemcpyDeviceToHost, st));
   FP4_CUDA_CHECK(cudaMemcpyAsync(&flag, nonfinite_.get(), sizeof(unsigned), cudaMemcpyDeviceToHost, st));
+  if (recipe().quantized)
+    FP4_CUDA_CHECK(cudaMemcpyAsync(weight_flags.data(), weight_flags_.get(), weight_flags.size() * sizeof(unsigned),
+                                   cudaMemcpyDeviceToHost, st));
   FP4_CUDA_CHECK(cudaStreamSynchronize(st));
+  // The weight copies this pass used count as its own quantizations (a kept copy flags every pass).
+  for (size_t i = 0; i < weight_flags.size(); ++i)
+    if (weight_used_[i]) flag |= weight_flags[i];
   *finite = flag == 0 && std::isfinite(loss_sum);
   return loss_sum;
 }

@@ -137,6 +137,18 @@ class CudaModel {
   // the CPU), else `slot` (a device float) after a one-thread kernel has written the product of the
   // two tensor scales into it (a one-level slot's scale counting as 1).
   const float* alpha_of(const QuantSpec& a, const float* ts_a, const QuantSpec& b, const float* ts_b, float* slot);
+  // A weight slot's quantized copy (fprop_w or dgrad_w of one block linear) and its tensor scale.
+  // Made on first use after each weight change and kept: weight slots draw with micro-step 0
+  // (engine/quantized_linear.h), so every micro-step of an optimizer step quantizes the same tensor
+  // with the same spec, and the copy made for the first one serves the others bit for bit. Remade
+  // when the weights or the spec change (an evaluation at another step). Marks the copy used, so
+  // the pass reports its non-finite flag (run()).
+  struct WeightCopy {
+    DeviceArray<bf16_t> dequant;
+    QuantSpec spec;
+    uint64_t version = 0;  // weights_version_ it was made from; 0: never made
+  };
+  const bf16_t* weight_copy(int block, int pos, engine::Slot slot, const QuantSpec& spec, const float** tensor_scale);
   // C = alpha · op(A) · op(B) (beta = 0) with alpha from alpha_of: a host 1 or a device pointer.
   void quantized_gemm(bool trans_a, bool trans_b, int m, int n, int k, const float* alpha, const bf16_t* a,
                       const bf16_t* b, float* c);
@@ -156,6 +168,13 @@ class CudaModel {
   DeviceArray<float> params_, grads_;
   DeviceArray<bf16_t> w_bf16_;  // the bf16 copy of every parameter (the GEMMs' weights)
   bool weights_stale_ = true;
+  uint64_t weights_version_ = 0;  // bumped each time w_bf16_ is remade
+  // The weight slots' copies, [block][position][fprop_w, dgrad_w], with their tensor scales and
+  // non-finite flags (one device word each), and which ones the pass in flight used.
+  std::vector<WeightCopy> weight_copies_;
+  DeviceArray<float> weight_ts_;
+  DeviceArray<unsigned> weight_flags_;
+  std::vector<unsigned char> weight_used_;
 
   // Per-pass state.
   int batch_ = 0, seq_ = 0, rows_ = 0;
@@ -173,8 +192,8 @@ class CudaModel {
   bool use_flash(int seq_len) const;
   DeviceArray<bf16_t> dattb_;             // the fused kernel's bf16 dout (its qkv: LayerActs::qkvb)
   cuda::Workspace ws_flash_;
-  DeviceArray<bf16_t> q_a_, q_b_, q_c_, q_d_;  // dequantized copies of the slots
-  DeviceArray<float> tensor_scales_;    // 4 floats: the slots' S_dec
+  DeviceArray<bf16_t> q_a_, q_c_, q_d_;  // dequantized copies of the activation and gradient slots
+  DeviceArray<float> tensor_scales_;    // 4 floats: those slots' S_dec (index 1, a weight's, unused)
   // 4 floats: 0 and 1 (device-side beta values), the fprop/dgrad alpha slot, the wgrad alpha slot.
   DeviceArray<float> scalars_;
   // The LM head's weight-gradient split-K: chunk count (fixed by the row count) and partials.
