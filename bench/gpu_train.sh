@@ -6,7 +6,7 @@
 # steps but the first (metrics.jsonl's tokens_per_s), the step time, the model FLOP utilization
 # against GEMM_TFLOPS (the bf16 GEMM rate measured in the same session: pass it), and the peak
 # device memory the run reported.
-# Usage: bench/gpu_train.sh FP4LAB_BINARY GEMM_TFLOPS [STEPS]
+# Usage: [SIZES="d6 d12"] bench/gpu_train.sh FP4LAB_BINARY GEMM_TFLOPS [STEPS]
 set -euo pipefail
 bin=$1
 gemm_tflops=$2
@@ -15,7 +15,7 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 echo "| model | recipe | tokens/s (median) | step ms | MFU | peak device MiB | steps |"
 echo "|---|---|---|---|---|---|---|"
-for size in d6 d12; do
+for size in ${SIZES:-d6 d12}; do
   for recipe in bf16 e2m1 ufp4 nvfp4; do
     cat >"$work/$size-$recipe.json" <<JSON
 {"model": {"preset": "$size", "seq_len": 1024}, "recipe": "$recipe", "device": "cuda",

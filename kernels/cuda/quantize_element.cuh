@@ -5,18 +5,22 @@
 // round_stochastic_index (an early return) and the IEEE division of quantize_element (a range check
 // with a slow-path call) become branches that diverge across a warp and fence every element off
 // from the next. Here instead:
-//   * round to nearest is float arithmetic on the rounded magnitude itself (nearest_magnitude:
-//     rint on the binade's quantum, then min with G_max), with no index search or table lookup; the
-//     magnitude index is derived from it only when codes are asked for;
-//   * stochastic rounding keeps numerics.h's index steps, with the saturation test as a select;
-//   * t = v / s for fp32 scales is a reciprocal once per block and Markstein's correction, twice,
-//     per value (FastDivisor), exact for scales in [2^-60, 2^60]; e4m3x2 and e8m0 need one multiply;
+//   * round to nearest is float arithmetic on the rounded magnitude itself (nearest_magnitude: for
+//     e2m1 Veltkamp's split to two significant bits with the exponent floored at 0, for e1m2 rint,
+//     then the clip), with no index search or table lookup; the magnitude index is derived from it
+//     only when codes are asked for;
+//   * stochastic rounding is float arithmetic on the magnitude too (stochastic_magnitude: floor on
+//     the binade's quantum by a round-toward-zero add), without float<->int conversions;
+//   * t = v / s for fp32 scales is a reciprocal once per block and one Markstein correction per
+//     value (FastDivisor: three FP operations), exact for scales in [2^-60, 2^60]; e4m3x2 and e8m0
+//     need one multiply;
 //   * the bf16 rounding of the dequantized value is the hardware conversion (two at a time).
 // Each replaced step is equal to the original for every input, by the argument next to it, and
 // tests/gpu/element_test.cu checks them against numerics.h exhaustively (every float for the
-// rounding steps and the bf16 conversions) and on billions of random operands (the division). The
-// block scale, the code's layout and the reference path for unusual blocks (fp32 scales outside the
-// fast division's range) are numerics.h's own code.
+// rounding steps and the bf16 conversions, every pair of significands for the division) and on
+// billions of random operands (the division's whole range, whole elements). The block scale, the
+// code's layout and the reference path for unusual blocks (fp32 scales outside the fast division's
+// range) are numerics.h's own code.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -34,31 +38,39 @@ namespace fp4::cuda::detail {
 //
 // nearest_magnitude<G>(x, gmax) == grid_magnitude(G, round_nearest_index(G, x, max_index)) for
 // every non-NaN x >= 0 (+Inf included), gmax = grid_magnitude(G, max_index); checked on every such
-// float by tests/gpu/element_test.cu. Why it is equal:
-//   e2m1: inside a binade [2^e, 2^(e+1)), e >= 0, the grid (extended past 6 by 8, 12, ...) is the
-//   multiples of the quantum 2^(e-1): {1, 1.5, 2}, {2, 3, 4}, {4, 6, 8}; below 1 it is the multiples
-//   of 0.5: {0, 0.5, 1}. With k = 2^max(e, 0) (the exponent bits of max(x, 1)), y = x * (2 / k) is
-//   exact (a power-of-two scaling; subnormal x only doubles), and rint(y) (round half to even) picks
-//   the nearest multiple. An exact tie falls on y = 2.5 or 3.5 (or 0.5, 1.5 below 1), and the even
-//   integer is the even code: 2.5 -> 2 is 1.25 -> 1 / 2.5 -> 2 / 5 -> 4 (indices 2, 4, 6), 3.5 -> 4
-//   is 1.75 -> 2 / 3.5 -> 4 (indices 4, 6), 0.5 -> 0 is 0.25 -> 0, 1.5 -> 2 is 0.75 -> 1 (indices 0,
-//   2): exactly round_nearest_index's "<=" / "<" chain. r = rint(y) * (k / 2) is exact (a small
-//   integer times a power of two; it may overflow to +Inf for x >= 2^127, which saturates anyway).
-//   Anything that rounds past 6 (x > 5 with the 5 -> 4 tie) is >= 8 and saturates.
-//   e1m2: the grid is the integers, round half to even is rint.
+// float and every clip by tests/gpu/element_test.cu. Why it is equal:
 //   Both: clip restricts the grid to a prefix, so the restricted nearest value is min(nearest,
-//   G_max) (numerics.h's argument). x = +Inf: e2m1 gives k = 2^128's bits, 2 / k = 0, Inf * 0 = NaN,
-//   and fminf returns its non-NaN operand, G_max; e1m2's rint(Inf) = Inf -> G_max. A NaN x is never
-//   passed (the fast path's quotients of finite values are never NaN).
-// The instructions: FMNMX, LOP3, two IADD, FMUL, FRND, FMUL, FMNMX (e2m1); FRND, FMNMX (e1m2),
-// against three compares, selects and an index->magnitude lookup for the threshold search.
+//   G_max) (numerics.h's argument), and since rounding is monotone and G_max is on the grid, that
+//   is also nearest(min(x, G_max)): e2m1 clips first, so everything after works on xc in [0, 7]
+//   (x = +Inf: fminf gives G_max; no overflow, no NaN can arise).
+//   e2m1: inside a binade [2^e, 2^(e+1)), e >= 0, the grid (extended past 6 by 8) is the floats
+//   with two significant bits: {1, 1.5, 2}, {2, 3, 4}, {4, 6, 8}; below 1 it is the multiples of
+//   0.5: {0, 0.5, 1}. Round to nearest with ties to the even code is, in both cases, round to
+//   nearest with ties to the even last significant bit (2.5 -> 2, 3.5 -> 4, 5 -> 4; 1.25 -> 1,
+//   1.75 -> 2; 0.25 -> 0, 0.75 -> 1: the indices 2, 4, 6 / 0, 2 are the even ones), i.e. IEEE
+//   round-to-nearest-even into a binary format with a 2-bit significand and minimum exponent 0.
+//   Veltkamp's splitting does exactly that in fp32 arithmetic (p = 24, s = 22, C = 2^s + 1):
+//     g = RN(C * xc), d = RN(xc - g), hi = RN(g + d)   (hi: xc rounded to p - s = 2 bits, RNE)
+//   and the exponent floor is g = max(RN(C * xc), C) = RN(C * max(xc, 1)): for xc >= 1 nothing
+//   changes; for xc < 1, g = C = 2^22 + 1 and d = RN(xc - C) lies in the binade [2^22, 2^23) whose
+//   quantum is 0.5, so hi = C + d is xc rounded to a multiple of 0.5 with the tie going to the even
+//   significand of d, i.e. to the even multiple of 0.5 (0.25 -> 0, 0.75 -> 1); xc = +0 or a
+//   subnormal gives +0. No step overflows (C*xc < 2^25), and hi = g + d itself is exact.
+//   e1m2: the grid is the integers, round half to even is rint (x = +Inf: rint(Inf) = Inf -> G_max).
+//   A NaN x is never passed (the fast path's quotients of finite values are never NaN).
+// The instructions: FMNMX, FMUL, FMNMX, FADD, FADD (e2m1, where the |.| of the quotient is an
+// operand modifier of the first FMNMX); FRND, FMNMX (e1m2) — against three compares, selects and
+// an index->magnitude lookup for the threshold search, and against the previous rint-on-the-quantum
+// form (FMNMX, LOP3, two IADD, FMUL, FRND, FMUL, FMNMX). The e1m2 rint stays: the magic-number
+// alternative (RN(x + 2^23) - 2^23) is one FADD more than the FRND it replaces.
 template <Grid G>
 __device__ __forceinline__ float nearest_magnitude(float x, float gmax) {
   if constexpr (G == Grid::e2m1) {
-    const uint32_t k = float_bits(fmaxf(x, 1.0f)) & 0x7f800000u;  // 2^max(e, 0) (Inf: 0x7f800000)
-    const float two_over_k = bits_float(0x7f800000u - k);         // 2^(1 - e): biased exponent 255 - (e + 127)
-    const float half_k = bits_float(k - 0x00800000u);             // 2^(e - 1) >= 0.5
-    return fminf(__fmul_rn(rintf(__fmul_rn(x, two_over_k)), half_k), gmax);
+    constexpr float kSplit = 4194305.0f;  // 2^22 + 1
+    const float xc = fminf(x, gmax);
+    const float g = fmaxf(__fmul_rn(xc, kSplit), kSplit);
+    const float d = __fsub_rn(xc, g);
+    return __fadd_rn(g, d);
   } else {
     return fminf(rintf(x), gmax);
   }
@@ -73,30 +85,44 @@ __device__ __forceinline__ int magnitude_index(float r) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Stochastic rounding: round_stochastic_index without the early return
+// Stochastic rounding as float arithmetic: the magnitude itself, not its index
 // ---------------------------------------------------------------------------------------------
 //
-// The same steps as round_stochastic_index, with the saturation test turned into a select, and
-// p = (x - lo) / (hi - lo) computed as (x - lo) * (1 / (hi - lo)): hi - lo is 1/2, 1 or 2, whose
-// reciprocal is exact, and both forms are the correctly rounded value of the same real number.
-// gmax is grid_magnitude(G, max_index). x is not NaN (quantize_element made it 0 before).
+// stochastic_magnitude<G>(x, gmax, u) == grid_magnitude(G, round_stochastic_index(G, x, max_index,
+// u)) for every non-NaN x >= 0 (+Inf included) and u, gmax = grid_magnitude(G, max_index); checked
+// on every such float, every clip and two u per float by tests/gpu/element_test.cu. Why: the
+// reference takes lo = the largest grid point <= x, hi the next, p = (x - lo) / (hi - lo), and
+// rounds up when u < p (saturating at G_max when x >= G_max). Inside the e2m1 binade of x (as in
+// nearest_magnitude: k = 2^max(e, 0), the grid there is the multiples of the quantum k / 2, up to
+// 6 and past it by 8) lo = floor(x * (2 / k)) * (k / 2), hi = lo + k / 2, and 1 / (hi - lo) = 2 / k
+// exactly, so p = (x - lo) * (2 / k) is the reference's quotient (both are the correctly rounded
+// value of the same real). For e1m2, lo = floor(x), hi = lo + 1, p = x - lo. floor(y) for
+// 0 <= y < 2^23 is RZ(y + 2^23) - 2^23 (the sum's quantum is 1 and rounding toward zero drops the
+// fraction; the subtraction is exact); y < 4 here (e2m1) or y = x < G_max <= 7 (e1m2) wherever the
+// result is not the saturated G_max; every other step is exact (small multiples of powers of two).
+// When x < G_max, hi <= G_max since G_max is a grid point. x = +Inf (or huge) gives garbage or NaN
+// on the way, which the final select (x < G_max fails) discards. The instructions: FMNMX, LOP3, two
+// IADD, FMUL, two FADD, FMUL, FADD, FADD, FMUL, two compares and two selects (e2m1), all on the
+// full-rate pipes, against numerics.h's steps as selects with three float<->int conversions
+// (quarter- or eighth-rate on sm_90): the index, its magnitude, and the magnitude again for the
+// dequantized value.
 template <Grid G>
-__device__ __forceinline__ int stochastic_index(float x, int max_index, float gmax, float u) {
-  int lo_i;
-  float inv_step;
+__device__ __forceinline__ float stochastic_magnitude(float x, float gmax, float u) {
+  float lo, step, inv_step;
   if constexpr (G == Grid::e2m1) {
-    // x * 2 only matters where x < 2; an out-of-range conversion (x = +Inf) is selected away.
-    const int half_steps = static_cast<int>(fminf(x, 2.0f) * 2.0f);
-    lo_i = x < 2.0f ? half_steps : (x < 3.0f ? 4 : (x < 4.0f ? 5 : 6));
-    inv_step = lo_i < 4 ? 2.0f : (lo_i < 6 ? 1.0f : 0.5f);
+    const uint32_t k = float_bits(fmaxf(x, 1.0f)) & 0x7f800000u;  // 2^max(e, 0)
+    inv_step = bits_float(0x7f800000u - k);                       // 2 / k = 2^(1 - e)
+    step = bits_float(k - 0x00800000u);                           // k / 2 = 2^(e - 1)
+    const float y = __fmul_rn(x, inv_step);                       // exact: a power-of-two scaling
+    lo = __fmul_rn(__fsub_rn(__fadd_rz(y, 8388608.0f), 8388608.0f), step);
   } else {
-    lo_i = static_cast<int>(fminf(x, 7.0f));
     inv_step = 1.0f;
+    step = 1.0f;
+    lo = __fsub_rn(__fadd_rz(x, 8388608.0f), 8388608.0f);
   }
-  const float lo = grid_magnitude(G, lo_i);
-  const float p = (x - lo) * inv_step;
-  const int i = u < p ? lo_i + 1 : lo_i;
-  return x < gmax ? i : max_index;
+  const float p = __fmul_rn(__fsub_rn(x, lo), inv_step);
+  const float r = u < p ? __fadd_rn(lo, step) : lo;
+  return x < gmax ? r : gmax;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -104,19 +130,30 @@ __device__ __forceinline__ int stochastic_index(float x, int max_index, float gm
 // ---------------------------------------------------------------------------------------------
 //
 // For a block whose scale s lies in [2^-60, 2^60] (fast_divisor_ok), y = RN(1/s) once per block,
-// then per value (Markstein's correction, twice):
-//   q0 = RN(v * y)                    within 2 ulps of v/s (y has relative error <= 2^-24)
-//   q1 = RN(q0 + RN(v - s*q0) * y)    within 1 ulp of v/s (the remainder's rounding adds ~2^-22 ulp)
-//   q2 = RN(q1 + (v - s*q1) * y)      = RN(v/s): the remainder of a quotient within 1 ulp is exact,
-//                                     and with y within 1/2 ulp of 1/s one fused step rounds
-//                                     correctly (Markstein's theorem).
-// This holds while every step stays clear of underflow: |v/s| >= 2^-30 (the remainders are then
-// multiples of at least 2^-136, exactly representable). Smaller values ("tiny") only meet the
-// rounding as 0 < t < 2^-30: round to nearest gives index 0 for any such t (the sequence cannot
-// leave [0, 2^-28)), and stochastic rounding compares u with p = 2t or t < 2^-24, which only
-// u = 0 passes and only when RN(|v|/s) > 0, i.e. |v|/s > 2^-150, i.e. |v|*2^90 > s*2^-60 (both
-// products exact). For tiny values the caller gets either 0 or 2^-149, which makes the same
-// decisions. Blocks whose scale is outside the range use numerics.h's quantize_element.
+// then per value one Markstein correction of the plain product:
+//   q0 = RN(v * y)                    within 1.5 ulps of v/s (y has relative error <= 2^-24)
+//   r  = RN(v - s*q0)
+//   q1 = RN(q0 + r*y)                 = RN(v/s)
+// Markstein's theorem covers q0 within 1 ulp (then r is exact and one fused step rounds correctly),
+// but q0 = RN(v*y) is not always within 1 ulp (it can be up to 1.5 ulps off when v's significand
+// is below s's and y's rounding error is near its bound: millions of such pairs exist), so the
+// theorem alone does not cover every pair. The claim is instead checked exhaustively:
+// tests/gpu/element_test.cu runs the three operations on every pair of significands (v, s in
+// [1, 2): all 2^46 pairs) against the IEEE quotient (the previous form, two corrections of five
+// operations, needed no such check). Every other pair of the range is one of those scaled by
+// powers of two (sign symmetric), and every step scales with it exactly while nothing underflows:
+// with s in [2^-60, 2^60] and 2^-30 <= |v/s| <= 8, y, q0 and q1 are normal, and the exact remainder
+// v - s*q0 is a multiple of 2^-137 (ulp(s) >= 2^-83, ulp(q0) >= 2^-54, ulp(v) >= 2^-113), so r is
+// either that remainder exactly (below 2^-126 it has fewer than 11 significant bits: a subnormal)
+// or it needs more than 24 bits and lies above 2^-113, where its rounding is the same relative
+// rounding as in the significand pair; the fused steps round once, as in the pair.
+// Smaller values ("tiny") only meet the rounding as 0 < t < 2^-30: round to nearest gives index 0
+// for any such t (|q0| < 2^-30 (1 + 2^-23) + 2^-150, |r*y| < 2.01 * 2^-30, so |q1| < 2^-28; also
+// checked on random tiny quotients by element_test.cu), and stochastic rounding compares u with
+// p = 2t or t < 2^-24, which only u = 0 passes and only when RN(|v|/s) > 0, i.e. |v|/s > 2^-150,
+// i.e. |v|*2^90 > s*2^-60 (both products exact). For tiny values the caller gets either 0 or
+// 2^-149, which makes the same decisions. Blocks whose scale is outside the range use numerics.h's
+// quantize_element.
 __device__ __forceinline__ bool fast_divisor_ok(float s) {
   return s >= 8.67361738e-19f /* 2^-60 */ && s <= 1.15292150e18f /* 2^60 */;
 }
@@ -136,44 +173,31 @@ __device__ __forceinline__ FastDivisor make_fast_divisor(float s) {
   return d;
 }
 
+// v / s, signed, as round to nearest needs it, for s in the fast range and |v/s| <= 8: RN(v/s) when
+// |v/s| >= 2^-30, else below 2^-28 in magnitude (see above).
+__device__ __forceinline__ float fast_quotient(float v, const FastDivisor& d) {
+  const float q0 = __fmul_rn(v, d.y);
+  const float r = __fmaf_rn(-d.s, q0, v);
+  return __fmaf_rn(r, d.y, q0);
+}
+
 // |v / s| as the rounding needs it (see above); kExactTiny: stochastic rounding.
 template <bool kExactTiny>
 __device__ __forceinline__ float fast_quotient_abs(float v, const FastDivisor& d) {
-  const float q0 = __fmul_rn(v, d.y);
-  const float r0 = __fmaf_rn(-d.s, q0, v);
-  const float q1 = __fmaf_rn(r0, d.y, q0);
-  const float r1 = __fmaf_rn(-d.s, q1, v);
-  const float q2 = __fmaf_rn(r1, d.y, q1);
-  const float x = abs_f(q2);
+  const float x = fabsf(fast_quotient(v, d));
   if constexpr (!kExactTiny) return x;
-  const float a = abs_f(v);
+  const float a = fabsf(v);
   const float tiny = __fmul_rn(a, 1.23794004e27f /* 2^90 */) > d.tiny_zero ? 1.40129846e-45f /* 2^-149 */ : 0.0f;
   return a < d.tiny_below ? tiny : x;
 }
 
 // ---------------------------------------------------------------------------------------------
-// The dequantized value: bf16(q * stored) with the sign of v
+// The dequantized value's bf16 rounding
 // ---------------------------------------------------------------------------------------------
 //
-// quantize_element computes grid_magnitude(G, i) * stored in fp32 and rounds it with float_to_bf16.
-// Here: e2m1's magnitudes times 2 are the integers 0 1 2 3 4 6 8 12 (one byte each, picked by a
-// byte permute), multiplied by stored / 2 — the same real product, rounded once, as long as
-// stored / 2 is exact, which it is in every block the fast path takes (stored is an E4M3 value,
-// a normal fp32 scale >= 2^-60, or a power of two >= 2^-127); e1m2's magnitude is i itself. The
-// product is finite (no NaN), where the hardware's cvt.rn.bf16.f32 is float_to_bf16 (checked on
-// every float by tests/gpu/element_test.cu).
-template <Grid G>
-__device__ __forceinline__ float magnitude_units(int i) {
-  if constexpr (G == Grid::e2m1) return static_cast<float>(__byte_perm(0x03020100u, 0x0c080604u, static_cast<unsigned>(i)));
-  return static_cast<float>(i);
-}
-
-template <Grid G>
-__device__ __forceinline__ float magnitude_unit_scale(float stored) {
-  if constexpr (G == Grid::e2m1) return stored * 0.5f;
-  return stored;
-}
-
+// quantize_element computes grid_magnitude(G, i) * stored in fp32 and rounds it with float_to_bf16;
+// the product here is the same (finite, no NaN), where the hardware's cvt.rn.bf16.f32 is
+// float_to_bf16 (checked on every float by tests/gpu/element_test.cu).
 __device__ __forceinline__ bf16_t hw_float_to_bf16(float x) { return __bfloat16_as_ushort(__float2bfloat16_rn(x)); }
 
 // Two at once (one cvt.rn.bf16x2.f32): lo in bits 0..15, hi in 16..31. The same rounding per half as
@@ -194,9 +218,8 @@ template <Grid G, Rounding R, ScaleMode M>
 struct BlockQuantizer {
   BlockScale bs;
   int max_index;
-  float gmax;        // grid_magnitude(G, max_index), for SR
+  float gmax;        // grid_magnitude(G, max_index)
   float inv;         // e8m0: 1 / stored = 2^-e, exact
-  float unit_scale;  // stored, or stored / 2 for e2m1 (see magnitude_units)
   FastDivisor div;   // fp32
 
   __device__ __forceinline__ BlockQuantizer(const BlockScale& b, int max_idx) : bs(b), max_index(max_idx) {
@@ -204,7 +227,6 @@ struct BlockQuantizer {
     inv = 1.0f;
     if constexpr (M == ScaleMode::e8m0) inv = exp2_int(-floor_log2(b.stored));  // stored = 2^e, e in [-127, 127]
     if constexpr (M == ScaleMode::fp32) div = make_fast_divisor(b.stored);
-    unit_scale = magnitude_unit_scale<G>(b.stored);
   }
 
   __device__ __forceinline__ bool fast() const {
@@ -216,13 +238,13 @@ struct BlockQuantizer {
   // fast(): t by the exact replacements above, then quantize_element's steps. Returns the signed
   // dequantized value in fp32 (the caller rounds it to bf16 with the hardware conversion, two at a
   // time); with kCodes, also the code. The product is grid_magnitude(i) * stored, as in numerics.h
-  // (RN: nearest_magnitude is that magnitude; SR: magnitude_units * unit_scale is the same real
-  // product), and is >= +0 and not NaN, so setting the sign bit is numerics.h's "neg ? -deq : deq".
+  // (nearest_magnitude and stochastic_magnitude give that magnitude), and is >= +0 and not NaN, so
+  // setting the sign bit is numerics.h's "neg ? -deq : deq".
   template <bool kCodes>
   __device__ __forceinline__ float quantize(float v, float u, uint32_t& code) const {
     float x;
-    if constexpr (M == ScaleMode::e4m3x2) x = abs_f(v * bs.mul);
-    else if constexpr (M == ScaleMode::e8m0) x = abs_f(v * inv);  // == v / 2^e: the same real, rounded once
+    if constexpr (M == ScaleMode::e4m3x2) x = fabsf(v * bs.mul);
+    else if constexpr (M == ScaleMode::e8m0) x = fabsf(v * inv);  // == v / 2^e: the same real, rounded once
     else x = fast_quotient_abs<R == Rounding::sr>(v, div);
     float deq;
     int i = 0;
@@ -232,8 +254,9 @@ struct BlockQuantizer {
       if constexpr (kCodes) i = magnitude_index<G>(r);
     } else {
       x = fmaxf(x, 0.0f);  // NaN -> 0, as quantize_element (x >= 0 otherwise, so nothing else changes)
-      i = stochastic_index<G>(x, max_index, gmax, u);
-      deq = magnitude_units<G>(i) * unit_scale;
+      const float r = stochastic_magnitude<G>(x, gmax, u);
+      deq = r * bs.stored;
+      if constexpr (kCodes) i = magnitude_index<G>(r);
     }
     const uint32_t sign = float_bits(v) & 0x80000000u;
     if constexpr (kCodes) code = (sign >> 28) | static_cast<uint32_t>(i);

@@ -112,11 +112,15 @@ __device__ __forceinline__ void unpack8(uint4 q, float* v) {
   }
 }
 
-// The block's amax and finiteness in one pass: the unsigned maximum of the magnitude bits of its
-// values (after the RHT). For non-NaN floats >= 0 the unsigned order of the bits is the numeric
-// order, so when every value is finite this is the bits of max|v| (the reference's amax_b: a
-// running max from 0, where -0 counts as 0); a NaN or infinity has magnitude bits >= 0x7f800000,
-// above every finite value, so the block is finite exactly when the maximum is below that.
+// The block's amax and finiteness in one pass: the bits of the NaN-propagating maximum of |v| over
+// its values (after the RHT), one FMNMX.NAN with the |.| operand modifier per value. When every
+// value is finite this is the bits of max|v| (the reference's amax_b: a running max from 0, where
+// -0 counts as 0; fmaxf returns one of its operands, and |v| is never -0), the same as the unsigned
+// maximum of the magnitude bits (for non-NaN floats >= 0 the unsigned order of the bits is the
+// numeric order). A NaN anywhere makes the result a NaN (max.NaN), an infinity without NaN makes it
+// +Inf; both have bits >= 0x7f800000 (a NaN's, either sign, are above it), above every finite
+// value, so the block is finite exactly when the result is below that, as before. (The plain fmaxf
+// would drop a NaN operand, hence max.NaN.)
 //
 // Why the values after the RHT only: numerics.h's block is non-finite when a source value or a
 // value after the RHT is. Without the RHT they are the same values. With it, every output of the
@@ -124,12 +128,18 @@ __device__ __forceinline__ void unpack8(uint4 q, float* v) {
 // non-finite operand is non-finite (Inf +- finite = Inf, Inf - Inf = NaN, NaN stays NaN), as is
 // 0.25 * Inf; so a non-finite source makes its whole 16-vector non-finite, and the check after the
 // RHT also catches a finite source whose butterfly overflowed fp32 (e.g. 16 values near 2^127).
+__device__ __forceinline__ float fmax_nan(float a, float b) {
+  float m;
+  asm("max.NaN.f32 %0, %1, %2;" : "=f"(m) : "f"(a), "f"(b));
+  return m;
+}
+
 template <int N>
 __device__ __forceinline__ uint32_t absmax_bits(const float* v) {
-  uint32_t m = 0;
+  float m = 0.0f;
 #pragma unroll
-  for (int j = 0; j < N; ++j) m = max(m, float_bits(v[j]) & 0x7fffffffu);
-  return m;
+  for (int j = 0; j < N; ++j) m = fmax_nan(m, fabsf(v[j]));
+  return float_bits(m);
 }
 constexpr uint32_t kF32InfBits = 0x7f800000u;
 

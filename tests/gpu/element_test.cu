@@ -1,7 +1,9 @@
 // [gpu] The branch-free element rounding of the fused kernels (kernels/cuda/quantize_element.cuh)
 // against numerics.h on the device: every non-negative float for the two rounding steps, every
-// float for the bf16 conversion, and billions of random operands for the division and for whole
-// elements.
+// float for the bf16 conversion, every pair of significands for the fast fp32 division (2^46
+// quotients, about a minute), billions of random operands for the division's whole range and for
+// whole elements, and the block amax / finiteness reduction (quantize_kernels.cuh) against its
+// integer definition on every float in every position, NaNs included.
 #include <catch2/catch.hpp>
 
 #include <cstdint>
@@ -10,6 +12,7 @@
 
 #include "kernels/cuda/quantize.cuh"
 #include "kernels/cuda/quantize_element.cuh"
+#include "kernels/cuda/quantize_kernels.cuh"
 #include "kernels/numerics.h"
 
 namespace {
@@ -59,7 +62,8 @@ __global__ void check_nearest(int min_index, Report* r) {
   }
 }
 
-// Every non-negative, non-NaN float x, each clip, one random u per x and u = 0: the SR index.
+// Every non-negative, non-NaN float x, each clip, one random u per x, u = 0 and the largest u: the
+// SR magnitude and its index.
 template <Grid G>
 __global__ void check_stochastic(int min_index, Report* r) {
   for (uint64_t k = blockIdx.x * static_cast<uint64_t>(blockDim.x) + threadIdx.x; k <= 0x7f800000ull;
@@ -68,10 +72,13 @@ __global__ void check_stochastic(int min_index, Report* r) {
     const float u_rand = uniform_from_word(sample_words(k, 1).w[0]);
     for (int mi = min_index; mi <= 7; ++mi) {
       const float gmax = grid_magnitude(G, mi);
-      const float us[2] = {u_rand, 0.0f};
-      for (float u : us)
-        if (stochastic_index<G>(x, mi, gmax, u) != round_stochastic_index(G, x, mi, u))
+      const float us[3] = {u_rand, 0.0f, uniform_from_word(0xffffffffu)};
+      for (float u : us) {
+        const int want = round_stochastic_index(G, x, mi, u);
+        const float got = stochastic_magnitude<G>(x, gmax, u);
+        if (float_bits(got) != float_bits(grid_magnitude(G, want)) || magnitude_index<G>(got) != want)
           report(r, k, static_cast<uint64_t>(mi));
+      }
     }
   }
 }
@@ -92,32 +99,94 @@ __global__ void check_bf16(Report* r) {
   }
 }
 
-// The fast fp32 division: random divisors in its range and quotients in [2^-30, 8) must give
-// exactly |v / s|; tiny quotients must agree with |v / s| on being zero and stay below 2^-28.
+// The fast fp32 division on every pair of significands: v, s in [1, 2), block x = s's significand,
+// the threads of a block take every v. The three operations of fast_quotient must give the IEEE
+// quotient (every other pair of the fast range is one of these scaled by powers of two, see
+// quantize_element.cuh).
+__global__ void check_division_pairs(Report* r) {
+  const float s = bits_float(0x3f800000u | blockIdx.x);
+  const FastDivisor d = make_fast_divisor(s);
+  unsigned long long bad = 0;
+  uint32_t first = 0;
+  for (uint32_t m = threadIdx.x; m < (1u << 23); m += blockDim.x) {
+    const float v = bits_float(0x3f800000u | m);
+    if (float_bits(fast_quotient(v, d)) != float_bits(__fdiv_rn(v, s))) {
+      if (bad == 0) first = m;
+      ++bad;
+    }
+  }
+  if (bad != 0) {
+    atomicAdd(&r->mismatches, bad - 1);
+    report(r, float_bits(bits_float(0x3f800000u | first)), float_bits(s));
+  }
+}
+
+// The fast fp32 division over its whole range: random divisors in its range and quotients in
+// [2^-30, 8) must give exactly |v / s| (signed: v / s for round to nearest); tiny quotients must
+// agree with |v / s| on being zero and stay below 2^-28. The dividends: the product of a random
+// quotient and s, one ulp either side of it, or (the hard cases for a correctly rounded quotient)
+// within two ulps of the midpoint between the quotient and its successor times s.
 __global__ void check_division(uint64_t samples, Report* r) {
   for (uint64_t k = blockIdx.x * static_cast<uint64_t>(blockDim.x) + threadIdx.x; k < samples;
        k += static_cast<uint64_t>(gridDim.x) * blockDim.x) {
     const Philox4 w = sample_words(k, 2);
     const float s = random_float(w.w[0], w.w[1], -60, 59, false);
     const FastDivisor d = make_fast_divisor(s);
-    // Quotient exponent: mostly the normal range [-30, 2], one sample in 8 tiny ([-160, -31]).
+    // Quotient exponent: mostly the normal range [-30, 2], one sample in 8 tiny ([-160, -31]:
+    // a normal float of [-126, -31], half of them scaled by 2^-34 into the subnormals).
     const bool tiny = (w.w[2] & 7u) == 0;
-    const float qt = tiny ? random_float(w.w[2] >> 3, w.w[3], -160, -31, true)
-                          : random_float(w.w[2] >> 3, w.w[3], -30, 2, true);
+    float qt = tiny ? random_float(w.w[2] >> 3, w.w[3], -126, -31, true)
+                    : random_float(w.w[2] >> 3, w.w[3], -30, 2, true);
+    if (tiny && (w.w[1] >> 31) != 0) qt = qt * 5.82076609e-11f;  // 2^-34
     // v near qt * s; every fourth sample exactly a representable quotient times s, when exact.
     float v = __fmul_rn(qt, s);
     if ((w.w[3] & 3u) == 1u) v = bits_float(float_bits(v) + 1u);
     if ((w.w[3] & 3u) == 2u) v = bits_float(float_bits(v) - 1u);
+    if ((w.w[3] & 3u) == 3u) {  // the midpoint between qt and its successor, times s, +-2 ulps
+      const double mid = (static_cast<double>(qt) + static_cast<double>(bits_float(float_bits(qt) + 1u))) * 0.5;
+      v = __double2float_rn(mid * static_cast<double>(s));
+      v = bits_float(float_bits(v) + static_cast<uint32_t>((w.w[3] >> 2) % 5u) - 2u);
+    }
     if (!is_finite(v) || v == 0.0f) continue;
     const float want = abs_f(v / s);
+    if (!(want < 16.0f)) continue;  // outside the fast path's domain (|v / s| <= G_max (1 + 2^-23) there)
     if (abs_f(v) >= d.tiny_below) {
       const float got_rn = fast_quotient_abs<false>(v, d), got_sr = fast_quotient_abs<true>(v, d);
-      if (float_bits(got_rn) != float_bits(want) || float_bits(got_sr) != float_bits(want))
+      if (float_bits(got_rn) != float_bits(want) || float_bits(got_sr) != float_bits(want) ||
+          float_bits(fast_quotient(v, d)) != float_bits(v / s))
         report(r, float_bits(v), float_bits(s));
     } else {
       const float got_rn = fast_quotient_abs<false>(v, d), got_sr = fast_quotient_abs<true>(v, d);
       if (!(got_rn < 3.7252903e-9f /* 2^-28 */) || (got_sr > 0.0f) != (want > 0.0f) || got_sr >= 3.7252903e-9f)
         report(r, float_bits(v), float_bits(s));
+    }
+  }
+}
+
+// The block amax / finiteness reduction (absmax_bits, quantize_kernels.cuh) against its
+// definition, the unsigned maximum of the magnitude bits: the same finiteness (maximum below
+// 0x7f800000) and, for finite vectors, the same bits. Every 32-bit pattern x (NaNs, infinities,
+// both signs, subnormals) in each of the 4 positions of a vector whose other values are random
+// floats (mostly finite; one in 16 of any pattern) or patterns next to x's magnitude.
+__global__ void check_absmax(Report* r) {
+  for (uint64_t k = blockIdx.x * static_cast<uint64_t>(blockDim.x) + threadIdx.x; k <= 0xffffffffull;
+       k += static_cast<uint64_t>(gridDim.x) * blockDim.x) {
+    const Philox4 w = sample_words(k, 5);
+    float v[4];
+    for (int j = 0; j < 4; ++j) {
+      uint32_t b = w.w[j];
+      if ((b & 0xf0u) != 0) b &= 0xff7fffffu;  // mostly finite: clear one exponent bit
+      if ((b & 0x300u) == 0) b = (static_cast<uint32_t>(k) ^ (b & 0x80000000u)) + ((b >> 10) & 3u) - 1u;
+      v[j] = bits_float(b);
+    }
+    for (int pos = 0; pos < 4; ++pos) {
+      float u[4] = {v[0], v[1], v[2], v[3]};
+      u[pos] = bits_float(static_cast<uint32_t>(k));
+      uint32_t want = 0;
+      for (int j = 0; j < 4; ++j) want = max(want, float_bits(u[j]) & 0x7fffffffu);
+      const uint32_t got = absmax_bits<4>(u);
+      const bool want_finite = want < kF32InfBits, got_finite = got < kF32InfBits;
+      if (want_finite != got_finite || (want_finite && got != want)) report(r, k, pos);
     }
   }
 }
@@ -204,7 +273,7 @@ TEST_CASE("gpu element rounding: nearest magnitude equals numerics.h on every fl
   CHECK(b.mismatches == 0);
 }
 
-TEST_CASE("gpu element rounding: stochastic index equals numerics.h on every float", "[gpu]") {
+TEST_CASE("gpu element rounding: stochastic magnitude equals numerics.h on every float", "[gpu]") {
   DeviceReport e2m1, e1m2;
   check_stochastic<Grid::e2m1><<<kGrid, kBlock>>>(4, e2m1.get());
   check_stochastic<Grid::e1m2><<<kGrid, kBlock>>>(1, e1m2.get());
@@ -226,6 +295,22 @@ TEST_CASE("gpu element rounding: the hardware bf16 conversions (one and two at a
 TEST_CASE("gpu element rounding: the fast fp32 division is the IEEE quotient", "[gpu]") {
   DeviceReport rep;
   check_division<<<kGrid, kBlock>>>(uint64_t{1} << 33, rep.get());
+  const Report r = rep.read();
+  INFO(describe(r));
+  CHECK(r.mismatches == 0);
+}
+
+TEST_CASE("gpu element rounding: the fast fp32 division is the IEEE quotient on every pair of significands", "[gpu]") {
+  DeviceReport rep;
+  check_division_pairs<<<1u << 23, kBlock>>>(rep.get());
+  const Report r = rep.read();
+  INFO("v / s as bits; " << describe(r));
+  CHECK(r.mismatches == 0);
+}
+
+TEST_CASE("gpu element rounding: the block amax reduction keeps the amax bits and the finiteness test", "[gpu]") {
+  DeviceReport rep;
+  check_absmax<<<kGrid, kBlock>>>(rep.get());
   const Report r = rep.read();
   INFO(describe(r));
   CHECK(r.mismatches == 0);
