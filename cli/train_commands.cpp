@@ -27,13 +27,13 @@ struct TrainCliOptions {
   bool quiet = false;
   bool print_config = false;
   int64_t stop_after = -1;
-  std::string device;  // empty: the config's
+  std::string device;  // empty: the config's, or picked (run::pick_device)
 };
 
 void run_train(const TrainCliOptions& o) {
   if (o.print_config) {
     run::RunConfig c = run::load_config(o.config);
-    if (!o.device.empty()) run::set_device(c, o.device, "--device");
+    run::pick_device(c, o.config, o.device);  // as the run would: the printed config names it
     std::cout << run::config_to_json(c).dump(2) << "\n";
     std::cerr << "config hash " << run::config_hash(c) << "\n";
     return;
@@ -76,7 +76,8 @@ void register_train_commands(CLI::App& app) {
                 "Continue the run in --dir from its newest valid checkpoint (from scratch if it has none)");
   cmd->add_option("--device", o->device,
                   "cpu or cuda: overrides the config's device (it is part of the config, so of its hash: "
-                  "resume with the same --device)");
+                  "resume with the same --device). Without it, and without a device in the config: cuda "
+                  "when this build has CUDA and a GPU is visible, else cpu");
   cmd->add_flag("--quiet", o->quiet, "Write progress to train.log only, not to stderr");
   cmd->add_flag("--print-config", o->print_config,
                 "Print the fully resolved config (every default written out) and its hash, and exit");

@@ -75,7 +75,8 @@ json tiny(int64_t steps) {
           {"data", "synthetic:markov?order=1&vocab=64&branch=4&seed=1"},
           {"train", {{"steps", steps}, {"batch_tokens", 128}, {"micro_batch", 2}}},
           {"eval", {{"every", 0}, {"tokens", 256}}},
-          {"checkpoint", {{"every", 0}}}};
+          {"checkpoint", {{"every", 0}}},
+          {"device", "cpu"}};  // the CPU engine on any machine (without it a visible GPU is picked)
 }
 
 std::string config_file(const ScratchDir& tmp, const json& j, const std::string& name = "run.json") {

@@ -22,6 +22,10 @@
 #include "tests/run_test_helpers.h"
 #include "tests/test_support.h"
 
+#ifdef FP4LAB_HAVE_CUDA
+#include "engine/cuda_model/cuda_backend.h"
+#endif
+
 using namespace fp4::run;
 using namespace fp4::test;
 using nlohmann::json;
@@ -39,7 +43,8 @@ json tiny_config(const std::string& recipe, int64_t steps = 40) {
           {"train", {{"steps", steps}, {"batch_tokens", 128}, {"micro_batch", 2}, {"lr", 3e-3}, {"seed", 7}}},
           {"eval", {{"every", 10}, {"tokens", 512}}},
           {"probe", {{"every", recipe == "bf16" ? 0 : 10}}},
-          {"checkpoint", {{"every", 20}}}};
+          {"checkpoint", {{"every", 20}}},
+          {"device", "cpu"}};  // the CPU engine on any machine (without it a visible GPU is picked)
 }
 
 std::filesystem::path write_config(const ScratchDir& tmp, const json& j, const std::string& name = "run.json") {
@@ -368,6 +373,41 @@ TEST_CASE("train: device cuda without a GPU (or without CUDA) is refused before 
 #endif
   }
   CHECK_FALSE(std::filesystem::exists(dir));
+}
+
+TEST_CASE("train: a config that names no device trains on a visible GPU, else on the CPU; --device wins",
+          "[run][trainer]") {
+  ScratchDir tmp;
+  json j = tiny_config("bf16", 2);
+  j.erase("device");
+  const auto config = write_config(tmp, j);
+  bool gpu = false;
+#ifdef FP4LAB_HAVE_CUDA
+  gpu = fp4::cuda_model::cuda_device_visible();
+#endif
+  const std::string want = gpu ? "cuda" : "cpu";
+  // The pick, as --print-config and the trainer make it: part of the config, so of its hash.
+  RunConfig c = load_config(config);
+  const std::string choice = pick_device(c, config, "");
+  CHECK(c.device == want);
+  CHECK(choice.rfind("picked: the config names no device", 0) == 0);
+  RunConfig named = load_config(config);
+  named.device = want;
+  CHECK(config_hash(c) == config_hash(named));
+  RunConfig flagged = load_config(config);
+  CHECK(pick_device(flagged, config, "cpu") == "from --device");
+  CHECK(flagged.device == "cpu");
+  j["device"] = "cpu";
+  const auto explicit_config = write_config(tmp, j, "explicit.json");
+  RunConfig from_file = load_config(explicit_config);
+  CHECK(pick_device(from_file, explicit_config, "") == "from the config");
+  CHECK(from_file.device == "cpu");
+
+  // A run: its config.json and run row say the device it picked, and train.log says why.
+  const auto dir = tmp / "run";
+  REQUIRE(run_train(config, dir).outcome == Outcome::succeeded);
+  CHECK(load_config(dir / "config.json").device == want);
+  CHECK(slurp(dir / "train.log").find("device " + want + " (picked: the config names no device") != std::string::npos);
 }
 
 TEST_CASE("train: byte shards train, report bits per byte, and a damaged shard is refused", "[run][trainer]") {

@@ -116,6 +116,15 @@ class CudaBackend final : public run::TrainBackend {
 
 }  // namespace
 
+bool cuda_device_visible() {
+  int devices = 0;
+  if (cudaGetDeviceCount(&devices) != cudaSuccess) {
+    cudaGetLastError();  // clear the error state a failed query may leave
+    return false;
+  }
+  return devices > 0;
+}
+
 std::unique_ptr<run::TrainBackend> make_cuda_backend(const model::ModelConfig& config, const engine::Recipe& recipe,
                                                      std::vector<int> bf16_layers) {
   return std::make_unique<CudaBackend>(config, recipe, std::move(bf16_layers));

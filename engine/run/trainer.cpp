@@ -255,6 +255,7 @@ std::string format_rate(double r) {
 // Everything the loop needs, checked and opened before anything is written into the directory.
 struct Setup {
   RunConfig config;
+  std::string device_choice;  // pick_device's account, for the log
   std::string hash;
   std::unique_ptr<data::DataSource> data;
   std::unique_ptr<TrainBackend> backend;  // config.device's
@@ -335,9 +336,9 @@ TrainResult run_loop(Setup& s, const TrainOptions& o, const RunPaths& paths, Tra
                  {"version", FP4LAB_VERSION}};
   metrics.write(run_row);
   log.line(fmt::format("model {}: {} parameters ({} non-embedding); recipe {}; {} steps of {} tokens "
-                       "({} micro-steps of {}×{}); data {}; device {}",
+                       "({} micro-steps of {}×{}); data {}; device {} ({})",
                        model::describe(mc), model::total_params(mc), n_nonemb, c.recipe.name, c.train.steps,
-                       c.train.batch_tokens, accum, b, t, c.data, m.device()));
+                       c.train.batch_tokens, accum, b, t, c.data, m.device(), s.device_choice));
 
   const auto ctx_at = [&](int64_t completed, uint32_t micro) {
     return model::StepContext{c.train.seed, static_cast<uint32_t>(completed), micro};
@@ -481,6 +482,27 @@ int exit_code(const TrainResult& r) {
   return 1;
 }
 
+std::string pick_device(RunConfig& config, const std::filesystem::path& config_file, const std::string& device_flag) {
+  if (!device_flag.empty()) {
+    set_device(config, device_flag, "--device");
+    return "from --device";
+  }
+  // load_config has parsed this file already; here only whether it names a device matters.
+  const json j = json::parse(read_file(config_file), nullptr, false);
+  if (j.is_object() && j.contains("device")) return "from the config";
+#ifdef FP4LAB_HAVE_CUDA
+  if (cuda_model::cuda_device_visible()) {
+    config.device = "cuda";
+    return "picked: the config names no device and a GPU is visible; --device cpu trains on the CPU";
+  }
+  config.device = "cpu";
+  return "picked: the config names no device and no GPU is visible";
+#else
+  config.device = "cpu";
+  return "picked: the config names no device and this fp4lab was built without CUDA";
+#endif
+}
+
 TrainResult train(const TrainOptions& o) {
   const StopSignals signals;
   const RunPaths paths(o.dir);
@@ -488,7 +510,7 @@ TrainResult train(const TrainOptions& o) {
 
   // ---- Input checks: nothing is written into the directory until all of them pass.
   s.config = load_config(o.config);
-  if (!o.device.empty()) set_device(s.config, o.device, "--device");  // part of the config (and hash)
+  s.device_choice = pick_device(s.config, o.config, o.device);  // part of the config (and hash)
   s.hash = config_hash(s.config);
   const std::string dir = o.dir.string();
   // Lock the directory before reading anything in it, so what we read (status, checkpoints) cannot

@@ -20,6 +20,8 @@
 #include <filesystem>
 #include <string>
 
+#include "engine/run/config.h"
+
 namespace fp4::run {
 
 struct TrainOptions {
@@ -47,6 +49,12 @@ struct TrainResult {
 // std::runtime_error once the run has started (status.json then says "failed").
 constexpr int kExitDiverged = 3;
 int exit_code(const TrainResult& r);
+
+// The device a run trains on: `device_flag` (--device) when given; else the config file's
+// "device" when it names one; else "cuda" when this build has CUDA and a GPU is visible, "cpu"
+// otherwise. Sets config.device (part of the config, so of its hash) and returns how it was chosen,
+// for the log.
+std::string pick_device(RunConfig& config, const std::filesystem::path& config_file, const std::string& device_flag);
 
 // Runs (or resumes) the run. SIGTERM and SIGINT are caught for the duration: the current step
 // finishes, a checkpoint is written, and the result says interrupted; a second signal of the
