@@ -2,6 +2,7 @@
 // share with the other tests are in tests/test_support.h.
 #pragma once
 
+#include <catch2/catch.hpp>
 #include <omp.h>
 
 #include <filesystem>
@@ -10,6 +11,9 @@
 #include <vector>
 
 #include <nlohmann/json.hpp>
+
+#include "engine/run/checkpoint.h"
+#include "tests/test_support.h"
 
 namespace fp4::test {
 
@@ -32,6 +36,13 @@ inline std::vector<nlohmann::json> plain_rows(const std::vector<nlohmann::json>&
     out.push_back(r);
   }
   return out;
+}
+
+// The state of DIR's newest valid checkpoint (there must be one).
+inline run::CheckpointState final_state(const std::filesystem::path& dir) {
+  auto loaded = run::load_latest_checkpoint(dir / "checkpoints");
+  REQUIRE(loaded.has_value());
+  return loaded->state;
 }
 
 // Sets the OpenMP thread count for a scope. The trainer's results do not depend on it (a test

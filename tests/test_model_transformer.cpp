@@ -17,11 +17,13 @@
 #include "engine/model/transformer.h"
 #include "engine/recipe.h"
 #include "tests/test_model_helpers.h"
+#include "tests/test_support.h"
 
 using namespace fp4;
 using namespace fp4::model;
 using fp4test_model::check_gradient;
 using fp4test_model::Rng;
+using fp4::test::same_bits;
 
 namespace {
 
@@ -53,10 +55,6 @@ std::string error_of(const std::function<void()>& f) {
     return e.what();
   }
   return "(no std::invalid_argument)";
-}
-
-bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
 
 // The gradient-check model: 2 layers, d_model 32, 2 heads of 16, d_ff 64, vocabulary 17.

@@ -5,7 +5,6 @@
 #include <catch2/catch.hpp>
 
 #include <csignal>
-#include <cstring>
 #include <cmath>
 #include <map>
 #include <string>
@@ -79,16 +78,6 @@ std::map<std::string, json> last_rows(const std::vector<json>& rows) {
     out[key] = r;
   }
   return out;
-}
-
-CheckpointState final_state(const std::filesystem::path& dir) {
-  auto loaded = load_latest_checkpoint(dir / "checkpoints");
-  REQUIRE(loaded.has_value());
-  return loaded->state;
-}
-
-bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
 
 void require_same_run(const std::filesystem::path& a, const std::filesystem::path& b) {

@@ -1,5 +1,6 @@
-// test_support.h — helpers the CPU tests share: scratch directories, file bytes, running the
-// fp4lab binary, and hand-built .npy files. Header-only, so each test file just includes it.
+// test_support.h — helpers the tests share: scratch directories, file bytes, running the fp4lab
+// binary, hand-built .npy files, bitwise comparison of float vectors. Header-only, so each test
+// file just includes it.
 #pragma once
 
 #include <stdlib.h>
@@ -7,11 +8,13 @@
 
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 namespace fp4::test {
 
@@ -102,6 +105,11 @@ inline std::string npy_bytes(const std::string& dict, const std::string& data, i
   out.push_back(0);
   put_le(out, header.size(), major == 1 ? 2 : 4);
   return out + header + data;
+}
+
+// Whether two float vectors hold the same bits (NaN payloads and signed zeros included).
+inline bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
 
 }  // namespace fp4::test

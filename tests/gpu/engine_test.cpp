@@ -15,7 +15,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <cstring>
 #include <filesystem>
 #include <map>
 #include <sstream>
@@ -34,8 +33,10 @@
 #include "tests/run_test_helpers.h"
 
 using fp4::bf16_t;
+using fp4::test::final_state;
 using fp4::test::plain_rows;
 using fp4::test::read_rows;
+using fp4::test::same_bits;
 using nlohmann::json;
 
 namespace {
@@ -96,16 +97,6 @@ std::vector<json> rows_of(const std::vector<json>& rows, const std::string& kind
   for (const json& r : rows)
     if (r["kind"] == kind) out.push_back(r);
   return out;
-}
-
-fp4::run::CheckpointState final_state(const std::filesystem::path& dir) {
-  auto loaded = fp4::run::load_latest_checkpoint(dir / "checkpoints");
-  REQUIRE(loaded.has_value());
-  return loaded->state;
-}
-
-bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
 
 void require_same_run(const std::filesystem::path& a, const std::filesystem::path& b) {

@@ -35,7 +35,6 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
-#include <cstring>
 #include <random>
 #include <stdexcept>
 #include <string>
@@ -45,6 +44,8 @@
 #include "kernels/cuda/flash_attention.cuh"
 #include "kernels/cuda/ops.cuh"
 #include "kernels/numerics.h"
+#include "tests/gpu/device_buffer.h"
+#include "tests/test_support.h"
 
 namespace {
 
@@ -57,28 +58,8 @@ constexpr int kHd = 64;
 // gradients) and 1.7e-7 (lse) of max|ref|.
 constexpr double kGuard = 0x1p-6, kGuardLse = 0x1p-18;
 
-template <class T>
-class DeviceBuffer {
- public:
-  explicit DeviceBuffer(size_t n) : n_(n) { FP4_CUDA_CHECK(cudaMalloc(&p_, std::max<size_t>(n, 1) * sizeof(T))); }
-  explicit DeviceBuffer(const std::vector<T>& h) : DeviceBuffer(h.size()) {
-    FP4_CUDA_CHECK(cudaMemcpy(p_, h.data(), n_ * sizeof(T), cudaMemcpyHostToDevice));
-  }
-  ~DeviceBuffer() { cudaFree(p_); }
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-  T* get() const { return p_; }
-  std::vector<T> download() const {
-    std::vector<T> h(n_);
-    FP4_CUDA_CHECK(cudaDeviceSynchronize());  // surface an asynchronous kernel error here
-    FP4_CUDA_CHECK(cudaMemcpy(h.data(), p_, n_ * sizeof(T), cudaMemcpyDeviceToHost));
-    return h;
-  }
-
- private:
-  T* p_ = nullptr;
-  size_t n_;
-};
+using fp4::test::DeviceBuffer;
+using fp4::test::same_bits;
 
 // n normal values times sigma, rounded to bf16: the bits and the same values in double.
 struct Bf16Data {
@@ -217,10 +198,6 @@ GpuRun run_flash(const Shape& s, const DeviceBuffer<bf16_t>& qkv, const DeviceBu
   cu::flash_attention_backward(qkv.get(), out.get(), lse.get(), dout.get(), s.batch, s.seq, s.heads, kHd, dqkv.get(),
                                ws, nullptr);
   return GpuRun{out.download(), lse.download(), dqkv.download()};
-}
-
-bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
 
 double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {

@@ -33,6 +33,7 @@
 #include "kernels/cuda/gemm.cuh"
 #include "kernels/cuda/ops.cuh"
 #include "kernels/numerics.h"
+#include "tests/gpu/device_buffer.h"
 
 namespace {
 
@@ -42,32 +43,7 @@ using fp4::bf16_t;
 
 constexpr double kEps = 0x1p-23;  // fp32 machine epsilon
 
-// Device memory for n values of T, freed on scope exit.
-template <class T>
-class DeviceBuffer {
- public:
-  explicit DeviceBuffer(size_t n) : n_(n) { FP4_CUDA_CHECK(cudaMalloc(&p_, std::max<size_t>(n, 1) * sizeof(T))); }
-  explicit DeviceBuffer(const std::vector<T>& h) : DeviceBuffer(h.size()) { upload(h); }
-  ~DeviceBuffer() { cudaFree(p_); }
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-
-  T* get() const { return p_; }
-  void upload(const std::vector<T>& h) {
-    REQUIRE(h.size() == n_);
-    FP4_CUDA_CHECK(cudaMemcpy(p_, h.data(), n_ * sizeof(T), cudaMemcpyHostToDevice));
-  }
-  std::vector<T> download() const {
-    std::vector<T> h(n_);
-    FP4_CUDA_CHECK(cudaDeviceSynchronize());  // surface any asynchronous kernel error here
-    FP4_CUDA_CHECK(cudaMemcpy(h.data(), p_, n_ * sizeof(T), cudaMemcpyDeviceToHost));
-    return h;
-  }
-
- private:
-  T* p_ = nullptr;
-  size_t n_;
-};
+using fp4::test::DeviceBuffer;
 
 std::vector<float> normal(size_t n, uint64_t seed, float stddev = 1.0f, float mean = 0.0f) {
   std::mt19937_64 rng(seed);

@@ -18,36 +18,13 @@
 
 #include "kernels/cpu/quantize.h"
 #include "kernels/cuda/quantize.cuh"
+#include "tests/gpu/device_buffer.h"
 
 namespace {
 
 using namespace fp4;
 
-// Device memory for n values of T, freed on scope exit.
-template <class T>
-class DeviceBuffer {
- public:
-  explicit DeviceBuffer(size_t n) : n_(n) { FP4_CUDA_CHECK(cudaMalloc(&p_, std::max<size_t>(n, 1) * sizeof(T))); }
-  ~DeviceBuffer() { cudaFree(p_); }
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-
-  T* get() const { return p_; }
-  // A byte pattern no output produces, so an element the kernel failed to write shows up.
-  void poison() { FP4_CUDA_CHECK(cudaMemset(p_, 0xA5, n_ * sizeof(T))); }
-  void upload(const std::vector<T>& h) {
-    FP4_CUDA_CHECK(cudaMemcpy(p_, h.data(), n_ * sizeof(T), cudaMemcpyHostToDevice));
-  }
-  std::vector<T> download() const {
-    std::vector<T> h(n_);
-    FP4_CUDA_CHECK(cudaMemcpy(h.data(), p_, n_ * sizeof(T), cudaMemcpyDeviceToHost));
-    return h;
-  }
-
- private:
-  T* p_ = nullptr;
-  size_t n_;
-};
+using fp4::test::DeviceBuffer;
 
 // ---------------------------------------------------------------------------------------------
 // Inputs
