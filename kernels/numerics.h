@@ -480,6 +480,8 @@ struct QuantSpec {
   uint64_t seed = 0;               // Philox key (SR only)
   uint32_t stream = 0;             // Philox stream (SR only)
   uint32_t step = 0;               // optimizer step (SR only)
+
+  bool operator==(const QuantSpec&) const = default;  // every field (host code: caches of copies)
 };
 
 FP4_HD int spec_max_index(const QuantSpec& s) { return grid_max_index(s.grid, s.gmax); }

@@ -181,21 +181,11 @@ const float* CudaModel::alpha_of(const QuantSpec& a, const float* ts_a, const Qu
   return slot;
 }
 
-namespace {
-
-bool same_spec(const QuantSpec& a, const QuantSpec& b) {
-  return a.grid == b.grid && a.gmax == b.gmax && a.scale == b.scale && a.block == b.block && a.tile_2d == b.tile_2d &&
-         a.along == b.along && a.rht == b.rht && a.rht_signs == b.rht_signs && a.rounding == b.rounding &&
-         a.seed == b.seed && a.stream == b.stream && a.step == b.step;
-}
-
-}  // namespace
-
 const bf16_t* CudaModel::weight_copy(int block, int pos, engine::Slot slot, const QuantSpec& spec,
                                      const float** tensor_scale) {
   const size_t i = static_cast<size_t>(block * 4 + pos) * 2 + (slot == engine::Slot::dgrad_w ? 1 : 0);
   WeightCopy& c = weight_copies_[i];
-  if (c.version != weights_version_ || !same_spec(c.spec, spec)) {
+  if (c.version != weights_version_ || c.spec != spec) {
     const model::ParamView& w = weight_view(block, pos);
     const int n = static_cast<int>(w.shape[0]), k = static_cast<int>(w.shape[1]);
     c.dequant.reserve(static_cast<size_t>(w.size));
