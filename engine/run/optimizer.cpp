@@ -4,61 +4,26 @@
 #include <cmath>
 #include <stdexcept>
 
-namespace fp4::run {
+#include "kernels/adamw.h"
 
-double power(double x, int64_t n) {
-  double result = 1.0;
-  while (n > 0) {
-    if (n & 1) result *= x;
-    x *= x;
-    n >>= 1;
-  }
-  return result;
-}
+namespace fp4::run {
 
 void AdamW::step(float* params, const float* grads, const std::vector<ParamRange>& ranges,
                  const AdamWHyper& h, int64_t t, float grad_scale) {
   if (t < 1) throw std::logic_error("AdamW::step: the step count starts at 1");
-  const float b1 = static_cast<float>(h.beta1), b2 = static_cast<float>(h.beta2);
-  const float one_minus_b1 = static_cast<float>(1.0 - h.beta1);
-  const float one_minus_b2 = static_cast<float>(1.0 - h.beta2);
-  const float c1 = static_cast<float>(1.0 - power(h.beta1, t));
-  const float c2 = static_cast<float>(1.0 - power(h.beta2, t));
-  const float lr = static_cast<float>(h.lr);
-  const float lr_wd = static_cast<float>(h.lr * h.weight_decay);
-  const float eps = static_cast<float>(h.eps);
+  const AdamWConstants c = make_adamw_constants(h.lr, h.beta1, h.beta2, h.eps, h.weight_decay, t);
   float* m = m_.data();
   float* v = v_.data();
   size_t covered = 0;
   for (const ParamRange& r : ranges) {
     if (r.offset + r.size > m_.size()) throw std::logic_error("AdamW::step: a range runs past the buffer");
     covered += r.size;
-    const bool decay = r.decay && h.weight_decay != 0.0;
     const size_t end = r.offset + r.size;
     // Every element is independent, so threads cannot change any result. Small tensors (norm
     // gains) are not worth waking the threads for.
 #pragma omp parallel for schedule(static) if (r.size >= 32768)
-    for (size_t i = r.offset; i < end; ++i) {
-      const float g = grads[i] * grad_scale;
-      const float m_decayed = b1 * m[i];
-      const float m_new = g * one_minus_b1;
-      m[i] = m_decayed + m_new;
-      const float v_decayed = b2 * v[i];
-      const float g2 = g * g;
-      const float v_new = g2 * one_minus_b2;
-      v[i] = v_decayed + v_new;
-      float p = params[i];
-      if (decay) {
-        const float shrink = lr_wd * p;
-        p = p - shrink;
-      }
-      const float m_hat = m[i] / c1;
-      const float v_hat = v[i] / c2;
-      const float denom = std::sqrt(v_hat) + eps;
-      const float ratio = m_hat / denom;
-      const float update = lr * ratio;
-      params[i] = p - update;
-    }
+    for (size_t i = r.offset; i < end; ++i)
+      params[i] = adamw_update(params[i], grads[i], grad_scale, m[i], v[i], c, r.decay);
   }
   if (covered != m_.size()) throw std::logic_error("AdamW::step: the ranges do not cover the buffer");
 }

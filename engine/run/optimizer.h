@@ -1,16 +1,7 @@
 // optimizer.h — AdamW on fp32 master weights, and clipping by the global gradient norm.
 //
-// One update of step t (t = 1 for the first), in fp32, one rounding per operation, in this order
-// (PyTorch's AdamW, decoupled weight decay as in Loshchilov & Hutter):
-//   g  = grad · clip_scale
-//   m  = β1 · m + (1 − β1) · g
-//   v  = β2 · v + (1 − β2) · g · g
-//   p  = p − (lr · λ) · p                       only where the range decays (not norm gains)
-//   p  = p − lr · (m / c1) / (sqrt(v / c2) + ε)
-// with c1 = 1 − β1^t, c2 = 1 − β2^t computed in double by repeated squaring and rounded once, and
-// (1 − β1), (1 − β2), lr · λ likewise computed in double and rounded once. The compiler may not
-// contract these into fused multiply-adds (the build passes -ffp-contract=off), so the same inputs
-// give the same bits on every machine.
+// One update applies kernels/adamw.h's adamw_update to every parameter (the order of operations
+// and the rounding are stated there).
 #pragma once
 
 #include <cstddef>
@@ -51,9 +42,6 @@ class AdamW {
  private:
   std::vector<float> m_, v_;
 };
-
-// x^n for n >= 0 by repeated squaring in double: exact in its operation order on any machine.
-double power(double x, int64_t n);
 
 // sqrt(Σ g²) with the squares summed in fp64 in index order: deterministic whatever the threads.
 double global_grad_norm(const float* grads, size_t n);

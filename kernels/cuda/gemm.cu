@@ -265,27 +265,30 @@ void Gemm::matmul(const GemmShape& shape, float alpha, const float* a, const flo
   impl_->run(shape, &alpha, a, b, &beta, c, false, true, false, stream);
 }
 
-void Gemm::gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const bf16_t* a, const bf16_t* b,
-                float beta, float* c, cudaStream_t stream) {
+namespace {
+
+// The dense, unbatched shape of Gemm::gemm and Gemm::gemm_device_scalars.
+GemmShape dense_shape(bool trans_a, bool trans_b, int m, int n, int k) {
   GemmShape s;
   s.trans_a = trans_a;
   s.trans_b = trans_b;
   s.m = m;
   s.n = n;
   s.k = k;
-  impl_->run(s, &alpha, a, b, &beta, c, false, false, false, stream);
+  return s;
+}
+
+}  // namespace
+
+void Gemm::gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const bf16_t* a, const bf16_t* b,
+                float beta, float* c, cudaStream_t stream) {
+  impl_->run(dense_shape(trans_a, trans_b, m, n, k), &alpha, a, b, &beta, c, false, false, false, stream);
 }
 
 void Gemm::gemm_device_scalars(bool trans_a, bool trans_b, int m, int n, int k, const float* alpha, const bf16_t* a,
                                const bf16_t* b, const float* beta, float* c, cudaStream_t stream) {
   if (alpha == nullptr || beta == nullptr) throw std::invalid_argument("gemm: null device alpha or beta");
-  GemmShape s;
-  s.trans_a = trans_a;
-  s.trans_b = trans_b;
-  s.m = m;
-  s.n = n;
-  s.k = k;
-  impl_->run(s, alpha, a, b, beta, c, false, false, true, stream);
+  impl_->run(dense_shape(trans_a, trans_b, m, n, k), alpha, a, b, beta, c, false, false, true, stream);
 }
 
 void Gemm::matmul_split_k(const GemmShape& shape, int chunks, float alpha, const float* a, const float* b, float beta,

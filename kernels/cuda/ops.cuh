@@ -32,6 +32,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "kernels/adamw.h"
 #include "kernels/cuda/quantize.cuh"  // FP4_CUDA_CHECK, Workspace
 #include "kernels/numerics.h"         // bf16_t
 
@@ -173,18 +174,10 @@ void sum_squares_f64(const float* x, size_t n, double* out, Workspace& workspace
 void sum_f64(const float* x, size_t n, double* out, Workspace& workspace, cudaStream_t stream);
 
 // ---- AdamW -----------------------------------------------------------------------------------
-// docs/train.md step 4 and engine/run/optimizer.h, bit for bit: per element, one fp32 rounding per
-// operation, in the order
-//   g = grad · grad_scale;  m = β1·m + (1−β1)·g;  v = β2·v + (1−β2)·(g·g);
-//   p = p − (lr·λ)·p (decayed ranges only);  p = p − lr · ((m/c1) / (sqrt(v/c2) + ε)).
-struct AdamWConstants {
-  float beta1 = 0, beta2 = 0, one_minus_beta1 = 0, one_minus_beta2 = 0;
-  float c1 = 0, c2 = 0, lr = 0, lr_wd = 0, eps = 0;
-  bool weight_decay = false;  // λ != 0
-};
-// The constants of step t (1-based), computed in double and rounded once to fp32, exactly as
-// fp4::run::AdamW::step does (c1 = 1 − β1^t with β1^t by repeated squaring, the same algorithm as
-// fp4::run::power). Throws std::invalid_argument for t < 1.
+// kernels/adamw.h's adamw_update per element (the CPU engine's own code: the same bits).
+using fp4::AdamWConstants;
+// The constants of step t (1-based): fp4::make_adamw_constants. Throws std::invalid_argument for
+// t < 1.
 AdamWConstants adamw_constants(double lr, double beta1, double beta2, double eps, double weight_decay,
                                int64_t t);
 

@@ -1,11 +1,11 @@
 // ops_optimizer.cu — see ops.cuh: AdamW over the flat parameter buffer, and the fp64 sums (the
 // global gradient norm).
 //
-// AdamW is element-wise: every element's update is the reference's sequence of fp32 operations
-// (IEEE division and square root, no FMA contraction under --fmad=false), with the constants made
-// on the host in double and rounded once by the reference's formulas, so the result is
-// bit-identical to fp4::run::AdamW::step. Each element finds its range (decay or not) by a binary
-// search over the range ends, so the whole buffer is one launch.
+// AdamW is element-wise: every element runs kernels/adamw.h's adamw_update, the function the CPU
+// engine's fp4::run::AdamW::step runs (IEEE division and square root, no FMA contraction under
+// --fmad=false), with the constants made on the host by the same make_adamw_constants, so the
+// result is bit-identical to it. Each element finds its range (decay or not) by a binary search
+// over the range ends, so the whole buffer is one launch.
 //
 // The sums: kSumBlocks blocks of kSumThreads threads; thread t of block b adds, in fp64, the
 // elements b·kSumThreads + t + k·(kSumBlocks·kSumThreads), k = 0, 1, ...; each block then reduces
@@ -67,17 +67,6 @@ void launch_sum(const float* x, size_t n, double* out, Workspace& workspace, cud
 
 // ---- AdamW -----------------------------------------------------------------------------------
 
-// x^n by repeated squaring in double: fp4::run::power's algorithm, so the same bits.
-double power_by_squaring(double x, int64_t n) {
-  double result = 1.0;
-  while (n > 0) {
-    if (n & 1) result *= x;
-    x *= x;
-    n >>= 1;
-  }
-  return result;
-}
-
 __global__ void adamw_kernel(float* params, const float* grads, float* m, float* v, size_t n,
                              const size_t* ends, const uint8_t* decay, int count, AdamWConstants c,
                              float grad_scale) {
@@ -90,27 +79,7 @@ __global__ void adamw_kernel(float* params, const float* grads, float* m, float*
       if (ends[mid] > i) hi = mid;
       else lo = mid + 1;
     }
-    const float g = grads[i] * grad_scale;
-    const float m_decayed = c.beta1 * m[i];
-    const float m_new = g * c.one_minus_beta1;
-    const float mi = m_decayed + m_new;
-    m[i] = mi;
-    const float v_decayed = c.beta2 * v[i];
-    const float g2 = g * g;
-    const float v_new = g2 * c.one_minus_beta2;
-    const float vi = v_decayed + v_new;
-    v[i] = vi;
-    float p = params[i];
-    if (c.weight_decay && decay[lo] != 0) {
-      const float shrink = c.lr_wd * p;
-      p = p - shrink;
-    }
-    const float m_hat = mi / c.c1;
-    const float v_hat = vi / c.c2;
-    const float denom = sqrtf(v_hat) + c.eps;
-    const float ratio = m_hat / denom;
-    const float update = c.lr * ratio;
-    params[i] = p - update;
+    params[i] = adamw_update(params[i], grads[i], grad_scale, m[i], v[i], c, decay[lo] != 0);
   }
 }
 
@@ -127,18 +96,7 @@ void sum_f64(const float* x, size_t n, double* out, Workspace& workspace, cudaSt
 AdamWConstants adamw_constants(double lr, double beta1, double beta2, double eps, double weight_decay,
                                int64_t t) {
   detail::require(t >= 1, "adamw_constants", "the step count starts at 1, got " + std::to_string(t));
-  AdamWConstants c;
-  c.beta1 = static_cast<float>(beta1);
-  c.beta2 = static_cast<float>(beta2);
-  c.one_minus_beta1 = static_cast<float>(1.0 - beta1);
-  c.one_minus_beta2 = static_cast<float>(1.0 - beta2);
-  c.c1 = static_cast<float>(1.0 - power_by_squaring(beta1, t));
-  c.c2 = static_cast<float>(1.0 - power_by_squaring(beta2, t));
-  c.lr = static_cast<float>(lr);
-  c.lr_wd = static_cast<float>(lr * weight_decay);
-  c.eps = static_cast<float>(eps);
-  c.weight_decay = weight_decay != 0.0;
-  return c;
+  return make_adamw_constants(lr, beta1, beta2, eps, weight_decay, t);
 }
 
 AdamWRanges::AdamWRanges(const std::vector<AdamWRange>& ranges, size_t n) : n_(n) {

@@ -66,11 +66,39 @@ struct AmaxArgs {
   uint16_t row_signs, col_signs;
 };
 
+// The CTA-wide maxima of three per-thread values (plain |x|, the row RHT's, the column RHT's),
+// left in thread 0's m: warp shuffles, then thread 0 over the warps' maxima. Every thread of the
+// CTA calls it (one barrier).
+__device__ void cta_max3(float (&m)[3]) {
+  __shared__ float warp_max[3][kWarps];
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+#pragma unroll
+  for (int i = 0; i < 3; ++i) {
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) m[i] = fmaxf(m[i], __shfl_xor_sync(0xffffffffu, m[i], off));
+    if (lane == 0) warp_max[i][warp] = m[i];
+  }
+  __syncthreads();
+  if (threadIdx.x == 0)
+    for (int i = 0; i < 3; ++i) {
+      float r = 0.0f;
+      for (int w = 0; w < kWarps; ++w) r = fmaxf(r, warp_max[i][w]);
+      m[i] = r;
+    }
+}
+
+// This CTA's row of partials: [gridDim.x][3].
+__device__ void store_cta_maxima(float m_plain, float m_row, float m_col, float* partials) {
+  float m[3] = {m_plain, m_row, m_col};
+  cta_max3(m);
+  if (threadIdx.x == 0)
+    for (int i = 0; i < 3; ++i) partials[blockIdx.x * 3 + i] = m[i];
+}
+
 // Per-CTA maxima over finite values, three of them: of |x|, of the row copy's values after its RHT
 // along rows, of the column copy's values after its RHT along columns. partials: [gridDim.x][3].
 __global__ void __launch_bounds__(kThreads) amax_kernel(const AmaxArgs a, float* partials) {
   __shared__ __align__(16) bf16_t tile[16 * kPitch];
-  __shared__ float warp_max[3][kWarps];
   float m_plain = 0.0f, m_row = 0.0f, m_col = 0.0f;
   for (int t = blockIdx.x; t < a.tiles; t += gridDim.x) {
     const int r0 = (t / a.src.col_tiles) * 16, c0 = (t % a.src.col_tiles) * kTileCols;
@@ -109,20 +137,7 @@ __global__ void __launch_bounds__(kThreads) amax_kernel(const AmaxArgs a, float*
     }
     __syncthreads();  // before the next tile overwrites this one
   }
-  float m[3] = {m_plain, m_row, m_col};
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-#pragma unroll
-  for (int i = 0; i < 3; ++i) {
-#pragma unroll
-    for (int off = 16; off > 0; off >>= 1) m[i] = fmaxf(m[i], __shfl_xor_sync(0xffffffffu, m[i], off));
-    if (lane == 0) warp_max[i][warp] = m[i];
-  }
-  __syncthreads();
-  if (threadIdx.x < 3) {
-    float r = 0.0f;
-    for (int w = 0; w < kWarps; ++w) r = fmaxf(r, warp_max[threadIdx.x][w]);
-    partials[blockIdx.x * 3 + threadIdx.x] = r;
-  }
+  store_cta_maxima(m_plain, m_row, m_col, partials);
 }
 
 // The same maxima when no column copy needs its RHT amax and cols % 16 == 0, without shared memory:
@@ -132,7 +147,6 @@ __global__ void __launch_bounds__(kThreads) amax_kernel(const AmaxArgs a, float*
 constexpr int kAmaxVecs = 4;
 __global__ void __launch_bounds__(kThreads) amax_rows_kernel(const bf16_t* x, int64_t nvec, bool row_rht,
                                                              uint16_t row_signs, float* partials) {
-  __shared__ float warp_max[2][kWarps];
   float m_plain = 0.0f, m_row = 0.0f;
   const int64_t stride = static_cast<int64_t>(gridDim.x) * kThreads * kAmaxVecs;
   for (int64_t base = static_cast<int64_t>(blockIdx.x) * kThreads * kAmaxVecs + threadIdx.x; base < nvec;
@@ -161,21 +175,7 @@ __global__ void __launch_bounds__(kThreads) amax_rows_kernel(const bf16_t* x, in
       }
     }
   }
-  float m[2] = {m_plain, m_row};
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-#pragma unroll
-  for (int i = 0; i < 2; ++i) {
-#pragma unroll
-    for (int off = 16; off > 0; off >>= 1) m[i] = fmaxf(m[i], __shfl_xor_sync(0xffffffffu, m[i], off));
-    if (lane == 0) warp_max[i][warp] = m[i];
-  }
-  __syncthreads();
-  if (threadIdx.x < 3) {
-    float r = 0.0f;
-    if (threadIdx.x < 2)
-      for (int w = 0; w < kWarps; ++w) r = fmaxf(r, warp_max[threadIdx.x][w]);
-    partials[blockIdx.x * 3 + threadIdx.x] = r;
-  }
+  store_cta_maxima(m_plain, m_row, 0.0f, partials);  // no column RHT here: 0, as the tile kernel leaves it
 }
 
 // The same maxima when only the column copy takes the RHT (the gradient's two copies under NVIDIA's
@@ -187,7 +187,6 @@ __global__ void __launch_bounds__(kThreads) amax_rows_kernel(const bf16_t* x, in
 // tile kernel leaves it.
 __global__ void __launch_bounds__(kThreads) amax_cols_kernel(const bf16_t* x, int cols, int col_strips, int nstrips,
                                                              uint16_t col_signs, float* partials) {
-  __shared__ float warp_max[2][kWarps];
   float m_plain = 0.0f, m_col = 0.0f;
   const int lane = threadIdx.x % 32;
   const int stride = static_cast<int>(gridDim.x) * kWarps;
@@ -212,21 +211,7 @@ __global__ void __launch_bounds__(kThreads) amax_cols_kernel(const bf16_t* x, in
 #pragma unroll
     for (int r = 0; r < 16; ++r) m_col = max_abs_finite(max_abs_finite(m_col, v0[r]), v1[r]);
   }
-  float m[2] = {m_plain, m_col};
-  const int warp = threadIdx.x / 32;
-#pragma unroll
-  for (int i = 0; i < 2; ++i) {
-#pragma unroll
-    for (int off = 16; off > 0; off >>= 1) m[i] = fmaxf(m[i], __shfl_xor_sync(0xffffffffu, m[i], off));
-    if (lane == 0) warp_max[i][warp] = m[i];
-  }
-  __syncthreads();
-  if (threadIdx.x < 3) {
-    float r = 0.0f;
-    if (threadIdx.x != 1)
-      for (int w = 0; w < kWarps; ++w) r = fmaxf(r, warp_max[threadIdx.x / 2][w]);
-    partials[blockIdx.x * 3 + threadIdx.x] = r;
-  }
+  store_cta_maxima(m_plain, 0.0f, m_col, partials);  // no row RHT here: 0, as the tile kernel leaves it
 }
 
 struct FinalizeCopy {
@@ -240,23 +225,12 @@ struct FinalizeCopy {
 // ts_out[1]: column copy).
 __global__ void __launch_bounds__(kThreads) finalize_amax_kernel(const float* partials, int n, FinalizeCopy row,
                                                                  FinalizeCopy col, TensorScale* ts_out) {
-  __shared__ float warp_max[3][kWarps];
-  float m[3] = {0.0f, 0.0f, 0.0f};
+  float total[3] = {0.0f, 0.0f, 0.0f};
   for (int i = threadIdx.x; i < n; i += kThreads)
 #pragma unroll
-    for (int j = 0; j < 3; ++j) m[j] = fmaxf(m[j], partials[i * 3 + j]);
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-#pragma unroll
-  for (int j = 0; j < 3; ++j) {
-#pragma unroll
-    for (int off = 16; off > 0; off >>= 1) m[j] = fmaxf(m[j], __shfl_xor_sync(0xffffffffu, m[j], off));
-    if (lane == 0) warp_max[j][warp] = m[j];
-  }
-  __syncthreads();
+    for (int j = 0; j < 3; ++j) total[j] = fmaxf(total[j], partials[i * 3 + j]);
+  cta_max3(total);
   if (threadIdx.x != 0) return;
-  float total[3] = {0.0f, 0.0f, 0.0f};
-  for (int j = 0; j < 3; ++j)
-    for (int w = 0; w < kWarps; ++w) total[j] = fmaxf(total[j], warp_max[j][w]);
   const FinalizeCopy copies[2] = {row, col};
   for (int i = 0; i < 2; ++i) {
     const FinalizeCopy& c = copies[i];
@@ -364,6 +338,7 @@ void launch_quantize(const bf16_t* x, int rows, int cols, const CopyOut* row_cop
   a.unit_tensor_scale[1] = col_copy != nullptr && !two_level(col_copy) ? col_copy->tensor_scale : nullptr;
 
   if (launch_row_rn(a, b, stream)) return;  // the row copy alone, RN, no codes: no tiles needed
+  if (launch_plain_strips(a, b, stream)) return;  // block 16 without codes: RN without the RHT, both copies or the column copy
   if (launch_fused_strips(a, b, stream)) return;  // block 16 without codes: both copies RN or SR, or the column copy RN
   const int64_t tiles = (rows + b - 1) / b * static_cast<int64_t>(a.src.col_tiles);
   if (tiles > 0x7fffffff) throw std::invalid_argument("quantize_fused: tensor too large for one launch");

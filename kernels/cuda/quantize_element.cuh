@@ -24,6 +24,8 @@
 #pragma once
 
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
 #include <cuda_runtime.h>
 
 #include "kernels/numerics.h"
@@ -164,10 +166,21 @@ struct FastDivisor {
   float tiny_zero;   // s * 2^-60: a tiny |v| rounds to a nonzero quotient when |v| * 2^90 exceeds it
 };
 
+// RN(1/s) for s in [2^-60, 2^60] without __frcp_rn's range check: the hardware's approximate
+// reciprocal and one Newton step with fused operations, which is the sequence __frcp_rn itself runs
+// for such s (checked against __frcp_rn on every float of the range by tests/gpu/element_test.cu).
+// Outside the range the result is not used (fast_divisor_ok fails first).
+__device__ __forceinline__ float reciprocal_in_range(float s) {
+  float r0;
+  asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r0) : "f"(s));
+  const float e = __fmaf_rn(-s, r0, 1.0f);
+  return __fmaf_rn(r0, e, r0);
+}
+
 __device__ __forceinline__ FastDivisor make_fast_divisor(float s) {
   FastDivisor d;
   d.s = s;
-  d.y = __frcp_rn(s);
+  d.y = reciprocal_in_range(s);
   d.tiny_below = s * 9.31322575e-10f;   // 2^-30, exact scaling
   d.tiny_zero = s * 8.67361738e-19f;    // 2^-60, exact scaling (s >= 2^-60: still normal)
   return d;
@@ -192,6 +205,89 @@ __device__ __forceinline__ float fast_quotient_abs(float v, const FastDivisor& d
 }
 
 // ---------------------------------------------------------------------------------------------
+// The block scale in fewer instructions
+// ---------------------------------------------------------------------------------------------
+//
+// block_scale<M>(k, amax) == make_block_scale(M, amax, gmax, ts) (numerics.h), bit for bit, for
+// every finite amax >= 0, with what depends on the copy alone computed once (BlockScaler):
+//   * fp32: stored = RN(amax / gmax) as fast_quotient(amax, gmax's FastDivisor) when amax lies in
+//     [2^-90, 2^100] (the pairs-of-significands check covers every such quotient: gmax in [0.5, 7]
+//     is in the divisor's range, and the quotient's steps stay normal or exact as the scaling
+//     argument above needs: amax >= 2^-90 keeps the remainder a multiple of 2^-149), else the IEEE
+//     division (zero and tiny blocks);
+//   * e4m3x2: numerics.h's operations in its order, with the E4M3 rounding (e4m3_rn_satfinite: round
+//     to nearest even, saturating at 448) as the hardware's cvt.rn.satfinite.e4m3x2.f32 and back
+//     (exact: every E4M3 value is an f16 and an f32), two blocks per conversion in
+//     block_scale_pair; and 1 / scale_dec as __frcp_rn (the correctly rounded reciprocal: the same
+//     value as the IEEE division 1.0f / scale_dec for every input).
+// tests/gpu/element_test.cu compares block_scale and block_scale_pair with make_block_scale on
+// every finite amax for several gmax and tensor scales.
+struct BlockScaler {
+  float gmax;
+  FastDivisor gmax_div;  // fp32
+  TensorScale ts;        // e4m3x2
+  float enc_per_gmax;    // e4m3x2: ts.enc * (1 / gmax), as numerics.h rounds it
+};
+
+template <ScaleMode M>
+__device__ __forceinline__ BlockScaler make_block_scaler(float gmax, TensorScale ts) {
+  BlockScaler k;
+  k.gmax = gmax;
+  k.gmax_div = make_fast_divisor(gmax);
+  k.ts = ts;
+  k.enc_per_gmax = ts.enc * (1.0f / gmax);
+  return k;
+}
+
+// x >= 0 and not NaN (both calls' arguments), rounded to E4M3 by the hardware, two at a time.
+__device__ __forceinline__ float2 e4m3_rn_satfinite_pair(float a, float b) {
+  const __nv_fp8x2_storage_t q = __nv_cvt_float2_to_fp8x2(make_float2(a, b), __NV_SATFINITE, __NV_E4M3);
+  const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(q, __NV_E4M3);
+  return make_float2(__half2float(__half(__half_raw{h.x})), __half2float(__half(__half_raw{h.y})));
+}
+
+__device__ __forceinline__ BlockScale e4m3x2_block_scale(const BlockScaler& k, float stored) {
+  BlockScale b;
+  b.stored = stored;
+  b.divide = false;
+  b.zero_block = false;
+  const float mul = __frcp_rn(stored * k.ts.dec);  // stored 0 gives +Inf here, capped next
+  b.mul = mul > FLT_MAX ? FLT_MAX : mul;
+  return b;
+}
+
+template <ScaleMode M>
+__device__ __forceinline__ BlockScale block_scale(const BlockScaler& k, float amax) {
+  if constexpr (M == ScaleMode::fp32) {
+    BlockScale b;
+    b.mul = 1.0f;
+    b.divide = true;
+    b.zero_block = amax == 0.0f;
+    const bool fast = amax >= 8.07793567e-28f /* 2^-90 */ && amax <= 1.26765060e30f /* 2^100 */;
+    b.stored = fast ? fast_quotient(amax, k.gmax_div) : amax / k.gmax;
+    return b;
+  } else if constexpr (M == ScaleMode::e4m3x2) {
+    return e4m3x2_block_scale(k, e4m3_rn_satfinite_pair(amax * k.enc_per_gmax, 0.0f).x);
+  } else {
+    return make_block_scale(M, amax, k.gmax, k.ts);
+  }
+}
+
+// Two blocks at once (the column copy's pair of columns): one E4M3 conversion for both.
+template <ScaleMode M>
+__device__ __forceinline__ void block_scale_pair(const BlockScaler& k, float amax0, float amax1, BlockScale& b0,
+                                                 BlockScale& b1) {
+  if constexpr (M == ScaleMode::e4m3x2) {
+    const float2 stored = e4m3_rn_satfinite_pair(amax0 * k.enc_per_gmax, amax1 * k.enc_per_gmax);
+    b0 = e4m3x2_block_scale(k, stored.x);
+    b1 = e4m3x2_block_scale(k, stored.y);
+  } else {
+    b0 = block_scale<M>(k, amax0);
+    b1 = block_scale<M>(k, amax1);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
 // The dequantized value's bf16 rounding
 // ---------------------------------------------------------------------------------------------
 //
@@ -202,9 +298,13 @@ __device__ __forceinline__ bf16_t hw_float_to_bf16(float x) { return __bfloat16_
 
 // Two at once (one cvt.rn.bf16x2.f32): lo in bits 0..15, hi in 16..31. The same rounding per half as
 // hw_float_to_bf16 (checked on every non-NaN float by tests/gpu/element_test.cu).
+// Written as the instruction itself: built from __floats2bfloat162_rn's two halves, the compiler
+// takes the word apart and puts it back together (PRMT, shifts, ORs: about 3 more instructions per
+// pair, more when the caller then ORs sign bits into it).
 __device__ __forceinline__ uint32_t hw_pack_bf16x2(float lo, float hi) {
-  const __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
-  return static_cast<uint32_t>(__bfloat16_as_ushort(h.x)) | (static_cast<uint32_t>(__bfloat16_as_ushort(h.y)) << 16);
+  uint32_t d;
+  asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(d) : "f"(hi), "f"(lo));
+  return d;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -242,25 +342,32 @@ struct BlockQuantizer {
   // setting the sign bit is numerics.h's "neg ? -deq : deq".
   template <bool kCodes>
   __device__ __forceinline__ float quantize(float v, float u, uint32_t& code) const {
+    uint32_t i = 0;
+    const float deq = magnitude<kCodes>(v, u, i);
+    const uint32_t sign = float_bits(v) & 0x80000000u;
+    if constexpr (kCodes) code = (sign >> 28) | i;
+    return bits_float(float_bits(deq) | sign);
+  }
+
+  // quantize's dequantized value without its sign: grid_magnitude(i) * stored, >= +0, never NaN
+  // (with kCodes, i is the magnitude index). A caller that knows v's sign bit from elsewhere (the
+  // source bf16 word when there is no RHT) sets it after the bf16 conversion, which rounds the
+  // magnitude alone (round to nearest even is symmetric): the same bits as quantize's.
+  template <bool kCodes>
+  __device__ __forceinline__ float magnitude(float v, float u, uint32_t& i) const {
     float x;
     if constexpr (M == ScaleMode::e4m3x2) x = fabsf(v * bs.mul);
     else if constexpr (M == ScaleMode::e8m0) x = fabsf(v * inv);  // == v / 2^e: the same real, rounded once
     else x = fast_quotient_abs<R == Rounding::sr>(v, div);
-    float deq;
-    int i = 0;
+    float r;
     if constexpr (R == Rounding::rn) {
-      const float r = nearest_magnitude<G>(x, gmax);  // x is never NaN here (see nearest_magnitude)
-      deq = r * bs.stored;
-      if constexpr (kCodes) i = magnitude_index<G>(r);
+      r = nearest_magnitude<G>(x, gmax);  // x is never NaN here (see nearest_magnitude)
     } else {
       x = fmaxf(x, 0.0f);  // NaN -> 0, as quantize_element (x >= 0 otherwise, so nothing else changes)
-      const float r = stochastic_magnitude<G>(x, gmax, u);
-      deq = r * bs.stored;
-      if constexpr (kCodes) i = magnitude_index<G>(r);
+      r = stochastic_magnitude<G>(x, gmax, u);
     }
-    const uint32_t sign = float_bits(v) & 0x80000000u;
-    if constexpr (kCodes) code = (sign >> 28) | static_cast<uint32_t>(i);
-    return bits_float(float_bits(deq) | sign);
+    if constexpr (kCodes) i = static_cast<uint32_t>(magnitude_index<G>(r));
+    return r * bs.stored;
   }
 
   // The same as a QuantizedElement (the element tests compare it with quantize_element).

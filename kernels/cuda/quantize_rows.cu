@@ -13,7 +13,8 @@
 // 2D tiles (whose amax spans B rows) and everything else keep the fused kernel.
 //
 // It also holds fused_strip_kernel (launch_fused_strips): both copies, both RN or both SR, or the
-// column copy alone, RN; no codes, 1D blocks of 16, without tiles or CTA barriers (see there).
+// column copy alone, RN; no codes, 1D blocks of 16, without tiles or CTA barriers (see there). The
+// RN copies without the RHT take plain_strip_kernel (quantize_strips_plain.cu) before it.
 #include <stdexcept>
 
 #include "kernels/cuda/quantize_kernels.cuh"
@@ -111,8 +112,6 @@ void launch_rows(const FusedArgs& a, cudaStream_t stream) {
 // rows 0..7, the odd lane those of rows 8..15, and each hands the partner the two words it needs (so
 // no call is made twice). The SR instances hold 32 more live values per lane (the uniforms) and get
 // 2 CTAs per SM instead of 3.
-constexpr int kStripCols = 64;
-
 template <Rounding R>
 __host__ __device__ constexpr int strip_ctas_per_sm() { return R == Rounding::sr ? 2 : 3; }
 
@@ -284,13 +283,8 @@ void launch_strips(const FusedArgs& a, cudaStream_t stream) {
   constexpr int64_t per_cta = kThreads / 32;
   const int64_t grid = std::max<int64_t>(1, (nstrips + per_cta - 1) / per_cta);
   if (nstrips > 0x7fffffff) throw std::invalid_argument("quantize_fused: tensor too large for one launch");
-  // Persistent: as many CTAs as fit on the device at once.
   auto* kernel = fused_strip_kernel<G, M, R, kRowCopy>;
-  int device = 0, sms = 0, per_sm = 0;
-  FP4_CUDA_CHECK(cudaGetDevice(&device));
-  FP4_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-  FP4_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, 0));
-  const int64_t ctas = std::min<int64_t>(grid, static_cast<int64_t>(sms) * std::max(per_sm, 1));
+  const int64_t ctas = resident_ctas(kernel, grid);  // persistent
   kernel<<<static_cast<unsigned>(ctas), kThreads, 0, stream>>>(a, col_strips, static_cast<int>(nstrips));
   FP4_CUDA_CHECK(cudaGetLastError());
 }

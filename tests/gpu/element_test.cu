@@ -9,16 +9,19 @@
 #include <cstdint>
 #include <cstdio>
 #include <string>
+#include <vector>
 
 #include "kernels/cuda/quantize.cuh"
 #include "kernels/cuda/quantize_element.cuh"
 #include "kernels/cuda/quantize_kernels.cuh"
 #include "kernels/numerics.h"
+#include "tests/gpu/device_buffer.h"
 
 namespace {
 
 using namespace fp4;
 using namespace fp4::cuda::detail;
+using fp4::test::DeviceBuffer;
 
 // Mismatch count and the first mismatching input (as raw bits), on the device.
 struct Report {
@@ -222,6 +225,46 @@ __global__ void check_elements(uint64_t samples, Report* r) {
   }
 }
 
+// reciprocal_in_range against __frcp_rn on every float of [2^-60, 2^60] (the fast division's
+// divisors) and its negatives.
+__global__ void check_reciprocal(Report* r) {
+  constexpr uint32_t lo = 0x21800000u /* 2^-60 */, hi = 0x5d800000u /* 2^60 */;
+  for (uint64_t k = blockIdx.x * static_cast<uint64_t>(blockDim.x) + threadIdx.x; k <= hi - lo;
+       k += static_cast<uint64_t>(gridDim.x) * blockDim.x) {
+    for (uint32_t sign : {0u, 0x80000000u}) {
+      const float s = bits_float((lo + static_cast<uint32_t>(k)) | sign);
+      if (float_bits(reciprocal_in_range(s)) != float_bits(__frcp_rn(s))) report(r, float_bits(s), 0);
+    }
+  }
+}
+
+// block_scale and block_scale_pair against make_block_scale on every finite amax >= 0 (+0 and the
+// subnormals included), for each gmax of `gmaxes` and, for e4m3x2, each tensor scale of `amax_ts`
+// (make_tensor_scale of that tensor amax). The pair gets amax and a neighbouring pattern.
+template <ScaleMode M>
+__global__ void check_block_scale(const float* gmaxes, int n_gmax, const float* amax_ts, int n_ts, Report* r) {
+  for (uint64_t k = blockIdx.x * static_cast<uint64_t>(blockDim.x) + threadIdx.x; k < 0x7f800000ull;
+       k += static_cast<uint64_t>(gridDim.x) * blockDim.x) {
+    const float amax = bits_float(static_cast<uint32_t>(k));
+    const float other = bits_float(static_cast<uint32_t>(k) ^ 0x00c00001u);  // finite: the exponent's top bit is kept
+    for (int g = 0; g < n_gmax; ++g)
+      for (int t = 0; t < (M == ScaleMode::e4m3x2 ? n_ts : 1); ++t) {
+        const float gmax = gmaxes[g];
+        const TensorScale ts = make_tensor_scale(amax_ts[t], gmax);
+        const BlockScaler sc = make_block_scaler<M>(gmax, ts);
+        const BlockScale want = make_block_scale(M, amax, gmax, ts), want2 = make_block_scale(M, other, gmax, ts);
+        const BlockScale got = block_scale<M>(sc, amax);
+        BlockScale p0, p1;
+        block_scale_pair<M>(sc, amax, other, p0, p1);
+        auto same = [](const BlockScale& a, const BlockScale& b) {
+          return float_bits(a.stored) == float_bits(b.stored) && float_bits(a.mul) == float_bits(b.mul) &&
+                 a.divide == b.divide && a.zero_block == b.zero_block;
+        };
+        if (!same(got, want) || !same(p0, want) || !same(p1, want2)) report(r, k, (uint64_t{1} << 32) | float_bits(gmax));
+      }
+  }
+}
+
 class DeviceReport {
  public:
   DeviceReport() {
@@ -329,4 +372,35 @@ TEST_CASE("gpu element rounding: whole elements equal quantize_element", "[gpu]"
   check_elements_of<Grid::e2m1, Rounding::sr, ScaleMode::e8m0>();
   check_elements_of<Grid::e1m2, Rounding::rn, ScaleMode::e8m0>();
   check_elements_of<Grid::e1m2, Rounding::sr, ScaleMode::e8m0>();
+}
+
+TEST_CASE("gpu element rounding: the range-checked reciprocal is __frcp_rn on its whole range", "[gpu]") {
+  DeviceReport rep;
+  check_reciprocal<<<kGrid, kBlock>>>(rep.get());
+  const Report r = rep.read();
+  INFO(describe(r));
+  CHECK(r.mismatches == 0);
+}
+
+TEST_CASE("gpu element rounding: the fused kernels' block scales equal make_block_scale on every finite amax", "[gpu]") {
+  // Every clip of both grids (gmax), and tensor scales from small, unit, large and odd tensor amaxes.
+  const std::vector<float> gmaxes = {0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 5.0f, 6.0f, 7.0f};
+  const std::vector<float> amax_ts = {1.0f, 3.7f, 1.0e-3f, 2.5e5f, 1.0e-30f, 6.0e30f};
+  DeviceBuffer<float> g(gmaxes.size()), t(amax_ts.size());
+  g.upload(gmaxes);
+  t.upload(amax_ts);
+  DeviceReport fp32, e4m3x2;
+  check_block_scale<ScaleMode::fp32><<<kGrid, kBlock>>>(g.get(), static_cast<int>(gmaxes.size()), t.get(), 1, fp32.get());
+  check_block_scale<ScaleMode::e4m3x2>
+      <<<kGrid, kBlock>>>(g.get(), 2, t.get(), static_cast<int>(amax_ts.size()), e4m3x2.get());  // gmax 0.5, 1
+  DeviceReport e4m3x2_presets;
+  check_block_scale<ScaleMode::e4m3x2>
+      <<<kGrid, kBlock>>>(g.get() + 7, 2, t.get(), static_cast<int>(amax_ts.size()), e4m3x2_presets.get());  // 6, 7
+  const Report a = fp32.read(), b = e4m3x2.read(), c = e4m3x2_presets.read();
+  INFO("amax bits / gmax bits; fp32: " << describe(a));
+  INFO("e4m3x2, gmax 0.5 and 1: " << describe(b));
+  INFO("e4m3x2, gmax 6 and 7: " << describe(c));
+  CHECK(a.mismatches == 0);
+  CHECK(b.mismatches == 0);
+  CHECK(c.mismatches == 0);
 }

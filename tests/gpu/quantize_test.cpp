@@ -450,8 +450,11 @@ TEST_CASE("gpu quantizer: both copies, both RN or both SR, no codes (the strip k
   // family (fp32 and e4m3x2 scales): quantize_rows.cu's fused_strip_kernel (16 x 64 strips; widths
   // that are not a multiple of 64 leave lanes out in whole 16-column groups; SR words handed between
   // lane pairs). The RHT on either copy, on both or on neither; every distribution (non-finite
-  // values, RHT overflow); and the column copy alone, RN. Presets without a strip instance (mxfp4,
-  // e8m0) check the fallback the same way.
+  // values, zero, subnormal and huge blocks, RHT overflow); and the column copy alone, RN. RN
+  // without the RHT on any copy takes quantize_strips_plain.cu's plain_strip_kernel instead (the
+  // word-wise amax and signs, the cheaper block scales and its slow paths for zero, non-finite and
+  // out-of-range blocks). Presets without a strip instance (mxfp4, e8m0) check the fallback the
+  // same way.
   uint64_t seed = 500;
   for (Shape sh : {Shape{16, 16}, Shape{48, 80}, Shape{32, 4112}, Shape{160, 48}, Shape{96, 96}, Shape{64, 1024},
                    Shape{16, 65536}, Shape{4096, 16}, Shape{33, 48}})
