@@ -306,12 +306,7 @@ void Gemm::matmul_split_k(const GemmShape& shape, int chunks, float alpha, const
   if (ldc < shape.n) throw std::invalid_argument(where + "ldc is below C's row length");
   // Chunk p takes K indices [p·kc, (p + 1)·kc): rows of A stored [k, m] (trans_a) or columns of A
   // stored [m, k]; columns of B stored [n, k] (trans_b) or rows of B stored [k, n].
-  GemmShape part;
-  part.trans_a = shape.trans_a;
-  part.trans_b = shape.trans_b;
-  part.m = shape.m;
-  part.n = shape.n;
-  part.k = kc;
+  GemmShape part = dense_shape(shape.trans_a, shape.trans_b, shape.m, shape.n, kc);
   part.lda = lda;
   part.ldb = ldb;
   part.ldc = shape.n;

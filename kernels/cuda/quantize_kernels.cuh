@@ -115,6 +115,13 @@ int64_t resident_ctas(Kernel* kernel, int64_t wanted, int threads = kThreads) {
 
 #if defined(__CUDACC__)
 
+// Every quantize kernel's first act: CTA 0 writes 1 to the tensor_scale output of each copy without
+// two-level scales (FusedArgs::unit_tensor_scale; null where there is none to write).
+__device__ __forceinline__ void write_unit_tensor_scales(const FusedArgs& a) {
+  if (blockIdx.x == 0 && threadIdx.x < 2 && a.unit_tensor_scale[threadIdx.x] != nullptr)
+    *a.unit_tensor_scale[threadIdx.x] = 1.0f;
+}
+
 // The same over finite values only (the tensor amax ignores NaN and infinities).
 __device__ __forceinline__ float max_abs_finite(float m, float v) {
   const float a = abs_f(v);
@@ -626,8 +633,7 @@ __global__ void __launch_bounds__(kThreads, min_ctas_per_sm(B)) fused_quantize_k
     c0 = (t % a.src.col_tiles) * kTileCols;
   };
 
-  if (blockIdx.x == 0 && threadIdx.x < 2 && a.unit_tensor_scale[threadIdx.x] != nullptr)
-    *a.unit_tensor_scale[threadIdx.x] = 1.0f;
+  write_unit_tensor_scales(a);
 
   int r0, c0;
   // Prologue: the first stages - 1 tiles (one commit group each, empty past the end).

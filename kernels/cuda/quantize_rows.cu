@@ -32,7 +32,7 @@ __global__ void __launch_bounds__(kThreads) row_rn_kernel(const FusedArgs a, int
   constexpr int kChunks = B / 8;  // 16-byte chunks per block
   const CopyArgs& c = a.row;
   const QuantSpec& s = c.spec;
-  if (blockIdx.x == 0 && threadIdx.x == 0 && a.unit_tensor_scale[0] != nullptr) *a.unit_tensor_scale[0] = 1.0f;
+  write_unit_tensor_scales(a);  // the row copy's ([1] is null: no column copy here)
 
   const int lane = threadIdx.x % 32;
   const int64_t warp = (static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x) / 32;
@@ -123,8 +123,7 @@ __global__ void __launch_bounds__(kThreads, strip_ctas_per_sm<R>()) fused_strip_
   constexpr int B = 16;
   const CopyArgs& rc = a.row;
   const CopyArgs& cc = a.col;
-  if (blockIdx.x == 0 && threadIdx.x < 2 && a.unit_tensor_scale[threadIdx.x] != nullptr)
-    *a.unit_tensor_scale[threadIdx.x] = 1.0f;
+  write_unit_tensor_scales(a);
   // Two strip buffers per warp: the next strip's 16-byte cp.async copies land in one while the warp
   // quantizes the other (no CTA barrier: each warp only touches its own buffers, __syncwarp).
   // Row r's 16-byte chunk c lies at chunk c ^ f(r), f(r) = (r / 2) % 2: the column phase's 4-byte

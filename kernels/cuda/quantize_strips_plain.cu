@@ -146,8 +146,7 @@ __global__ void __launch_bounds__(kThreads, 3) plain_strip_kernel(const FusedArg
   constexpr int B = 16;
   const CopyArgs& rc = a.row;
   const CopyArgs& cc = a.col;
-  if (blockIdx.x == 0 && threadIdx.x < 2 && a.unit_tensor_scale[threadIdx.x] != nullptr)
-    *a.unit_tensor_scale[threadIdx.x] = 1.0f;
+  write_unit_tensor_scales(a);
   // fused_strip_kernel's buffers: two per warp; row r's 16-byte chunk c at chunk c ^ ((r / 2) % 2).
   __shared__ __align__(16) uint32_t strip_buf[kWarps][2][16 * 32];
   const int lane = threadIdx.x % 32;
