@@ -203,17 +203,19 @@ void migrate_store(sqlite3* db, const std::filesystem::path& path, int target_ve
   const auto& steps = store_migrations();
   if (target_version > latest_store_version())
     throw std::logic_error("migrate_store: no migration to version " + std::to_string(target_version));
-  for (;;) {
-    WriteTransaction tx(db, path);
-    // Read under the write lock: a concurrent opener may have migrated while we waited for it.
-    const int version = read_user_version(db, path);
-    if (version >= target_version) return;  // the destructor ends the (empty) transaction
-    const Migration& m = steps[static_cast<size_t>(version)];
+  WriteTransaction tx(db, path);
+  // Read under the write lock: a concurrent opener may have migrated while we waited for it.
+  const int version = read_user_version(db, path);
+  if (version >= target_version) return;  // the destructor ends the (empty) transaction
+  // Every missing step in this one transaction: readers see the file before or after, never between
+  // steps. (One transaction per step let `sweep status`, started beside the first `sweep run` of a
+  // new store, see version 1 and refuse the store as too old to read.)
+  for (int v = version; v < target_version; ++v) {
+    const Migration& m = steps[static_cast<size_t>(v)];
     exec(db, path, m.sql, "migrating the schema to version " + std::to_string(m.to_version));
-    exec(db, path, ("PRAGMA user_version = " + std::to_string(m.to_version)).c_str(),
-         "setting the schema version");
-    tx.commit();
   }
+  exec(db, path, ("PRAGMA user_version = " + std::to_string(target_version)).c_str(), "setting the schema version");
+  tx.commit();
 }
 
 }  // namespace fp4::sweeps::detail

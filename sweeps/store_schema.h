@@ -32,8 +32,8 @@ int latest_store_version();
 // `path` on failure).
 int read_user_version(sqlite3* db, const std::filesystem::path& path);
 
-// Applies the missing steps up to `target_version` (at most latest_store_version()), each in its
-// own transaction. Store::open calls it with the latest version; tests call it with an older one to
+// Applies the missing steps up to `target_version` (at most latest_store_version()), all in one
+// transaction (a reader sees the old version or the target, nothing between). Store::open calls it with the latest version; tests call it with an older one to
 // make an old file.
 void migrate_store(sqlite3* db, const std::filesystem::path& path, int target_version);
 

@@ -793,6 +793,28 @@ TEST_CASE("sweeps store: a version-1 file is migrated and its rows survive", "[s
   CHECK(Store::open(path, Store::Mode::read_only)->schema_version() == Store::latest_schema_version());
 }
 
+TEST_CASE("sweeps store: migrating commits once, so no reader sees a version between", "[sweeps][sweeps_store]") {
+  // A store being created goes from version 0 to the latest in one commit: a read-only open beside
+  // it (`sweep status` next to the first `sweep run`) sees an empty file or the finished schema,
+  // never an intermediate version it would refuse as too old. Likewise an old file's upgrade.
+  ScratchDir dir;
+  for (int from : {0, 1}) {
+    const auto path = dir / ("from" + std::to_string(from) + ".db");
+    sqlite3* db = nullptr;
+    REQUIRE(sqlite3_open(path.c_str(), &db) == SQLITE_OK);
+    if (from > 0) fp4::sweeps::detail::migrate_store(db, path, from);
+    int commits = 0;
+    sqlite3_commit_hook(
+        db, [](void* n) { ++*static_cast<int*>(n); return 0; }, &commits);
+    fp4::sweeps::detail::migrate_store(db, path, Store::latest_schema_version());
+    INFO("from version " << from);
+    CHECK(commits == 1);
+    CHECK(query_int(db, "PRAGMA user_version") == Store::latest_schema_version());
+    sqlite3_commit_hook(db, nullptr, nullptr);
+    sqlite3_close(db);
+  }
+}
+
 TEST_CASE("sweeps store: files that are not a usable store are refused with one line", "[sweeps][sweeps_store]") {
   ScratchDir dir;
 
