@@ -190,7 +190,7 @@ int main(int argc, char** argv) {
         writes += n * sizeof(bf16_t) + static_cast<double>(g.rows) * g.cols * sizeof(float) + (extra.codes ? n : 0);
       }
       const double gbs = (reads + writes) / (us * 1e3);
-      std::printf("| %s%s | %s | %s | %s | %.1f | %.0f | %.0f%% | %s |\n", p.name, extra.note,
+      std::printf("| %s%s | %s | %s | %s | %.1f | %.0f | %.1f%% | %s |\n", p.name, extra.note,
                   both ? "row + column" : "row", rounding == Rounding::sr ? "SR" : "RN", rht ? "on" : "off", us, gbs,
                   100.0 * gbs / copy_gbs, base_us > 0 ? (std::to_string(us / base_us).substr(0, 4) + "x").c_str() : "1.00x");
       std::fflush(stdout);

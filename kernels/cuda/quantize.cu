@@ -338,7 +338,7 @@ void launch_quantize(const bf16_t* x, int rows, int cols, const CopyOut* row_cop
   a.unit_tensor_scale[1] = col_copy != nullptr && !two_level(col_copy) ? col_copy->tensor_scale : nullptr;
 
   if (launch_row_rn(a, b, stream)) return;  // the row copy alone, RN, no codes: no tiles needed
-  if (launch_plain_strips(a, b, stream)) return;  // block 16 without codes: RN without the RHT, both copies or the column copy
+  if (launch_plain_strips(a, b, stream)) return;  // no codes, RN without the RHT (block 16, or mxfp4's 32)
   if (launch_fused_strips(a, b, stream)) return;  // block 16 without codes: both copies RN or SR, or the column copy RN
   const int64_t tiles = (rows + b - 1) / b * static_cast<int64_t>(a.src.col_tiles);
   if (tiles > 0x7fffffff) throw std::invalid_argument("quantize_fused: tensor too large for one launch");

@@ -93,24 +93,26 @@ void launch_fused_b32(const FusedArgs& a, int tiles, int smem, cudaStream_t stre
 // The row copy alone, RN, no codes, 1D blocks, in the families the fused kernel specializes: a
 // kernel without shared memory (quantize_rows.cu). Returns false, launching nothing, otherwise.
 bool launch_row_rn(const FusedArgs& a, int b, cudaStream_t stream);
-// Both copies RN without the RHT, or the column copy alone so, block 16, fp32 or e4m3x2 scales, no
-// codes: the strips working on the source words (quantize_strips_plain.cu). Returns false,
-// launching nothing, otherwise.
+// Both copies RN without the RHT, or the column copy alone so, no codes, block 16 with fp32 or
+// e4m3x2 scales or block 32 with e8m0 scales: the strips working on the source words
+// (quantize_strips_plain.cu). Returns false, launching nothing, otherwise.
 bool launch_plain_strips(const FusedArgs& a, int b, cudaStream_t stream);
 
 // The strip kernels (fused_strip_kernel in quantize_rows.cu, plain_strip_kernel in
-// quantize_strips_plain.cu) take strips of 16 rows x kStripCols columns, one per warp at a time.
+// quantize_strips_plain.cu) take strips of 16 (plain: 16 or 32) rows x kStripCols columns, one per
+// warp at a time.
 constexpr int kStripCols = 64;
 
-// The CTAs of a persistent launch of `kernel` (`threads` each, no dynamic shared memory): as many as
-// fit on the device at once, at most `wanted`.
+// The CTAs of a persistent launch of `kernel` (`threads` each, `smem_bytes` of dynamic shared
+// memory): as many as fit on the device at once, at most `per_sm_cap` per SM and at most `wanted`.
 template <class Kernel>
-int64_t resident_ctas(Kernel* kernel, int64_t wanted, int threads = kThreads) {
+int64_t resident_ctas(Kernel* kernel, int64_t wanted, int threads = kThreads, int smem_bytes = 0,
+                      int per_sm_cap = 1 << 30) {
   int device = 0, sms = 0, per_sm = 0;
   FP4_CUDA_CHECK(cudaGetDevice(&device));
   FP4_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-  FP4_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, 0));
-  return std::min<int64_t>(wanted, static_cast<int64_t>(sms) * std::max(per_sm, 1));
+  FP4_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem_bytes));
+  return std::min<int64_t>(wanted, static_cast<int64_t>(sms) * std::clamp(per_sm, 1, per_sm_cap));
 }
 
 #if defined(__CUDACC__)

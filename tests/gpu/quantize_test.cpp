@@ -453,11 +453,12 @@ TEST_CASE("gpu quantizer: both copies, both RN or both SR, no codes (the strip k
   // values, zero, subnormal and huge blocks, RHT overflow); and the column copy alone, RN. RN
   // without the RHT on any copy takes quantize_strips_plain.cu's plain_strip_kernel instead (the
   // word-wise amax and signs, the cheaper block scales and its slow paths for zero, non-finite and
-  // out-of-range blocks). Presets without a strip instance (mxfp4, e8m0) check the fallback the
-  // same way.
+  // out-of-range blocks, the row copy written back through the strip buffer), mxfp4's too (strips
+  // of 32 rows: 96 x 96 and 32 x 160 end in a half strip, 4096 x 16 and 160 x 48 take the column
+  // copy alone there). mxfp4 with the RHT or SR checks the tiled fallback the same way.
   uint64_t seed = 500;
   for (Shape sh : {Shape{16, 16}, Shape{48, 80}, Shape{32, 4112}, Shape{160, 48}, Shape{96, 96}, Shape{64, 1024},
-                   Shape{16, 65536}, Shape{4096, 16}, Shape{33, 48}})
+                   Shape{16, 65536}, Shape{4096, 16}, Shape{33, 48}, Shape{32, 160}})
     for (Dist d : kAllDists) {
       const std::vector<bf16_t> x = make_input(sh.rows, sh.cols, d, seed++);
       for (const Preset& p : kPresets)
