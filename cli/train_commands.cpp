@@ -33,7 +33,7 @@ struct TrainCliOptions {
 void run_train(const TrainCliOptions& o) {
   if (o.print_config) {
     run::RunConfig c = run::load_config(o.config);
-    run::pick_device(c, o.config, o.device);  // as the run would: the printed config names it
+    run::pick_device(c, o.device);  // as the run would: the printed config names it
     std::cout << run::config_to_json(c).dump(2) << "\n";
     std::cerr << "config hash " << run::config_hash(c) << "\n";
     return;

@@ -377,19 +377,21 @@ TEST_CASE("train: a config that names no device trains on a visible GPU, else on
   const std::string want = gpu ? "cuda" : "cpu";
   // The pick, as --print-config and the trainer make it: part of the config, so of its hash.
   RunConfig c = load_config(config);
-  const std::string choice = pick_device(c, config, "");
+  CHECK_FALSE(c.device_named);
+  const std::string choice = pick_device(c, "");
   CHECK(c.device == want);
   CHECK(choice.rfind("picked: the config names no device", 0) == 0);
   RunConfig named = load_config(config);
   named.device = want;
   CHECK(config_hash(c) == config_hash(named));
   RunConfig flagged = load_config(config);
-  CHECK(pick_device(flagged, config, "cpu") == "from --device");
+  CHECK(pick_device(flagged, "cpu") == "from --device");
   CHECK(flagged.device == "cpu");
   j["device"] = "cpu";
   const auto explicit_config = write_config(tmp, j, "explicit.json");
   RunConfig from_file = load_config(explicit_config);
-  CHECK(pick_device(from_file, explicit_config, "") == "from the config");
+  CHECK(from_file.device_named);
+  CHECK(pick_device(from_file, "") == "from the config");
   CHECK(from_file.device == "cpu");
 
   // A run: its config.json and run row say the device it picked, and train.log says why.

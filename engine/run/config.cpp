@@ -404,6 +404,7 @@ RunConfig config_from_json(const nlohmann::json& j, const std::string& file) {
   if (j.contains("device")) {
     if (!j["device"].is_string()) w.bad("device", "must be a string, got " + j["device"].dump());
     c.device = j["device"].get<std::string>();
+    c.device_named = true;
   }
   if (std::string e = device_error(c.device); !e.empty()) throw std::invalid_argument(w.file + ": " + e);
   if (j.contains("storage")) {

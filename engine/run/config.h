@@ -74,6 +74,9 @@ struct RunConfig {
   CheckpointConfig checkpoint;
   std::string device = "cpu";
   std::string storage = "bf16";
+  // Whether the source named "device" (set by config_from_json; not part of the JSON form, so not
+  // of the hash): when it did not, the trainer picks one (run::pick_device).
+  bool device_named = false;
 
   int64_t tokens_per_micro_step() const {
     return static_cast<int64_t>(train.micro_batch) * model.seq_len;

@@ -482,14 +482,12 @@ int exit_code(const TrainResult& r) {
   return 1;
 }
 
-std::string pick_device(RunConfig& config, const std::filesystem::path& config_file, const std::string& device_flag) {
+std::string pick_device(RunConfig& config, const std::string& device_flag) {
   if (!device_flag.empty()) {
     set_device(config, device_flag, "--device");
     return "from --device";
   }
-  // load_config has parsed this file already; here only whether it names a device matters.
-  const json j = json::parse(read_file(config_file), nullptr, false);
-  if (j.is_object() && j.contains("device")) return "from the config";
+  if (config.device_named) return "from the config";
 #ifdef FP4LAB_HAVE_CUDA
   if (cuda_model::cuda_device_visible()) {
     config.device = "cuda";
@@ -510,7 +508,7 @@ TrainResult train(const TrainOptions& o) {
 
   // ---- Input checks: nothing is written into the directory until all of them pass.
   s.config = load_config(o.config);
-  s.device_choice = pick_device(s.config, o.config, o.device);  // part of the config (and hash)
+  s.device_choice = pick_device(s.config, o.device);  // part of the config (and hash)
   s.hash = config_hash(s.config);
   const std::string dir = o.dir.string();
   // Lock the directory before reading anything in it, so what we read (status, checkpoints) cannot

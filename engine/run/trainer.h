@@ -50,11 +50,11 @@ struct TrainResult {
 constexpr int kExitDiverged = 3;
 int exit_code(const TrainResult& r);
 
-// The device a run trains on: `device_flag` (--device) when given; else the config file's
-// "device" when it names one; else "cuda" when this build has CUDA and a GPU is visible, "cpu"
-// otherwise. Sets config.device (part of the config, so of its hash) and returns how it was chosen,
-// for the log.
-std::string pick_device(RunConfig& config, const std::filesystem::path& config_file, const std::string& device_flag);
+// The device a run trains on: `device_flag` (--device) when given; else the config's "device" when
+// its file named one (config.device_named); else "cuda" when this build has CUDA and a GPU is
+// visible, "cpu" otherwise. Sets config.device (part of the config, so of its hash) and returns how
+// it was chosen, for the log.
+std::string pick_device(RunConfig& config, const std::string& device_flag);
 
 // Runs (or resumes) the run. SIGTERM and SIGINT are caught for the duration: the current step
 // finishes, a checkpoint is written, and the result says interrupted; a second signal of the
