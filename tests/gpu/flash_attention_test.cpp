@@ -54,8 +54,8 @@ namespace model = fp4::model;
 using fp4::bf16_t;
 
 constexpr int kHd = 64;
-// The regression guards (see require_within_bound): observed worst cases are 2.8e-3 (out and
-// gradients) and 1.7e-7 (lse) of max|ref|.
+// The regression guards (see require_within_bound): observed worst cases on an H200 (the [flash]
+// lines of the 2026-12-01 run) are 2.8e-3 (out and gradients) and 2.2e-7 (lse) of max|ref|.
 constexpr double kGuard = 0x1p-6, kGuardLse = 0x1p-18;
 
 using fp4::test::DeviceBuffer;
