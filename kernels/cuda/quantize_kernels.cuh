@@ -691,12 +691,8 @@ template <int B, class RowK, class ColK>
 void launch_instance(const FusedArgs& a, int tiles, int smem, cudaStream_t stream) {
   auto* kernel = fused_quantize_kernel<B, RowK, ColK>;
   if (smem > 48 * 1024) FP4_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-  int device = 0, sms = 0, per_sm = 0;
-  FP4_CUDA_CHECK(cudaGetDevice(&device));
-  FP4_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-  FP4_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, smem));
-  const int grid = std::max(1, std::min(tiles, sms * std::max(per_sm, 1)));
-  kernel<<<grid, kThreads, smem, stream>>>(a, tiles);
+  const int64_t grid = resident_ctas(kernel, tiles, kThreads, smem);
+  kernel<<<static_cast<unsigned>(grid), kThreads, smem, stream>>>(a, tiles);
   FP4_CUDA_CHECK(cudaGetLastError());
 }
 

@@ -19,7 +19,7 @@
 //   * the block scales take block_scale / block_scale_pair (quantize_element.cuh: the fp32 division
 //     as the fast quotient, the E4M3 rounding by the hardware, two blocks per conversion).
 // fused_strip_kernel's RHT path has no registers to spare for these at 3 CTAs per SM (it spilled
-// with them; the row copy through the buffer made it 2-4 % slower there), hence a kernel of its own.
+// with them; the row copy through the buffer made it 1-4 % slower there), hence a kernel of its own.
 // Tried and measured slower on the H200 (bench/RESULTS.md, version 9): strips of 128 columns (the
 // access pattern alone moves more of the copy's bandwidth, but the kernel was slower), 4 CTAs per
 // SM (64 registers: spills), a third buffer, and lane pairs trading halves so that each row-copy
@@ -330,7 +330,8 @@ void launch_plain(const FusedArgs& a, cudaStream_t stream) {
   if (nstrips > 0x7fffffff) throw std::invalid_argument("quantize_fused: tensor too large for one launch");
   auto* kernel = plain_strip_kernel<B, G, M, kRowCopy>;
   constexpr int smem = kPlainStripSmemBytes<B>;
-  FP4_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+  // Above the default 48 KB (B = 32) the kernel must be allowed its shared memory, as launch_instance does.
+  if (smem > 48 * 1024) FP4_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
   const int64_t ctas = resident_ctas(kernel, std::max<int64_t>(1, (nstrips + kWarps - 1) / kWarps), kThreads, smem,
                                      kPlainCtasPerSm);  // persistent
   kernel<<<static_cast<unsigned>(ctas), kThreads, smem, stream>>>(a, col_strips, static_cast<int>(nstrips));
