@@ -1,10 +1,11 @@
 // main.cpp — fp4lab's entry point. Exit codes: 0 success, 1 a failed run or internal error,
-// 2 bad input (a usage error, or a std::invalid_argument thrown by a module: by convention every
-// module reports errors the user caused, with their one-line explanation, as std::invalid_argument).
+// 2 bad input: a usage error, or a fp4::UserError (base/user_error.h) thrown by a module with its
+// one-line explanation. std::invalid_argument still maps to 2 while modules move to UserError.
 #include <cstdio>
 #include <exception>
 #include <stdexcept>
 
+#include "base/user_error.h"
 #include "cli/commands.h"
 
 int main(int argc, char** argv) {
@@ -25,6 +26,9 @@ int main(int argc, char** argv) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
     std::fprintf(stderr, "fp4lab: error: %s (see fp4lab --help)\n", e.what());
+    return 2;
+  } catch (const fp4::UserError& e) {
+    std::fprintf(stderr, "fp4lab: error: %s\n", e.what());
     return 2;
   } catch (const std::invalid_argument& e) {
     std::fprintf(stderr, "fp4lab: error: %s\n", e.what());
