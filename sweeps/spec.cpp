@@ -9,8 +9,8 @@
 
 #include <fmt/format.h>
 
+#include "base/sha256.h"
 #include "engine/data/manifest.h"
-#include "engine/data/sha256.h"
 #include "engine/data/synthetic_spec.h"
 #include "engine/recipe.h"
 #include "engine/run/io.h"
@@ -389,7 +389,7 @@ SweepSpec parse_sweep_spec(const std::string& text, const fs::path& file, const 
   spec.file = file;
   spec.base_dir = base_dir;
   spec.text = text;
-  spec.text_hash = data::sha256_hex(text);
+  spec.text_hash = sha256_hex(text);
 
   check_keys(root, "", kTopLevelTables, errors);
   BaseConfig base;

@@ -10,7 +10,7 @@
 
 #include <fmt/format.h>
 
-#include "engine/data/sha256.h"
+#include "base/sha256.h"
 #include "engine/model/model_config.h"
 #include "engine/recipe.h"
 #include "engine/run/config.h"
@@ -338,7 +338,7 @@ class PointBuilder {
     p.id = run::config_hash(c);
     json without_recipe = p.config;
     without_recipe.erase("recipe");
-    p.match_key = data::sha256_hex(without_recipe.dump());  // dumped as config_canonical dumps
+    p.match_key = sha256_hex(without_recipe.dump());  // dumped as config_canonical dumps
     if (p.recipe_label.empty()) p.recipe_label = c.recipe.name;
     p.baseline = !c.recipe.quantized;
     p.model_label = model_label(c.model);

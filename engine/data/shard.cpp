@@ -12,8 +12,8 @@
 #include <stdexcept>
 #include <string_view>
 
+#include "base/sha256.h"
 #include "engine/data/atomic_file.h"
-#include "engine/data/sha256.h"
 
 namespace fp4::data {
 

@@ -10,7 +10,7 @@
 
 #include <fmt/format.h>
 
-#include "engine/data/sha256.h"
+#include "base/sha256.h"
 #include "engine/data/synthetic_spec.h"
 #include "engine/model/model_config.h"
 #include "engine/quantized_linear.h"
@@ -484,7 +484,7 @@ nlohmann::json config_to_json(const RunConfig& c) {
 std::string config_canonical(const RunConfig& c) { return config_to_json(c).dump(); }
 
 std::string config_hash(const RunConfig& c) {
-  return data::sha256_hex(config_canonical(c));
+  return sha256_hex(config_canonical(c));
 }
 
 }  // namespace fp4::run

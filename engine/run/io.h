@@ -1,5 +1,5 @@
 // io.h — small helpers the run files share: whole-file reads and the two clocks.
-// (Crash-safe writes and SHA-256 come from engine/data/atomic_file.h and engine/data/sha256.h.)
+// (Crash-safe writes come from engine/data/atomic_file.h, SHA-256 from base/sha256.h.)
 #pragma once
 
 #include <filesystem>
