@@ -5,7 +5,7 @@
 
 #include <fmt/format.h>
 
-#include "engine/data/atomic_file.h"
+#include "base/files.h"
 #include "engine/run/io.h"
 #include "sweeps/process.h"
 #include "sweeps/run_dir_reader.h"
@@ -85,7 +85,7 @@ int write_slurm_job(const SweepSpec& spec, const SlurmOptions& o, std::ostream& 
     s += fmt::format("export OMP_NUM_THREADS={}\n", spec.executor.threads_per_job);
   s += "exec " + shell_quote(trainer.string()) +
        " train --config \"$DIR/run.json\" --dir \"$DIR\" --resume --quiet >>\"$DIR/output.log\" 2>&1\n";
-  data::write_file_atomic(o.out, {s});
+  write_file_atomic(o.out, {s});
   out << fmt::format("sweep {}: wrote {} with {} task(s); submit with: sbatch {}\n", spec.name, o.out.string(),
                      dirs.size(), shell_quote(o.out.string()));
   return static_cast<int>(dirs.size());

@@ -9,11 +9,11 @@
 
 #include <fmt/format.h>
 
+#include "base/files.h"
 #include "base/sha256.h"
 #include "engine/data/manifest.h"
 #include "engine/data/synthetic_spec.h"
 #include "engine/recipe.h"
-#include "engine/run/io.h"
 #include "sweeps/spec_internal.h"
 
 namespace fp4::sweeps {
@@ -410,7 +410,7 @@ SweepSpec parse_sweep_spec(const std::string& text, const fs::path& file, const 
 SweepSpec load_sweep_spec(const fs::path& file) {
   std::string text;
   try {
-    text = run::read_file(file);
+    text = read_file(file);
   } catch (const std::runtime_error& e) {
     throw std::invalid_argument(std::string(e.what()) + "; check the path of the sweep spec");
   }

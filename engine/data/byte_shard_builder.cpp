@@ -9,8 +9,8 @@
 #include <string_view>
 #include <system_error>
 
+#include "base/files.h"
 #include "base/sha256.h"
-#include "engine/data/atomic_file.h"
 #include "engine/data/document_splitter.h"
 #include "engine/data/shard.h"
 #include "engine/data/text_input.h"

@@ -12,8 +12,8 @@
 #include <stdexcept>
 #include <string_view>
 
+#include "base/files.h"
 #include "base/sha256.h"
-#include "engine/data/atomic_file.h"
 
 namespace fp4::data {
 

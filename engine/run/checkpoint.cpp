@@ -7,9 +7,8 @@
 
 #include <fmt/format.h>
 
+#include "base/files.h"
 #include "base/sha256.h"
-#include "engine/data/atomic_file.h"
-#include "engine/run/io.h"
 
 namespace fp4::run {
 
@@ -162,7 +161,7 @@ std::filesystem::path write_checkpoint(const std::filesystem::path& dir, const C
   std::filesystem::create_directories(dir);
   const std::filesystem::path path = dir / checkpoint_file_name(s.step);
   std::string header, prefix;
-  data::write_file_atomic(path, encode_parts(s, header, prefix));
+  write_file_atomic(path, encode_parts(s, header, prefix));
   std::vector<std::filesystem::path> all = list_checkpoints(dir);
   for (size_t i = 0; i + kCheckpointsKept < all.size(); ++i) std::filesystem::remove(all[i]);
   return path;

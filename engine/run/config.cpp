@@ -10,11 +10,11 @@
 
 #include <fmt/format.h>
 
+#include "base/files.h"
 #include "base/sha256.h"
 #include "engine/data/synthetic_spec.h"
 #include "engine/model/model_config.h"
 #include "engine/quantized_linear.h"
-#include "engine/run/io.h"
 
 namespace fp4::run {
 

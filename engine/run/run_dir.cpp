@@ -10,7 +10,7 @@
 #include <sys/file.h>
 #include <unistd.h>
 
-#include "engine/data/atomic_file.h"
+#include "base/files.h"
 #include "engine/run/io.h"
 
 namespace fp4::run {
@@ -35,7 +35,7 @@ RunDirLock::~RunDirLock() {
 void write_status(const std::filesystem::path& path, nlohmann::json status) {
   status["time"] = unix_time_s();
   const std::string text = status.dump(2) + "\n";
-  data::write_file_atomic(path, {text});
+  write_file_atomic(path, {text});
 }
 
 nlohmann::json read_status(const std::filesystem::path& path) {

@@ -15,7 +15,7 @@
 
 #include <fmt/format.h>
 
-#include "engine/data/atomic_file.h"
+#include "base/files.h"
 #include "engine/data/data_source.h"
 #include "engine/model/model_config.h"
 #include "engine/model/transformer.h"
@@ -605,7 +605,7 @@ TrainResult train(const TrainOptions& o) {
   if (!lock) lock.emplace(o.dir);
   if (!std::filesystem::exists(paths.config)) {
     const std::string text = config_to_json(s.config).dump(2) + "\n";
-    data::write_file_atomic(paths.config, {text});
+    write_file_atomic(paths.config, {text});
   }
   TrainLog log(paths.log, o.echo);
   if (s.checkpoint)
