@@ -9,8 +9,8 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "base/clock.h"
 #include "base/files.h"
-#include "engine/run/io.h"
 
 namespace fp4::run {
 

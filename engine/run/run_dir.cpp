@@ -3,15 +3,14 @@
 
 #include <cerrno>
 #include <cstring>
-#include <ctime>
 #include <stdexcept>
 
 #include <fcntl.h>
 #include <sys/file.h>
 #include <unistd.h>
 
+#include "base/clock.h"
 #include "base/files.h"
-#include "engine/run/io.h"
 
 namespace fp4::run {
 
@@ -58,12 +57,7 @@ TrainLog::~TrainLog() {
 }
 
 void TrainLog::line(const std::string& message) {
-  const std::time_t now = std::time(nullptr);
-  std::tm utc{};
-  gmtime_r(&now, &utc);
-  char stamp[32];
-  std::strftime(stamp, sizeof stamp, "%Y-%m-%dT%H:%M:%SZ", &utc);
-  std::fprintf(f_, "%s %s\n", stamp, message.c_str());
+  std::fprintf(f_, "%s %s\n", utc_timestamp().c_str(), message.c_str());
   std::fflush(f_);
   if (echo_) std::fprintf(stderr, "%s\n", message.c_str());
 }

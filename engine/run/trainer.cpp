@@ -15,6 +15,8 @@
 
 #include <fmt/format.h>
 
+#include "base/clock.h"
+#include "base/format.h"
 #include "base/files.h"
 #include "engine/data/data_source.h"
 #include "engine/model/model_config.h"
@@ -24,7 +26,6 @@
 #include "engine/run/checkpoint.h"
 #include "engine/run/config.h"
 #include "engine/run/heartbeat.h"
-#include "engine/run/io.h"
 #include "engine/run/metrics.h"
 #include "engine/run/optimizer.h"
 #include "engine/run/run_dir.h"
@@ -234,20 +235,6 @@ bool holds_a_run(const RunPaths& p) {
   for (const auto* f : {&p.config, &p.metrics, &p.checkpoints, &p.status, &p.log})
     if (std::filesystem::exists(*f, ec)) return true;
   return false;
-}
-
-std::string format_duration(double s) {
-  if (!(s >= 0) || s > 1e8) return "?";
-  const int64_t t = static_cast<int64_t>(s + 0.5);
-  if (t >= 3600) return fmt::format("{}h{:02d}m", t / 3600, (t / 60) % 60);
-  if (t >= 60) return fmt::format("{}m{:02d}s", t / 60, t % 60);
-  return fmt::format("{}s", t);
-}
-
-std::string format_rate(double r) {
-  if (r >= 1e6) return fmt::format("{:.2f}M", r / 1e6);
-  if (r >= 1e3) return fmt::format("{:.1f}k", r / 1e3);
-  return fmt::format("{:.0f}", r);
 }
 
 // ---- The run ---------------------------------------------------------------------------------
