@@ -16,8 +16,8 @@
 #include <fmt/format.h>
 
 #include "base/clock.h"
+#include "base/directory_lock.h"
 #include "base/format.h"
-#include "engine/run/run_dir.h"
 #include "sweeps/lease_owner.h"
 #include "sweeps/process.h"
 #include "sweeps/provenance.h"
@@ -220,8 +220,8 @@ bool LocalExecutor::launch(QueueItem& item, size_t slot) {
     return false;
   }
   try {
-    run::RunDirLock probe(dir);  // released at once: we only ask whether a trainer still holds it
-  } catch (const run::RunDirInUse&) {
+    DirectoryLock probe(dir);  // released at once: we only ask whether a trainer still holds it
+  } catch (const DirectoryInUse&) {
     // Usually a previous attempt still writing its last checkpoint: wait a little. A directory
     // that stays locked is being trained by a process we did not start.
     if (item.busy_since == 0) item.busy_since = now;

@@ -5,31 +5,10 @@
 #include <cstring>
 #include <stdexcept>
 
-#include <fcntl.h>
-#include <sys/file.h>
-#include <unistd.h>
-
 #include "base/clock.h"
 #include "base/files.h"
 
 namespace fp4::run {
-
-RunDirLock::RunDirLock(const std::filesystem::path& dir) {
-  fd_ = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd_ < 0) throw std::runtime_error("cannot open run directory " + dir.string() + ": " + std::strerror(errno));
-  if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
-    const int err = errno;
-    ::close(fd_);
-    fd_ = -1;
-    if (err == EWOULDBLOCK)
-      throw RunDirInUse(dir.string() + " is in use by another fp4lab process: wait for it to exit, then retry");
-    throw std::runtime_error("cannot lock run directory " + dir.string() + ": " + std::strerror(err));
-  }
-}
-
-RunDirLock::~RunDirLock() {
-  if (fd_ >= 0) ::close(fd_);  // closing the last descriptor releases the flock
-}
 
 void write_status(const std::filesystem::path& path, nlohmann::json status) {
   status["time"] = unix_time_s();

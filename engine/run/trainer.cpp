@@ -16,8 +16,9 @@
 #include <fmt/format.h>
 
 #include "base/clock.h"
-#include "base/format.h"
+#include "base/directory_lock.h"
 #include "base/files.h"
+#include "base/format.h"
 #include "engine/data/data_source.h"
 #include "engine/model/model_config.h"
 #include "engine/model/transformer.h"
@@ -502,7 +503,7 @@ TrainResult train(const TrainOptions& o) {
   // change under us. With --resume the directory may be created for that (an orchestrator always
   // passes --resume); a fresh run's directory is locked once it exists (nobody else can be using a
   // directory that did not exist).
-  std::optional<RunDirLock> lock;
+  std::optional<DirectoryLock> lock;
   if (o.resume) {
     std::error_code ec;
     std::filesystem::create_directories(o.dir, ec);
