@@ -18,6 +18,7 @@
 #include "base/clock.h"
 #include "base/directory_lock.h"
 #include "base/format.h"
+#include "base/stop_signals.h"
 #include "sweeps/lease_owner.h"
 #include "sweeps/process.h"
 #include "sweeps/provenance.h"
@@ -30,36 +31,6 @@ namespace fp4::sweeps {
 namespace fs = std::filesystem;
 
 namespace {
-
-// ---- Signals: the handler only counts; the loop acts. -------------------------------------------
-volatile sig_atomic_t g_signal_count = 0;
-volatile sig_atomic_t g_last_signal = 0;
-
-void on_stop_signal(int sig) {
-  g_last_signal = sig;
-  g_signal_count = g_signal_count + 1;
-}
-
-class StopSignalScope {
- public:
-  StopSignalScope() {
-    g_signal_count = 0;
-    g_last_signal = 0;
-    struct sigaction sa {};
-    sa.sa_handler = on_stop_signal;
-    sigemptyset(&sa.sa_mask);
-    sa.sa_flags = 0;  // no SA_RESTART: a signal wakes the loop's sleep
-    sigaction(SIGINT, &sa, &old_int_);
-    sigaction(SIGTERM, &sa, &old_term_);
-  }
-  ~StopSignalScope() {
-    sigaction(SIGINT, &old_int_, nullptr);
-    sigaction(SIGTERM, &old_term_, nullptr);
-  }
-
- private:
-  struct sigaction old_int_ {}, old_term_ {};
-};
 
 // ---- Slots ---------------------------------------------------------------------------------------
 struct Slot {
@@ -373,20 +344,21 @@ int LocalExecutor::run() {
 
   say(fmt::format("sweep {}: {} runs, {} to run, {} finished, {} running elsewhere; store {}", spec_.name, total_,
                   queue_.size(), finished_, elsewhere_, spec_.store.string()));
-  const StopSignalScope signals;
+  // The first signal stops cleanly, a second kills the children; neither kills us.
+  const StopSignals signals(StopSignals::Second::counted);
   double last_renew = unix_time_s();
   last_progress_ = last_renew;  // the first plain progress line after progress_every_s
   int stop_signal = 0;
   for (;;) {
     // Stop requests: the first stops cleanly, the second kills.
-    if (g_signal_count > 0 && !stopping_) {
+    if (StopSignals::count() > 0 && !stopping_) {
       stopping_ = true;
-      stop_signal = g_last_signal;
+      stop_signal = StopSignals::first();
       say(fmt::format("stopping: {} running run(s) will checkpoint and exit (signal again to kill them)",
                       children_.size()));
       for (const auto& [pid, c] : children_) ::kill(pid, SIGTERM);
     }
-    if (g_signal_count > 1) {
+    if (StopSignals::count() > 1) {
       for (const auto& [pid, c] : children_) ::kill(pid, SIGKILL);
     }
     // Reap.

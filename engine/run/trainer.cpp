@@ -19,6 +19,7 @@
 #include "base/directory_lock.h"
 #include "base/files.h"
 #include "base/format.h"
+#include "base/stop_signals.h"
 #include "engine/data/data_source.h"
 #include "engine/model/model_config.h"
 #include "engine/model/transformer.h"
@@ -42,44 +43,6 @@ namespace fp4::run {
 namespace {
 
 using nlohmann::json;
-
-// ---- Signals ------------------------------------------------------------------------------------
-
-volatile std::sig_atomic_t g_stop_signal = 0;
-
-// Records the first SIGTERM/SIGINT and restores the default action, so a second one kills at once
-// (an impatient Ctrl-C still works). Only async-signal-safe calls here.
-extern "C" void on_stop_signal(int signo) {
-  g_stop_signal = signo;
-  struct sigaction dfl = {};
-  dfl.sa_handler = SIG_DFL;
-  sigemptyset(&dfl.sa_mask);
-  sigaction(signo, &dfl, nullptr);
-}
-
-class StopSignals {
- public:
-  StopSignals() {
-    g_stop_signal = 0;
-    struct sigaction sa = {};
-    sa.sa_handler = on_stop_signal;
-    sigemptyset(&sa.sa_mask);
-    sa.sa_flags = SA_RESTART;  // file writes in flight must not fail with EINTR
-    sigaction(SIGTERM, &sa, &old_term_);
-    sigaction(SIGINT, &sa, &old_int_);
-  }
-  ~StopSignals() {
-    sigaction(SIGTERM, &old_term_, nullptr);
-    sigaction(SIGINT, &old_int_, nullptr);
-  }
-  StopSignals(const StopSignals&) = delete;
-  StopSignals& operator=(const StopSignals&) = delete;
-
- private:
-  struct sigaction old_term_ = {}, old_int_ = {};
-};
-
-const char* signal_name(int s) { return s == SIGINT ? "SIGINT" : s == SIGTERM ? "SIGTERM" : "a signal"; }
 
 // ---- Batches -------------------------------------------------------------------------------------
 
@@ -439,7 +402,7 @@ TrainResult run_loop(Setup& s, const TrainOptions& o, const RunPaths& paths, Tra
       if (auto why = eval_now(step)) return diverge(step, *why);
     if (c.probe.every > 0 && c.recipe.quantized && step % c.probe.every == 0) probe_now(step);
 
-    const int stop = g_stop_signal != 0 ? static_cast<int>(g_stop_signal) : (step == o.stop_after ? SIGTERM : 0);
+    const int stop = StopSignals::first() != 0 ? StopSignals::first() : (step == o.stop_after ? SIGTERM : 0);
     if ((c.checkpoint.every > 0 && step % c.checkpoint.every == 0) || step == c.train.steps || stop != 0) {
       heartbeat.set_phase("checkpoint");
       write_checkpoint_now(s, paths, m, *stream, step, tokens, metrics, log);
@@ -448,7 +411,7 @@ TrainResult run_loop(Setup& s, const TrainOptions& o, const RunPaths& paths, Tra
     if (stop != 0 && step < c.train.steps) {
       device_summary(step);
       log.line(fmt::format("stopped by {} after step {}: the checkpoint is written, continue with --resume",
-                           signal_name(stop), step));
+                           stop_signal_name(stop), step));
       return TrainResult{Outcome::interrupted, step, "", stop};
     }
   }
@@ -490,7 +453,8 @@ std::string pick_device(RunConfig& config, const std::string& device_flag) {
 }
 
 TrainResult train(const TrainOptions& o) {
-  const StopSignals signals;
+  // A first SIGTERM/SIGINT finishes the step and checkpoints; a second one kills at once.
+  const StopSignals signals(StopSignals::Second::kills);
   const RunPaths paths(o.dir);
   Setup s;
 
