@@ -245,11 +245,11 @@ std::map<std::string, RecipeDef> read_recipes(const toml::table* t, const SpecEr
     const toml::node* base = recipe.get("base");
     if (base == nullptr)
       errors.fail(loc_of(recipe), prefix + ".base",
-                  "is required: the preset to start from (" + join(engine::recipe_preset_names()) + ")");
+                  fmt::format("is required: the preset to start from ({})", fmt::join(engine::recipe_preset_names(), ", ")));
     const std::string base_name = read_string(*base, prefix + ".base", errors);
     if (!is_preset_recipe(base_name))
       errors.fail(loc_of(*base), prefix + ".base",
-                  "must be a preset (" + join(engine::recipe_preset_names()) + "), got \"" + base_name + "\"");
+                  fmt::format("must be a preset ({}), got \"{}\"", fmt::join(engine::recipe_preset_names(), ", "), base_name));
     if (const toml::node* slots = recipe.get("slots")) {
       const toml::table& slot_table = require_table(*slots, prefix + ".slots", errors);
       std::set<std::string> slot_names;

@@ -30,12 +30,6 @@ struct Where {
   }
 };
 
-std::string join(const std::set<std::string>& keys) {
-  std::string out;
-  for (const auto& k : keys) out += (out.empty() ? "" : ", ") + k;
-  return out;
-}
-
 // One section of the config (an object), with its known keys: an unknown key is refused rather
 // than ignored, because a misspelled field silently taking its default is a wrong experiment.
 class Section {
@@ -46,7 +40,7 @@ class Section {
     if (!obj_->is_object()) w_.bad(name_, "must be an object, got " + obj_->dump());
     for (auto it = obj_->begin(); it != obj_->end(); ++it)
       if (!known.count(it.key()))
-        w_.bad(field(it.key()), "is not a known key (" + name_ + " has: " + join(known) + ")");
+        w_.bad(field(it.key()), fmt::format("is not a known key ({} has: {})", name_, fmt::join(known, ", ")));
   }
 
   std::string field(const std::string& key) const { return name_ + "." + key; }
@@ -358,7 +352,8 @@ RunConfig config_from_json(const nlohmann::json& j, const std::string& file) {
   static const std::set<std::string> top = {"model", "recipe", "data", "train", "eval",
                                             "probe", "checkpoint", "device", "storage"};
   for (auto it = j.begin(); it != j.end(); ++it)
-    if (!top.count(it.key())) w.bad(it.key(), "is not a known key (the config has: " + join(top) + ")");
+    if (!top.count(it.key()))
+      w.bad(it.key(), fmt::format("is not a known key (the config has: {})", fmt::join(top, ", ")));
 
   RunConfig c;
   c.model = read_model(w, child(j, "model"));
