@@ -6,9 +6,9 @@
 #include <cstring>
 #include <stdexcept>
 
+#include "base/sha256.h"
 #include "engine/data/manifest.h"
 #include "engine/data/sequence_order.h"
-#include "engine/data/sha256.h"
 #include "engine/data/shard.h"
 
 namespace fp4::data {
