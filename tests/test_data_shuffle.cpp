@@ -91,6 +91,12 @@ TEST_CASE("window_permutation is a seeded permutation, new each epoch, uniform o
   CHECK(window_permutation(7, 1, 1000) != p);  // a new order every epoch
   CHECK(window_permutation(8, 0, 1000) != p);  // and for every seed
   CHECK(window_permutation(7, 0, 1) == std::vector<uint32_t>{0});
+  // The documented algorithm (docs/data.md), as an independent implementation computes it
+  // (bench/fidelity_peer.py --check asserts the same values): another implementation can feed its
+  // model fp4lab's batches only while these hold.
+  CHECK(std::vector<uint32_t>(p.begin(), p.begin() + 8) == std::vector<uint32_t>{81, 271, 63, 703, 887, 382, 773, 495});
+  const std::vector<uint32_t> q = window_permutation(123456789012345ull, 3, 50);
+  CHECK(std::vector<uint32_t>(q.begin(), q.begin() + 8) == std::vector<uint32_t>{22, 36, 30, 5, 39, 31, 9, 40});
   CHECK_THROWS_AS(window_permutation(7, 0, 0), std::invalid_argument);
 
   // Fisher–Yates draws every one of the 24 orders of 4 windows equally often; an off-by-one in
