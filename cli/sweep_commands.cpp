@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "base/clock.h"
 #include "cli/commands.h"
-#include "engine/run/io.h"
 #include "sweeps/ingest.h"
 #include "sweeps/local_executor.h"
 #include "sweeps/slurm.h"
@@ -77,7 +77,7 @@ void register_sweep_commands(CLI::App& app) {
   plan->callback([o] {
     const sweeps::SweepSpec spec = sweeps::load_sweep_spec(o->spec);
     const auto store = open_existing_store(spec);
-    sweeps::print_plan(spec, sweeps::plan_sweep(spec, store.get(), run::unix_time_s(), o->retry_failed), std::cout);
+    sweeps::print_plan(spec, sweeps::plan_sweep(spec, store.get(), unix_time_s(), o->retry_failed), std::cout);
   });
   plan->add_flag("--retry-failed", o->retry_failed, "Plan as `sweep run --retry-failed` would");
 
@@ -108,7 +108,7 @@ void register_sweep_commands(CLI::App& app) {
   status->callback([o] {
     const sweeps::SweepSpec spec = sweeps::load_sweep_spec(o->spec);
     const auto store = open_existing_store(spec);
-    sweeps::print_status(spec, sweeps::plan_sweep(spec, store.get(), run::unix_time_s(), false), store.get(), std::cout);
+    sweeps::print_status(spec, sweeps::plan_sweep(spec, store.get(), unix_time_s(), false), store.get(), std::cout);
   });
 
   CLI::App* slurm = sweep->add_subcommand("slurm", "Write a Slurm array job (one task per run still to run)");

@@ -11,6 +11,7 @@
 #include <memory>
 #include <string>
 
+#include "base/directory_lock.h"
 #include "cli/commands.h"
 #include "engine/run/config.h"
 #include "engine/run/run_dir.h"
@@ -49,7 +50,7 @@ void run_train(const TrainCliOptions& o) {
   int code = 0;
   try {
     code = run::exit_code(run::train(t));
-  } catch (const run::RunDirInUse& e) {
+  } catch (const DirectoryInUse& e) {
     std::fprintf(stderr, "fp4lab: busy: %s\n", e.what());
     code = run::kExitRunDirInUse;
   }

@@ -4,8 +4,8 @@
 
 #include <fmt/format.h>
 
+#include "base/clock.h"
 #include "engine/run/config.h"
-#include "engine/run/io.h"
 #include "sweeps/lease_owner.h"
 #include "sweeps/run_dir_reader.h"
 #include "sweeps/sweep_plan.h"
@@ -40,7 +40,7 @@ IngestSummary ingest_run_dirs(Store& store, const SweepSpec* spec, std::vector<f
       throw std::invalid_argument(fmt::format("{}: run {} is not in {}: ingest it with --spec <the grid TOML that "
                                               "declares it>",
                                               dir.string(), id.substr(0, 12), store.path().string()));
-    const double now = run::unix_time_s();
+    const double now = unix_time_s();
     if (classify_record(*rec, now) == PlanAction::running && rec->lease_owner != current_lease_owner()) {
       out << fmt::format("skip {}: {} is running it and ingests it\n", rec->name, rec->lease_owner);
       ++sum.skipped;

@@ -1,12 +1,10 @@
 // slurm.cpp — see slurm.h.
 #include "sweeps/slurm.h"
 
-#include <ctime>
-
 #include <fmt/format.h>
 
-#include "engine/data/atomic_file.h"
-#include "engine/run/io.h"
+#include "base/clock.h"
+#include "base/files.h"
 #include "sweeps/process.h"
 #include "sweeps/run_dir_reader.h"
 #include "sweeps/store.h"
@@ -33,7 +31,7 @@ int write_slurm_job(const SweepSpec& spec, const SlurmOptions& o, std::ostream& 
   const fs::path trainer = o.trainer.empty() ? self_executable() : o.trainer;
   auto store = Store::open(spec.store, Store::Mode::read_write);
   store->record_grid(spec);
-  const double now = run::unix_time_s();
+  const double now = unix_time_s();
   const std::vector<PlanEntry> plan = plan_sweep(spec, store.get(), now, o.retry_failed);
   std::vector<std::string> dirs;
   bool gpu = false;
@@ -51,16 +49,10 @@ int write_slurm_job(const SweepSpec& spec, const SlurmOptions& o, std::ostream& 
                        spec.name, plan.size());
     return 0;
   }
-  const std::time_t t = std::time(nullptr);
-  std::tm utc{};
-  gmtime_r(&t, &utc);
-  char stamp[32];
-  std::strftime(stamp, sizeof stamp, "%Y-%m-%dT%H:%M:%SZ", &utc);
-
   std::string s;
   s += "#!/bin/bash\n";
   s += fmt::format("# Written by `fp4lab sweep slurm` from {} (sweep {}) at {}: {} run(s).\n",
-                   fs::absolute(spec.file).string(), spec.name, stamp, dirs.size());
+                   fs::absolute(spec.file).string(), spec.name, utc_timestamp(), dirs.size());
   s += "# One array task per run; a requeued or resubmitted task resumes its run from its last checkpoint.\n";
   s += fmt::format("# Afterwards: fp4lab sweep ingest --spec {}\n", shell_quote(fs::absolute(spec.file).string()));
   s += fmt::format("#SBATCH --job-name=fp4lab-{}\n", spec.name);
@@ -85,7 +77,7 @@ int write_slurm_job(const SweepSpec& spec, const SlurmOptions& o, std::ostream& 
     s += fmt::format("export OMP_NUM_THREADS={}\n", spec.executor.threads_per_job);
   s += "exec " + shell_quote(trainer.string()) +
        " train --config \"$DIR/run.json\" --dir \"$DIR\" --resume --quiet >>\"$DIR/output.log\" 2>&1\n";
-  data::write_file_atomic(o.out, {s});
+  write_file_atomic(o.out, {s});
   out << fmt::format("sweep {}: wrote {} with {} task(s); submit with: sbatch {}\n", spec.name, o.out.string(),
                      dirs.size(), shell_quote(o.out.string()));
   return static_cast<int>(dirs.size());

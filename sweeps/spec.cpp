@@ -9,11 +9,11 @@
 
 #include <fmt/format.h>
 
+#include "base/files.h"
+#include "base/sha256.h"
 #include "engine/data/manifest.h"
-#include "engine/data/sha256.h"
 #include "engine/data/synthetic_spec.h"
 #include "engine/recipe.h"
-#include "engine/run/io.h"
 #include "sweeps/spec_internal.h"
 
 namespace fp4::sweeps {
@@ -245,11 +245,11 @@ std::map<std::string, RecipeDef> read_recipes(const toml::table* t, const SpecEr
     const toml::node* base = recipe.get("base");
     if (base == nullptr)
       errors.fail(loc_of(recipe), prefix + ".base",
-                  "is required: the preset to start from (" + join(engine::recipe_preset_names()) + ")");
+                  fmt::format("is required: the preset to start from ({})", fmt::join(engine::recipe_preset_names(), ", ")));
     const std::string base_name = read_string(*base, prefix + ".base", errors);
     if (!is_preset_recipe(base_name))
       errors.fail(loc_of(*base), prefix + ".base",
-                  "must be a preset (" + join(engine::recipe_preset_names()) + "), got \"" + base_name + "\"");
+                  fmt::format("must be a preset ({}), got \"{}\"", fmt::join(engine::recipe_preset_names(), ", "), base_name));
     if (const toml::node* slots = recipe.get("slots")) {
       const toml::table& slot_table = require_table(*slots, prefix + ".slots", errors);
       std::set<std::string> slot_names;
@@ -389,7 +389,7 @@ SweepSpec parse_sweep_spec(const std::string& text, const fs::path& file, const 
   spec.file = file;
   spec.base_dir = base_dir;
   spec.text = text;
-  spec.text_hash = data::sha256_hex(text);
+  spec.text_hash = sha256_hex(text);
 
   check_keys(root, "", kTopLevelTables, errors);
   BaseConfig base;
@@ -410,7 +410,7 @@ SweepSpec parse_sweep_spec(const std::string& text, const fs::path& file, const 
 SweepSpec load_sweep_spec(const fs::path& file) {
   std::string text;
   try {
-    text = run::read_file(file);
+    text = read_file(file);
   } catch (const std::runtime_error& e) {
     throw std::invalid_argument(std::string(e.what()) + "; check the path of the sweep spec");
   }

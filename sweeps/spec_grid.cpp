@@ -10,7 +10,7 @@
 
 #include <fmt/format.h>
 
-#include "engine/data/sha256.h"
+#include "base/sha256.h"
 #include "engine/model/model_config.h"
 #include "engine/recipe.h"
 #include "engine/run/config.h"
@@ -99,7 +99,7 @@ Axis classify(const Leaf& leaf, const SpecErrors& errors) {
     const std::string section = leaf.path.substr(0, leaf.path.find('.'));
     const std::set<std::string> fields = section_fields(section);
     if (!fields.empty() && leaf.path.find('.') != std::string::npos)
-      errors.fail(leaf.key_at, key, "is not a field of the run config; " + section + " has: " + join(fields));
+      errors.fail(leaf.key_at, key, fmt::format("is not a field of the run config; {} has: {}", section, fmt::join(fields, ", ")));
     errors.fail(leaf.key_at, key,
                 "is not a known axis; axes are model, tokens, tokens_per_param, recipe, seed, or a run config "
                 "field written as a dotted key (train.lr, model.d_ff, eval.every, ...)");
@@ -162,8 +162,8 @@ AxisValue read_axis_value(const Axis& a, const toml::node& n, const std::map<std
         std::vector<std::string> known = presets;
         for (const auto& [custom, def] : recipes) known.push_back(custom);
         errors.fail(loc_of(n), key,
-                    "unknown recipe \"" + name + "\"; known: " + join(known) +
-                        " (define custom ones under [recipes.<name>])");
+                    fmt::format("unknown recipe \"{}\"; known: {} (define custom ones under [recipes.<name>])", name,
+                                fmt::join(known, ", ")));
       }
       return AxisValue{name, name, loc_of(n)};
     }
@@ -338,7 +338,7 @@ class PointBuilder {
     p.id = run::config_hash(c);
     json without_recipe = p.config;
     without_recipe.erase("recipe");
-    p.match_key = data::sha256_hex(without_recipe.dump());  // dumped as config_canonical dumps
+    p.match_key = sha256_hex(without_recipe.dump());  // dumped as config_canonical dumps
     if (p.recipe_label.empty()) p.recipe_label = c.recipe.name;
     p.baseline = !c.recipe.quantized;
     p.model_label = model_label(c.model);

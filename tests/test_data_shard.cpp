@@ -6,8 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "base/sha256.h"
 #include "engine/data/shard.h"
-#include "engine/data/sha256.h"
 #include "tests/test_support.h"
 
 namespace fs = std::filesystem;
@@ -51,7 +51,7 @@ TEST_CASE("a shard round-trips through write_shard, read_shard and MappedShard",
   std::string sha = write_shard(path, tokens, 50257);
 
   CHECK(fs::file_size(path) == 1024 + 2 * tokens.size());
-  CHECK(sha == sha256_file(path));
+  CHECK(sha == fp4::sha256_file(path));
   CHECK_FALSE(fs::exists(dir / ".s.bin.tmp"));  // the temporary file was renamed away
 
   ShardHeader h;

@@ -12,7 +12,7 @@
 #include <random>
 #include <set>
 
-#include "engine/run/run_dir.h"
+#include "base/directory_lock.h"
 #include "sweeps/spec.h"
 #include "sweeps/store.h"
 #include "tests/sweeps_test_helpers.h"
@@ -345,7 +345,7 @@ TEST_CASE("fp4lab train refuses a run directory another process holds", "[sweeps
   REQUIRE(r.exit_code == 0);
   auto store = Store::open(dir / "lock.db", Store::Mode::read_only);
   const fs::path run_dir = store->runs().at(0).dir;
-  fp4::run::RunDirLock held(run_dir);
+  fp4::DirectoryLock held(run_dir);
   r = fp4::test::run_fp4lab("train --config '" + (run_dir / "run.json").string() + "' --dir '" + run_dir.string() +
                                 "' --resume --quiet",
                             dir);

@@ -11,7 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "engine/data/sha256.h"
+#include "base/sha256.h"
 #include "engine/model/model_config.h"
 #include "engine/run/config.h"
 #include "sweeps/spec.h"
@@ -147,7 +147,7 @@ targets = [{n = 1.5e9, d = 1e11}]
   CHECK(s.file == "study/small.toml");
   CHECK(s.base_dir == "/abs/study");
   CHECK(s.text == text);
-  CHECK(s.text_hash == fp4::data::sha256_hex(text));
+  CHECK(s.text_hash == fp4::sha256_hex(text));
   CHECK(s.store == "/abs/study/small-study.db");
   CHECK(s.run_root == "/abs/study/out/runs");
 

@@ -9,9 +9,9 @@
 #include <string_view>
 #include <system_error>
 
-#include "engine/data/atomic_file.h"
+#include "base/files.h"
+#include "base/sha256.h"
 #include "engine/data/document_splitter.h"
-#include "engine/data/sha256.h"
 #include "engine/data/shard.h"
 #include "engine/data/text_input.h"
 

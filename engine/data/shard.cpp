@@ -12,8 +12,8 @@
 #include <stdexcept>
 #include <string_view>
 
-#include "engine/data/atomic_file.h"
-#include "engine/data/sha256.h"
+#include "base/files.h"
+#include "base/sha256.h"
 
 namespace fp4::data {
 

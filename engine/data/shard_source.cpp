@@ -6,8 +6,8 @@
 #include <cstring>
 #include <stdexcept>
 
+#include "base/sha256.h"
 #include "engine/data/manifest.h"
-#include "engine/data/sha256.h"
 #include "engine/data/shard.h"
 
 namespace fp4::data {

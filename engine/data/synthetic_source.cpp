@@ -3,8 +3,8 @@
 
 #include <stdexcept>
 
+#include "base/sha256.h"
 #include "engine/data/markov_chain.h"
-#include "engine/data/sha256.h"
 #include "engine/data/synthetic_spec.h"
 
 namespace fp4::data {

@@ -10,11 +10,11 @@
 
 #include <fmt/format.h>
 
-#include "engine/data/sha256.h"
+#include "base/files.h"
+#include "base/sha256.h"
 #include "engine/data/synthetic_spec.h"
 #include "engine/model/model_config.h"
 #include "engine/quantized_linear.h"
-#include "engine/run/io.h"
 
 namespace fp4::run {
 
@@ -30,12 +30,6 @@ struct Where {
   }
 };
 
-std::string join(const std::set<std::string>& keys) {
-  std::string out;
-  for (const auto& k : keys) out += (out.empty() ? "" : ", ") + k;
-  return out;
-}
-
 // One section of the config (an object), with its known keys: an unknown key is refused rather
 // than ignored, because a misspelled field silently taking its default is a wrong experiment.
 class Section {
@@ -46,7 +40,7 @@ class Section {
     if (!obj_->is_object()) w_.bad(name_, "must be an object, got " + obj_->dump());
     for (auto it = obj_->begin(); it != obj_->end(); ++it)
       if (!known.count(it.key()))
-        w_.bad(field(it.key()), "is not a known key (" + name_ + " has: " + join(known) + ")");
+        w_.bad(field(it.key()), fmt::format("is not a known key ({} has: {})", name_, fmt::join(known, ", ")));
   }
 
   std::string field(const std::string& key) const { return name_ + "." + key; }
@@ -358,7 +352,8 @@ RunConfig config_from_json(const nlohmann::json& j, const std::string& file) {
   static const std::set<std::string> top = {"model", "recipe", "data", "train", "eval",
                                             "probe", "checkpoint", "device", "storage"};
   for (auto it = j.begin(); it != j.end(); ++it)
-    if (!top.count(it.key())) w.bad(it.key(), "is not a known key (the config has: " + join(top) + ")");
+    if (!top.count(it.key()))
+      w.bad(it.key(), fmt::format("is not a known key (the config has: {})", fmt::join(top, ", ")));
 
   RunConfig c;
   c.model = read_model(w, child(j, "model"));
@@ -484,7 +479,7 @@ nlohmann::json config_to_json(const RunConfig& c) {
 std::string config_canonical(const RunConfig& c) { return config_to_json(c).dump(); }
 
 std::string config_hash(const RunConfig& c) {
-  return data::sha256_hex(config_canonical(c));
+  return sha256_hex(config_canonical(c));
 }
 
 }  // namespace fp4::run

@@ -15,7 +15,11 @@
 
 #include <fmt/format.h>
 
-#include "engine/data/atomic_file.h"
+#include "base/clock.h"
+#include "base/directory_lock.h"
+#include "base/files.h"
+#include "base/format.h"
+#include "base/stop_signals.h"
 #include "engine/data/data_source.h"
 #include "engine/model/model_config.h"
 #include "engine/model/transformer.h"
@@ -24,7 +28,6 @@
 #include "engine/run/checkpoint.h"
 #include "engine/run/config.h"
 #include "engine/run/heartbeat.h"
-#include "engine/run/io.h"
 #include "engine/run/metrics.h"
 #include "engine/run/optimizer.h"
 #include "engine/run/run_dir.h"
@@ -40,44 +43,6 @@ namespace fp4::run {
 namespace {
 
 using nlohmann::json;
-
-// ---- Signals ------------------------------------------------------------------------------------
-
-volatile std::sig_atomic_t g_stop_signal = 0;
-
-// Records the first SIGTERM/SIGINT and restores the default action, so a second one kills at once
-// (an impatient Ctrl-C still works). Only async-signal-safe calls here.
-extern "C" void on_stop_signal(int signo) {
-  g_stop_signal = signo;
-  struct sigaction dfl = {};
-  dfl.sa_handler = SIG_DFL;
-  sigemptyset(&dfl.sa_mask);
-  sigaction(signo, &dfl, nullptr);
-}
-
-class StopSignals {
- public:
-  StopSignals() {
-    g_stop_signal = 0;
-    struct sigaction sa = {};
-    sa.sa_handler = on_stop_signal;
-    sigemptyset(&sa.sa_mask);
-    sa.sa_flags = SA_RESTART;  // file writes in flight must not fail with EINTR
-    sigaction(SIGTERM, &sa, &old_term_);
-    sigaction(SIGINT, &sa, &old_int_);
-  }
-  ~StopSignals() {
-    sigaction(SIGTERM, &old_term_, nullptr);
-    sigaction(SIGINT, &old_int_, nullptr);
-  }
-  StopSignals(const StopSignals&) = delete;
-  StopSignals& operator=(const StopSignals&) = delete;
-
- private:
-  struct sigaction old_term_ = {}, old_int_ = {};
-};
-
-const char* signal_name(int s) { return s == SIGINT ? "SIGINT" : s == SIGTERM ? "SIGTERM" : "a signal"; }
 
 // ---- Batches -------------------------------------------------------------------------------------
 
@@ -234,20 +199,6 @@ bool holds_a_run(const RunPaths& p) {
   for (const auto* f : {&p.config, &p.metrics, &p.checkpoints, &p.status, &p.log})
     if (std::filesystem::exists(*f, ec)) return true;
   return false;
-}
-
-std::string format_duration(double s) {
-  if (!(s >= 0) || s > 1e8) return "?";
-  const int64_t t = static_cast<int64_t>(s + 0.5);
-  if (t >= 3600) return fmt::format("{}h{:02d}m", t / 3600, (t / 60) % 60);
-  if (t >= 60) return fmt::format("{}m{:02d}s", t / 60, t % 60);
-  return fmt::format("{}s", t);
-}
-
-std::string format_rate(double r) {
-  if (r >= 1e6) return fmt::format("{:.2f}M", r / 1e6);
-  if (r >= 1e3) return fmt::format("{:.1f}k", r / 1e3);
-  return fmt::format("{:.0f}", r);
 }
 
 // ---- The run ---------------------------------------------------------------------------------
@@ -451,7 +402,7 @@ TrainResult run_loop(Setup& s, const TrainOptions& o, const RunPaths& paths, Tra
       if (auto why = eval_now(step)) return diverge(step, *why);
     if (c.probe.every > 0 && c.recipe.quantized && step % c.probe.every == 0) probe_now(step);
 
-    const int stop = g_stop_signal != 0 ? static_cast<int>(g_stop_signal) : (step == o.stop_after ? SIGTERM : 0);
+    const int stop = StopSignals::first() != 0 ? StopSignals::first() : (step == o.stop_after ? SIGTERM : 0);
     if ((c.checkpoint.every > 0 && step % c.checkpoint.every == 0) || step == c.train.steps || stop != 0) {
       heartbeat.set_phase("checkpoint");
       write_checkpoint_now(s, paths, m, *stream, step, tokens, metrics, log);
@@ -460,7 +411,7 @@ TrainResult run_loop(Setup& s, const TrainOptions& o, const RunPaths& paths, Tra
     if (stop != 0 && step < c.train.steps) {
       device_summary(step);
       log.line(fmt::format("stopped by {} after step {}: the checkpoint is written, continue with --resume",
-                           signal_name(stop), step));
+                           stop_signal_name(stop), step));
       return TrainResult{Outcome::interrupted, step, "", stop};
     }
   }
@@ -502,7 +453,8 @@ std::string pick_device(RunConfig& config, const std::string& device_flag) {
 }
 
 TrainResult train(const TrainOptions& o) {
-  const StopSignals signals;
+  // A first SIGTERM/SIGINT finishes the step and checkpoints; a second one kills at once.
+  const StopSignals signals(StopSignals::Second::kills);
   const RunPaths paths(o.dir);
   Setup s;
 
@@ -515,7 +467,7 @@ TrainResult train(const TrainOptions& o) {
   // change under us. With --resume the directory may be created for that (an orchestrator always
   // passes --resume); a fresh run's directory is locked once it exists (nobody else can be using a
   // directory that did not exist).
-  std::optional<RunDirLock> lock;
+  std::optional<DirectoryLock> lock;
   if (o.resume) {
     std::error_code ec;
     std::filesystem::create_directories(o.dir, ec);
@@ -605,7 +557,7 @@ TrainResult train(const TrainOptions& o) {
   if (!lock) lock.emplace(o.dir);
   if (!std::filesystem::exists(paths.config)) {
     const std::string text = config_to_json(s.config).dump(2) + "\n";
-    data::write_file_atomic(paths.config, {text});
+    write_file_atomic(paths.config, {text});
   }
   TrainLog log(paths.log, o.echo);
   if (s.checkpoint)

@@ -1,5 +1,5 @@
 // sha256.cpp — EVP_sha256 wrapped for one-shot, streaming and whole-file use.
-#include "engine/data/sha256.h"
+#include "base/sha256.h"
 
 #include <openssl/evp.h>
 
@@ -9,7 +9,7 @@
 #include <stdexcept>
 #include <vector>
 
-namespace fp4::data {
+namespace fp4 {
 
 Sha256::Sha256() : ctx_(EVP_MD_CTX_new()) {
   if (ctx_ == nullptr || EVP_DigestInit_ex(static_cast<EVP_MD_CTX*>(ctx_), EVP_sha256(), nullptr) != 1) {
@@ -60,4 +60,4 @@ std::string sha256_file(const std::filesystem::path& path) {
   return h.hex();
 }
 
-}  // namespace fp4::data
+}  // namespace fp4
