@@ -7,7 +7,7 @@
 #include <stdexcept>
 #include <string>
 
-#include "engine/run/io.h"
+#include "base/clock.h"
 #include "sweeps/store.h"
 #include "sweeps/store_sqlite.h"
 
@@ -79,7 +79,7 @@ int64_t Store::insert_fit(const FitRecord& f) {
               "predictions_json, n_points, fp4lab_version, created) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)");
   s.bind(1, f.law).bind(2, f.scope).bind(3, f.input_hash).bind(4, f.params_json).bind(5, f.intervals_json);
   s.bind(6, f.quality_json).bind(7, f.options_json).bind(8, f.predictions_json).bind(9, f.n_points);
-  s.bind(10, f.fp4lab_version).bind(11, f.created != 0 ? f.created : run::unix_time_s());
+  s.bind(10, f.fp4lab_version).bind(11, f.created != 0 ? f.created : unix_time_s());
   s.run();
   return sqlite3_last_insert_rowid(db_);
 }
