@@ -41,8 +41,10 @@ void table_one(std::string& out, const StoredFit& f, const std::string& note) {
                      f.optimizer.starts_tried, f.optimizer.starts_succeeded, f.samples.size(), f.replicates_asked,
                      f.options.seed);
   if (!note.empty()) out += "  " + note + "\n";
-  out += fmt::format("  N = {} parameters, D = training tokens; L = E + {}\n",
-                     f.options.n_kind == "given" ? "as given" : f.options.n_kind,
+  out += fmt::format("  {}; L = E + {}\n",
+                     f.options.n_kind == "given" ? std::string("N and D as given in the points file")
+                                                 : fmt::format("N = {} parameters, D = training tokens",
+                                                               f.options.n_kind == "total" ? "total" : "non-embedding"),
                      precision ? (f.options.gamma ? "(A/(rho_N N)^alpha + B/(rho_D D)^beta)^gamma"
                                                   : "A/(rho_N N)^alpha + B/(rho_D D)^beta")
                                : "A/N^alpha + B/D^beta");

@@ -58,7 +58,7 @@ struct SolveSettings {
 };
 SolveSettings grid_stage_settings();  // ≤ 30 iterations, Ceres' default tolerances
 SolveSettings polish_settings();      // ≤ 2000 iterations, tolerances near machine precision
-SolveSettings replicate_settings();   // bootstrap replicates, warm-started: ≤ 500, tolerances 1e-10
+SolveSettings replicate_settings();   // bootstrap replicates, warm-started: ≤ 500, tolerances 1e-8
 
 struct SolveOutcome {
   std::vector<double> x;               // where it ended
