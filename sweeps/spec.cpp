@@ -31,7 +31,8 @@ const std::map<std::string, FieldKind>& run_config_fields() {
       {"train.lr", K::number},           {"train.min_lr", K::number},       {"train.warmup_steps", K::integer},
       {"train.schedule", K::string},     {"train.decay_fraction", K::number}, {"train.beta1", K::number},
       {"train.beta2", K::number},        {"train.eps", K::number},          {"train.weight_decay", K::number},
-      {"train.grad_clip", K::number},    {"eval.every", K::integer},        {"eval.tokens", K::count},
+      {"train.grad_clip", K::number},    {"train.shuffle", K::string},      {"train.data_seed", K::seed},
+      {"eval.every", K::integer},        {"eval.tokens", K::count},
       {"probe.every", K::integer},       {"checkpoint.every", K::integer},
   };
   return fields;

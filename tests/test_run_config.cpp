@@ -64,7 +64,7 @@ TEST_CASE("run config: defaults are resolved and written out", "[run][config]") 
   for (const char* key : {"model", "recipe", "data", "train", "eval", "probe", "checkpoint", "device", "storage"})
     CHECK(j.contains(key));
   for (const char* key : {"seed", "tokens", "steps", "batch_tokens", "micro_batch", "lr", "min_lr", "warmup_steps",
-                          "schedule", "beta1", "beta2", "eps", "weight_decay", "grad_clip"})
+                          "schedule", "beta1", "beta2", "eps", "weight_decay", "grad_clip", "shuffle"})
     CHECK(j["train"].contains(key));
 }
 

@@ -534,20 +534,22 @@ TEST_CASE("sweep spec: compact counts", "[sweeps][sweeps_spec]") {
 }
 
 TEST_CASE("sweep spec: every run config field can be written in TOML", "[sweeps][sweeps_spec]") {
-  // A resolved config with every field (wsd adds decay_fraction), written back as TOML sections:
-  // if the engine gains a field the spec does not know, this fails.
-  const fp4::run::RunConfig resolved = fp4::run::config_from_json(
-      json::parse(R"({"model": {"preset": "d2"}, "data": "synthetic:markov?order=1&vocab=64",
-                      "train": {"tokens": 65536, "batch_tokens": 4096, "micro_batch": 4, "schedule": "wsd"}})"),
-      "x");
-  const json full = fp4::run::config_to_json(resolved);
-  std::string text = "[sweep]\nname = \"all\"\n[data]\nsource = " + full.at("data").dump() + "\n";
-  for (const char* section : {"model", "train", "eval", "probe", "checkpoint"}) {
-    text += std::string("[") + section + "]\n";
-    for (const auto& [key, value] : full.at(section).items()) text += key + " = " + value.dump() + "\n";
+  // A resolved config with every field (wsd adds decay_fraction, a shard directory data_seed),
+  // written back as TOML sections: if the engine gains a field the spec does not know, this fails.
+  for (const char* data : {"synthetic:markov?order=1&vocab=64", "data/shards"}) {
+    const fp4::run::RunConfig resolved = fp4::run::config_from_json(
+        json::parse(std::string(R"({"model": {"preset": "d2"}, "data": ")") + data + R"(",
+                        "train": {"tokens": 65536, "batch_tokens": 4096, "micro_batch": 4, "schedule": "wsd"}})"),
+        "x");
+    const json full = fp4::run::config_to_json(resolved);
+    std::string text = "[sweep]\nname = \"all\"\n[data]\nsource = " + full.at("data").dump() + "\n";
+    for (const char* section : {"model", "train", "eval", "probe", "checkpoint"}) {
+      text += std::string("[") + section + "]\n";
+      for (const auto& [key, value] : full.at(section).items()) text += key + " = " + value.dump() + "\n";
+    }
+    INFO(text);
+    CHECK(only_point(parse(text)).config == full);
   }
-  INFO(text);
-  CHECK(only_point(parse(text)).config == full);
 }
 
 TEST_CASE("sweep spec: load_sweep_spec reads the file and resolves paths against its directory", "[sweeps][sweeps_spec]") {

@@ -155,20 +155,6 @@ std::string store_doc_section() {
   return text.substr(start, end == std::string::npos ? std::string::npos : end - start);
 }
 
-// Every ```sql block of `doc`.
-std::vector<std::string> sql_blocks(const std::string& doc) {
-  std::vector<std::string> out;
-  size_t at = 0;
-  while ((at = doc.find("```sql\n", at)) != std::string::npos) {
-    const size_t body = at + 7;
-    const size_t end = doc.find("```", body);
-    if (end == std::string::npos) break;
-    out.push_back(doc.substr(body, end - body));
-    at = end + 3;
-  }
-  return out;
-}
-
 // A study with known final losses: bf16, ufp4 and nvfp4 (diverged: a null final loss) at one
 // matched point m0, and at another point m1 an e2m1 run whose bf16 baseline has no loss yet.
 struct ViewStudy {
@@ -709,7 +695,7 @@ TEST_CASE("sweeps store: every example query in the docs runs, and the docs name
           "[sweeps][sweeps_store]") {
   const std::string doc = store_doc_section();
   REQUIRE_FALSE(doc.empty());
-  const std::vector<std::string> blocks = sql_blocks(doc);
+  const std::vector<std::string> blocks = fp4::test::sql_blocks(doc);
   REQUIRE(blocks.size() >= 5);
 
   ViewStudy study;

@@ -51,7 +51,10 @@ class SyntheticSource final : public DataSource {
     return {0, chain_->context_tokens(MarkovChain::initial_context())};
   }
 
-  std::unique_ptr<TrainStream> train_stream(const StreamPosition& from) const override {
+  std::unique_ptr<TrainStream> train_stream(const StreamPosition& from, const StreamOrder& order) const override {
+    if (order.kind != StreamOrder::Kind::file)
+      throw std::invalid_argument(spec_ + ": a synthetic stream cannot be shuffled (it is endless, and every "
+                                  "position is already a fresh draw of the chain); read it in order");
     uint64_t context = chain_->context_index(from.context);  // checks length and tokens
     return std::make_unique<SyntheticStream>(chain_, from.tokens, context);
   }

@@ -179,10 +179,11 @@ engine::Recipe read_recipe(const Where& w, const json* j) {
   }
 }
 
-TrainConfig read_train(const Where& w, const json* j, const ModelConfig& model) {
+TrainConfig read_train(const Where& w, const json* j, const ModelConfig& model, bool synthetic_data) {
   const Section s(w, j, "train",
                   {"seed", "tokens", "steps", "batch_tokens", "micro_batch", "lr", "min_lr", "warmup_steps",
-                   "schedule", "decay_fraction", "beta1", "beta2", "eps", "weight_decay", "grad_clip"});
+                   "schedule", "decay_fraction", "beta1", "beta2", "eps", "weight_decay", "grad_clip", "shuffle",
+                   "data_seed"});
   if (j == nullptr) w.bad("train", "is required (at least train.tokens or train.steps)");
   TrainConfig t;
   t.seed = s.unsigned_integer("seed").value_or(t.seed);
@@ -254,6 +255,23 @@ TrainConfig read_train(const Where& w, const json* j, const ModelConfig& model) 
   if (!(t.weight_decay >= 0)) w.bad("train.weight_decay", fmt::format("must be >= 0, got {}", t.weight_decay));
   t.grad_clip = s.number("grad_clip").value_or(t.grad_clip);
   if (!(t.grad_clip >= 0)) w.bad("train.grad_clip", fmt::format("must be >= 0 (0 turns clipping off), got {}", t.grad_clip));
+
+  // The data order. By default the run seed drives the permutation too, so that a seed's spread
+  // includes the data order's share of the noise; train.data_seed fixes the order on its own (for
+  // instance to vary only the initial weights across seeds).
+  const std::string shuffle = s.string("shuffle").value_or(synthetic_data ? "none" : "sequences");
+  if (shuffle == "sequences") t.shuffle = Shuffle::sequences;
+  else if (shuffle == "none") t.shuffle = Shuffle::none;
+  else w.bad("train.shuffle", "must be \"sequences\" or \"none\", got \"" + shuffle + "\"");
+  if (synthetic_data && t.shuffle == Shuffle::sequences)
+    w.bad("train.shuffle", "must be \"none\" for a synthetic source: its stream is endless and already "
+                           "a fresh draw at every position, so there is nothing to permute");
+  if (t.shuffle == Shuffle::none) {
+    if (s.has("data_seed"))
+      w.bad("train.data_seed", "applies only to train.shuffle \"sequences\" (the stream is read in file order)");
+  } else {
+    t.data_seed = s.unsigned_integer("data_seed").value_or(t.seed);
+  }
   return t;
 }
 
@@ -326,6 +344,12 @@ void set_device(RunConfig& c, const std::string& device, const std::string& wher
 }
 
 const char* schedule_name(Schedule s) { return s == Schedule::cosine ? "cosine" : "wsd"; }
+const char* shuffle_name(Shuffle s) { return s == Shuffle::sequences ? "sequences" : "none"; }
+
+data::StreamOrder train_stream_order(const RunConfig& c) {
+  if (c.train.shuffle == Shuffle::none) return data::StreamOrder::file_order();
+  return data::StreamOrder::shuffled(c.train.data_seed, c.model.seq_len);
+}
 
 int default_d_ff(int d_model) { return model::nearest_d_ff(d_model); }
 
@@ -373,7 +397,7 @@ RunConfig config_from_json(const nlohmann::json& j, const std::string& file) {
       w.bad("data:", e.what());
     }
   }
-  c.train = read_train(w, child(j, "train"), c.model);
+  c.train = read_train(w, child(j, "train"), c.model, data::is_synthetic_spec(c.data));
 
   {
     const Section s(w, child(j, "eval"), "eval", {"every", "tokens"});
@@ -453,6 +477,8 @@ nlohmann::json config_to_json(const RunConfig& c) {
                 {"weight_decay", t.weight_decay},
                 {"grad_clip", t.grad_clip}};
   if (t.schedule == Schedule::wsd) j["train"]["decay_fraction"] = t.decay_fraction;
+  j["train"]["shuffle"] = shuffle_name(t.shuffle);
+  if (t.shuffle == Shuffle::sequences) j["train"]["data_seed"] = t.data_seed;
   j["eval"] = {{"every", c.eval.every}, {"tokens", c.eval.tokens}};
   j["probe"] = {{"every", c.probe.every}};
   j["checkpoint"] = {{"every", c.checkpoint.every}};

@@ -16,6 +16,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "engine/data/data_source.h"
 #include "engine/recipe.h"
 
 namespace fp4::run {
@@ -33,6 +34,14 @@ struct ModelConfig {
 enum class Schedule : uint8_t { cosine = 0, wsd = 1 };
 const char* schedule_name(Schedule s);
 
+// The order in which the training stream reads the data (docs/train.md, docs/data.md).
+//   sequences: every epoch is a seeded permutation of the shard directory's seq_len-token windows,
+//              so any prefix of the stream is a fair sample of the corpus (the default for shards);
+//   none:      the documents in file order (synthetic sources, whose stream is already a draw
+//              from one fixed process, and reproductions of runs made before the shuffle).
+enum class Shuffle : uint8_t { none = 0, sequences = 1 };
+const char* shuffle_name(Shuffle s);
+
 struct TrainConfig {
   uint64_t seed = 0;
   int64_t tokens = 0;             // total training tokens = steps · batch_tokens (resolved)
@@ -49,6 +58,8 @@ struct TrainConfig {
   double eps = 1e-8;
   double weight_decay = 0.1;      // decoupled (AdamW), not applied to norm gains
   double grad_clip = 1.0;         // global-norm clip; 0 turns it off
+  Shuffle shuffle = Shuffle::sequences;  // default: sequences for a shard directory, none for synthetic
+  uint64_t data_seed = 0;         // sequences only: the permutation's seed; default train.seed
 };
 
 struct EvalConfig {
@@ -84,6 +95,9 @@ struct RunConfig {
   // Micro-steps per optimizer step (gradient accumulation); resolution makes it exact.
   int64_t grad_accum() const { return train.batch_tokens / tokens_per_micro_step(); }
 };
+
+// The order the trainer reads the training stream in (train.shuffle, train.data_seed, model.seq_len).
+data::StreamOrder train_stream_order(const RunConfig& c);
 
 // Empty when `device` can train in this build; otherwise the one-line reason, e.g.
 // "device must be \"cpu\" or \"cuda\", got \"tpu\"", or for "cuda" in a build without CUDA

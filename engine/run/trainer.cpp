@@ -254,11 +254,11 @@ TrainResult run_loop(Setup& s, const TrainOptions& o, const RunPaths& paths, Tra
     m.load_state(TrainState{std::move(st.params), std::move(st.adam_m), std::move(st.adam_v)});
     step = st.step;
     tokens = st.tokens_seen;
-    stream = s.data->train_stream(data::StreamPosition::from_json(st.data_position));
+    stream = s.data->train_stream(data::StreamPosition::from_json(st.data_position), train_stream_order(c));
     log.line(fmt::format("resuming from {} (step {}, {} tokens)", s.checkpoint->path.filename().string(), step, tokens));
   } else {
     m.init(c.train.seed);
-    stream = s.data->train_stream();
+    stream = s.data->train_stream(s.data->start(), train_stream_order(c));
     log.line(o.resume ? "no checkpoint to resume from: starting from scratch" : "starting");
   }
 
@@ -288,9 +288,13 @@ TrainResult run_loop(Setup& s, const TrainOptions& o, const RunPaths& paths, Tra
                  {"version", FP4LAB_VERSION}};
   metrics.write(run_row);
   log.line(fmt::format("model {}: {} parameters ({} non-embedding); recipe {}; {} steps of {} tokens "
-                       "({} micro-steps of {}×{}); data {}; device {} ({})",
+                       "({} micro-steps of {}×{}); data {} ({}); device {} ({})",
                        model::describe(mc), model::total_params(mc), n_nonemb, c.recipe.name, c.train.steps,
-                       c.train.batch_tokens, accum, b, t, c.data, m.device(), s.device_choice));
+                       c.train.batch_tokens, accum, b, t, c.data,
+                       c.train.shuffle == Shuffle::sequences
+                           ? fmt::format("shuffled by sequence, data seed {}", c.train.data_seed)
+                           : std::string("in file order"),
+                       m.device(), s.device_choice));
 
   const auto ctx_at = [&](int64_t completed, uint32_t micro) {
     return model::StepContext{c.train.seed, static_cast<uint32_t>(completed), micro};
