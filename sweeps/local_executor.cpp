@@ -19,6 +19,7 @@
 #include "base/directory_lock.h"
 #include "base/format.h"
 #include "base/stop_signals.h"
+#include "base/user_error.h"
 #include "sweeps/lease_owner.h"
 #include "sweeps/process.h"
 #include "sweeps/provenance.h"
@@ -331,8 +332,8 @@ int LocalExecutor::run() {
   if (any_gpu_run) {
     const std::vector<int> gpus = visible_gpus(o_, spec_.executor);
     if (gpus.empty())
-      throw std::invalid_argument(spec_.file.string() + ": runs use device \"cuda\" but no GPU is visible: pass --gpus, "
-                                  "set CUDA_VISIBLE_DEVICES, or use [sweep] device = \"cpu\"");
+      throw UserError(spec_.file.string() + ": runs use device \"cuda\" but no GPU is visible: pass --gpus, "
+                      "set CUDA_VISIBLE_DEVICES, or use [sweep] device = \"cpu\"");
     for (int g : gpus)
       for (int k = 0; k < spec_.executor.runs_per_gpu; ++k) slots_.push_back({true, g, false});
   }

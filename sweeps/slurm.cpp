@@ -5,6 +5,7 @@
 
 #include "base/clock.h"
 #include "base/files.h"
+#include "base/user_error.h"
 #include "sweeps/process.h"
 #include "sweeps/run_dir_reader.h"
 #include "sweeps/store.h"
@@ -24,10 +25,10 @@ std::string shell_quote(const std::string& s) {
 }
 
 int write_slurm_job(const SweepSpec& spec, const SlurmOptions& o, std::ostream& out) {
-  if (o.out.empty()) throw std::invalid_argument("sweep slurm: --out is required (the sbatch file to write)");
+  if (o.out.empty()) throw UserError("sweep slurm: --out is required (the sbatch file to write)");
   for (const std::string& opt : o.sbatch_options)
     if (opt.find('\n') != std::string::npos || opt.rfind("--", 0) != 0)
-      throw std::invalid_argument("sweep slurm: --sbatch \"" + opt + "\" must be one option starting with --");
+      throw UserError("sweep slurm: --sbatch \"" + opt + "\" must be one option starting with --");
   const fs::path trainer = o.trainer.empty() ? self_executable() : o.trainer;
   auto store = Store::open(spec.store, Store::Mode::read_write);
   store->record_grid(spec);

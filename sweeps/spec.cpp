@@ -11,6 +11,7 @@
 
 #include "base/files.h"
 #include "base/sha256.h"
+#include "base/user_error.h"
 #include "engine/data/manifest.h"
 #include "engine/data/synthetic_spec.h"
 #include "engine/recipe.h"
@@ -127,7 +128,7 @@ uint32_t shard_vocab_size(const fs::path& dir, Loc at, const SpecErrors& errors)
   if (!fs::exists(dir / data::kManifestName, ec)) return 256;
   try {
     return data::read_manifest(dir).vocab_size;
-  } catch (const std::invalid_argument& e) {
+  } catch (const UserError& e) {
     errors.fail(at, "data.source", e.what());
   }
 }
@@ -146,7 +147,7 @@ void read_data_section(const toml::table* t, const fs::path& base_dir, BaseConfi
   if (data::is_synthetic_spec(source)) {
     try {
       base.vocab_size = data::parse_synthetic_spec(source).vocab;
-    } catch (const std::invalid_argument& e) {
+    } catch (const UserError& e) {
       errors.fail(loc_of(*n), "data.source", e.what());
     }
   } else {
@@ -264,7 +265,7 @@ std::map<std::string, RecipeDef> read_recipes(const toml::table* t, const SpecEr
     json config = to_json(recipe, prefix, errors);
     try {
       (void)engine::recipe_from_json(config);
-    } catch (const std::invalid_argument& e) {
+    } catch (const UserError& e) {
       const Origin o = locate_recipe_error(recipe, prefix, e.what());
       errors.fail(o.at, o.key, e.what());
     } catch (const json::exception& e) {
@@ -413,7 +414,7 @@ SweepSpec load_sweep_spec(const fs::path& file) {
   try {
     text = read_file(file);
   } catch (const std::runtime_error& e) {
-    throw std::invalid_argument(std::string(e.what()) + "; check the path of the sweep spec");
+    throw UserError(std::string(e.what()) + "; check the path of the sweep spec");
   }
   // Runs execute in the spec's directory; an absolute path keeps that true whatever the caller's
   // working directory is later.

@@ -11,6 +11,7 @@
 #include <fmt/format.h>
 
 #include "base/sha256.h"
+#include "base/user_error.h"
 #include "engine/model/model_config.h"
 #include "engine/recipe.h"
 #include "engine/run/config.h"
@@ -113,7 +114,7 @@ AxisValue read_model_value(const toml::node& n, const SpecErrors& errors) {
     const std::string preset = n.as_string()->get();
     try {
       (void)run::model_preset(preset);
-    } catch (const std::invalid_argument& e) {
+    } catch (const UserError& e) {
       errors.fail(loc_of(n), key, e.what());
     }
     return AxisValue{preset, preset, loc_of(n)};
@@ -369,7 +370,7 @@ class PointBuilder {
                          const std::string& point_text) const {
     try {
       return run::config_from_json(j, errors_.file());
-    } catch (const std::invalid_argument& e) {
+    } catch (const UserError& e) {
       fail_at_culprit(e.what(), from_axes, point_text);
     } catch (const json::exception& e) {
       // The spec checks every type first, so this is a gap in those checks; still the user's input.

@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "base/sha256.h"
+#include "base/user_error.h"
 #include "engine/model/model_config.h"
 #include "engine/run/config.h"
 #include "sweeps/spec.h"
@@ -33,7 +34,7 @@ SweepSpec parse(const std::string& text, const std::string& file = "spec.toml") 
 std::string error_of(const std::string& text) {
   try {
     parse(text);
-  } catch (const std::invalid_argument& e) {
+  } catch (const fp4::UserError& e) {
     const std::string what = e.what();
     INFO(what);
     CHECK(what.find('\n') == std::string::npos);
@@ -563,7 +564,7 @@ TEST_CASE("sweep spec: load_sweep_spec reads the file and resolves paths against
   try {
     fp4::sweeps::load_sweep_spec(dir / "missing.toml");
     FAIL("no error for a missing file");
-  } catch (const std::invalid_argument& e) {
+  } catch (const fp4::UserError& e) {
     CHECK(std::string(e.what()).find("missing.toml") != std::string::npos);
   }
 }
