@@ -21,4 +21,21 @@ std::string format_rate(double r) {
   return fmt::format("{:.0f}", r);
 }
 
+size_t find_control_character(std::string_view text) {
+  for (size_t i = 0; i < text.size(); ++i) {
+    const auto c = static_cast<unsigned char>(text[i]);
+    if (c < 0x20 || c == 0x7f) return i;
+  }
+  return std::string_view::npos;
+}
+
+std::string control_character_name(char c) {
+  switch (c) {
+    case '\n': return "\\n";
+    case '\r': return "\\r";
+    case '\t': return "\\t";
+    default: return fmt::format("\\x{:02x}", static_cast<unsigned char>(c));
+  }
+}
+
 }  // namespace fp4

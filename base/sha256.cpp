@@ -9,6 +9,8 @@
 #include <stdexcept>
 #include <vector>
 
+#include "base/user_error.h"
+
 namespace fp4 {
 
 Sha256::Sha256() : ctx_(EVP_MD_CTX_new()) {
@@ -49,7 +51,7 @@ std::string sha256_hex(std::string_view bytes) {
 std::string sha256_file(const std::filesystem::path& path) {
   std::FILE* f = std::fopen(path.c_str(), "rb");
   if (f == nullptr)
-    throw std::invalid_argument(path.string() + ": cannot open: " + std::strerror(errno) + "; check the path");
+    throw UserError(path.string() + ": cannot open: " + std::strerror(errno) + "; check the path");
   Sha256 h;
   std::vector<char> buf(1 << 20);
   size_t n;

@@ -28,8 +28,8 @@ class Sha256 {
 
 std::string sha256_hex(std::string_view bytes);
 
-// Hashes a whole file by streaming it; throws std::invalid_argument naming the file if it cannot be
-// read (the path came from the user).
+// Hashes a whole file by streaming it; throws fp4::UserError naming the file if it cannot be opened
+// (the path came from the user).
 std::string sha256_file(const std::filesystem::path& path);
 
 }  // namespace fp4

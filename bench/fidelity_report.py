@@ -122,7 +122,8 @@ def main():
         for p in glob.glob(os.path.join(d, "peer", "peer-same-init-s*.jsonl")):
             runs["same"][seed_of(p)] = rows(p)
         for p in glob.glob(os.path.join(d, "peer", "peer-s*.jsonl")):
-            runs["peer"][seed_of(p)] = rows(p)
+            if re.fullmatch(r"peer-s\d+\.jsonl", os.path.basename(p)):  # not peer-same-init-s*
+                runs["peer"][seed_of(p)] = rows(p)
 
     def rel(a, b):
         return 100.0 * (a / b - 1.0)

@@ -12,6 +12,7 @@
 #include <string>
 
 #include "base/directory_lock.h"
+#include "base/user_error.h"
 #include "cli/commands.h"
 #include "engine/run/config.h"
 #include "engine/run/run_dir.h"
@@ -39,7 +40,7 @@ void run_train(const TrainCliOptions& o) {
     std::cerr << "config hash " << run::config_hash(c) << "\n";
     return;
   }
-  if (o.dir.empty()) throw std::invalid_argument("train: --dir is required (the run directory)");
+  if (o.dir.empty()) throw UserError("train: --dir is required (the run directory)");
   run::TrainOptions t;
   t.config = o.config;
   t.dir = o.dir;

@@ -10,7 +10,9 @@
 #include <fmt/format.h>
 
 #include "base/files.h"
+#include "base/format.h"
 #include "base/sha256.h"
+#include "base/user_error.h"
 #include "engine/data/manifest.h"
 #include "engine/data/synthetic_spec.h"
 #include "engine/recipe.h"
@@ -94,6 +96,18 @@ std::string require_nonempty_string(const toml::node& n, const std::string& key,
   return s;
 }
 
+// A path the sweep writes and names in job scripts and logs: a newline or another control character
+// in it could end a script line early, so it is refused here, where the user wrote it.
+std::string require_path_string(const toml::node& n, const std::string& key, const SpecErrors& errors) {
+  std::string s = require_nonempty_string(n, key, errors);
+  if (const size_t at = find_control_character(s); at != std::string::npos)
+    errors.fail(loc_of(n), key,
+                fmt::format("contains the control character {} (at byte {}); paths reach job scripts and logs, "
+                            "so rename it without control characters",
+                            control_character_name(s[at]), at));
+  return s;
+}
+
 // [sweep]: the study's name and where its store and run directories live.
 void read_sweep_section(const toml::table* t, const fs::path& base_dir, SweepSpec& spec, BaseConfig& base,
                         const SpecErrors& errors) {
@@ -107,10 +121,10 @@ void read_sweep_section(const toml::table* t, const fs::path& base_dir, SweepSpe
     errors.fail(loc_of(*name), "sweep.name",
                 "must use only letters, digits, '.', '_' and '-' (it names files), got \"" + spec.name + "\"");
   std::string store = spec.name + ".db";
-  if (const toml::node* n = t->get("store")) store = require_nonempty_string(*n, "sweep.store", errors);
+  if (const toml::node* n = t->get("store")) store = require_path_string(*n, "sweep.store", errors);
   spec.store = resolve_against(base_dir, store);
   std::string run_root = "runs";
-  if (const toml::node* n = t->get("run_root")) run_root = require_nonempty_string(*n, "sweep.run_root", errors);
+  if (const toml::node* n = t->get("run_root")) run_root = require_path_string(*n, "sweep.run_root", errors);
   spec.run_root = resolve_against(base_dir, run_root);
   if (const toml::node* n = t->get("device")) {
     base.config["device"] = require_nonempty_string(*n, "sweep.device", errors);
@@ -127,7 +141,7 @@ uint32_t shard_vocab_size(const fs::path& dir, Loc at, const SpecErrors& errors)
   if (!fs::exists(dir / data::kManifestName, ec)) return 256;
   try {
     return data::read_manifest(dir).vocab_size;
-  } catch (const std::invalid_argument& e) {
+  } catch (const UserError& e) {
     errors.fail(at, "data.source", e.what());
   }
 }
@@ -146,7 +160,7 @@ void read_data_section(const toml::table* t, const fs::path& base_dir, BaseConfi
   if (data::is_synthetic_spec(source)) {
     try {
       base.vocab_size = data::parse_synthetic_spec(source).vocab;
-    } catch (const std::invalid_argument& e) {
+    } catch (const UserError& e) {
       errors.fail(loc_of(*n), "data.source", e.what());
     }
   } else {
@@ -264,7 +278,7 @@ std::map<std::string, RecipeDef> read_recipes(const toml::table* t, const SpecEr
     json config = to_json(recipe, prefix, errors);
     try {
       (void)engine::recipe_from_json(config);
-    } catch (const std::invalid_argument& e) {
+    } catch (const UserError& e) {
       const Origin o = locate_recipe_error(recipe, prefix, e.what());
       errors.fail(o.at, o.key, e.what());
     } catch (const json::exception& e) {
@@ -417,7 +431,7 @@ SweepSpec load_sweep_spec(const fs::path& file) {
   try {
     text = read_file(file);
   } catch (const std::runtime_error& e) {
-    throw std::invalid_argument(std::string(e.what()) + "; check the path of the sweep spec");
+    throw UserError(std::string(e.what()) + "; check the path of the sweep spec");
   }
   // Runs execute in the spec's directory; an absolute path keeps that true whatever the caller's
   // working directory is later.

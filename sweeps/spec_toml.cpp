@@ -8,6 +8,8 @@
 
 #include <fmt/format.h>
 
+#include "base/user_error.h"
+
 namespace fp4::sweeps::detail {
 
 Loc loc_of(const toml::source_region& r) {
@@ -20,7 +22,7 @@ Loc loc_of(const toml::key& k) { return loc_of(k.source()); }
 void SpecErrors::fail(Loc at, const std::string& key, const std::string& what) const {
   std::string line = fmt::format("{}:{}:{}: ", file_, at.line, at.col);
   if (!key.empty()) line += key + ": ";
-  throw std::invalid_argument(line + what);
+  throw UserError(line + what);
 }
 
 std::string dotted(const std::string& prefix, std::string_view key) {

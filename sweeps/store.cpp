@@ -11,6 +11,7 @@
 #include <string>
 
 #include "base/clock.h"
+#include "base/user_error.h"
 #include "sweeps/store_schema.h"
 #include "sweeps/store_sqlite.h"
 
@@ -92,15 +93,15 @@ std::optional<double> run_info_number(const json& info, const char* name) {
 
 const char* run_state_name(RunState s) {
   const auto i = static_cast<size_t>(s);
-  if (i >= std::size(kStateNames)) throw std::invalid_argument("run state " + std::to_string(i) + " has no name");
+  if (i >= std::size(kStateNames)) throw std::logic_error("run state " + std::to_string(i) + " has no name");
   return kStateNames[i];
 }
 
 RunState parse_run_state(const std::string& text) {
   for (size_t i = 0; i < std::size(kStateNames); ++i)
     if (text == kStateNames[i]) return static_cast<RunState>(i);
-  throw std::invalid_argument("\"" + text +
-                              "\" is not a run state (pending, running, succeeded, failed, diverged, orphaned)");
+  throw UserError("\"" + text +
+                  "\" is not a run state (pending, running, succeeded, failed, diverged, orphaned)");
 }
 
 // ---- Opening ----------------------------------------------------------------------------------
@@ -120,8 +121,8 @@ std::unique_ptr<Store> Store::open(const std::filesystem::path& path, Mode reque
   const Mode mode = if_present ? Mode::read_only : requested;
   if (if_present && !std::filesystem::exists(path, ec)) return nullptr;
   if (mode == Mode::read_only && !std::filesystem::exists(path, ec))
-    throw std::invalid_argument(name + ": no such sweep store; check the path (a store is created by the first "
-                                       "`fp4lab sweep run` of its grid)");
+    throw UserError(name + ": no such sweep store; check the path (a store is created by the first "
+                           "`fp4lab sweep run` of its grid)");
 
   sqlite3* raw = nullptr;
   const int flags = mode == Mode::read_only ? SQLITE_OPEN_READONLY : (SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE);
@@ -152,26 +153,26 @@ std::unique_ptr<Store> Store::open(const std::filesystem::path& path, Mode reque
     }
     sqlite3_finalize(probe);
     if ((step_rc & 0xff) == SQLITE_NOTADB)
-      throw std::invalid_argument(name + " is not an SQLite database, so not a sweep store; pass the study's .db "
-                                         "file (or a path that does not exist yet, to create one)");
+      throw UserError(name + " is not an SQLite database, so not a sweep store; pass the study's .db "
+                             "file (or a path that does not exist yet, to create one)");
     if (step_rc != SQLITE_ROW) detail::throw_sqlite_error(raw, path, "reading the schema version");
   }
 
   const int latest = latest_schema_version();
   if (version > latest)
-    throw std::invalid_argument(name + ": store schema version " + std::to_string(version) +
-                                " is newer than this fp4lab knows (" + std::to_string(latest) +
-                                "); use the fp4lab that wrote it, or a newer one");
+    throw UserError(name + ": store schema version " + std::to_string(version) +
+                    " is newer than this fp4lab knows (" + std::to_string(latest) +
+                    "); use the fp4lab that wrote it, or a newer one");
   if ((version > 0 && application_id != detail::kStoreApplicationId) || (version == 0 && tables > 0))
-    throw std::invalid_argument(name + " is an SQLite database but not an fp4lab sweep store; pass the study's "
-                                       ".db file or a new path");
+    throw UserError(name + " is an SQLite database but not an fp4lab sweep store; pass the study's "
+                           ".db file or a new path");
   if (mode == Mode::read_only) {
     if (version == 0 && if_present) return nullptr;  // being created: nothing recorded yet
     if (version == 0)
-      throw std::invalid_argument(name + " is empty, not a sweep store yet; check the path (a store is created "
-                                         "by the first `fp4lab sweep run` of its grid)");
+      throw UserError(name + " is empty, not a sweep store yet; check the path (a store is created "
+                             "by the first `fp4lab sweep run` of its grid)");
     if (version < latest)
-      throw std::invalid_argument(
+      throw UserError(
           name + ": store schema version " + std::to_string(version) + " is older than this fp4lab's (" +
           std::to_string(latest) + ") and a read-only open cannot migrate it; run a writing sweep command "
                                    "(`fp4lab sweep run` or `fp4lab sweep ingest`) on it once to migrate it");

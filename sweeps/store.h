@@ -20,6 +20,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "base/user_error.h"
 #include "sweeps/spec.h"
 
 struct sqlite3;
@@ -30,7 +31,7 @@ namespace fp4::sweeps {
 // has expired (its orchestrator died); the next `sweep run` resumes it from its last checkpoint.
 enum class RunState : uint8_t { pending = 0, running, succeeded, failed, diverged, orphaned };
 const char* run_state_name(RunState s);            // "pending", ...
-RunState parse_run_state(const std::string& text); // throws std::invalid_argument
+RunState parse_run_state(const std::string& text); // throws UserError
 
 struct RunRecord {
   std::string id;
@@ -135,7 +136,7 @@ class Store {
   // `sweep status` want, since they must work before and while a sweep runs.
   enum class Mode { read_only, read_write, read_if_present };
   // Opens (read_write: creates if missing, migrates an older schema; read_only: a missing file or
-  // an older schema is a std::invalid_argument naming the file and what to do). A schema newer
+  // an older schema is a UserError naming the file and what to do). A schema newer
   // than this fp4lab knows is refused either way.
   static std::unique_ptr<Store> open(const std::filesystem::path& path, Mode mode);
   ~Store();

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "base/sha256.h"
+#include "base/user_error.h"
 #include "engine/data/byte_shard_builder.h"
 #include "engine/data/data_source.h"
 #include "engine/data/document_splitter.h"
@@ -284,7 +285,7 @@ TEST_CASE("a shard directory as a DataSource: batches, wrap-around, resume, vali
   again->next_batch(B, T, std::span<int32_t>(wide));
   for (size_t i = 0; i < wide.size(); ++i) REQUIRE(wide[i] == after_mid[0][i]);
   CHECK_THROWS_AS(again->next_batch(B, T, std::span<int32_t>(wide.data(), wide.size() - 1)), std::invalid_argument);
-  CHECK_THROWS_AS(src->train_stream(StreamPosition{0, {1, 2}}), std::invalid_argument);
+  CHECK_THROWS_AS(src->train_stream(StreamPosition{0, {1, 2}}), fp4::UserError);
 
   // Validation: a prefix of the validation split, with the document bytes among it.
   ValidationSet all = src->validation(1u << 30);

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "base/user_error.h"
 #include "engine/data/byte_shard_builder.h"
 #include "engine/data/data_random.h"
 #include "engine/data/data_source.h"
@@ -158,9 +159,9 @@ TEST_CASE("a shuffled stream reads the file-order windows in the permuted order,
 
   // Misuse is refused: another sequence length, a position inside a window, a synthetic source.
   CHECK_THROWS_AS(src->train_stream(src->start(), order)->next_batch(B, T + 1), std::invalid_argument);
-  CHECK_THROWS_AS(src->train_stream(StreamPosition{T + 1, {}}, order), std::invalid_argument);
+  CHECK_THROWS_AS(src->train_stream(StreamPosition{T + 1, {}}, order), fp4::UserError);
   CHECK_THROWS_AS(src->train_stream(src->start(), StreamOrder::shuffled(11, static_cast<int64_t>(src->train_tokens()))),
-                  std::invalid_argument);
+                  fp4::UserError);
   auto synthetic = open_data("synthetic:markov?order=1&vocab=16");
   CHECK_THROWS_AS(synthetic->train_stream(synthetic->start(), StreamOrder::shuffled(1, T)), std::invalid_argument);
 }

@@ -315,7 +315,7 @@ TEST_CASE("a Slurm array job trains the pending runs and ingest imports them", "
   REQUIRE(r.exit_code == 0);
   const std::string script = fp4::test::slurp(job);
   CHECK(script.find("#SBATCH --array=0-1%4") != std::string::npos);
-  CHECK(script.find("#SBATCH --partition=gpu") != std::string::npos);
+  CHECK(script.find("#SBATCH --partition=\"gpu\"\n") != std::string::npos);
   // Execute task 1 the way Slurm would (the #SBATCH lines are comments to bash).
   const std::string cmd = "cd '" + dir.path().string() + "' && SLURM_ARRAY_TASK_ID=1 bash '" + job.string() + "'";
   REQUIRE(std::system(cmd.c_str()) == 0);

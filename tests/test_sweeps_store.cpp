@@ -21,6 +21,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "base/user_error.h"
 #include "sweeps/store.h"
 #include "sweeps/store_schema.h"
 #include "tests/test_support.h"
@@ -97,19 +98,19 @@ void exec_sql(sqlite3* db, const std::string& sql) {
   REQUIRE(rc == SQLITE_OK);
 }
 
-// The message of the std::invalid_argument `f` throws; checks it is one line naming `path`.
+// The message of the fp4::UserError `f` throws; checks it is one line naming `path`.
 template <typename F>
 std::string user_error(F&& f, const std::filesystem::path& path) {
   try {
     f();
-  } catch (const std::invalid_argument& e) {
+  } catch (const fp4::UserError& e) {
     const std::string what = e.what();
     INFO(what);
     CHECK(what.find('\n') == std::string::npos);
     CHECK(what.find(path.string()) != std::string::npos);
     return what;
   }
-  FAIL("no std::invalid_argument");
+  FAIL("no fp4::UserError");
   return {};
 }
 
@@ -199,7 +200,7 @@ TEST_CASE("sweeps store: run states have names and parse back", "[sweeps][sweeps
   for (RunState s : {RunState::pending, RunState::running, RunState::succeeded, RunState::failed, RunState::diverged,
                      RunState::orphaned})
     CHECK(parse_run_state(fp4::sweeps::run_state_name(s)) == s);
-  CHECK_THROWS_AS(parse_run_state("done"), std::invalid_argument);
+  CHECK_THROWS_AS(parse_run_state("done"), fp4::UserError);
 }
 
 TEST_CASE("sweeps store: a new store is created in WAL mode with a busy timeout, and reopens", "[sweeps][sweeps_store]") {

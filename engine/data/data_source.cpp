@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <stdexcept>
 
+#include "base/user_error.h"
 #include "engine/data/shard_source.h"
 #include "engine/data/synthetic_source.h"
 #include "engine/data/synthetic_spec.h"
@@ -48,7 +49,7 @@ nlohmann::json StreamPosition::to_json() const { return {{"tokens", tokens}, {"c
 
 StreamPosition StreamPosition::from_json(const nlohmann::json& j) {
   auto bad = [](const std::string& what) {
-    throw std::invalid_argument("data stream position " + what + "; expected {\"tokens\": N, \"context\": [...]}");
+    throw UserError("data stream position " + what + "; expected {\"tokens\": N, \"context\": [...]}");
   };
   if (!j.is_object() || !j.contains("tokens") || !j.at("tokens").is_number_unsigned()) bad("has no non-negative integer \"tokens\"");
   StreamPosition p;
@@ -90,7 +91,7 @@ std::vector<uint16_t> TrainStream::next_batch(int64_t batch, int64_t seq_len) {
 
 std::unique_ptr<DataSource> open_data(const std::string& spec) {
   if (spec.empty())
-    throw std::invalid_argument("empty data spec; give a shard directory or synthetic:markov?...");
+    throw UserError("empty data spec; give a shard directory or synthetic:markov?...");
   if (is_synthetic_spec(spec)) return open_synthetic_source(spec);
   return open_shard_directory(spec);
 }

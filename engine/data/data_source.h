@@ -41,7 +41,7 @@ struct StreamPosition {
   std::vector<uint16_t> context;   // synthetic only: the `order` tokens before `tokens`, oldest first
 
   nlohmann::json to_json() const;
-  // Throws std::invalid_argument naming what is malformed.
+  // Throws UserError naming what is malformed.
   static StreamPosition from_json(const nlohmann::json& j);
   bool operator==(const StreamPosition&) const = default;
 };
@@ -70,7 +70,7 @@ class TrainStream {
   virtual ~TrainStream() = default;
 
   // Fills `out` (batch * (seq_len + 1) tokens, sequence-major as described above) and advances.
-  // Throws std::invalid_argument for non-positive sizes or a wrongly sized `out`.
+  // Throws UserError for non-positive sizes or a wrongly sized `out`.
   void next_batch(int64_t batch, int64_t seq_len, std::span<uint16_t> out);
   void next_batch(int64_t batch, int64_t seq_len, std::span<int32_t> out);
   std::vector<uint16_t> next_batch(int64_t batch, int64_t seq_len);
@@ -120,12 +120,12 @@ class DataSource {
   std::unique_ptr<TrainStream> train_stream() const { return train_stream(start()); }
 
   // The first min(n, validation_tokens()) validation tokens (n for synthetic sources): the same
-  // tokens on every call and every machine. Throws std::invalid_argument when n is 0 or the
+  // tokens on every call and every machine. Throws UserError when n is 0 or the
   // source has no validation data.
   virtual ValidationSet validation(uint64_t n) const = 0;
 };
 
-// Opens a shard directory or a synthetic source. Throws std::invalid_argument with one line naming
+// Opens a shard directory or a synthetic source. Throws UserError with one line naming
 // the spec (or the file inside it) for anything wrong with it.
 std::unique_ptr<DataSource> open_data(const std::string& spec);
 

@@ -7,6 +7,7 @@
 #include <stdexcept>
 
 #include "base/sha256.h"
+#include "base/user_error.h"
 #include "engine/data/manifest.h"
 #include "engine/data/sequence_order.h"
 #include "engine/data/shard.h"
@@ -49,13 +50,13 @@ Split map_split(const fs::path& dir, const SplitSummary& summary, uint32_t vocab
     const fs::path path = dir / e.file;
     auto shard = std::make_unique<MappedShard>(path);
     if (shard->header().tokens != e.tokens)
-      throw std::invalid_argument(path.string() + ": holds " + std::to_string(shard->header().tokens) +
-                                  " tokens but manifest.json lists " + std::to_string(e.tokens) +
-                                  ": the directory changed after it was built; rebuild it with `fp4lab data build`");
+      throw UserError(path.string() + ": holds " + std::to_string(shard->header().tokens) +
+                      " tokens but manifest.json lists " + std::to_string(e.tokens) +
+                      ": the directory changed after it was built; rebuild it with `fp4lab data build`");
     if (shard->header().vocab != vocab)
-      throw std::invalid_argument(path.string() + ": vocabulary size " + std::to_string(shard->header().vocab) +
-                                  " differs from manifest.json's " + std::to_string(vocab) +
-                                  "; rebuild the directory with `fp4lab data build`");
+      throw UserError(path.string() + ": vocabulary size " + std::to_string(shard->header().vocab) +
+                      " differs from manifest.json's " + std::to_string(vocab) +
+                      "; rebuild the directory with `fp4lab data build`");
     shard->check_tokens();
     split.starts.push_back(split.starts.back() + e.tokens);
     split.shards.push_back(std::move(shard));
@@ -100,17 +101,17 @@ class ShuffledShardStream final : public TrainStream {
       throw std::invalid_argument(spec + ": a shuffled stream needs a sequence length of at least 1");
     const uint64_t windows = (data_->train.total() - 1) / seq_len_;
     if (windows == 0)
-      throw std::invalid_argument(spec + ": the training split (" + std::to_string(data_->train.total()) +
-                                  " tokens) is shorter than one sequence of " + std::to_string(seq_len_) +
-                                  " + 1 tokens; build it from more text or use a shorter seq_len");
+      throw UserError(spec + ": the training split (" + std::to_string(data_->train.total()) +
+                      " tokens) is shorter than one sequence of " + std::to_string(seq_len_) +
+                      " + 1 tokens; build it from more text or use a shorter seq_len");
     if (windows > UINT32_MAX)
-      throw std::invalid_argument(spec + ": more than 2^32 - 1 windows of " + std::to_string(seq_len_) +
-                                  " tokens; use a longer seq_len");
+      throw UserError(spec + ": more than 2^32 - 1 windows of " + std::to_string(seq_len_) +
+                      " tokens; use a longer seq_len");
     windows_ = static_cast<uint32_t>(windows);
     if (position_ % seq_len_ != 0)
-      throw std::invalid_argument(spec + ": stream position " + std::to_string(position_) +
-                                  " is not a whole number of sequences of " + std::to_string(seq_len_) +
-                                  " tokens; the checkpoint belongs to another sequence length");
+      throw UserError(spec + ": stream position " + std::to_string(position_) +
+                      " is not a whole number of sequences of " + std::to_string(seq_len_) +
+                      " tokens; the checkpoint belongs to another sequence length");
   }
 
   StreamPosition position() const override { return {position_, {}}; }
@@ -161,8 +162,8 @@ class ShardSource final : public DataSource {
 
   std::unique_ptr<TrainStream> train_stream(const StreamPosition& from, const StreamOrder& order) const override {
     if (!from.context.empty())
-      throw std::invalid_argument(spec_ + ": the stream position carries a synthetic source's context; the "
-                                  "checkpoint belongs to another data source");
+      throw UserError(spec_ + ": the stream position carries a synthetic source's context; the "
+                      "checkpoint belongs to another data source");
     if (order.kind == StreamOrder::Kind::sequences)
       return std::make_unique<ShuffledShardStream>(data_, order, from.tokens, spec_);
     return std::make_unique<ShardStream>(data_, from.tokens);
@@ -171,10 +172,10 @@ class ShardSource final : public DataSource {
   ValidationSet validation(uint64_t n) const override {
     const Split& val = data_->validation;
     if (val.total() == 0)
-      throw std::invalid_argument(spec_ + ": has no validation tokens (no input had " +
-                                  std::to_string(data_->manifest.validation_every) +
-                                  " documents); build it from more documents or with a smaller --val-every");
-    if (n == 0) throw std::invalid_argument(spec_ + ": asked for 0 validation tokens; ask for at least 1");
+      throw UserError(spec_ + ": has no validation tokens (no input had " +
+                      std::to_string(data_->manifest.validation_every) +
+                      " documents); build it from more documents or with a smaller --val-every");
+    if (n == 0) throw UserError(spec_ + ": asked for 0 validation tokens; ask for at least 1");
     n = std::min(n, val.total());
     const std::string& sep = data_->manifest.separator;
     // Read a little past n so a separator that the prefix cuts through is still recognised.
@@ -220,7 +221,7 @@ std::unique_ptr<DataSource> open_shard_directory(const fs::path& dir) {
   data->train = map_split(dir, data->manifest.train, data->manifest.vocab_size);
   data->validation = map_split(dir, data->manifest.validation, data->manifest.vocab_size);
   if (data->train.total() == 0)
-    throw std::invalid_argument(dir.string() + ": has no training tokens; build it from non-empty inputs");
+    throw UserError(dir.string() + ": has no training tokens; build it from non-empty inputs");
   return std::make_unique<ShardSource>(dir.string(), std::move(data), manifest_text);
 }
 
@@ -230,8 +231,8 @@ void verify_shard_directory(const fs::path& dir) {
     for (const ShardEntry& e : s->shards) {
       std::string sha = sha256_file(dir / e.file);
       if (sha != e.sha256)
-        throw std::invalid_argument((dir / e.file).string() + ": sha256 " + sha + " differs from manifest.json's " +
-                                    e.sha256 + ": the shard is damaged or was replaced; rebuild the directory");
+        throw UserError((dir / e.file).string() + ": sha256 " + sha + " differs from manifest.json's " +
+                        e.sha256 + ": the shard is damaged or was replaced; rebuild the directory");
     }
   }
 }

@@ -4,6 +4,7 @@
 #include <stdexcept>
 
 #include "base/sha256.h"
+#include "base/user_error.h"
 #include "engine/data/markov_chain.h"
 #include "engine/data/synthetic_spec.h"
 
@@ -60,7 +61,7 @@ class SyntheticSource final : public DataSource {
 
   ValidationSet validation(uint64_t n) const override {
     if (n == 0 || n > kMaxSyntheticValidationTokens)
-      throw std::invalid_argument(spec_ + ": validation token count " + std::to_string(n) + " is outside 1..2^31");
+      throw UserError(spec_ + ": validation token count " + std::to_string(n) + " is outside 1..2^31");
     ValidationSet v;
     v.tokens.resize(n);
     chain_->generate(DataPurpose::validation_stream, 0, MarkovChain::initial_context(), v.tokens.data(), n);
@@ -79,8 +80,8 @@ std::unique_ptr<DataSource> open_synthetic_source(const std::string& spec) {
   MarkovParams params = parse_synthetic_spec(spec);
   try {
     return std::make_unique<SyntheticSource>(params);
-  } catch (const std::invalid_argument& e) {
-    throw std::invalid_argument("synthetic source \"" + spec + "\": " + e.what());
+  } catch (const UserError& e) {
+    throw UserError("synthetic source \"" + spec + "\": " + e.what());
   }
 }
 

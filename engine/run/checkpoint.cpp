@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include "base/files.h"
+#include "base/parse_number.h"
 #include "base/sha256.h"
 
 namespace fp4::run {
@@ -149,7 +150,7 @@ std::vector<std::filesystem::path> list_checkpoints(const std::filesystem::path&
     if (name.size() < 11 || name.rfind("step_", 0) != 0 || name.substr(name.size() - 5) != ".ckpt") continue;
     const std::string digits = name.substr(5, name.size() - 10);
     if (digits.empty() || digits.size() > 18 || digits.find_first_not_of("0123456789") != std::string::npos) continue;
-    found.emplace_back(std::stoll(digits), e.path());
+    found.emplace_back(*parse_integer<int64_t>(digits), e.path());  // <= 18 digits fit
   }
   std::sort(found.begin(), found.end());
   std::vector<std::filesystem::path> out;

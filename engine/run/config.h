@@ -6,7 +6,7 @@
 // keys, shortest round-trip numbers) hashed with SHA-256 identifies the run: a checkpoint records
 // the hash and a resume with any other config is refused.
 //
-// Errors are the user's: each is a std::invalid_argument with one line that starts with the file
+// Errors are the user's: each is a UserError with one line that starts with the file
 // name and names the field, e.g. "run.json: train.lr must be > 0, got -1".
 #pragma once
 
@@ -104,14 +104,14 @@ data::StreamOrder train_stream_order(const RunConfig& c);
 // "device \"cuda\": this fp4lab was built without CUDA; ...".
 std::string device_error(const std::string& device);
 // Sets c.device (part of the config and its hash) after checking it; `where` starts the message
-// ("--device"). Throws std::invalid_argument.
+// ("--device"). Throws UserError.
 void set_device(RunConfig& c, const std::string& device, const std::string& where);
 
 // Parses, validates and resolves. `file` names the source in messages ("run.json").
 RunConfig config_from_json(const nlohmann::json& j, const std::string& file);
 // As above from text; malformed JSON is reported as "file:line:col: malformed JSON: ...".
 RunConfig config_from_text(const std::string& text, const std::string& file);
-// Reads the file; an unreadable file is a std::invalid_argument naming it.
+// Reads the file; an unreadable file is a UserError naming it.
 RunConfig load_config(const std::filesystem::path& path);
 
 // The fully resolved form: every field, defaults included.
@@ -122,7 +122,7 @@ std::string config_canonical(const RunConfig& c);
 std::string config_hash(const RunConfig& c);
 
 // "d<L>" presets (engine/model): n_layers = L, d_model = 64·L, n_heads = L, head_dim 64, d_ff by
-// the rule below. Throws std::invalid_argument for anything else.
+// the rule below. Throws UserError for anything else.
 ModelConfig model_preset(const std::string& preset);
 // engine/model's rule: the multiple of 64 nearest to 8/3 · d_model.
 int default_d_ff(int d_model);

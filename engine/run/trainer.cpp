@@ -20,6 +20,7 @@
 #include "base/files.h"
 #include "base/format.h"
 #include "base/stop_signals.h"
+#include "base/user_error.h"
 #include "engine/data/data_source.h"
 #include "engine/model/model_config.h"
 #include "engine/model/transformer.h"
@@ -86,13 +87,13 @@ struct EvalSet {
 EvalSet make_eval_set(const data::DataSource& data, const RunConfig& c) {
   const uint64_t need = static_cast<uint64_t>(c.eval.tokens) + 1;
   if (data.validation_tokens() != 0 && data.validation_tokens() < need)
-    throw std::invalid_argument(fmt::format(
+    throw UserError(fmt::format(
         "eval.tokens = {} needs {} validation tokens, but data \"{}\" has {}: lower eval.tokens", c.eval.tokens,
         need, c.data, data.validation_tokens()));
   const data::ValidationSet v = data.validation(need);
   if (v.tokens.size() < need)
-    throw std::invalid_argument(fmt::format("data \"{}\" gave {} validation tokens, eval.tokens = {} needs {}", c.data,
-                                            v.tokens.size(), c.eval.tokens, need));
+    throw UserError(fmt::format("data \"{}\" gave {} validation tokens, eval.tokens = {} needs {}", c.data,
+                                v.tokens.size(), c.eval.tokens, need));
   EvalSet e;
   const int t = c.model.seq_len;
   const int sequences = static_cast<int>(c.eval.tokens / t);
@@ -475,22 +476,22 @@ TrainResult train(const TrainOptions& o) {
   if (o.resume) {
     std::error_code ec;
     std::filesystem::create_directories(o.dir, ec);
-    if (ec) throw std::invalid_argument("cannot create --dir " + dir + ": " + ec.message());
+    if (ec) throw UserError("cannot create --dir " + dir + ": " + ec.message());
   }
   if (std::filesystem::is_directory(o.dir)) lock.emplace(o.dir);
   if (!o.resume && holds_a_run(paths))
-    throw std::invalid_argument(dir + " already holds a run: pass --resume to continue it, or choose a new --dir");
+    throw UserError(dir + " already holds a run: pass --resume to continue it, or choose a new --dir");
   if (o.resume && std::filesystem::exists(paths.config)) {
     std::string theirs;
     try {
       theirs = config_hash(load_config(paths.config));
-    } catch (const std::invalid_argument& e) {
-      throw std::invalid_argument(std::string("cannot resume: ") + e.what());
+    } catch (const UserError& e) {
+      throw UserError(std::string("cannot resume: ") + e.what());
     }
     if (theirs != s.hash)
-      throw std::invalid_argument("cannot resume " + dir + ": " + o.config.string() +
-                                  " differs from the run's config.json: resume with " + paths.config.string() +
-                                  " or choose a new --dir");
+      throw UserError("cannot resume " + dir + ": " + o.config.string() +
+                      " differs from the run's config.json: resume with " + paths.config.string() +
+                      " or choose a new --dir");
   }
   if (o.resume) {
     // A run with an outcome is finished: resuming it again repeats the outcome, not the run.
@@ -514,7 +515,7 @@ TrainResult train(const TrainOptions& o) {
 #ifdef FP4LAB_HAVE_CUDA
       s.backend = cuda_model::make_cuda_backend(mc, s.config.recipe, std::move(bf16_layers));
 #else
-      throw std::invalid_argument(device_error("cuda"));  // the config refuses it already
+      throw UserError(device_error("cuda"));  // the config refuses it already
 #endif
     } else {
       s.backend = make_cpu_backend(mc, s.config.recipe, std::move(bf16_layers));
@@ -525,30 +526,30 @@ TrainResult train(const TrainOptions& o) {
     try {
       s.checkpoint = load_latest_checkpoint(paths.checkpoints);
     } catch (const CheckpointError& e) {
-      throw std::invalid_argument(std::string("cannot resume: ") + e.what() + "; remove " +
-                                  paths.checkpoints.string() + " to start over");
+      throw UserError(std::string("cannot resume: ") + e.what() + "; remove " +
+                      paths.checkpoints.string() + " to start over");
     }
     if (s.checkpoint) {
       const CheckpointState& st = s.checkpoint->state;
       const std::string name = s.checkpoint->path.string();
       if (st.config_hash != s.hash)
-        throw std::invalid_argument("cannot resume: " + name + " was written by a different config (hash " +
-                                    st.config_hash.substr(0, 12) + ", this config " + s.hash.substr(0, 12) +
-                                    "): resume with the run's own config.json or choose a new --dir");
+        throw UserError("cannot resume: " + name + " was written by a different config (hash " +
+                        st.config_hash.substr(0, 12) + ", this config " + s.hash.substr(0, 12) +
+                        "): resume with the run's own config.json or choose a new --dir");
       const std::string fp = st.extra.is_object() && st.extra.contains("data_fingerprint") &&
                                      st.extra["data_fingerprint"].is_string()
                                  ? st.extra["data_fingerprint"].get<std::string>()
                                  : std::string();
       if (fp != s.data->fingerprint())
-        throw std::invalid_argument("cannot resume: " + name + " was written against other data (fingerprint " +
-                                    fp.substr(0, 12) + ", \"" + s.config.data + "\" is " +
-                                    s.data->fingerprint().substr(0, 12) + ")");
+        throw UserError("cannot resume: " + name + " was written against other data (fingerprint " +
+                        fp.substr(0, 12) + ", \"" + s.config.data + "\" is " +
+                        s.data->fingerprint().substr(0, 12) + ")");
       if (st.params.size() != s.backend->n_params())
-        throw std::invalid_argument(fmt::format("cannot resume: {} holds {} parameters, the model has {}", name,
-                                                st.params.size(), s.backend->n_params()));
+        throw UserError(fmt::format("cannot resume: {} holds {} parameters, the model has {}", name,
+                                    st.params.size(), s.backend->n_params()));
       if (st.step > s.config.train.steps)
-        throw std::invalid_argument(fmt::format("cannot resume: {} is at step {}, beyond train.steps = {}", name,
-                                                st.step, s.config.train.steps));
+        throw UserError(fmt::format("cannot resume: {} is at step {}, beyond train.steps = {}", name,
+                                    st.step, s.config.train.steps));
     }
   }
 
@@ -556,7 +557,7 @@ TrainResult train(const TrainOptions& o) {
   try {
     std::filesystem::create_directories(o.dir);
   } catch (const std::filesystem::filesystem_error& e) {
-    throw std::invalid_argument("cannot create --dir " + dir + ": " + e.code().message());
+    throw UserError("cannot create --dir " + dir + ": " + e.code().message());
   }
   if (!lock) lock.emplace(o.dir);
   if (!std::filesystem::exists(paths.config)) {
