@@ -60,7 +60,7 @@ struct Table {
 };
 
 struct Figure {
-  std::string id;                         // anchor and file stem: figures/<id>.svg
+  std::string id;                         // file stem (figures/<id>.svg); the HTML anchor is figure-<id>
   std::string title;
   Inline caption;
   std::string svg_inline;                 // for HTML (svg_for_inline)

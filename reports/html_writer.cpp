@@ -52,15 +52,19 @@ details summary { cursor: pointer; color: var(--muted); }
 }
 )css";
 
+// Inline text is one line in both formats (a name's line break would end a Markdown table row),
+// so the HTML shows it the same way.
+std::string text_html(const std::string& s) { return html_escape(one_line(s)); }
+
 std::string inline_html(const Inline& content) {
   std::string out;
   for (const Span& s : content) {
     switch (s.kind) {
-      case Span::Kind::text: out += html_escape(s.text); break;
-      case Span::Kind::code: out += "<code>" + html_escape(s.text) + "</code>"; break;
-      case Span::Kind::strong: out += "<strong>" + html_escape(s.text) + "</strong>"; break;
+      case Span::Kind::text: out += text_html(s.text); break;
+      case Span::Kind::code: out += "<code>" + text_html(s.text) + "</code>"; break;
+      case Span::Kind::strong: out += "<strong>" + text_html(s.text) + "</strong>"; break;
       case Span::Kind::link:
-        out += "<a href=\"" + html_escape(s.href) + "\">" + html_escape(s.text) + "</a>";
+        out += "<a href=\"" + html_escape(s.href) + "\">" + text_html(s.text) + "</a>";
         break;
     }
   }
@@ -93,19 +97,19 @@ struct Writer {
       table(*t);
     } else if (const auto* f = std::get_if<Figure>(&b)) {
       ++figure_number;
-      out += "<figure id=\"" + html_escape(f->id) + "\">\n<div class=\"plot\">" + f->svg_inline + "</div>\n";
-      out += fmt::format("<figcaption><strong>Figure {}. {}</strong> ", figure_number, html_escape(f->title)) +
+      out += "<figure id=\"figure-" + html_escape(f->id) + "\">\n<div class=\"plot\">" + f->svg_inline + "</div>\n";
+      out += fmt::format("<figcaption><strong>Figure {}. {}</strong> ", figure_number, text_html(f->title)) +
              inline_html(f->caption) + data_line(f->csv) + "</figcaption>\n</figure>\n";
     }
   }
 
   void table(const Table& t) {
     out += "<div class=\"table-wrap\"><table" + (t.id.empty() ? std::string() : " id=\"" + html_escape(t.id) + "\"") + ">\n";
-    if (!t.caption.empty() || !t.csv.empty()) out += "<caption>" + html_escape(t.caption) + data_line(t.csv) + "</caption>\n";
+    if (!t.caption.empty() || !t.csv.empty()) out += "<caption>" + text_html(t.caption) + data_line(t.csv) + "</caption>\n";
     auto numeric = [&](size_t c) { return c < t.numeric.size() && t.numeric[c]; };
     out += "<thead><tr>";
     for (size_t c = 0; c < t.header.size(); ++c)
-      out += std::string(numeric(c) ? "<th class=\"num\">" : "<th>") + html_escape(t.header[c]) + "</th>";
+      out += std::string(numeric(c) ? "<th class=\"num\">" : "<th>") + text_html(t.header[c]) + "</th>";
     out += "</tr></thead>\n<tbody>\n";
     for (const auto& row : t.rows) {
       out += "<tr>";
@@ -113,7 +117,7 @@ struct Writer {
         out += numeric(c) ? "<td class=\"num\">" : "<td>";
         if (!row[c].swatch.empty())
           out += "<span class=\"sw\" style=\"background:" + html_escape(row[c].swatch) + "\"></span>";
-        out += html_escape(row[c].text) + "</td>";
+        out += text_html(row[c].text) + "</td>";
       }
       out += "</tr>\n";
     }
@@ -121,7 +125,7 @@ struct Writer {
   }
 
   void section(const Section& s, int level) {
-    out += fmt::format("<section id=\"{}\">\n<h{}>{}</h{}>\n", html_escape(s.id), level, html_escape(s.title), level);
+    out += fmt::format("<section id=\"{}\">\n<h{}>{}</h{}>\n", html_escape(s.id), level, text_html(s.title), level);
     for (const Block& b : s.blocks) block(b);
     for (const Section& sub : s.subsections) section(sub, level + 1);
     out += "</section>\n";
@@ -138,8 +142,8 @@ std::string write_html(const Document& doc) {
   // fetch it (no script, no remote image, style or font; inline styles only).
   w.out += "<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; style-src 'unsafe-inline'; "
            "img-src data:\">\n";
-  w.out += "<title>" + html_escape(doc.title) + "</title>\n<style>" + kStyle + "</style>\n</head>\n<body>\n";
-  w.out += "<header>\n<h1>" + html_escape(doc.title) + "</h1>\n<p class=\"subtitle\">" + inline_html(doc.subtitle) +
+  w.out += "<title>" + text_html(doc.title) + "</title>\n<style>" + kStyle + "</style>\n</head>\n<body>\n";
+  w.out += "<header>\n<h1>" + text_html(doc.title) + "</h1>\n<p class=\"subtitle\">" + inline_html(doc.subtitle) +
            "</p>\n</header>\n";
   w.out += "<nav class=\"toc\"><strong>Contents</strong>\n<ol>\n";
   for (const Section& s : doc.sections) {

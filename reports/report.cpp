@@ -28,7 +28,7 @@ Figure ReportContext::figure(const std::string& id, const std::string& title, In
   f.id = id;
   f.title = title;
   f.caption = std::move(caption);
-  f.svg_inline = svg_for_inline(svg, id, title);
+  f.svg_inline = svg_for_inline(svg, "figure-" + id, title);
   f.svg_file = "figures/" + id + ".svg";
   f.csv = csv;
   files_.push_back({f.svg_file, svg});

@@ -31,14 +31,19 @@ struct ObservedPoint {
 };
 
 // The finished pairs of the bf16_gap view, by grid point; unfinished ones are counted apart.
-std::map<PointKey, ObservedPoint> observed_points(const ReportContext& ctx, int* unfinished) {
+std::map<PointKey, ObservedPoint> observed_points(const ReportContext& ctx, int* unfinished, int* excluded) {
   const Study& st = ctx.study;
   std::map<std::string, const TwinPair*> pair_of;
   const Twins twins = bf16_twins(st);
   for (const TwinPair& p : twins.pairs) pair_of[p.run->record.id] = &p;
   std::map<PointKey, ObservedPoint> out;
-  *unfinished = 0;
+  *unfinished = *excluded = 0;
+  auto left_out = [](const std::string& state) { return state == "failed" || state == "diverged"; };
   for (const GapRow& g : st.gaps) {
+    if (left_out(g.state) || left_out(g.bf16_state)) {
+      ++*excluded;
+      continue;
+    }
     if (g.state != "succeeded" || g.bf16_state != "succeeded") {
       ++*unfinished;
       continue;
@@ -113,8 +118,8 @@ Section gap_section(ReportContext& ctx) {
                                      "seeds ± their sample standard deviation (n − 1). The train-loss column is the "
                                      "paper's measure: the gap of the two train losses' trailing means at the end of "
                                      "training.")}});
-  int unfinished = 0;
-  const auto observed = observed_points(ctx, &unfinished);
+  int unfinished = 0, excluded = 0;
+  const auto observed = observed_points(ctx, &unfinished, &excluded);
   Table t;
   t.id = "gap-table";
   t.caption = "Observed gap per recipe and grid point";
@@ -145,6 +150,10 @@ Section gap_section(ReportContext& ctx) {
     s.blocks.push_back(Note{{text(fmt::format("{} pair{} where the run or its BF16 twin has not finished {} left out of this "
                                               "table.",
                                               unfinished, unfinished == 1 ? "" : "s", unfinished == 1 ? "is" : "are"))}});
+  if (excluded > 0)
+    s.blocks.push_back(Note{{text(fmt::format("{} pair{} where the run or its BF16 twin diverged or failed {} left out (see "
+                                              "Excluded and missing runs).",
+                                              excluded, excluded == 1 ? "" : "s", excluded == 1 ? "is" : "are"))}});
   const Twins twins = bf16_twins(ctx.study);
   if (!twins.without.empty())
     s.blocks.push_back(Note{{text(fmt::format("{} quantized run{} without a BF16 twin in the store ha{} no gap (see Loss "
