@@ -11,6 +11,7 @@
 #include <fmt/core.h>
 #include <nlohmann/json.hpp>
 
+#include "base/user_error.h"
 #include "cli/commands.h"
 #include "engine/data/byte_shard_builder.h"
 #include "engine/data/data_source.h"
@@ -59,7 +60,7 @@ std::string split_line(const data::SplitSummary& s) {
 void run_build(const std::string& tokenizer, const std::vector<std::string>& files, const std::string& out,
                uint64_t shard_tokens, uint64_t every) {
   if (tokenizer != "bytes")
-    throw std::invalid_argument("data build: tokenizer \"" + tokenizer + "\" is not known; the only one is bytes");
+    throw UserError("data build: tokenizer \"" + tokenizer + "\" is not known; the only one is bytes");
   data::ByteBuildOptions options;
   for (const std::string& f : files) options.inputs.emplace_back(f);
   options.out_dir = out;
@@ -89,8 +90,8 @@ void run_entropy(const std::string& source, uint64_t seq_len, bool json) {
     data::MarkovEntropies e;
     try {
       e = chain.entropies();
-    } catch (const std::invalid_argument& err) {
-      throw std::invalid_argument("synthetic source \"" + source + "\": " + err.what());
+    } catch (const UserError& err) {
+      throw UserError("synthetic source \"" + source + "\": " + err.what());
     }
     if (json) {
       j = {{"source", spec}, {"entropy_rate_nats", e.rate}, {"entropy_rate_bits", e.rate / kLn2},

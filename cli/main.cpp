@@ -1,9 +1,9 @@
 // main.cpp — fp4lab's entry point. Exit codes: 0 success, 1 a failed run or internal error,
 // 2 bad input: a usage error, or a fp4::UserError (base/user_error.h) thrown by a module with its
-// one-line explanation. std::invalid_argument still maps to 2 while modules move to UserError.
+// one-line explanation. This is the one place user errors become exit 2: anything else that
+// escapes (a library's std::invalid_argument included) is a failure, exit 1.
 #include <cstdio>
 #include <exception>
-#include <stdexcept>
 
 #include "base/user_error.h"
 #include "cli/commands.h"
@@ -29,9 +29,6 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "fp4lab: error: %s (see fp4lab --help)\n", e.what());
     return 2;
   } catch (const fp4::UserError& e) {
-    std::fprintf(stderr, "fp4lab: error: %s\n", e.what());
-    return 2;
-  } catch (const std::invalid_argument& e) {
     std::fprintf(stderr, "fp4lab: error: %s\n", e.what());
     return 2;
   } catch (const std::exception& e) {

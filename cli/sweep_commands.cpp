@@ -8,8 +8,9 @@
 #include <string>
 #include <vector>
 
+#include "base/clock.h"
+#include "base/user_error.h"
 #include "cli/commands.h"
-#include "engine/run/io.h"
 #include "sweeps/ingest.h"
 #include "sweeps/local_executor.h"
 #include "sweeps/slurm.h"
@@ -49,7 +50,7 @@ std::vector<int> parse_gpus(const std::string& text) {
     char* end = nullptr;
     const long g = std::strtol(item.c_str(), &end, 10);
     if (item.empty() || *end != '\0' || g < 0 || g > 1023)
-      throw std::invalid_argument("--gpus " + text + ": expected GPU indices separated by commas, e.g. 0,1");
+      throw UserError("--gpus " + text + ": expected GPU indices separated by commas, e.g. 0,1");
     gpus.push_back(static_cast<int>(g));
     if (comma == std::string::npos) break;
     start = comma + 1;
@@ -77,7 +78,7 @@ void register_sweep_commands(CLI::App& app) {
   plan->callback([o] {
     const sweeps::SweepSpec spec = sweeps::load_sweep_spec(o->spec);
     const auto store = open_existing_store(spec);
-    sweeps::print_plan(spec, sweeps::plan_sweep(spec, store.get(), run::unix_time_s(), o->retry_failed), std::cout);
+    sweeps::print_plan(spec, sweeps::plan_sweep(spec, store.get(), unix_time_s(), o->retry_failed), std::cout);
   });
   plan->add_flag("--retry-failed", o->retry_failed, "Plan as `sweep run --retry-failed` would");
 
@@ -108,7 +109,7 @@ void register_sweep_commands(CLI::App& app) {
   status->callback([o] {
     const sweeps::SweepSpec spec = sweeps::load_sweep_spec(o->spec);
     const auto store = open_existing_store(spec);
-    sweeps::print_status(spec, sweeps::plan_sweep(spec, store.get(), run::unix_time_s(), false), store.get(), std::cout);
+    sweeps::print_status(spec, sweeps::plan_sweep(spec, store.get(), unix_time_s(), false), store.get(), std::cout);
   });
 
   CLI::App* slurm = sweep->add_subcommand("slurm", "Write a Slurm array job (one task per run still to run)");
@@ -136,7 +137,7 @@ void register_sweep_commands(CLI::App& app) {
   ingest->add_option("dirs", o->dirs, "Run directories (default with --spec: every run directory of the grid)");
   ingest->callback([o] {
     if (o->spec.empty() == o->store.empty())
-      throw std::invalid_argument("sweep ingest: give exactly one of --spec grid.toml or --store FILE");
+      throw UserError("sweep ingest: give exactly one of --spec grid.toml or --store FILE");
     std::vector<std::filesystem::path> dirs(o->dirs.begin(), o->dirs.end());
     if (!o->spec.empty()) {
       const sweeps::SweepSpec spec = sweeps::load_sweep_spec(o->spec);
@@ -145,7 +146,7 @@ void register_sweep_commands(CLI::App& app) {
       const auto sum = sweeps::ingest_run_dirs(*store, &spec, dirs, std::cout);
       std::cout << "ingested " << sum.dirs << " run directories, " << sum.rows << " rows\n";
     } else {
-      if (dirs.empty()) throw std::invalid_argument("sweep ingest --store: name the run directories to import");
+      if (dirs.empty()) throw UserError("sweep ingest --store: name the run directories to import");
       auto store = sweeps::Store::open(o->store, sweeps::Store::Mode::read_write);
       const auto sum = sweeps::ingest_run_dirs(*store, nullptr, dirs, std::cout);
       std::cout << "ingested " << sum.dirs << " run directories, " << sum.rows << " rows\n";

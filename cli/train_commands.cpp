@@ -11,6 +11,8 @@
 #include <memory>
 #include <string>
 
+#include "base/directory_lock.h"
+#include "base/user_error.h"
 #include "cli/commands.h"
 #include "engine/run/config.h"
 #include "engine/run/run_dir.h"
@@ -38,7 +40,7 @@ void run_train(const TrainCliOptions& o) {
     std::cerr << "config hash " << run::config_hash(c) << "\n";
     return;
   }
-  if (o.dir.empty()) throw std::invalid_argument("train: --dir is required (the run directory)");
+  if (o.dir.empty()) throw UserError("train: --dir is required (the run directory)");
   run::TrainOptions t;
   t.config = o.config;
   t.dir = o.dir;
@@ -49,7 +51,7 @@ void run_train(const TrainCliOptions& o) {
   int code = 0;
   try {
     code = run::exit_code(run::train(t));
-  } catch (const run::RunDirInUse& e) {
+  } catch (const DirectoryInUse& e) {
     std::fprintf(stderr, "fp4lab: busy: %s\n", e.what());
     code = run::kExitRunDirInUse;
   }

@@ -11,6 +11,8 @@
 #include <map>
 #include <stdexcept>
 
+#include "base/user_error.h"
+
 namespace fp4::npy {
 
 namespace {
@@ -23,7 +25,7 @@ constexpr uint32_t kMaxHeaderLength = 1u << 20;
 constexpr int64_t kMaxDim = int64_t{1} << 40;
 
 [[noreturn]] void fail(const std::string& path, const std::string& what) {
-  throw std::invalid_argument(path + ": " + what);
+  throw UserError(path + ": " + what);
 }
 
 // One value of the header dict.

@@ -34,7 +34,7 @@ struct Array {
   int64_t cols() const { return shape.empty() ? 0 : shape.back(); }
 };
 
-// Reads and checks a whole file. Throws std::invalid_argument("PATH: what; what to do").
+// Reads and checks a whole file. Throws UserError("PATH: what; what to do").
 Array read(const std::string& path);
 
 // The same checks on bytes already in memory; `path` only names them in messages.

@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 #include <stdexcept>
 
+#include "base/user_error.h"
 #include "engine/npy.h"
 #include "engine/recipe.h"
 #include "kernels/cpu/quantize.h"
@@ -166,8 +167,8 @@ Dist parse_dist(std::string_view text) {
     if (t == dist_name(d)) return d;
   if (t == "student_t" || t == "t") return Dist::student_t;
   if (t == "uniform_bins") return Dist::uniform_bins;
-  throw std::invalid_argument("--dist: unknown distribution '" + std::string(text) +
-                              "': use gaussian, laplace, student-t, outliers or uniform-bins");
+  throw UserError("--dist: unknown distribution '" + std::string(text) +
+                  "': use gaussian, laplace, student-t, outliers or uniform-bins");
 }
 
 GridChoice parse_grid(std::string_view text) {
@@ -179,15 +180,15 @@ GridChoice parse_grid(std::string_view text) {
     if (clip.empty() || clip == "6") return {Grid::e2m1, 6.0f, base};
     if (clip == "2" || clip == "3" || clip == "4")
       return {Grid::e2m1, static_cast<float>(clip[0] - '0'), base + ":" + clip};
-    throw std::invalid_argument("--grid " + std::string(text) +
-                                ": e2m1 can be clipped at 2, 3, 4 or 6 (e.g. e2m1:4)");
+    throw UserError("--grid " + std::string(text) +
+                    ": e2m1 can be clipped at 2, 3, 4 or 6 (e.g. e2m1:4)");
   }
   if (base == grid_name(Grid::e1m2)) {
     if (clip.empty() || clip == "7") return {Grid::e1m2, 7.0f, base};
-    throw std::invalid_argument("--grid " + std::string(text) + ": e1m2 takes no clip (its G_max is 7)");
+    throw UserError("--grid " + std::string(text) + ": e1m2 takes no clip (its G_max is 7)");
   }
-  throw std::invalid_argument("--grid: unknown grid '" + std::string(text) +
-                              "': use e2m1, e1m2, or e2m1:2, e2m1:3, e2m1:4 for a clipped e2m1");
+  throw UserError("--grid: unknown grid '" + std::string(text) +
+                  "': use e2m1, e1m2, or e2m1:2, e2m1:3, e2m1:4 for a clipped e2m1");
 }
 
 ScaleMode parse_scale(std::string_view text) {
@@ -196,15 +197,15 @@ ScaleMode parse_scale(std::string_view text) {
     if (t == scale_mode_name(s)) return s;
   if (t == "nvfp4") return ScaleMode::e4m3x2;  // aliases: the formats these scales come from
   if (t == "mx") return ScaleMode::e8m0;
-  throw std::invalid_argument("--scale: unknown scale mode '" + std::string(text) +
-                              "': use fp32, e4m3x2 or e8m0");
+  throw UserError("--scale: unknown scale mode '" + std::string(text) +
+                  "': use fp32, e4m3x2 or e8m0");
 }
 
 bool parse_rht(std::string_view text) {
   const std::string t = lower(trim(text));
   if (t == "off" || t == "no" || t == "false") return false;
   if (t == "on" || t == "yes" || t == "true") return true;
-  throw std::invalid_argument("--rht: '" + std::string(text) + "' is not off or on: use --rht off,on (the default), --rht off or --rht on");
+  throw UserError("--rht: '" + std::string(text) + "' is not off or on: use --rht off,on (the default), --rht off or --rht on");
 }
 
 Format parse_format(std::string_view text) {
@@ -212,7 +213,7 @@ Format parse_format(std::string_view text) {
   if (t == "table") return Format::table;
   if (t == "csv") return Format::csv;
   if (t == "json") return Format::json;
-  throw std::invalid_argument("--format: unknown format '" + std::string(text) + "': use table, csv or json");
+  throw UserError("--format: unknown format '" + std::string(text) + "': use table, csv or json");
 }
 
 Tables parse_tables(std::string_view text) {
@@ -220,7 +221,7 @@ Tables parse_tables(std::string_view text) {
   if (t == "both") return Tables::both;
   if (t == "sweep") return Tables::sweep;
   if (t == "levels") return Tables::levels;
-  throw std::invalid_argument("--table: unknown table '" + std::string(text) + "': use both, sweep or levels");
+  throw UserError("--table: unknown table '" + std::string(text) + "': use both, sweep or levels");
 }
 
 int block_for(const ProbeConfig& config, ScaleMode scale) {
@@ -246,43 +247,43 @@ std::string why_block(const ProbeConfig& config, int block) {
 // Throws when a tensor of this shape cannot be probed; `where` says where the shape came from.
 void check_shape(const ProbeConfig& config, int64_t rows, int64_t cols, const std::string& what_rows,
                  const std::string& what_cols, const std::string& prefix) {
-  if (rows <= 0) throw std::invalid_argument(prefix + what_rows + " must be at least 1");
-  if (cols <= 0) throw std::invalid_argument(prefix + what_cols + " must be at least 1");
+  if (rows <= 0) throw UserError(prefix + what_rows + " must be at least 1");
+  if (cols <= 0) throw UserError(prefix + what_cols + " must be at least 1");
   const int b = widest_block(config);
   if (cols % b != 0) {
     const int64_t down = cols / b * b, up = down + b;
-    throw std::invalid_argument(prefix + what_cols + " (" + std::to_string(cols) +
-                                ") is not a multiple of the block size " + std::to_string(b) +
-                                why_block(config, b) + ": blocks run along it; use a multiple such as " +
-                                (down > 0 ? std::to_string(down) + " or " : "") + std::to_string(up));
+    throw UserError(prefix + what_cols + " (" + std::to_string(cols) +
+                    ") is not a multiple of the block size " + std::to_string(b) +
+                    why_block(config, b) + ": blocks run along it; use a multiple such as " +
+                    (down > 0 ? std::to_string(down) + " or " : "") + std::to_string(up));
   }
   if (rows > kMaxProbeElements / cols)
-    throw std::invalid_argument(prefix + "the tensor has " + std::to_string(rows) + "x" + std::to_string(cols) +
-                                " elements, more than the probe's limit of 2^28: probe a slice of it");
+    throw UserError(prefix + "the tensor has " + std::to_string(rows) + "x" + std::to_string(cols) +
+                    " elements, more than the probe's limit of 2^28: probe a slice of it");
 }
 
 }  // namespace
 
 void validate(const ProbeConfig& c) {
   if (c.input.empty() && c.dists.empty())
-    throw std::invalid_argument("--dist: no distribution selected: name one or more of gaussian, laplace, "
-                                "student-t, outliers, uniform-bins");
-  if (c.grids.empty()) throw std::invalid_argument("--grid: no grid selected: use e2m1, e1m2 or both");
-  if (c.scales.empty()) throw std::invalid_argument("--scale: no scale mode selected: use fp32, e4m3x2, e8m0");
-  if (c.rht.empty()) throw std::invalid_argument("--rht: nothing selected: use off, on or off,on");
+    throw UserError("--dist: no distribution selected: name one or more of gaussian, laplace, "
+                    "student-t, outliers, uniform-bins");
+  if (c.grids.empty()) throw UserError("--grid: no grid selected: use e2m1, e1m2 or both");
+  if (c.scales.empty()) throw UserError("--scale: no scale mode selected: use fp32, e4m3x2, e8m0");
+  if (c.rht.empty()) throw UserError("--rht: nothing selected: use off, on or off,on");
   if (!(c.params.nu >= 0.5 && c.params.nu <= 1e9))
-    throw std::invalid_argument("--nu " + fmt_number(c.params.nu) +
-                                ": student-t's degrees of freedom must be between 0.5 and 1e9 (smaller "
-                                "values overflow bf16)");
+    throw UserError("--nu " + fmt_number(c.params.nu) +
+                    ": student-t's degrees of freedom must be between 0.5 and 1e9 (smaller "
+                    "values overflow bf16)");
   if (!(c.params.outlier_rate >= 0.0 && c.params.outlier_rate <= 1.0))
-    throw std::invalid_argument("--outlier-rate " + fmt_number(c.params.outlier_rate) +
-                                ": a probability must lie in [0, 1] (e.g. 0.001)");
+    throw UserError("--outlier-rate " + fmt_number(c.params.outlier_rate) +
+                    ": a probability must lie in [0, 1] (e.g. 0.001)");
   if (!(c.params.outlier_scale > 0.0 && c.params.outlier_scale <= 1e30))
-    throw std::invalid_argument("--outlier-scale " + fmt_number(c.params.outlier_scale) +
-                                ": the outliers' multiplier must be in (0, 1e30] (e.g. 20)");
+    throw UserError("--outlier-scale " + fmt_number(c.params.outlier_scale) +
+                    ": the outliers' multiplier must be in (0, 1e30] (e.g. 20)");
   if (c.block != 16 && c.block != 32)
-    throw std::invalid_argument("--block " + std::to_string(c.block) +
-                                ": fp32 and e4m3x2 blocks are 16 or 32 elements (e8m0 always uses 32)");
+    throw UserError("--block " + std::to_string(c.block) +
+                    ": fp32 and e4m3x2 blocks are 16 or 32 elements (e8m0 always uses 32)");
   if (c.input.empty()) check_shape(c, c.rows, c.cols, "--rows", "--cols", "");
 }
 
@@ -294,10 +295,10 @@ Sample sample_distribution(Dist dist, const DistParams& params, int rows, int co
                            const GridChoice& grid) {
   const int64_t n = static_cast<int64_t>(rows) * cols;
   if (rows <= 0 || cols <= 0 || n > kMaxProbeElements)
-    throw std::invalid_argument("probe sample: shape " + std::to_string(rows) + "x" + std::to_string(cols) +
-                                " is empty or larger than 2^28 elements");
+    throw UserError("probe sample: shape " + std::to_string(rows) + "x" + std::to_string(cols) +
+                    " is empty or larger than 2^28 elements");
   if (dist == Dist::uniform_bins && cols % kRhtSize != 0)
-    throw std::invalid_argument("probe sample: uniform-bins needs a multiple of 16 columns");
+    throw UserError("probe sample: uniform-bins needs a multiple of 16 columns");
   Sample s;
   s.values.resize(n);
   if (dist == Dist::uniform_bins) s.level.resize(n);

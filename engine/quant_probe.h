@@ -36,7 +36,7 @@ struct GridChoice {
   std::string name = "e2m1";  // "e2m1", "e1m2", or "e2m1:4" for e2m1 clipped at 4
 };
 
-// Parsers for the CLI's option values. Each throws std::invalid_argument with one line that names
+// Parsers for the CLI's option values. Each throws UserError with one line that names
 // the option, the bad value and the accepted ones.
 Dist parse_dist(std::string_view text);
 GridChoice parse_grid(std::string_view text);
@@ -71,7 +71,7 @@ constexpr int64_t kMaxProbeElements = int64_t{1} << 28;
 // The block size a scale mode uses under this config.
 int block_for(const ProbeConfig& config, ScaleMode scale);
 
-// Throws std::invalid_argument (one line: which option, what is wrong, what to do) when the
+// Throws UserError (one line: which option, what is wrong, what to do) when the
 // config cannot run. run_probe() calls it; the CLI may call it early.
 void validate(const ProbeConfig& config);
 

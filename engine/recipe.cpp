@@ -2,8 +2,13 @@
 #include "engine/recipe.h"
 
 #include <algorithm>
+#include <limits>
+#include <optional>
 #include <set>
 #include <stdexcept>
+
+#include "base/parse_number.h"
+#include "base/user_error.h"
 
 namespace fp4::engine {
 
@@ -15,7 +20,7 @@ constexpr std::array<const char*, 3> kGemmNames = {"fprop", "dgrad", "wgrad"};
 constexpr std::array<const char*, 3> kOperandNames = {"x", "w", "dy"};
 
 [[noreturn]] void bad(const std::string& where, const std::string& what) {
-  throw std::invalid_argument("recipe " + where + ": " + what);
+  throw UserError("recipe " + where + ": " + what);
 }
 
 Grid parse_grid(const nlohmann::json& v, const std::string& where) {
@@ -129,7 +134,7 @@ Recipe recipe_preset(const std::string& name) {
     return make_preset(name, Grid::e1m2, ScaleMode::e4m3x2, 16, false, {G::fprop, G::dgrad, G::wgrad});
   std::string known;
   for (const auto& n : recipe_preset_names()) known += (known.empty() ? "" : ", ") + n;
-  throw std::invalid_argument("unknown recipe preset \"" + name + "\" (known: " + known + ")");
+  throw UserError("unknown recipe preset \"" + name + "\" (known: " + known + ")");
 }
 
 std::vector<int> resolve_bf16_layers(const std::vector<std::string>& spec, int n_layers) {
@@ -138,8 +143,9 @@ std::vector<int> resolve_bf16_layers(const std::vector<std::string>& spec, int n
     auto count_after = [&](const std::string& prefix) {
       const std::string rest = e.substr(prefix.size());
       if (rest.empty() || rest.find_first_not_of("0123456789") != std::string::npos)
-        throw std::invalid_argument("bf16_layers entry \"" + e + "\" must be " + prefix + "<count>");
-      return std::stoi(rest);
+        throw UserError("bf16_layers entry \"" + e + "\" must be " + prefix + "<count>");
+      // A count beyond the model's blocks means every block; beyond int it is still only that.
+      return parse_integer<int>(rest).value_or(std::numeric_limits<int>::max());
     };
     if (e.rfind("first:", 0) == 0) {
       const int k = count_after("first:");
@@ -149,14 +155,14 @@ std::vector<int> resolve_bf16_layers(const std::vector<std::string>& spec, int n
       for (int i = std::max(0, n_layers - k); i < n_layers; ++i) out.insert(i);
     } else {
       if (e.empty() || e.find_first_not_of("0123456789") != std::string::npos)
-        throw std::invalid_argument("bf16_layers entry \"" + e +
-                                    "\" is not a block index, \"first:k\" or \"last:k\"");
-      const int i = std::stoi(e);
-      if (i >= n_layers)
-        throw std::invalid_argument("bf16_layers entry " + e + " is out of range: the model has " +
-                                    std::to_string(n_layers) + " blocks (0.." +
-                                    std::to_string(n_layers - 1) + ")");
-      out.insert(i);
+        throw UserError("bf16_layers entry \"" + e +
+                        "\" is not a block index, \"first:k\" or \"last:k\"");
+      const std::optional<int> index = parse_integer<int>(e);
+      if (!index || *index >= n_layers)
+        throw UserError("bf16_layers entry " + e + " is out of range: the model has " +
+                        std::to_string(n_layers) + " blocks (0.." +
+                        std::to_string(n_layers - 1) + ")");
+      out.insert(*index);
     }
   }
   return {out.begin(), out.end()};

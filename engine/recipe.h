@@ -48,11 +48,11 @@ struct Recipe {
 
 // The presets of NUMERICS.md §5: bf16, e2m1, ufp4, nvfp4, mxfp4, ufp4-e4m3.
 const std::vector<std::string>& recipe_preset_names();
-// Throws std::invalid_argument naming the unknown preset and listing the known ones.
+// Throws UserError naming the unknown preset and listing the known ones.
 Recipe recipe_preset(const std::string& name);
 
 // Resolves bf16_layers against a model depth: the sorted set of block indices kept in bf16.
-// Throws std::invalid_argument for an index out of range or a malformed entry.
+// Throws UserError for an index out of range or a malformed entry.
 std::vector<int> resolve_bf16_layers(const std::vector<std::string>& spec, int n_layers);
 
 // Empty when the recipe is self-consistent; otherwise one line naming the field at fault

@@ -4,8 +4,9 @@
 
 #include <fmt/format.h>
 
+#include "base/clock.h"
+#include "base/user_error.h"
 #include "engine/run/config.h"
-#include "engine/run/io.h"
 #include "sweeps/lease_owner.h"
 #include "sweeps/run_dir_reader.h"
 #include "sweeps/sweep_plan.h"
@@ -22,7 +23,7 @@ std::string run_id_of_dir(const fs::path& dir) {
     if (!fs::exists(p, ec)) continue;
     return run::config_hash(run::load_config(p));
   }
-  throw std::invalid_argument(dir.string() + " holds no config.json or run.json: it is not a run directory");
+  throw UserError(dir.string() + " holds no config.json or run.json: it is not a run directory");
 }
 
 }  // namespace
@@ -37,10 +38,10 @@ IngestSummary ingest_run_dirs(Store& store, const SweepSpec* spec, std::vector<f
     const std::string id = run_id_of_dir(dir);
     const std::optional<RunRecord> rec = store.run(id);
     if (!rec)
-      throw std::invalid_argument(fmt::format("{}: run {} is not in {}: ingest it with --spec <the grid TOML that "
-                                              "declares it>",
-                                              dir.string(), id.substr(0, 12), store.path().string()));
-    const double now = run::unix_time_s();
+      throw UserError(fmt::format("{}: run {} is not in {}: ingest it with --spec <the grid TOML that "
+                                  "declares it>",
+                                  dir.string(), id.substr(0, 12), store.path().string()));
+    const double now = unix_time_s();
     if (classify_record(*rec, now) == PlanAction::running && rec->lease_owner != current_lease_owner()) {
       out << fmt::format("skip {}: {} is running it and ingests it\n", rec->name, rec->lease_owner);
       ++sum.skipped;

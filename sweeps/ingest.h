@@ -20,7 +20,7 @@ struct IngestSummary {
 };
 
 // Each directory must hold a run of the store (matched by the hash of its config.json, or of
-// run.json before the trainer wrote one); one that does not is a std::invalid_argument naming it
+// run.json before the trainer wrote one); one that does not is a UserError naming it
 // and what to do. Empty `dirs` means every run directory the store knows for `spec`'s grid.
 IngestSummary ingest_run_dirs(Store& store, const SweepSpec* spec, std::vector<std::filesystem::path> dirs,
                               std::ostream& out);

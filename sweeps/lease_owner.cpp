@@ -7,6 +7,7 @@
 #include <sstream>
 #include <vector>
 
+#include "base/parse_number.h"
 #include "sweeps/provenance.h"
 
 namespace fp4::sweeps {
@@ -40,13 +41,9 @@ OwnerLiveness owner_liveness(const std::string& owner) {
   const size_t a = b == std::string::npos || b == 0 ? std::string::npos : owner.rfind('/', b - 1);
   if (a == std::string::npos) return OwnerLiveness::unknown;
   if (owner.substr(0, a) != host_name()) return OwnerLiveness::unknown;
-  long pid = 0;
-  try {
-    pid = std::stol(owner.substr(a + 1, b - a - 1));
-  } catch (const std::exception&) {
-    return OwnerLiveness::unknown;
-  }
-  const std::string start = process_start_ticks(pid);
+  const std::optional<long> pid = parse_integer<long>(std::string_view(owner).substr(a + 1, b - a - 1));
+  if (!pid) return OwnerLiveness::unknown;
+  const std::string start = process_start_ticks(*pid);
   return !start.empty() && start == owner.substr(b + 1) ? OwnerLiveness::alive : OwnerLiveness::dead;
 }
 

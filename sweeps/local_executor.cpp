@@ -2,12 +2,10 @@
 #include "sweeps/local_executor.h"
 
 #include <signal.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
-#include <cmath>
 #include <cstdlib>
 #include <deque>
 #include <map>
@@ -17,8 +15,11 @@
 
 #include <fmt/format.h>
 
-#include "engine/run/io.h"
-#include "engine/run/run_dir.h"
+#include "base/clock.h"
+#include "base/directory_lock.h"
+#include "base/format.h"
+#include "base/stop_signals.h"
+#include "base/user_error.h"
 #include "sweeps/lease_owner.h"
 #include "sweeps/process.h"
 #include "sweeps/provenance.h"
@@ -31,57 +32,6 @@ namespace fp4::sweeps {
 namespace fs = std::filesystem;
 
 namespace {
-
-// ---- Signals: the handler only counts; the loop acts. -------------------------------------------
-volatile sig_atomic_t g_signal_count = 0;
-volatile sig_atomic_t g_last_signal = 0;
-
-void on_stop_signal(int sig) {
-  g_last_signal = sig;
-  g_signal_count = g_signal_count + 1;
-}
-
-class StopSignalScope {
- public:
-  StopSignalScope() {
-    g_signal_count = 0;
-    g_last_signal = 0;
-    struct sigaction sa {};
-    sa.sa_handler = on_stop_signal;
-    sigemptyset(&sa.sa_mask);
-    sa.sa_flags = 0;  // no SA_RESTART: a signal wakes the loop's sleep
-    sigaction(SIGINT, &sa, &old_int_);
-    sigaction(SIGTERM, &sa, &old_term_);
-  }
-  ~StopSignalScope() {
-    sigaction(SIGINT, &old_int_, nullptr);
-    sigaction(SIGTERM, &old_term_, nullptr);
-  }
-
- private:
-  struct sigaction old_int_ {}, old_term_ {};
-};
-
-void sleep_s(double s) {
-  timespec ts{};
-  ts.tv_sec = static_cast<time_t>(s);
-  ts.tv_nsec = static_cast<long>((s - static_cast<double>(ts.tv_sec)) * 1e9);
-  nanosleep(&ts, nullptr);  // EINTR is fine: a signal should wake us
-}
-
-std::string format_duration(double s) {
-  if (!std::isfinite(s) || s < 0) return "?";
-  const long t = std::lround(s);
-  if (t >= 3600) return fmt::format("{}h{:02}m", t / 3600, t / 60 % 60);
-  if (t >= 60) return fmt::format("{}m{:02}s", t / 60, t % 60);
-  return fmt::format("{}s", t);
-}
-
-std::string format_rate(double tokens_per_s) {
-  if (tokens_per_s >= 1e6) return fmt::format("{:.2f}M tok/s", tokens_per_s / 1e6);
-  if (tokens_per_s >= 1e3) return fmt::format("{:.1f}k tok/s", tokens_per_s / 1e3);
-  return fmt::format("{:.0f} tok/s", tokens_per_s);
-}
 
 // ---- Slots ---------------------------------------------------------------------------------------
 struct Slot {
@@ -172,14 +122,14 @@ void LocalExecutor::say(const std::string& line) {
 }
 
 void LocalExecutor::progress(bool force) {
-  const double now = run::unix_time_s();
+  const double now = unix_time_s();
   double rate = 0;
   for (const auto& [pid, c] : children_) rate += c.tokens_per_s;
   int64_t left = 0;
   for (const auto& [id, t] : remaining_tokens_) left += t;
   const std::string line =
       fmt::format("[{}/{} done, {} running, {} queued{}] {} | ETA {}", finished_, total_, children_.size(),
-                  queue_.size(), failed_ ? fmt::format(", {} failed", failed_) : "", format_rate(rate),
+                  queue_.size(), failed_ ? fmt::format(", {} failed", failed_) : "", format_rate(rate) + " tok/s",
                   rate > 0 ? format_duration(static_cast<double>(left) / rate) : std::string("?"));
   if (o_.terminal) {
     if (!force && now - last_progress_ < 0.5) return;
@@ -221,7 +171,7 @@ void LocalExecutor::check_heartbeat(Child& c, double now) {
 
 bool LocalExecutor::launch(QueueItem& item, size_t slot) {
   const GridPoint& p = *item.point;
-  const double now = run::unix_time_s();
+  const double now = unix_time_s();
   std::optional<RunRecord> rec = store_->run(p.id);
   if (!rec) throw std::logic_error("run " + p.id + " vanished from the store");
   if (rec->state == RunState::succeeded || rec->state == RunState::diverged) return false;  // done by another
@@ -242,8 +192,8 @@ bool LocalExecutor::launch(QueueItem& item, size_t slot) {
     return false;
   }
   try {
-    run::RunDirLock probe(dir);  // released at once: we only ask whether a trainer still holds it
-  } catch (const run::RunDirInUse&) {
+    DirectoryLock probe(dir);  // released at once: we only ask whether a trainer still holds it
+  } catch (const DirectoryInUse&) {
     // Usually a previous attempt still writing its last checkpoint: wait a little. A directory
     // that stays locked is being trained by a process we did not start.
     if (item.busy_since == 0) item.busy_since = now;
@@ -335,7 +285,7 @@ void LocalExecutor::finish(Child& c, const ExitStatus& st) {
     if (end.error.empty()) end.error = st.describe();
     verdict = fmt::format("failed ({}): {}", st.describe(), end.error);
   }
-  const double now = run::unix_time_s();
+  const double now = unix_time_s();
   store_->end_attempt(c.attempt, end, now);
   store_->set_state(p.id, end.state, end.error);
   store_->release_lease(p.id, owner_);
@@ -352,7 +302,7 @@ void LocalExecutor::finish(Child& c, const ExitStatus& st) {
 int LocalExecutor::run() {
   store_ = Store::open(spec_.store, Store::Mode::read_write);
   store_->record_grid(spec_);
-  const double start = run::unix_time_s();
+  const double start = unix_time_s();
   const std::vector<PlanEntry> plan = plan_sweep(spec_, store_.get(), start, o_.retry_failed);
 
   // The queue: largest runs first (by training FLOPs) unless the spec asks for declared order.
@@ -382,8 +332,8 @@ int LocalExecutor::run() {
   if (any_gpu_run) {
     const std::vector<int> gpus = visible_gpus(o_, spec_.executor);
     if (gpus.empty())
-      throw std::invalid_argument(spec_.file.string() + ": runs use device \"cuda\" but no GPU is visible: pass --gpus, "
-                                  "set CUDA_VISIBLE_DEVICES, or use [sweep] device = \"cpu\"");
+      throw UserError(spec_.file.string() + ": runs use device \"cuda\" but no GPU is visible: pass --gpus, "
+                      "set CUDA_VISIBLE_DEVICES, or use [sweep] device = \"cpu\"");
     for (int g : gpus)
       for (int k = 0; k < spec_.executor.runs_per_gpu; ++k) slots_.push_back({true, g, false});
   }
@@ -395,20 +345,21 @@ int LocalExecutor::run() {
 
   say(fmt::format("sweep {}: {} runs, {} to run, {} finished, {} running elsewhere; store {}", spec_.name, total_,
                   queue_.size(), finished_, elsewhere_, spec_.store.string()));
-  const StopSignalScope signals;
-  double last_renew = run::unix_time_s();
+  // The first signal stops cleanly, a second kills the children; neither kills us.
+  const StopSignals signals(StopSignals::Second::counted);
+  double last_renew = unix_time_s();
   last_progress_ = last_renew;  // the first plain progress line after progress_every_s
   int stop_signal = 0;
   for (;;) {
     // Stop requests: the first stops cleanly, the second kills.
-    if (g_signal_count > 0 && !stopping_) {
+    if (StopSignals::count() > 0 && !stopping_) {
       stopping_ = true;
-      stop_signal = g_last_signal;
+      stop_signal = StopSignals::first();
       say(fmt::format("stopping: {} running run(s) will checkpoint and exit (signal again to kill them)",
                       children_.size()));
       for (const auto& [pid, c] : children_) ::kill(pid, SIGTERM);
     }
-    if (g_signal_count > 1) {
+    if (StopSignals::count() > 1) {
       for (const auto& [pid, c] : children_) ::kill(pid, SIGKILL);
     }
     // Reap.
@@ -422,7 +373,7 @@ int LocalExecutor::run() {
       it = children_.erase(it);
       finish(c, *st);
     }
-    const double now = run::unix_time_s();
+    const double now = unix_time_s();
     // Launch into free slots.
     if (!stopping_) {
       for (size_t s = 0; s < slots_.size(); ++s) {
@@ -457,7 +408,7 @@ int LocalExecutor::run() {
     out_ << "\n";
     progress_line_open_ = false;
   }
-  const std::vector<PlanEntry> after = plan_sweep(spec_, store_.get(), run::unix_time_s(), false);
+  const std::vector<PlanEntry> after = plan_sweep(spec_, store_.get(), unix_time_s(), false);
   std::map<std::string, int> counts;
   for (const PlanEntry& e : after) ++counts[plan_action_name(e.action)];
   std::string summary;

@@ -7,7 +7,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "engine/data/atomic_file.h"
+#include "base/files.h"
 #include "sweeps/provenance.h"
 
 namespace fp4::sweeps {
@@ -32,7 +32,7 @@ void write_requested_config(const fs::path& dir, const nlohmann::json& config) {
   const std::string text = config.dump(2) + "\n";
   std::error_code ec;
   if (fs::exists(path, ec) && read_from(path, 0) == text) return;
-  data::write_file_atomic(path, {text});
+  write_file_atomic(path, {text});
 }
 
 IngestResult ingest_metrics_file(Store& store, const std::string& run_id, const fs::path& dir, int64_t offset) {

@@ -58,7 +58,7 @@ HeartbeatInfo read_heartbeat(const std::filesystem::path& dir);
 
 // True when a trainer on ANOTHER host may be alive in `dir` (a shared filesystem): its heartbeat
 // names another host, is younger than `timeout_s`, and is not "exited". Trainers on this host are
-// judged by the directory lock instead (engine/run/run_dir.h), which dies with its process.
+// judged by the directory lock instead (base/directory_lock.h), which dies with its process.
 bool alive_elsewhere(const HeartbeatInfo& h, double timeout_s);
 
 // The last line of the trainer's output that reports an error ("fp4lab: error: ...",

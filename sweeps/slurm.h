@@ -7,6 +7,10 @@
 // Slurm's signals reach the trainer: a pre-empted or timed-out task checkpoints (with
 // `--signal=B:TERM@120`) and a requeued or resubmitted task resumes. `fp4lab sweep ingest` then
 // imports the directories into the store. The script's format is documented in docs/sweeps.md.
+//
+// Nothing the user wrote reaches the script unchecked or unquoted: a name or path with a control
+// character (a newline would end a line and make the rest a command) is refused, #SBATCH values
+// are quoted for sbatch's own parser, and the script's words for bash.
 #pragma once
 
 #include <filesystem>
@@ -31,5 +35,8 @@ int write_slurm_job(const SweepSpec& spec, const SlurmOptions& options, std::ost
 
 // Quotes a string for a POSIX shell: 'it'\''s'.
 std::string shell_quote(const std::string& s);
+// Quotes a string as sbatch reads the arguments of an #SBATCH line: "a \"b\" c\\d" (double quotes
+// group, a backslash escapes the next character, an unquoted '#' would start a comment).
+std::string sbatch_quote(const std::string& s);
 
 }  // namespace fp4::sweeps

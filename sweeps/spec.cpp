@@ -9,11 +9,13 @@
 
 #include <fmt/format.h>
 
+#include "base/files.h"
+#include "base/format.h"
+#include "base/sha256.h"
+#include "base/user_error.h"
 #include "engine/data/manifest.h"
-#include "engine/data/sha256.h"
 #include "engine/data/synthetic_spec.h"
 #include "engine/recipe.h"
-#include "engine/run/io.h"
 #include "sweeps/spec_internal.h"
 
 namespace fp4::sweeps {
@@ -30,7 +32,8 @@ const std::map<std::string, FieldKind>& run_config_fields() {
       {"train.lr", K::number},           {"train.min_lr", K::number},       {"train.warmup_steps", K::integer},
       {"train.schedule", K::string},     {"train.decay_fraction", K::number}, {"train.beta1", K::number},
       {"train.beta2", K::number},        {"train.eps", K::number},          {"train.weight_decay", K::number},
-      {"train.grad_clip", K::number},    {"eval.every", K::integer},        {"eval.tokens", K::count},
+      {"train.grad_clip", K::number},    {"train.shuffle", K::string},      {"train.data_seed", K::seed},
+      {"eval.every", K::integer},        {"eval.tokens", K::count},
       {"probe.every", K::integer},       {"checkpoint.every", K::integer},
   };
   return fields;
@@ -93,6 +96,18 @@ std::string require_nonempty_string(const toml::node& n, const std::string& key,
   return s;
 }
 
+// A path the sweep writes and names in job scripts and logs: a newline or another control character
+// in it could end a script line early, so it is refused here, where the user wrote it.
+std::string require_path_string(const toml::node& n, const std::string& key, const SpecErrors& errors) {
+  std::string s = require_nonempty_string(n, key, errors);
+  if (const size_t at = find_control_character(s); at != std::string::npos)
+    errors.fail(loc_of(n), key,
+                fmt::format("contains the control character {} (at byte {}); paths reach job scripts and logs, "
+                            "so rename it without control characters",
+                            control_character_name(s[at]), at));
+  return s;
+}
+
 // [sweep]: the study's name and where its store and run directories live.
 void read_sweep_section(const toml::table* t, const fs::path& base_dir, SweepSpec& spec, BaseConfig& base,
                         const SpecErrors& errors) {
@@ -106,10 +121,10 @@ void read_sweep_section(const toml::table* t, const fs::path& base_dir, SweepSpe
     errors.fail(loc_of(*name), "sweep.name",
                 "must use only letters, digits, '.', '_' and '-' (it names files), got \"" + spec.name + "\"");
   std::string store = spec.name + ".db";
-  if (const toml::node* n = t->get("store")) store = require_nonempty_string(*n, "sweep.store", errors);
+  if (const toml::node* n = t->get("store")) store = require_path_string(*n, "sweep.store", errors);
   spec.store = resolve_against(base_dir, store);
   std::string run_root = "runs";
-  if (const toml::node* n = t->get("run_root")) run_root = require_nonempty_string(*n, "sweep.run_root", errors);
+  if (const toml::node* n = t->get("run_root")) run_root = require_path_string(*n, "sweep.run_root", errors);
   spec.run_root = resolve_against(base_dir, run_root);
   if (const toml::node* n = t->get("device")) {
     base.config["device"] = require_nonempty_string(*n, "sweep.device", errors);
@@ -126,7 +141,7 @@ uint32_t shard_vocab_size(const fs::path& dir, Loc at, const SpecErrors& errors)
   if (!fs::exists(dir / data::kManifestName, ec)) return 256;
   try {
     return data::read_manifest(dir).vocab_size;
-  } catch (const std::invalid_argument& e) {
+  } catch (const UserError& e) {
     errors.fail(at, "data.source", e.what());
   }
 }
@@ -145,7 +160,7 @@ void read_data_section(const toml::table* t, const fs::path& base_dir, BaseConfi
   if (data::is_synthetic_spec(source)) {
     try {
       base.vocab_size = data::parse_synthetic_spec(source).vocab;
-    } catch (const std::invalid_argument& e) {
+    } catch (const UserError& e) {
       errors.fail(loc_of(*n), "data.source", e.what());
     }
   } else {
@@ -245,11 +260,11 @@ std::map<std::string, RecipeDef> read_recipes(const toml::table* t, const SpecEr
     const toml::node* base = recipe.get("base");
     if (base == nullptr)
       errors.fail(loc_of(recipe), prefix + ".base",
-                  "is required: the preset to start from (" + join(engine::recipe_preset_names()) + ")");
+                  fmt::format("is required: the preset to start from ({})", fmt::join(engine::recipe_preset_names(), ", ")));
     const std::string base_name = read_string(*base, prefix + ".base", errors);
     if (!is_preset_recipe(base_name))
       errors.fail(loc_of(*base), prefix + ".base",
-                  "must be a preset (" + join(engine::recipe_preset_names()) + "), got \"" + base_name + "\"");
+                  fmt::format("must be a preset ({}), got \"{}\"", fmt::join(engine::recipe_preset_names(), ", "), base_name));
     if (const toml::node* slots = recipe.get("slots")) {
       const toml::table& slot_table = require_table(*slots, prefix + ".slots", errors);
       std::set<std::string> slot_names;
@@ -263,7 +278,7 @@ std::map<std::string, RecipeDef> read_recipes(const toml::table* t, const SpecEr
     json config = to_json(recipe, prefix, errors);
     try {
       (void)engine::recipe_from_json(config);
-    } catch (const std::invalid_argument& e) {
+    } catch (const UserError& e) {
       const Origin o = locate_recipe_error(recipe, prefix, e.what());
       errors.fail(o.at, o.key, e.what());
     } catch (const json::exception& e) {
@@ -389,7 +404,7 @@ SweepSpec parse_sweep_spec(const std::string& text, const fs::path& file, const 
   spec.file = file;
   spec.base_dir = base_dir;
   spec.text = text;
-  spec.text_hash = data::sha256_hex(text);
+  spec.text_hash = sha256_hex(text);
 
   check_keys(root, "", kTopLevelTables, errors);
   BaseConfig base;
@@ -410,9 +425,9 @@ SweepSpec parse_sweep_spec(const std::string& text, const fs::path& file, const 
 SweepSpec load_sweep_spec(const fs::path& file) {
   std::string text;
   try {
-    text = run::read_file(file);
+    text = read_file(file);
   } catch (const std::runtime_error& e) {
-    throw std::invalid_argument(std::string(e.what()) + "; check the path of the sweep spec");
+    throw UserError(std::string(e.what()) + "; check the path of the sweep spec");
   }
   // Runs execute in the spec's directory; an absolute path keeps that true whatever the caller's
   // working directory is later.

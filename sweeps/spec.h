@@ -7,7 +7,7 @@
 // computation (the sweep's name, a custom recipe's TOML name, the order of keys or axes, how a
 // number is spelled) do not change the id.
 //
-// Errors are the user's: each is a std::invalid_argument with one line
+// Errors are the user's: each is a UserError with one line
 // "file:line:col: <key>: what is wrong; what to do", thrown before anything is expanded further.
 #pragma once
 
@@ -70,7 +70,7 @@ struct SweepSpec {
 // Parses and expands. `file` names the source in messages; `base_dir` resolves relative paths.
 SweepSpec parse_sweep_spec(const std::string& text, const std::filesystem::path& file,
                            const std::filesystem::path& base_dir);
-// Reads the file (an unreadable file is a std::invalid_argument naming it) and parses it.
+// Reads the file (an unreadable file is a UserError naming it) and parses it.
 SweepSpec load_sweep_spec(const std::filesystem::path& file);
 
 // "50M", "1.5B", "262k", "1000": tokens written compactly for run names.

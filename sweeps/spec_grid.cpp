@@ -10,7 +10,8 @@
 
 #include <fmt/format.h>
 
-#include "engine/data/sha256.h"
+#include "base/sha256.h"
+#include "base/user_error.h"
 #include "engine/model/model_config.h"
 #include "engine/recipe.h"
 #include "engine/run/config.h"
@@ -99,7 +100,7 @@ Axis classify(const Leaf& leaf, const SpecErrors& errors) {
     const std::string section = leaf.path.substr(0, leaf.path.find('.'));
     const std::set<std::string> fields = section_fields(section);
     if (!fields.empty() && leaf.path.find('.') != std::string::npos)
-      errors.fail(leaf.key_at, key, "is not a field of the run config; " + section + " has: " + join(fields));
+      errors.fail(leaf.key_at, key, fmt::format("is not a field of the run config; {} has: {}", section, fmt::join(fields, ", ")));
     errors.fail(leaf.key_at, key,
                 "is not a known axis; axes are model, tokens, tokens_per_param, recipe, seed, or a run config "
                 "field written as a dotted key (train.lr, model.d_ff, eval.every, ...)");
@@ -113,7 +114,7 @@ AxisValue read_model_value(const toml::node& n, const SpecErrors& errors) {
     const std::string preset = n.as_string()->get();
     try {
       (void)run::model_preset(preset);
-    } catch (const std::invalid_argument& e) {
+    } catch (const UserError& e) {
       errors.fail(loc_of(n), key, e.what());
     }
     return AxisValue{preset, preset, loc_of(n)};
@@ -162,8 +163,8 @@ AxisValue read_axis_value(const Axis& a, const toml::node& n, const std::map<std
         std::vector<std::string> known = presets;
         for (const auto& [custom, def] : recipes) known.push_back(custom);
         errors.fail(loc_of(n), key,
-                    "unknown recipe \"" + name + "\"; known: " + join(known) +
-                        " (define custom ones under [recipes.<name>])");
+                    fmt::format("unknown recipe \"{}\"; known: {} (define custom ones under [recipes.<name>])", name,
+                                fmt::join(known, ", ")));
       }
       return AxisValue{name, name, loc_of(n)};
     }
@@ -338,7 +339,7 @@ class PointBuilder {
     p.id = run::config_hash(c);
     json without_recipe = p.config;
     without_recipe.erase("recipe");
-    p.match_key = data::sha256_hex(without_recipe.dump());  // dumped as config_canonical dumps
+    p.match_key = sha256_hex(without_recipe.dump());  // dumped as config_canonical dumps
     if (p.recipe_label.empty()) p.recipe_label = c.recipe.name;
     p.baseline = !c.recipe.quantized;
     p.model_label = model_label(c.model);
@@ -369,7 +370,7 @@ class PointBuilder {
                          const std::string& point_text) const {
     try {
       return run::config_from_json(j, errors_.file());
-    } catch (const std::invalid_argument& e) {
+    } catch (const UserError& e) {
       fail_at_culprit(e.what(), from_axes, point_text);
     } catch (const json::exception& e) {
       // The spec checks every type first, so this is a gap in those checks; still the user's input.

@@ -8,6 +8,8 @@
 
 #include <fmt/format.h>
 
+#include "base/user_error.h"
+
 namespace fp4::sweeps::detail {
 
 Loc loc_of(const toml::source_region& r) {
@@ -20,21 +22,11 @@ Loc loc_of(const toml::key& k) { return loc_of(k.source()); }
 void SpecErrors::fail(Loc at, const std::string& key, const std::string& what) const {
   std::string line = fmt::format("{}:{}:{}: ", file_, at.line, at.col);
   if (!key.empty()) line += key + ": ";
-  throw std::invalid_argument(line + what);
+  throw UserError(line + what);
 }
 
 std::string dotted(const std::string& prefix, std::string_view key) {
   return prefix.empty() ? std::string(key) : prefix + "." + std::string(key);
-}
-
-std::string join(const std::vector<std::string>& items, const char* separator) {
-  std::string out;
-  for (const auto& item : items) out += (out.empty() ? "" : separator) + item;
-  return out;
-}
-
-std::string join(const std::set<std::string>& items, const char* separator) {
-  return join(std::vector<std::string>(items.begin(), items.end()), separator);
 }
 
 std::string number_text(double v) { return fmt::format("{}", v); }
@@ -60,8 +52,8 @@ void check_keys(const toml::table& table, const std::string& table_name, const s
     (void)value;
     if (!known.count(std::string(key.str())))
       errors.fail(loc_of(key), dotted(table_name, key.str()),
-                  table_name.empty() ? "is not a known table; a sweep spec has: " + join(known)
-                                     : "is not a known key; [" + table_name + "] has: " + join(known));
+                  table_name.empty() ? fmt::format("is not a known table; a sweep spec has: {}", fmt::join(known, ", "))
+                                     : fmt::format("is not a known key; [{}] has: {}", table_name, fmt::join(known, ", ")));
   }
 }
 

@@ -41,8 +41,6 @@ class SpecErrors {
 
 // "key" under "prefix": "train" + "lr" → "train.lr"; an empty prefix gives the key alone.
 std::string dotted(const std::string& prefix, std::string_view key);
-std::string join(const std::vector<std::string>& items, const char* separator = ", ");
-std::string join(const std::set<std::string>& items, const char* separator = ", ");
 
 // A short rendering of what the user wrote, for "got ..." in messages: 3, 1.5, "abc", an array.
 std::string describe(const toml::node& n);

@@ -10,7 +10,8 @@
 #include <stdexcept>
 #include <string>
 
-#include "engine/run/io.h"
+#include "base/clock.h"
+#include "base/user_error.h"
 #include "sweeps/store_schema.h"
 #include "sweeps/store_sqlite.h"
 
@@ -92,15 +93,15 @@ std::optional<double> run_info_number(const json& info, const char* name) {
 
 const char* run_state_name(RunState s) {
   const auto i = static_cast<size_t>(s);
-  if (i >= std::size(kStateNames)) throw std::invalid_argument("run state " + std::to_string(i) + " has no name");
+  if (i >= std::size(kStateNames)) throw std::logic_error("run state " + std::to_string(i) + " has no name");
   return kStateNames[i];
 }
 
 RunState parse_run_state(const std::string& text) {
   for (size_t i = 0; i < std::size(kStateNames); ++i)
     if (text == kStateNames[i]) return static_cast<RunState>(i);
-  throw std::invalid_argument("\"" + text +
-                              "\" is not a run state (pending, running, succeeded, failed, diverged, orphaned)");
+  throw UserError("\"" + text +
+                  "\" is not a run state (pending, running, succeeded, failed, diverged, orphaned)");
 }
 
 // ---- Opening ----------------------------------------------------------------------------------
@@ -120,8 +121,8 @@ std::unique_ptr<Store> Store::open(const std::filesystem::path& path, Mode reque
   const Mode mode = if_present ? Mode::read_only : requested;
   if (if_present && !std::filesystem::exists(path, ec)) return nullptr;
   if (mode == Mode::read_only && !std::filesystem::exists(path, ec))
-    throw std::invalid_argument(name + ": no such sweep store; check the path (a store is created by the first "
-                                       "`fp4lab sweep run` of its grid)");
+    throw UserError(name + ": no such sweep store; check the path (a store is created by the first "
+                           "`fp4lab sweep run` of its grid)");
 
   sqlite3* raw = nullptr;
   const int flags = mode == Mode::read_only ? SQLITE_OPEN_READONLY : (SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE);
@@ -152,26 +153,26 @@ std::unique_ptr<Store> Store::open(const std::filesystem::path& path, Mode reque
     }
     sqlite3_finalize(probe);
     if ((step_rc & 0xff) == SQLITE_NOTADB)
-      throw std::invalid_argument(name + " is not an SQLite database, so not a sweep store; pass the study's .db "
-                                         "file (or a path that does not exist yet, to create one)");
+      throw UserError(name + " is not an SQLite database, so not a sweep store; pass the study's .db "
+                             "file (or a path that does not exist yet, to create one)");
     if (step_rc != SQLITE_ROW) detail::throw_sqlite_error(raw, path, "reading the schema version");
   }
 
   const int latest = latest_schema_version();
   if (version > latest)
-    throw std::invalid_argument(name + ": store schema version " + std::to_string(version) +
-                                " is newer than this fp4lab knows (" + std::to_string(latest) +
-                                "); use the fp4lab that wrote it, or a newer one");
+    throw UserError(name + ": store schema version " + std::to_string(version) +
+                    " is newer than this fp4lab knows (" + std::to_string(latest) +
+                    "); use the fp4lab that wrote it, or a newer one");
   if ((version > 0 && application_id != detail::kStoreApplicationId) || (version == 0 && tables > 0))
-    throw std::invalid_argument(name + " is an SQLite database but not an fp4lab sweep store; pass the study's "
-                                       ".db file or a new path");
+    throw UserError(name + " is an SQLite database but not an fp4lab sweep store; pass the study's "
+                           ".db file or a new path");
   if (mode == Mode::read_only) {
     if (version == 0 && if_present) return nullptr;  // being created: nothing recorded yet
     if (version == 0)
-      throw std::invalid_argument(name + " is empty, not a sweep store yet; check the path (a store is created "
-                                         "by the first `fp4lab sweep run` of its grid)");
+      throw UserError(name + " is empty, not a sweep store yet; check the path (a store is created "
+                             "by the first `fp4lab sweep run` of its grid)");
     if (version < latest)
-      throw std::invalid_argument(
+      throw UserError(
           name + ": store schema version " + std::to_string(version) + " is older than this fp4lab's (" +
           std::to_string(latest) + ") and a read-only open cannot migrate it; run a writing sweep command "
                                    "(`fp4lab sweep run` or `fp4lab sweep ingest`) on it once to migrate it");
@@ -195,7 +196,7 @@ std::unique_ptr<Store> Store::open(const std::filesystem::path& path, Mode reque
 // ---- Grids and runs ---------------------------------------------------------------------------
 
 int64_t Store::record_grid(const SweepSpec& spec) {
-  const double now = run::unix_time_s();
+  const double now = unix_time_s();
   WriteTransaction tx(db_, path_);
 
   // A grid is its text: recording the same text again finds the same row.
@@ -296,7 +297,7 @@ bool Store::try_lease(const std::string& run_id, const std::string& owner, doubl
   if (!holder.empty() && holder != owner && expires >= now) return false;
   Statement take(db_, path_,
                  "UPDATE runs SET state = 'running', lease_owner = ?2, lease_expires = ?3, updated = ?4 WHERE id = ?1");
-  take.bind(1, run_id).bind(2, owner).bind(3, now + ttl_s).bind(4, run::unix_time_s());
+  take.bind(1, run_id).bind(2, owner).bind(3, now + ttl_s).bind(4, unix_time_s());
   take.run();
   tx.commit();
   return true;
@@ -312,7 +313,7 @@ void Store::renew_leases(const std::string& owner, double now, double ttl_s) {
 void Store::release_lease(const std::string& run_id, const std::string& owner) {
   Statement s(db_, path_,
               "UPDATE runs SET lease_owner = '', lease_expires = 0, updated = ?3 WHERE id = ?1 AND lease_owner = ?2");
-  s.bind(1, run_id).bind(2, owner).bind(3, run::unix_time_s());
+  s.bind(1, run_id).bind(2, owner).bind(3, unix_time_s());
   s.run();
 }
 
@@ -320,7 +321,7 @@ int Store::mark_orphans(double now) {
   Statement s(db_, path_,
               "UPDATE runs SET state = 'orphaned', lease_owner = '', lease_expires = 0, updated = ?2 "
               "WHERE state = 'running' AND lease_expires < ?1");
-  s.bind(1, now).bind(2, run::unix_time_s());
+  s.bind(1, now).bind(2, unix_time_s());
   s.run();
   return sqlite3_changes(db_);
 }
@@ -330,7 +331,7 @@ int Store::mark_orphans(double now) {
 int64_t Store::begin_attempt(const std::string& run_id, const Provenance& p, double start_time, int pid) {
   WriteTransaction tx(db_, path_);
   Statement count(db_, path_, "UPDATE runs SET attempts = attempts + 1, updated = ?2 WHERE id = ?1 RETURNING attempts");
-  count.bind(1, run_id).bind(2, run::unix_time_s());
+  count.bind(1, run_id).bind(2, unix_time_s());
   if (!count.step()) throw std::runtime_error(path_.string() + ": begin_attempt: no run " + run_id + " in the store");
   const int64_t number = count.column_int64(0);
   count.reset();
@@ -367,14 +368,14 @@ void Store::end_attempt(int64_t attempt_id, const AttemptEnd& end, double end_ti
   const std::string run_id = attempt.column_text(0);
   attempt.reset();
   Statement run(db_, path_, "UPDATE runs SET state = ?2, error = ?3, updated = ?4 WHERE id = ?1");
-  run.bind(1, run_id).bind(2, run_state_name(end.state)).bind(3, end.error).bind(4, run::unix_time_s());
+  run.bind(1, run_id).bind(2, run_state_name(end.state)).bind(3, end.error).bind(4, unix_time_s());
   run.run();
   tx.commit();
 }
 
 void Store::set_state(const std::string& run_id, RunState s, const std::string& error) {
   Statement st(db_, path_, "UPDATE runs SET state = ?2, error = ?3, updated = ?4 WHERE id = ?1");
-  st.bind(1, run_id).bind(2, run_state_name(s)).bind(3, error).bind(4, run::unix_time_s());
+  st.bind(1, run_id).bind(2, run_state_name(s)).bind(3, error).bind(4, unix_time_s());
   st.run();
   if (sqlite3_changes(db_) == 0)
     throw std::runtime_error(path_.string() + ": set_state: no run " + run_id + " in the store");
@@ -428,7 +429,7 @@ void Store::ingest(const std::string& run_id, const MetricsBatch& batch, int64_t
       .bind(4, run_info_number(info, "flops_per_token"))
       .bind(5, run_info_integer(info, "tokens_total"))
       .bind(6, new_offset)
-      .bind(7, run::unix_time_s());
+      .bind(7, unix_time_s());
   run.run();
   if (sqlite3_changes(db_) == 0)
     throw std::runtime_error(path_.string() + ": ingest: no run " + run_id + " in the store");

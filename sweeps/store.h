@@ -20,6 +20,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "base/user_error.h"
 #include "sweeps/spec.h"
 
 struct sqlite3;
@@ -30,7 +31,7 @@ namespace fp4::sweeps {
 // has expired (its orchestrator died); the next `sweep run` resumes it from its last checkpoint.
 enum class RunState : uint8_t { pending = 0, running, succeeded, failed, diverged, orphaned };
 const char* run_state_name(RunState s);            // "pending", ...
-RunState parse_run_state(const std::string& text); // throws std::invalid_argument
+RunState parse_run_state(const std::string& text); // throws UserError
 
 struct RunRecord {
   std::string id;
@@ -99,6 +100,30 @@ struct MetricsBatch {
   int64_t consumed_bytes = 0;     // bytes of complete lines parsed (a cut-short last line is not)
 };
 
+// One row of `fits` (docs/fit.md "The stored fit" documents the JSON columns; fit/stored_fit.h reads
+// and writes them). The store keeps the text as given.
+struct FitRecord {
+  int64_t id = 0;
+  std::string law, scope, input_hash;
+  std::string params_json = "{}", intervals_json = "{}", quality_json = "{}", options_json = "{}",
+              predictions_json = "{}";
+  int64_t n_points = 0;
+  std::string fp4lab_version;
+  double created = 0;             // Unix seconds
+};
+
+// A run with its final validation loss, what a scaling-law fit reads (the final_losses view, plus
+// the runs that have no eval/loss yet, so that they can be listed as excluded).
+struct FinalLossRecord {
+  std::string id, name, recipe, model, match_key, error;
+  bool baseline = false;
+  int64_t n_params = 0, n_params_nonembedding = 0, tokens = 0;
+  uint64_t seed = 0;
+  RunState state = RunState::pending;
+  std::optional<int64_t> final_step;   // nullopt: no eval/loss recorded
+  double final_loss = 0;               // NaN when the last eval/loss was not finite
+};
+
 // Parses complete lines of metrics.jsonl text (docs/train.md). A malformed complete line throws
 // std::runtime_error naming `source` and the line number; a trailing line without '\n' is left
 // for later (consumed_bytes stops before it).
@@ -111,7 +136,7 @@ class Store {
   // `sweep status` want, since they must work before and while a sweep runs.
   enum class Mode { read_only, read_write, read_if_present };
   // Opens (read_write: creates if missing, migrates an older schema; read_only: a missing file or
-  // an older schema is a std::invalid_argument naming the file and what to do). A schema newer
+  // an older schema is a UserError naming the file and what to do). A schema newer
   // than this fp4lab knows is refused either way.
   static std::unique_ptr<Store> open(const std::filesystem::path& path, Mode mode);
   ~Store();
@@ -179,6 +204,18 @@ class Store {
     Provenance provenance;
   };
   std::vector<AttemptRecord> attempts(const std::string& run_id) const;
+
+  // Every run with its last eval/loss (nullopt final_step when it has none), by recipe, then N
+  // (non-embedding), D, seed and name.
+  std::vector<FinalLossRecord> final_losses() const;
+
+  // Fits (written by `fp4lab fit`). insert_fit appends a row and returns its id (record.id is
+  // ignored); fits() returns every row by id; find_fit the latest row with this law, scope and
+  // input hash.
+  int64_t insert_fit(const FitRecord& record);
+  std::vector<FitRecord> fits() const;
+  std::optional<FitRecord> find_fit(const std::string& law, const std::string& scope,
+                                    const std::string& input_hash) const;
 
   // Raw access for tests and the report generator.
   sqlite3* handle() const { return db_; }

@@ -176,6 +176,12 @@ LEFT JOIN metrics AS t ON t.run = r.id AND t.key = 'train/loss'
   AND t.step = (SELECT MAX(step) FROM metrics WHERE run = r.id AND key = 'train/loss');
 )sql";
 
+// Version 3: a fit's predictions (at its targets) and BF16-relative gaps get their own JSON column
+// (fit/stored_fit.h, docs/fit.md).
+constexpr const char* kMigration3 = R"sql(
+ALTER TABLE fits ADD COLUMN predictions_json TEXT NOT NULL DEFAULT '{}';
+)sql";
+
 static_assert(kStoreApplicationId == 1179661395, "kMigration1 writes this number literally");
 
 }  // namespace
@@ -185,6 +191,7 @@ const std::vector<Migration>& store_migrations() {
       {1, "grids, runs, grid_runs, attempts, metrics", kMigration1},
       {2, "probes, probe_gemms, provenance, fits; runs.ingested_bytes; views final_losses, bf16_gap, run_progress",
        kMigration2},
+      {3, "fits.predictions_json", kMigration3},
   };
   return steps;
 }

@@ -8,11 +8,12 @@
 #include <string>
 #include <vector>
 
+#include "base/sha256.h"
+#include "base/user_error.h"
 #include "engine/data/byte_shard_builder.h"
 #include "engine/data/data_source.h"
 #include "engine/data/document_splitter.h"
 #include "engine/data/manifest.h"
-#include "engine/data/sha256.h"
 #include "engine/data/shard.h"
 #include "engine/data/shard_source.h"
 #include "tests/test_support.h"
@@ -130,7 +131,7 @@ TEST_CASE("data build: split rule, manifest, shards and determinism", "[data][bu
   CHECK(m.inputs[0].validation_document_bytes == a[99].size() + a[199].size());
   CHECK(m.inputs[1].documents == 120);
   CHECK(m.inputs[1].validation_documents == 1);
-  CHECK(m.inputs[0].sha256 == sha256_hex(join(a)));
+  CHECK(m.inputs[0].sha256 == fp4::sha256_hex(join(a)));
   CHECK(m.inputs[0].text_sha256 == m.inputs[0].sha256);
   CHECK(m.inputs[0].text_bytes == join(a).size());
   CHECK(m.validation.documents == 3);
@@ -147,7 +148,7 @@ TEST_CASE("data build: split rule, manifest, shards and determinism", "[data][bu
   for (const auto* s : {&m.train, &m.validation})
     for (const ShardEntry& e : s->shards) {
       CHECK(e.tokens <= 2000);
-      CHECK(e.sha256 == sha256_file(o.out_dir / e.file));
+      CHECK(e.sha256 == fp4::sha256_file(o.out_dir / e.file));
       CHECK(read_shard_header(o.out_dir / e.file).vocab == 256);
     }
   // The manifest on disk is what read_manifest reads back and names the split rule.
@@ -224,7 +225,7 @@ TEST_CASE("data build reads .xz through xz and refuses what it cannot read", "[d
   Manifest mp = build_byte_shards(plain).manifest;
   Manifest mx = build_byte_shards(packed).manifest;
   CHECK(mx.inputs[0].text_sha256 == mp.inputs[0].text_sha256);
-  CHECK(mx.inputs[0].sha256 == sha256_file(tmp / "c.txt.xz"));
+  CHECK(mx.inputs[0].sha256 == fp4::sha256_file(tmp / "c.txt.xz"));
   CHECK(mx.inputs[0].sha256 != mx.inputs[0].text_sha256);
   CHECK(mx.inputs[0].documents == 205);
   CHECK(split_bytes(packed.out_dir, mx.train) == split_bytes(plain.out_dir, mp.train));
@@ -255,7 +256,7 @@ TEST_CASE("a shard directory as a DataSource: batches, wrap-around, resume, vali
   CHECK(src->vocab_size() == 256);
   CHECK(src->train_tokens() == train.size());
   CHECK(src->validation_tokens() == val.size());
-  CHECK(src->fingerprint() == sha256_file(o.out_dir / "manifest.json"));
+  CHECK(src->fingerprint() == fp4::sha256_file(o.out_dir / "manifest.json"));
 
   // Batch rows are overlapping windows of the training stream; the stream wraps at its end.
   const int64_t B = 3, T = 97;
@@ -284,7 +285,7 @@ TEST_CASE("a shard directory as a DataSource: batches, wrap-around, resume, vali
   again->next_batch(B, T, std::span<int32_t>(wide));
   for (size_t i = 0; i < wide.size(); ++i) REQUIRE(wide[i] == after_mid[0][i]);
   CHECK_THROWS_AS(again->next_batch(B, T, std::span<int32_t>(wide.data(), wide.size() - 1)), std::invalid_argument);
-  CHECK_THROWS_AS(src->train_stream(StreamPosition{0, {1, 2}}), std::invalid_argument);
+  CHECK_THROWS_AS(src->train_stream(StreamPosition{0, {1, 2}}), fp4::UserError);
 
   // Validation: a prefix of the validation split, with the document bytes among it.
   ValidationSet all = src->validation(1u << 30);

@@ -6,8 +6,9 @@
 #include <string>
 #include <vector>
 
+#include "base/sha256.h"
+#include "base/user_error.h"
 #include "engine/data/shard.h"
-#include "engine/data/sha256.h"
 #include "tests/test_support.h"
 
 namespace fs = std::filesystem;
@@ -36,7 +37,7 @@ std::string refusal(const fs::path& path, const std::string& bytes) {
   spit(path, bytes);
   try {
     read_shard_header(path);
-  } catch (const std::invalid_argument& e) {
+  } catch (const fp4::UserError& e) {
     return e.what();
   }
   return "";
@@ -51,7 +52,7 @@ TEST_CASE("a shard round-trips through write_shard, read_shard and MappedShard",
   std::string sha = write_shard(path, tokens, 50257);
 
   CHECK(fs::file_size(path) == 1024 + 2 * tokens.size());
-  CHECK(sha == sha256_file(path));
+  CHECK(sha == fp4::sha256_file(path));
   CHECK_FALSE(fs::exists(dir / ".s.bin.tmp"));  // the temporary file was renamed away
 
   ShardHeader h;
@@ -132,10 +133,10 @@ TEST_CASE("shard header problems are refused, each naming the file", "[data][sha
   try {
     read_shard(bad);
     FAIL("a token above the vocabulary was accepted");
-  } catch (const std::invalid_argument& e) {
+  } catch (const fp4::UserError& e) {
     CHECK_THAT(e.what(), Catch::Contains(bad.string()) && Catch::Contains("not below the vocabulary size 10"));
   }
-  CHECK_THROWS_AS(MappedShard(bad).check_tokens(), std::invalid_argument);
+  CHECK_THROWS_AS(MappedShard(bad).check_tokens(), fp4::UserError);
 
   CHECK_THROWS_WITH(read_shard_header(dir / "missing.bin"), Catch::Contains("missing.bin"));
 
@@ -146,8 +147,8 @@ TEST_CASE("shard header problems are refused, each naming the file", "[data][sha
 TEST_CASE("write_shard refuses tokens outside the vocabulary and leaves nothing behind", "[data][shard]") {
   ScratchDir dir;
   std::vector<uint16_t> tokens{1, 2, 300};
-  CHECK_THROWS_AS(write_shard(dir / "x.bin", tokens, 256), std::invalid_argument);
+  CHECK_THROWS_AS(write_shard(dir / "x.bin", tokens, 256), fp4::UserError);
   CHECK(fs::is_empty(dir.path()));
-  CHECK_THROWS_AS(write_shard(dir / "x.bin", tokens, 0), std::invalid_argument);
-  CHECK_THROWS_AS(write_shard(dir / "x.bin", tokens, 65537), std::invalid_argument);
+  CHECK_THROWS_AS(write_shard(dir / "x.bin", tokens, 0), fp4::UserError);
+  CHECK_THROWS_AS(write_shard(dir / "x.bin", tokens, 65537), fp4::UserError);
 }

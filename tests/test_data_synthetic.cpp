@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "base/user_error.h"
 #include "engine/data/data_source.h"
 #include "engine/data/markov_chain.h"
 #include "engine/data/synthetic_spec.h"
@@ -19,7 +20,7 @@ namespace {
 std::string refusal(const std::string& spec) {
   try {
     open_data(spec);
-  } catch (const std::invalid_argument& e) {
+  } catch (const fp4::UserError& e) {
     return e.what();
   }
   return "";
@@ -131,7 +132,7 @@ TEST_CASE("synthetic streams are deterministic, pinned, and differ by seed and p
   CHECK(v.tokens == a->validation(5000).tokens);
   CHECK(v.tokens != ta);
   CHECK(std::vector<uint16_t>(v.tokens.begin(), v.tokens.begin() + 100) == a->validation(100).tokens);
-  CHECK_THROWS_AS(a->validation(0), std::invalid_argument);
+  CHECK_THROWS_AS(a->validation(0), fp4::UserError);
   CHECK(a->train_tokens() == 0);
   CHECK(a->validation_tokens() == 0);
 }
@@ -165,9 +166,9 @@ TEST_CASE("a synthetic stream resumed from a position equals the tail of the str
   CHECK(std::vector<uint16_t>(one.begin(), one.begin() + 51) == std::vector<uint16_t>(flat.begin(), flat.begin() + 51));
   CHECK(other->next_batch(1, 10)[0] == flat[100]);
 
-  CHECK_THROWS_AS(src->train_stream(StreamPosition{5, {1, 2}}), std::invalid_argument);
-  CHECK_THROWS_AS(src->train_stream(StreamPosition{5, {1, 2, 20}}), std::invalid_argument);
-  CHECK_THROWS_AS(StreamPosition::from_json(nlohmann::json{{"tokens", -1}}), std::invalid_argument);
+  CHECK_THROWS_AS(src->train_stream(StreamPosition{5, {1, 2}}), fp4::UserError);
+  CHECK_THROWS_AS(src->train_stream(StreamPosition{5, {1, 2, 20}}), fp4::UserError);
+  CHECK_THROWS_AS(StreamPosition::from_json(nlohmann::json{{"tokens", -1}}), fp4::UserError);
 }
 
 TEST_CASE("the computed entropy rate and unigram entropy match a long sample", "[data][synthetic]") {

@@ -13,6 +13,7 @@
 
 #include <catch2/catch.hpp>
 
+#include "base/user_error.h"
 #include "engine/model/model_config.h"
 #include "engine/model/transformer.h"
 #include "engine/recipe.h"
@@ -48,13 +49,17 @@ Tokens random_tokens(int batch, int seq, int vocab, uint64_t seed) {
   return t;
 }
 
+// The message of what `f` throws: a UserError (a config the user wrote) or std::invalid_argument
+// (the model's own checks of what it is handed).
 std::string error_of(const std::function<void()>& f) {
   try {
     f();
+  } catch (const fp4::UserError& e) {
+    return e.what();
   } catch (const std::invalid_argument& e) {
     return e.what();
   }
-  return "(no std::invalid_argument)";
+  return "(no exception)";
 }
 
 // The gradient-check model: 2 layers, d_model 32, 2 heads of 16, d_ff 64, vocabulary 17.

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "base/user_error.h"
 #include "engine/npy.h"
 #include "tests/test_support.h"
 
@@ -31,7 +32,7 @@ std::string error_of(const std::string& name, const std::string& bytes) {
   const std::string path = write_file(name, bytes);
   try {
     fp4::npy::read(path);
-  } catch (const std::invalid_argument& e) {
+  } catch (const fp4::UserError& e) {
     return e.what();
   }
   return "";
@@ -141,7 +142,7 @@ TEST_CASE("npy: malformed or unsupported files are refused with one line naming 
   try {
     fp4::npy::read(missing);
     FAIL("a missing file was read");
-  } catch (const std::invalid_argument& e) {
+  } catch (const fp4::UserError& e) {
     CHECK(std::string(e.what()).find("does_not_exist.npy: cannot open") != std::string::npos);
   }
 }

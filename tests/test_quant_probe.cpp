@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "base/user_error.h"
 #include "engine/quant_probe.h"
 #include "engine/recipe.h"
 #include "kernels/cpu/quant_metrics.h"
@@ -323,7 +324,7 @@ TEST_CASE("probe: configurations that cannot run are refused with one line namin
   auto message = [](const ProbeConfig& c) -> std::string {
     try {
       fp4::probe::validate(c);
-    } catch (const std::invalid_argument& e) {
+    } catch (const fp4::UserError& e) {
       return e.what();
     }
     return "";

@@ -3,9 +3,11 @@
 #include <catch2/catch.hpp>
 
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
+#include "base/user_error.h"
 #include "engine/run/config.h"
 
 using fp4::run::config_from_json;
@@ -26,7 +28,7 @@ json minimal() {
 std::string error_of_text(const std::string& text) {
   try {
     config_from_text(text, "run.json");
-  } catch (const std::invalid_argument& e) {
+  } catch (const fp4::UserError& e) {
     const std::string what = e.what();
     INFO(what);
     CHECK(what.find('\n') == std::string::npos);
@@ -62,7 +64,7 @@ TEST_CASE("run config: defaults are resolved and written out", "[run][config]") 
   for (const char* key : {"model", "recipe", "data", "train", "eval", "probe", "checkpoint", "device", "storage"})
     CHECK(j.contains(key));
   for (const char* key : {"seed", "tokens", "steps", "batch_tokens", "micro_batch", "lr", "min_lr", "warmup_steps",
-                          "schedule", "beta1", "beta2", "eps", "weight_decay", "grad_clip"})
+                          "schedule", "beta1", "beta2", "eps", "weight_decay", "grad_clip", "shuffle"})
     CHECK(j["train"].contains(key));
 }
 
@@ -111,6 +113,47 @@ TEST_CASE("run config: malformed JSON names line and column", "[run][config]") {
   CHECK(e.rfind("run.json:3:11: malformed JSON:", 0) == 0);
   CHECK(error_of_text("").rfind("run.json:1:1: malformed JSON:", 0) == 0);
   CHECK(error_of_text("[1, 2]") == "run.json: the config must be a JSON object, got [1,2]");
+}
+
+TEST_CASE("run config: a key given twice is refused, naming the key and both places", "[run][config]") {
+  // JSON allows it and nlohmann would keep the last value: this config would train with lr 5.
+  const std::string text =
+      "{\"model\": {\"preset\": \"d1\", \"seq_len\": 64}, \"data\": \"synthetic:markov\",\n"
+      " \"train\": {\"steps\": 4, \"batch_tokens\": 512, \"micro_batch\": 4,\n"
+      "           \"lr\": 0.001,\n"
+      "           \"lr\": 5}}";
+  CHECK(error_of_text(text) == "run.json:4:12: train.lr: is given twice (first at line 3, column 12); keep one");
+  // At the top, inside a recipe object, and a key with an escaped quote in it.
+  CHECK(error_of_text("{\"data\": \"a\", \"data\": \"b\"}") ==
+        "run.json:1:15: data: is given twice (first at line 1, column 2); keep one");
+  CHECK(error_of_text("{\"recipe\": {\"base\": \"ufp4\", \"sr\": [], \"sr\": [\"wgrad\"]}}")
+            .rfind("run.json:1:39: recipe.sr: is given twice", 0) == 0);
+  CHECK(error_of_text("{\"a\\\"b\": 1, \"a\\\"b\": 2}").rfind("run.json:1:13: a\"b: is given twice", 0) == 0);
+  // Equal keys in different objects are different keys.
+  json j = minimal();
+  j["eval"] = {{"every", 10}};
+  j["probe"] = {{"every", 10}};
+  CHECK(config_from_text(j.dump(), "run.json").probe.every == 10);
+}
+
+TEST_CASE("run config: numbers a double cannot hold are refused, naming the field", "[run][config]") {
+  const std::string text =
+      "{\"model\": {\"preset\": \"d1\"}, \"data\": \"synthetic:markov\",\n"
+      " \"train\": {\"steps\": 4, \"lr\": 1e400}}";
+  CHECK(error_of_text(text) == "run.json:2:30: train.lr: number overflow parsing '1e400': the number is out of range");
+  CHECK(error_of_text("{\"recipe\": {\"sr\": [-1e999]}}").rfind("run.json:1:", 0) == 0);
+  // An integer beyond 64 bits reads as a float, which an integer field refuses as such.
+  CHECK(error_of(with(minimal(), "/train/seed"_json_pointer, json::parse("123456789012345678901234567890")))
+            .rfind("run.json: train.seed must be a non-negative integer, got 1.2345", 0) == 0);
+}
+
+TEST_CASE("run config: bf16_layers counts and indices beyond int are values, not exceptions", "[run][config]") {
+  // "first:k" with k at least the model's blocks keeps every block in bf16, however large k is.
+  json j = with(minimal(), "/recipe"_json_pointer, json{{"base", "ufp4"}, {"bf16_layers", {"first:99999999999"}}});
+  CHECK(config_from_json(j, "run.json").recipe.bf16_layers == std::vector<std::string>{"first:99999999999"});
+  const std::string e =
+      error_of(with(minimal(), "/recipe"_json_pointer, json{{"base", "ufp4"}, {"bf16_layers", {"99999999999"}}}));
+  CHECK(e.find("bf16_layers entry 99999999999 is out of range: the model has 1 blocks") != std::string::npos);
 }
 
 TEST_CASE("run config: unknown keys are refused, naming the key", "[run][config]") {

@@ -12,6 +12,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "base/user_error.h"
 #include "engine/data/byte_shard_builder.h"
 #include "engine/data/markov_chain.h"
 #include "engine/data/synthetic_spec.h"
@@ -242,7 +243,7 @@ TEST_CASE("train: resuming needs the same config and a verifiable checkpoint", "
     try {
       run_train(cfg, dir, resume);
       FAIL("no error");
-    } catch (const std::invalid_argument& e) {
+    } catch (const fp4::UserError& e) {
       const std::string what = e.what();
       INFO(what);
       CHECK(what.find(part) != std::string::npos);
@@ -316,7 +317,7 @@ TEST_CASE("train: bad inputs are refused before the run directory is touched", "
     try {
       run_train(config, dir);
       FAIL("no error");
-    } catch (const std::invalid_argument& e) {
+    } catch (const fp4::UserError& e) {
       INFO(e.what());
       CHECK(std::string(e.what()).find(part) != std::string::npos);
     }
@@ -334,7 +335,7 @@ TEST_CASE("train: bad inputs are refused before the run directory is touched", "
   try {
     run_train(tmp / "missing.json", dir);
     FAIL("no error");
-  } catch (const std::invalid_argument& e) {
+  } catch (const fp4::UserError& e) {
     CHECK(std::string(e.what()).find("missing.json") != std::string::npos);
   }
   CHECK_FALSE(std::filesystem::exists(dir));
@@ -351,7 +352,7 @@ TEST_CASE("train: device cuda without a GPU (or without CUDA) is refused before 
     // A machine with a GPU (and a build with CUDA) trains it: nothing to check here.
     CHECK(r.outcome == Outcome::succeeded);
     return;
-  } catch (const std::invalid_argument& e) {
+  } catch (const fp4::UserError& e) {
     const std::string what = e.what();
     INFO(what);
     CHECK(what.find('\n') == std::string::npos);
@@ -438,7 +439,7 @@ TEST_CASE("train: byte shards train, report bits per byte, and a damaged shard i
   try {
     run_train(write_config(tmp, j), tmp / "run2");
     FAIL("no error");
-  } catch (const std::invalid_argument& e) {
+  } catch (const fp4::UserError& e) {
     INFO(e.what());
     CHECK(std::string(e.what()).find("train_000.bin") != std::string::npos);
   }

@@ -59,6 +59,20 @@ inline void spit(const std::filesystem::path& p, const std::string& bytes) {
   out << bytes;
 }
 
+// Every ```sql block of a Markdown text (the docs' example queries, which tests run).
+inline std::vector<std::string> sql_blocks(const std::string& doc) {
+  std::vector<std::string> out;
+  size_t at = 0;
+  while ((at = doc.find("```sql\n", at)) != std::string::npos) {
+    const size_t body = at + 7;
+    const size_t end = doc.find("```", body);
+    if (end == std::string::npos) break;
+    out.push_back(doc.substr(body, end - body));
+    at = end + 3;
+  }
+  return out;
+}
+
 struct CliRun {
   int exit_code = -1;
   std::string out, err;

@@ -12,7 +12,7 @@
 #include <random>
 #include <set>
 
-#include "engine/run/run_dir.h"
+#include "base/directory_lock.h"
 #include "sweeps/spec.h"
 #include "sweeps/store.h"
 #include "tests/sweeps_test_helpers.h"
@@ -315,7 +315,7 @@ TEST_CASE("a Slurm array job trains the pending runs and ingest imports them", "
   REQUIRE(r.exit_code == 0);
   const std::string script = fp4::test::slurp(job);
   CHECK(script.find("#SBATCH --array=0-1%4") != std::string::npos);
-  CHECK(script.find("#SBATCH --partition=gpu") != std::string::npos);
+  CHECK(script.find("#SBATCH --partition=\"gpu\"\n") != std::string::npos);
   // Execute task 1 the way Slurm would (the #SBATCH lines are comments to bash).
   const std::string cmd = "cd '" + dir.path().string() + "' && SLURM_ARRAY_TASK_ID=1 bash '" + job.string() + "'";
   REQUIRE(std::system(cmd.c_str()) == 0);
@@ -345,7 +345,7 @@ TEST_CASE("fp4lab train refuses a run directory another process holds", "[sweeps
   REQUIRE(r.exit_code == 0);
   auto store = Store::open(dir / "lock.db", Store::Mode::read_only);
   const fs::path run_dir = store->runs().at(0).dir;
-  fp4::run::RunDirLock held(run_dir);
+  fp4::DirectoryLock held(run_dir);
   r = fp4::test::run_fp4lab("train --config '" + (run_dir / "run.json").string() + "' --dir '" + run_dir.string() +
                                 "' --resume --quiet",
                             dir);

@@ -11,7 +11,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "engine/data/sha256.h"
+#include "base/sha256.h"
+#include "base/user_error.h"
 #include "engine/model/model_config.h"
 #include "engine/run/config.h"
 #include "sweeps/spec.h"
@@ -33,7 +34,7 @@ SweepSpec parse(const std::string& text, const std::string& file = "spec.toml") 
 std::string error_of(const std::string& text) {
   try {
     parse(text);
-  } catch (const std::invalid_argument& e) {
+  } catch (const fp4::UserError& e) {
     const std::string what = e.what();
     INFO(what);
     CHECK(what.find('\n') == std::string::npos);
@@ -147,7 +148,7 @@ targets = [{n = 1.5e9, d = 1e11}]
   CHECK(s.file == "study/small.toml");
   CHECK(s.base_dir == "/abs/study");
   CHECK(s.text == text);
-  CHECK(s.text_hash == fp4::data::sha256_hex(text));
+  CHECK(s.text_hash == fp4::sha256_hex(text));
   CHECK(s.store == "/abs/study/small-study.db");
   CHECK(s.run_root == "/abs/study/out/runs");
 
@@ -533,20 +534,22 @@ TEST_CASE("sweep spec: compact counts", "[sweeps][sweeps_spec]") {
 }
 
 TEST_CASE("sweep spec: every run config field can be written in TOML", "[sweeps][sweeps_spec]") {
-  // A resolved config with every field (wsd adds decay_fraction), written back as TOML sections:
-  // if the engine gains a field the spec does not know, this fails.
-  const fp4::run::RunConfig resolved = fp4::run::config_from_json(
-      json::parse(R"({"model": {"preset": "d2"}, "data": "synthetic:markov?order=1&vocab=64",
-                      "train": {"tokens": 65536, "batch_tokens": 4096, "micro_batch": 4, "schedule": "wsd"}})"),
-      "x");
-  const json full = fp4::run::config_to_json(resolved);
-  std::string text = "[sweep]\nname = \"all\"\n[data]\nsource = " + full.at("data").dump() + "\n";
-  for (const char* section : {"model", "train", "eval", "probe", "checkpoint"}) {
-    text += std::string("[") + section + "]\n";
-    for (const auto& [key, value] : full.at(section).items()) text += key + " = " + value.dump() + "\n";
+  // A resolved config with every field (wsd adds decay_fraction, a shard directory data_seed),
+  // written back as TOML sections: if the engine gains a field the spec does not know, this fails.
+  for (const char* data : {"synthetic:markov?order=1&vocab=64", "data/shards"}) {
+    const fp4::run::RunConfig resolved = fp4::run::config_from_json(
+        json::parse(std::string(R"({"model": {"preset": "d2"}, "data": ")") + data + R"(",
+                        "train": {"tokens": 65536, "batch_tokens": 4096, "micro_batch": 4, "schedule": "wsd"}})"),
+        "x");
+    const json full = fp4::run::config_to_json(resolved);
+    std::string text = "[sweep]\nname = \"all\"\n[data]\nsource = " + full.at("data").dump() + "\n";
+    for (const char* section : {"model", "train", "eval", "probe", "checkpoint"}) {
+      text += std::string("[") + section + "]\n";
+      for (const auto& [key, value] : full.at(section).items()) text += key + " = " + value.dump() + "\n";
+    }
+    INFO(text);
+    CHECK(only_point(parse(text)).config == full);
   }
-  INFO(text);
-  CHECK(only_point(parse(text)).config == full);
 }
 
 TEST_CASE("sweep spec: load_sweep_spec reads the file and resolves paths against its directory", "[sweeps][sweeps_spec]") {
@@ -561,7 +564,7 @@ TEST_CASE("sweep spec: load_sweep_spec reads the file and resolves paths against
   try {
     fp4::sweeps::load_sweep_spec(dir / "missing.toml");
     FAIL("no error for a missing file");
-  } catch (const std::invalid_argument& e) {
+  } catch (const fp4::UserError& e) {
     CHECK(std::string(e.what()).find("missing.toml") != std::string::npos);
   }
 }

@@ -21,6 +21,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "base/user_error.h"
 #include "sweeps/store.h"
 #include "sweeps/store_schema.h"
 #include "tests/test_support.h"
@@ -97,19 +98,19 @@ void exec_sql(sqlite3* db, const std::string& sql) {
   REQUIRE(rc == SQLITE_OK);
 }
 
-// The message of the std::invalid_argument `f` throws; checks it is one line naming `path`.
+// The message of the fp4::UserError `f` throws; checks it is one line naming `path`.
 template <typename F>
 std::string user_error(F&& f, const std::filesystem::path& path) {
   try {
     f();
-  } catch (const std::invalid_argument& e) {
+  } catch (const fp4::UserError& e) {
     const std::string what = e.what();
     INFO(what);
     CHECK(what.find('\n') == std::string::npos);
     CHECK(what.find(path.string()) != std::string::npos);
     return what;
   }
-  FAIL("no std::invalid_argument");
+  FAIL("no fp4::UserError");
   return {};
 }
 
@@ -152,20 +153,6 @@ std::string store_doc_section() {
   if (start == std::string::npos) return {};
   const size_t end = text.find("\n## ", start + 1);
   return text.substr(start, end == std::string::npos ? std::string::npos : end - start);
-}
-
-// Every ```sql block of `doc`.
-std::vector<std::string> sql_blocks(const std::string& doc) {
-  std::vector<std::string> out;
-  size_t at = 0;
-  while ((at = doc.find("```sql\n", at)) != std::string::npos) {
-    const size_t body = at + 7;
-    const size_t end = doc.find("```", body);
-    if (end == std::string::npos) break;
-    out.push_back(doc.substr(body, end - body));
-    at = end + 3;
-  }
-  return out;
 }
 
 // A study with known final losses: bf16, ufp4 and nvfp4 (diverged: a null final loss) at one
@@ -213,7 +200,7 @@ TEST_CASE("sweeps store: run states have names and parse back", "[sweeps][sweeps
   for (RunState s : {RunState::pending, RunState::running, RunState::succeeded, RunState::failed, RunState::diverged,
                      RunState::orphaned})
     CHECK(parse_run_state(fp4::sweeps::run_state_name(s)) == s);
-  CHECK_THROWS_AS(parse_run_state("done"), std::invalid_argument);
+  CHECK_THROWS_AS(parse_run_state("done"), fp4::UserError);
 }
 
 TEST_CASE("sweeps store: a new store is created in WAL mode with a busy timeout, and reopens", "[sweeps][sweeps_store]") {
@@ -708,7 +695,7 @@ TEST_CASE("sweeps store: every example query in the docs runs, and the docs name
           "[sweeps][sweeps_store]") {
   const std::string doc = store_doc_section();
   REQUIRE_FALSE(doc.empty());
-  const std::vector<std::string> blocks = sql_blocks(doc);
+  const std::vector<std::string> blocks = fp4::test::sql_blocks(doc);
   REQUIRE(blocks.size() >= 5);
 
   ViewStudy study;

@@ -14,7 +14,7 @@ namespace fp4::cuda_model {
 // pick when neither the config nor --device names a device.
 bool cuda_device_visible();
 
-// Throws std::invalid_argument (one line, exit 2) when no CUDA device is visible, and as
+// Throws UserError (one line, exit 2) when no CUDA device is visible, and as
 // model::Model's constructor for a bad configuration.
 std::unique_ptr<run::TrainBackend> make_cuda_backend(const model::ModelConfig& config, const engine::Recipe& recipe,
                                                      std::vector<int> bf16_layers);

@@ -11,21 +11,22 @@
 #include <stdexcept>
 #include <string>
 
+#include "base/user_error.h"
 #include "engine/quantized_linear.h"
 
 namespace fp4::cuda_model {
 
 namespace {
 
-// Throws std::invalid_argument (the run's bad input: exit 2) when no device can be used.
+// Throws UserError (the run's bad input: exit 2) when no device can be used.
 void require_device() {
   int devices = 0;
   const cudaError_t err = cudaGetDeviceCount(&devices);
   if (err != cudaSuccess || devices == 0) {
     cudaGetLastError();  // clear the sticky error state a failed query may leave
-    throw std::invalid_argument(std::string("device \"cuda\": no CUDA device is visible (") +
-                                (err != cudaSuccess ? cudaGetErrorString(err) : "cudaGetDeviceCount found 0 devices") +
-                                "): run on a machine with a GPU or use device \"cpu\"");
+    throw UserError(std::string("device \"cuda\": no CUDA device is visible (") +
+                    (err != cudaSuccess ? cudaGetErrorString(err) : "cudaGetDeviceCount found 0 devices") +
+                    "): run on a machine with a GPU or use device \"cpu\"");
   }
 }
 
@@ -36,9 +37,9 @@ CudaModel::CudaModel(const model::ModelConfig& config, const engine::Recipe& rec
     : host_(config, recipe, bf16_layers, storage), storage_(storage) {
   require_device();
   if (config.head_dim > cuda::kMaxHeadDim)
-    throw std::invalid_argument("model: head_dim = " + std::to_string(config.head_dim) +
-                                " is above the CUDA attention kernel's limit " + std::to_string(cuda::kMaxHeadDim) +
-                                ": use more heads or device \"cpu\"");
+    throw UserError("model: head_dim = " + std::to_string(config.head_dim) +
+                    " is above the CUDA attention kernel's limit " + std::to_string(cuda::kMaxHeadDim) +
+                    ": use more heads or device \"cpu\"");
   // The host mirror never computes gradients (only probe(), which keeps its own): drop that buffer.
   host_.grads().clear();
   host_.grads().shrink_to_fit();

@@ -74,7 +74,7 @@ class DeviceArray {
 class CudaModel {
  public:
   // As model::Model's constructor (the same checks and one-line errors), plus: throws
-  // std::invalid_argument when no CUDA device is visible. Parameters start at zero.
+  // UserError when no CUDA device is visible. Parameters start at zero.
   CudaModel(const model::ModelConfig& config, const engine::Recipe& recipe, std::vector<int> bf16_layers,
             model::Storage storage = model::Storage::bf16);
   ~CudaModel();

@@ -9,9 +9,10 @@
 #include <string_view>
 #include <system_error>
 
-#include "engine/data/atomic_file.h"
+#include "base/files.h"
+#include "base/sha256.h"
+#include "base/user_error.h"
 #include "engine/data/document_splitter.h"
-#include "engine/data/sha256.h"
 #include "engine/data/shard.h"
 #include "engine/data/text_input.h"
 
@@ -97,26 +98,26 @@ std::optional<Manifest> prepare_out_dir(const fs::path& dir, const Manifest& wan
   std::error_code ec;
   if (!fs::exists(dir, ec)) {
     fs::create_directories(dir, ec);
-    if (ec) throw std::invalid_argument(dir.string() + ": cannot create the output directory: " + ec.message());
+    if (ec) throw UserError(dir.string() + ": cannot create the output directory: " + ec.message());
     return std::nullopt;
   }
-  if (!fs::is_directory(dir, ec)) throw std::invalid_argument(dir.string() + ": exists and is not a directory; choose another --out");
+  if (!fs::is_directory(dir, ec)) throw UserError(dir.string() + ": exists and is not a directory; choose another --out");
   if (fs::exists(dir / kManifestName, ec)) {
     Manifest old;
     try {
       old = read_manifest(dir);
-    } catch (const std::invalid_argument&) {
-      throw std::invalid_argument(dir.string() + ": holds a manifest.json this build cannot read; remove the directory or choose another --out");
+    } catch (const UserError&) {
+      throw UserError(dir.string() + ": holds a manifest.json this build cannot read; remove the directory or choose another --out");
     }
     if (same_build(old, wanted) && shards_present(dir, old)) return old;
-    throw std::invalid_argument(dir.string() + ": already holds a different build (other inputs or settings); choose "
-                                "another --out directory or remove this one");
+    throw UserError(dir.string() + ": already holds a different build (other inputs or settings); choose "
+                    "another --out directory or remove this one");
   }
   for (const fs::directory_entry& e : fs::directory_iterator(dir)) {
     std::string name = e.path().filename().string();
     if (!is_our_file(name))
-      throw std::invalid_argument(dir.string() + ": is not empty (it holds " + name +
-                                  "); give a new or empty directory to --out");
+      throw UserError(dir.string() + ": is not empty (it holds " + name +
+                      "); give a new or empty directory to --out");
   }
   return std::nullopt;  // empty, or the leftovers of an interrupted build: they get replaced
 }
@@ -136,12 +137,12 @@ void remove_stale(const fs::path& dir, const Manifest& m) {
 }
 
 void check_options(const ByteBuildOptions& o) {
-  if (o.inputs.empty()) throw std::invalid_argument("data build: no input files; give one or more .txt or .txt.xz files");
-  if (o.out_dir.empty()) throw std::invalid_argument("data build: no output directory; give --out DIR");
+  if (o.inputs.empty()) throw UserError("data build: no input files; give one or more .txt or .txt.xz files");
+  if (o.out_dir.empty()) throw UserError("data build: no output directory; give --out DIR");
   if (o.shard_tokens == 0 || o.shard_tokens > kMaxShardTokens)
-    throw std::invalid_argument("data build: --shard-tokens " + std::to_string(o.shard_tokens) + " is outside 1.." +
-                                std::to_string(kMaxShardTokens) + " (a shard's token count is an int32)");
-  if (o.validation_every == 0) throw std::invalid_argument("data build: --val-every must be at least 1");
+    throw UserError("data build: --shard-tokens " + std::to_string(o.shard_tokens) + " is outside 1.." +
+                    std::to_string(kMaxShardTokens) + " (a shard's token count is an int32)");
+  if (o.validation_every == 0) throw UserError("data build: --val-every must be at least 1");
 }
 
 }  // namespace

@@ -53,7 +53,7 @@ struct BuildResult {
   bool up_to_date = false;  // the directory already held this exact build; nothing was written
 };
 
-// Throws std::invalid_argument (one line naming the file or option) for anything the user can fix.
+// Throws UserError (one line naming the file or option) for anything the user can fix.
 BuildResult build_byte_shards(const ByteBuildOptions& options,
                               const std::function<void(const BuildProgress&)>& progress = {});
 

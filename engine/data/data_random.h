@@ -24,6 +24,7 @@ enum class DataPurpose : uint32_t {
   validation_stream = 1,  // the synthetic held-out stream: block = token index / 4
   table = 2,              // building a Markov chain's rows: block = context, sub = draw / 4
   relabel = 3,            // the random relabelling of the chain's de Bruijn cycle: block 0
+  shuffle = 4,            // a shard directory's window permutations: block = epoch, sub = draw / 2
 };
 
 inline Philox4 data_philox(uint64_t seed, DataPurpose purpose, uint64_t block, uint32_t sub) {

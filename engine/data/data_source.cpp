@@ -1,8 +1,10 @@
 // data_source.cpp — batch layout shared by every stream, position JSON, and the spec dispatch.
 #include "engine/data/data_source.h"
 
+#include <algorithm>
 #include <stdexcept>
 
+#include "base/user_error.h"
 #include "engine/data/shard_source.h"
 #include "engine/data/synthetic_source.h"
 #include "engine/data/synthetic_spec.h"
@@ -35,11 +37,10 @@ uint64_t batch_read_size(int64_t batch, int64_t seq_len, size_t out_size) {
 }
 
 // Sequence r of the batch is stream tokens [r*T, r*T + T] of the contiguous read.
-template <typename Token>
-void lay_out(const std::vector<uint16_t>& flat, int64_t batch, int64_t seq_len, std::span<Token> out) {
+void lay_out(const std::vector<uint16_t>& flat, int64_t batch, int64_t seq_len, uint16_t* out) {
   const size_t T = static_cast<size_t>(seq_len);
   for (size_t r = 0; r < static_cast<size_t>(batch); ++r)
-    for (size_t j = 0; j <= T; ++j) out[r * (T + 1) + j] = static_cast<Token>(flat[r * T + j]);
+    std::copy(flat.begin() + r * T, flat.begin() + r * T + T + 1, out + r * (T + 1));
 }
 
 }  // namespace
@@ -48,7 +49,7 @@ nlohmann::json StreamPosition::to_json() const { return {{"tokens", tokens}, {"c
 
 StreamPosition StreamPosition::from_json(const nlohmann::json& j) {
   auto bad = [](const std::string& what) {
-    throw std::invalid_argument("data stream position " + what + "; expected {\"tokens\": N, \"context\": [...]}");
+    throw UserError("data stream position " + what + "; expected {\"tokens\": N, \"context\": [...]}");
   };
   if (!j.is_object() || !j.contains("tokens") || !j.at("tokens").is_number_unsigned()) bad("has no non-negative integer \"tokens\"");
   StreamPosition p;
@@ -64,18 +65,22 @@ StreamPosition StreamPosition::from_json(const nlohmann::json& j) {
   return p;
 }
 
+void TrainStream::read_batch(int64_t batch, int64_t seq_len, uint16_t* out) {
+  flat_.resize(static_cast<size_t>(batch) * static_cast<size_t>(seq_len) + 1);
+  read_overlapping(flat_.size(), flat_.data());
+  lay_out(flat_, batch, seq_len, out);
+}
+
 void TrainStream::next_batch(int64_t batch, int64_t seq_len, std::span<uint16_t> out) {
-  uint64_t n = batch_read_size(batch, seq_len, out.size());
-  buffer_.resize(n);
-  read_overlapping(n, buffer_.data());
-  lay_out(buffer_, batch, seq_len, out);
+  batch_read_size(batch, seq_len, out.size());
+  read_batch(batch, seq_len, out.data());
 }
 
 void TrainStream::next_batch(int64_t batch, int64_t seq_len, std::span<int32_t> out) {
-  uint64_t n = batch_read_size(batch, seq_len, out.size());
-  buffer_.resize(n);
-  read_overlapping(n, buffer_.data());
-  lay_out(buffer_, batch, seq_len, out);
+  batch_read_size(batch, seq_len, out.size());
+  buffer_.resize(out.size());
+  read_batch(batch, seq_len, buffer_.data());
+  for (size_t i = 0; i < out.size(); ++i) out[i] = static_cast<int32_t>(buffer_[i]);
 }
 
 std::vector<uint16_t> TrainStream::next_batch(int64_t batch, int64_t seq_len) {
@@ -86,7 +91,7 @@ std::vector<uint16_t> TrainStream::next_batch(int64_t batch, int64_t seq_len) {
 
 std::unique_ptr<DataSource> open_data(const std::string& spec) {
   if (spec.empty())
-    throw std::invalid_argument("empty data spec; give a shard directory or synthetic:markov?...");
+    throw UserError("empty data spec; give a shard directory or synthetic:markov?...");
   if (is_synthetic_spec(spec)) return open_synthetic_source(spec);
   return open_shard_directory(spec);
 }

@@ -4,12 +4,14 @@
 #include <stdexcept>
 #include <utility>
 
+#include "base/user_error.h"
+
 namespace fp4::data {
 
 DocumentSplitter::DocumentSplitter(std::string delimiter, std::function<void(std::string_view)> on_bytes,
                                    std::function<void()> on_end)
     : delimiter_(std::move(delimiter)), on_bytes_(std::move(on_bytes)), on_end_(std::move(on_end)) {
-  if (delimiter_.empty()) throw std::invalid_argument("document delimiter must not be empty");
+  if (delimiter_.empty()) throw UserError("document delimiter must not be empty");
 }
 
 void DocumentSplitter::feed(std::string_view chunk) {

@@ -5,6 +5,9 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "base/strict_json.h"
+#include "base/user_error.h"
+
 namespace fp4::data {
 namespace {
 
@@ -21,9 +24,9 @@ struct Reader {
   const std::string& where;
 
   [[noreturn]] void bad(const std::string& key, const std::string& what) const {
-    throw std::invalid_argument(where + ": " + key + " " + what +
-                                "; the manifest is damaged or from another tool: rebuild the directory with "
-                                "`fp4lab data build`");
+    throw UserError(where + ": " + key + " " + what +
+                    "; the manifest is damaged or from another tool: rebuild the directory with "
+                    "`fp4lab data build`");
   }
   const json& field(const json& obj, const std::string& key, const std::string& path) const {
     if (!obj.is_object() || !obj.contains(key)) bad(path + key, "is missing");
@@ -101,8 +104,8 @@ Manifest Manifest::from_json(const json& j, const std::string& where) {
   if (r.str(j, "format") != "fp4lab-token-shards") r.bad("format", "is not \"fp4lab-token-shards\"");
   uint64_t version = r.u64(j, "format_version");
   if (version != static_cast<uint64_t>(kManifestFormatVersion))
-    throw std::invalid_argument(where + ": format_version " + std::to_string(version) + " is not supported (this fp4lab reads " +
-                                std::to_string(kManifestFormatVersion) + "); rebuild with this fp4lab's `data build`");
+    throw UserError(where + ": format_version " + std::to_string(version) + " is not supported (this fp4lab reads " +
+                    std::to_string(kManifestFormatVersion) + "); rebuild with this fp4lab's `data build`");
   Manifest m;
   m.tokenizer = r.str(j, "tokenizer");
   uint64_t vocab = r.u64(j, "vocab_size");
@@ -140,18 +143,21 @@ Manifest read_manifest(const std::filesystem::path& dir, std::string* raw) {
   if (!in) {
     std::error_code ec;
     if (!std::filesystem::is_directory(dir, ec))
-      throw std::invalid_argument(dir.string() + ": not a directory; give a shard directory written by "
-                                  "`fp4lab data build` or a synthetic:NAME?... source");
-    throw std::invalid_argument(path.string() + ": missing: " + dir.string() +
-                                " is not a finished shard directory; build it with `fp4lab data build ... --out " +
-                                dir.string() + "`");
+      throw UserError(dir.string() + ": not a directory; give a shard directory written by "
+                      "`fp4lab data build` or a synthetic:NAME?... source");
+    throw UserError(path.string() + ": missing: " + dir.string() +
+                    " is not a finished shard directory; build it with `fp4lab data build ... --out " +
+                    dir.string() + "`");
   }
   std::ostringstream text;
   text << in.rdbuf();
-  json j = json::parse(text.str(), nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded())
-    throw std::invalid_argument(path.string() + ": not valid JSON; the manifest is damaged: rebuild the directory "
-                                "with `fp4lab data build`");
+  json j;
+  try {
+    j = parse_json_strictly(text.str(), path.string());
+  } catch (const UserError& e) {
+    throw UserError(std::string(e.what()) + ": the manifest is not valid JSON (damaged): rebuild the directory with "
+                    "`fp4lab data build`");
+  }
   Manifest m = Manifest::from_json(j, path.string());
   if (raw) *raw = text.str();
   return m;

@@ -54,7 +54,7 @@ struct Manifest {
   SplitSummary train, validation;
 
   nlohmann::json to_json() const;
-  // Checks types and consistency; `where` names the file in messages (std::invalid_argument).
+  // Checks types and consistency; `where` names the file in messages (UserError).
   static Manifest from_json(const nlohmann::json& j, const std::string& where);
 };
 

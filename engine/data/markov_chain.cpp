@@ -7,6 +7,8 @@
 #include <stdexcept>
 #include <utility>
 
+#include "base/user_error.h"
+
 namespace fp4::data {
 namespace {
 
@@ -118,7 +120,7 @@ std::string check_markov_params(const MarkovParams& p) {
 }
 
 MarkovChain::MarkovChain(const MarkovParams& params) : p_(params) {
-  if (std::string err = check_markov_params(p_); !err.empty()) throw std::invalid_argument(err);
+  if (std::string err = check_markov_params(p_); !err.empty()) throw UserError(err);
   const uint32_t V = p_.vocab, b = p_.branch, k = p_.order;
   for (uint32_t i = 0; i < k; ++i) contexts_ *= V;
   masses_ = zipf_masses(b, p_.alpha);
@@ -194,14 +196,14 @@ std::vector<uint16_t> MarkovChain::context_tokens(uint64_t context) const {
 
 uint64_t MarkovChain::context_index(std::span<const uint16_t> tokens) const {
   if (tokens.size() != p_.order)
-    throw std::invalid_argument("a stream position of this synthetic source needs " + std::to_string(p_.order) +
-                                " context tokens, not " + std::to_string(tokens.size()) +
-                                "; the checkpoint belongs to another data source");
+    throw UserError("a stream position of this synthetic source needs " + std::to_string(p_.order) +
+                    " context tokens, not " + std::to_string(tokens.size()) +
+                    "; the checkpoint belongs to another data source");
   uint64_t ctx = 0;
   for (uint16_t t : tokens) {
     if (t >= p_.vocab)
-      throw std::invalid_argument("stream position context token " + std::to_string(t) + " is not below vocab " +
-                                  std::to_string(p_.vocab) + "; the checkpoint belongs to another data source");
+      throw UserError("stream position context token " + std::to_string(t) + " is not below vocab " +
+                      std::to_string(p_.vocab) + "; the checkpoint belongs to another data source");
     ctx = ctx * p_.vocab + t;
   }
   return ctx;
@@ -253,7 +255,7 @@ MarkovEntropies MarkovChain::entropies() const {
                       "the chain mixes too slowly to compute its stationary distribution (L1 change %.1e after %llu "
                       "iterations); use a larger branch or a smaller alpha",
                       change, static_cast<unsigned long long>(e.iterations));
-        throw std::invalid_argument(msg);
+        throw UserError(msg);
       }
       step(pi, next);
       double total = 0.0;

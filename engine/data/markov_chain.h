@@ -66,7 +66,7 @@ struct MarkovEntropies {
 
 class MarkovChain {
  public:
-  // Throws std::invalid_argument with check_markov_params' message.
+  // Throws UserError with check_markov_params' message.
   explicit MarkovChain(const MarkovParams& params);
 
   const MarkovParams& params() const { return p_; }
@@ -85,7 +85,7 @@ class MarkovChain {
   // The context every stream starts from: k copies of token 0.
   static constexpr uint64_t initial_context() { return 0; }
   std::vector<uint16_t> context_tokens(uint64_t context) const;  // oldest first, `order` tokens
-  // Inverse of context_tokens; throws std::invalid_argument for a wrong length or token.
+  // Inverse of context_tokens; throws UserError for a wrong length or token.
   uint64_t context_index(std::span<const uint16_t> tokens) const;
 
   // Tokens [index, index + n) of stream `purpose` (train or validation), given the context before
@@ -94,7 +94,7 @@ class MarkovChain {
   uint64_t generate(DataPurpose purpose, uint64_t index, uint64_t context, uint16_t* out, uint64_t n) const;
 
   // Entropy rate, unigram and block entropies (runs the power iteration; milliseconds for the
-  // default chain, seconds for the largest). Throws std::invalid_argument if the chain mixes too
+  // default chain, seconds for the largest). Throws UserError if the chain mixes too
   // slowly for pi to converge within the work limit.
   MarkovEntropies entropies() const;
 

@@ -12,8 +12,9 @@
 #include <stdexcept>
 #include <string_view>
 
-#include "engine/data/atomic_file.h"
-#include "engine/data/sha256.h"
+#include "base/files.h"
+#include "base/sha256.h"
+#include "base/user_error.h"
 
 namespace fp4::data {
 
@@ -24,7 +25,7 @@ static_assert(std::endian::native == std::endian::little, "shards are little-end
 namespace {
 
 [[noreturn]] void refuse(const std::filesystem::path& path, const std::string& what) {
-  throw std::invalid_argument(path.string() + ": " + what);
+  throw UserError(path.string() + ": " + what);
 }
 
 const char* kRebuild = "rebuild it with `fp4lab data build`";
@@ -75,11 +76,11 @@ ShardHeader open_and_check(const std::filesystem::path& path, Fd& fd, uint64_t& 
 
 std::string encode_shard_header(uint64_t tokens, uint32_t vocab) {
   if (tokens > kMaxShardTokens)
-    throw std::invalid_argument("a shard holds at most " + std::to_string(kMaxShardTokens) + " tokens, not " +
-                                std::to_string(tokens) + "; use smaller shards");
+    throw UserError("a shard holds at most " + std::to_string(kMaxShardTokens) + " tokens, not " +
+                    std::to_string(tokens) + "; use smaller shards");
   if (vocab == 0 || vocab > kMaxVocab)
-    throw std::invalid_argument("vocabulary size " + std::to_string(vocab) + " is outside 1.." +
-                                std::to_string(kMaxVocab));
+    throw UserError("vocabulary size " + std::to_string(vocab) + " is outside 1.." +
+                    std::to_string(kMaxVocab));
   std::string header(kShardHeaderBytes, '\0');
   auto put = [&](size_t i, uint32_t v) {
     for (int b = 0; b < 4; ++b) header[4 * i + b] = static_cast<char>((v >> (8 * b)) & 0xff);
@@ -124,7 +125,7 @@ std::string write_shard(const std::filesystem::path& path, std::span<const uint1
   std::string header;
   try {
     header = encode_shard_header(tokens.size(), vocab);
-  } catch (const std::invalid_argument& e) {
+  } catch (const UserError& e) {
     refuse(path, e.what());
   }
   check_token_range(path, tokens, vocab);

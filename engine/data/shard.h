@@ -9,7 +9,7 @@
 //   bytes [1024, 1024 + 2n)   n little-endian uint16 tokens, each below V
 //
 // The file size must be exactly 1024 + 2n. Every check failure is reported as
-// std::invalid_argument with one line that names the file, says what is wrong and what to do.
+// UserError with one line that names the file, says what is wrong and what to do.
 #pragma once
 
 #include <cstdint>
@@ -40,7 +40,7 @@ ShardHeader decode_shard_header(const std::filesystem::path& path, const unsigne
                                 uint64_t file_size);
 
 // Writes a shard atomically (temporary file, fsync, rename). Returns the sha256 of the file's bytes.
-// Throws std::invalid_argument if a token is not below `vocab` or the counts are out of range.
+// Throws UserError if a token is not below `vocab` or the counts are out of range.
 std::string write_shard(const std::filesystem::path& path, std::span<const uint16_t> tokens, uint32_t vocab);
 
 // Reads and checks the header only (magic, version, vocabulary word, file size).

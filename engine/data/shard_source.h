@@ -18,7 +18,7 @@ namespace fp4::data {
 
 std::unique_ptr<DataSource> open_shard_directory(const std::filesystem::path& dir);
 
-// Recomputes every listed shard's sha256; throws std::invalid_argument naming the first shard
+// Recomputes every listed shard's sha256; throws UserError naming the first shard
 // whose bytes differ from the manifest.
 void verify_shard_directory(const std::filesystem::path& dir);
 

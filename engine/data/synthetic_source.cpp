@@ -3,8 +3,9 @@
 
 #include <stdexcept>
 
+#include "base/sha256.h"
+#include "base/user_error.h"
 #include "engine/data/markov_chain.h"
-#include "engine/data/sha256.h"
 #include "engine/data/synthetic_spec.h"
 
 namespace fp4::data {
@@ -50,14 +51,17 @@ class SyntheticSource final : public DataSource {
     return {0, chain_->context_tokens(MarkovChain::initial_context())};
   }
 
-  std::unique_ptr<TrainStream> train_stream(const StreamPosition& from) const override {
+  std::unique_ptr<TrainStream> train_stream(const StreamPosition& from, const StreamOrder& order) const override {
+    if (order.kind != StreamOrder::Kind::file)
+      throw std::invalid_argument(spec_ + ": a synthetic stream cannot be shuffled (it is endless, and every "
+                                  "position is already a fresh draw of the chain); read it in order");
     uint64_t context = chain_->context_index(from.context);  // checks length and tokens
     return std::make_unique<SyntheticStream>(chain_, from.tokens, context);
   }
 
   ValidationSet validation(uint64_t n) const override {
     if (n == 0 || n > kMaxSyntheticValidationTokens)
-      throw std::invalid_argument(spec_ + ": validation token count " + std::to_string(n) + " is outside 1..2^31");
+      throw UserError(spec_ + ": validation token count " + std::to_string(n) + " is outside 1..2^31");
     ValidationSet v;
     v.tokens.resize(n);
     chain_->generate(DataPurpose::validation_stream, 0, MarkovChain::initial_context(), v.tokens.data(), n);
@@ -76,8 +80,8 @@ std::unique_ptr<DataSource> open_synthetic_source(const std::string& spec) {
   MarkovParams params = parse_synthetic_spec(spec);
   try {
     return std::make_unique<SyntheticSource>(params);
-  } catch (const std::invalid_argument& e) {
-    throw std::invalid_argument("synthetic source \"" + spec + "\": " + e.what());
+  } catch (const UserError& e) {
+    throw UserError("synthetic source \"" + spec + "\": " + e.what());
   }
 }
 

@@ -7,6 +7,8 @@
 #include <set>
 #include <stdexcept>
 
+#include "base/user_error.h"
+
 namespace fp4::data {
 namespace {
 
@@ -16,7 +18,7 @@ struct Parser {
   std::string_view spec;
 
   [[noreturn]] void fail(const std::string& what) const {
-    throw std::invalid_argument("synthetic source \"" + std::string(spec) + "\": " + what);
+    throw UserError("synthetic source \"" + std::string(spec) + "\": " + what);
   }
 
   uint64_t integer(std::string_view key, std::string_view value, uint64_t lo, uint64_t hi) const {

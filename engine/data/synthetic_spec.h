@@ -23,7 +23,7 @@ constexpr std::string_view kSyntheticPrefix = "synthetic:";
 
 bool is_synthetic_spec(std::string_view spec);
 
-// Throws std::invalid_argument: `synthetic source "SPEC": what is wrong; what to do`.
+// Throws UserError: `synthetic source "SPEC": what is wrong; what to do`.
 MarkovParams parse_synthetic_spec(std::string_view spec);
 
 std::string canonical_synthetic_spec(const MarkovParams& params);

@@ -14,11 +14,13 @@
 #include <string>
 #include <vector>
 
+#include "base/user_error.h"
+
 namespace fp4::data {
 namespace {
 
 [[noreturn]] void refuse(const std::filesystem::path& path, const std::string& what) {
-  throw std::invalid_argument(path.string() + ": " + what);
+  throw UserError(path.string() + ": " + what);
 }
 
 bool ends_with(const std::string& s, const char* suffix) {

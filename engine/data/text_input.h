@@ -13,7 +13,7 @@
 
 namespace fp4::data {
 
-// Refuses (std::invalid_argument naming the file) a name in a compressed format TextInput does not
+// Refuses (UserError naming the file) a name in a compressed format TextInput does not
 // read; lets callers check every input before they start writing anything.
 void check_text_input_name(const std::filesystem::path& path);
 
@@ -25,7 +25,7 @@ class TextInput {
   TextInput& operator=(const TextInput&) = delete;
 
   // Reads up to `size` bytes of text; returns 0 only at the end. At the end of an .xz input the
-  // child's exit status is checked: a failure throws std::invalid_argument naming the file.
+  // child's exit status is checked: a failure throws UserError naming the file.
   size_t read(char* out, size_t size);
 
   bool compressed() const { return compressed_; }

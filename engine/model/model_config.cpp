@@ -4,6 +4,8 @@
 #include <cmath>
 #include <stdexcept>
 
+#include "base/parse_number.h"
+#include "base/user_error.h"
 #include "kernels/numerics.h"
 
 namespace fp4::model {
@@ -18,9 +20,9 @@ ModelConfig model_preset(const std::string& name, int vocab_size) {
   const std::string digits = name.size() > 1 && name[0] == 'd' ? name.substr(1) : std::string();
   if (digits.empty() || digits.size() > 4 || digits.find_first_not_of("0123456789") != std::string::npos ||
       digits[0] == '0')
-    throw std::invalid_argument("model preset \"" + name +
-                                "\" is not d<L> (e.g. d4: 4 layers, d_model 256, 4 heads of 64)");
-  const int layers = std::stoi(digits);
+    throw UserError("model preset \"" + name +
+                    "\" is not d<L> (e.g. d4: 4 layers, d_model 256, 4 heads of 64)");
+  const int layers = *parse_integer<int>(digits);  // at most 4 digits, checked above
   ModelConfig c;
   c.n_layers = layers;
   c.d_model = 64 * layers;
@@ -70,7 +72,7 @@ std::string config_error(const ModelConfig& c) {
 }
 
 void validate(const ModelConfig& c) {
-  if (std::string e = config_error(c); !e.empty()) throw std::invalid_argument(e);
+  if (std::string e = config_error(c); !e.empty()) throw UserError(e);
 }
 
 int64_t block_params(const ModelConfig& c) {

@@ -29,7 +29,7 @@ struct ModelConfig {
 int nearest_d_ff(int d_model);
 
 // Preset "d<L>" (L ≥ 1): n_layers = L, d_model = 64·L, n_heads = L, head_dim 64, d_ff by the rule.
-// Throws std::invalid_argument (one line) for any other name.
+// Throws UserError (one line) for any other name.
 ModelConfig model_preset(const std::string& name, int vocab_size = 256);
 
 // Explicit dimensions. d_ff = 0 takes the rule; head_dim = 0 takes d_model / n_heads.
@@ -39,7 +39,7 @@ ModelConfig model_explicit(int n_layers, int d_model, int n_heads, int head_dim,
 // Empty when the config is usable; otherwise one line naming the field, e.g.
 // "model: d_model = 100 is not divisible by n_heads = 3".
 std::string config_error(const ModelConfig& c);
-// Throws std::invalid_argument with config_error's line when it is not empty.
+// Throws UserError with config_error's line when it is not empty.
 void validate(const ModelConfig& c);
 
 // Parameters. Per block: two norm gains (2·d), qkv (3·d²), attention out (d²), MLP in (2·d_ff·d),

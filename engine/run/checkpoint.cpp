@@ -7,9 +7,9 @@
 
 #include <fmt/format.h>
 
-#include "engine/data/atomic_file.h"
-#include "engine/data/sha256.h"
-#include "engine/run/io.h"
+#include "base/files.h"
+#include "base/parse_number.h"
+#include "base/sha256.h"
 
 namespace fp4::run {
 
@@ -59,7 +59,7 @@ std::vector<std::string_view> encode_parts(const CheckpointState& s, std::string
   prefix += meta_text;
   std::vector<std::string_view> parts = {std::string_view(), prefix, bytes_of(s.params), bytes_of(s.adam_m),
                                          bytes_of(s.adam_v)};
-  data::Sha256 h;
+  Sha256 h;
   uint64_t payload_size = 0;
   for (size_t i = 1; i < parts.size(); ++i) {
     h.update(parts[i]);
@@ -100,7 +100,7 @@ CheckpointState decode_checkpoint(std::string_view bytes, const std::string& nam
     throw bad(fmt::format("truncated or padded: the header promises {} payload bytes, the file has {}", payload_size,
                           bytes.size() - kHeaderSize));
   const std::string_view payload = bytes.substr(kHeaderSize);
-  if (data::sha256_hex(payload) != bytes.substr(kDigestAt, kDigestSize))
+  if (sha256_hex(payload) != bytes.substr(kDigestAt, kDigestSize))
     throw bad("checksum mismatch (the SHA-256 of the payload differs from the header's): the file is corrupted");
 
   // From here on the bytes are what was written; a failure is a format bug, still reported.
@@ -150,7 +150,7 @@ std::vector<std::filesystem::path> list_checkpoints(const std::filesystem::path&
     if (name.size() < 11 || name.rfind("step_", 0) != 0 || name.substr(name.size() - 5) != ".ckpt") continue;
     const std::string digits = name.substr(5, name.size() - 10);
     if (digits.empty() || digits.size() > 18 || digits.find_first_not_of("0123456789") != std::string::npos) continue;
-    found.emplace_back(std::stoll(digits), e.path());
+    found.emplace_back(*parse_integer<int64_t>(digits), e.path());  // <= 18 digits fit
   }
   std::sort(found.begin(), found.end());
   std::vector<std::filesystem::path> out;
@@ -162,7 +162,7 @@ std::filesystem::path write_checkpoint(const std::filesystem::path& dir, const C
   std::filesystem::create_directories(dir);
   const std::filesystem::path path = dir / checkpoint_file_name(s.step);
   std::string header, prefix;
-  data::write_file_atomic(path, encode_parts(s, header, prefix));
+  write_file_atomic(path, encode_parts(s, header, prefix));
   std::vector<std::filesystem::path> all = list_checkpoints(dir);
   for (size_t i = 0; i + kCheckpointsKept < all.size(); ++i) std::filesystem::remove(all[i]);
   return path;

@@ -10,11 +10,14 @@
 
 #include <fmt/format.h>
 
-#include "engine/data/sha256.h"
+#include "base/files.h"
+#include "base/parse_number.h"
+#include "base/sha256.h"
+#include "base/strict_json.h"
+#include "base/user_error.h"
 #include "engine/data/synthetic_spec.h"
 #include "engine/model/model_config.h"
 #include "engine/quantized_linear.h"
-#include "engine/run/io.h"
 
 namespace fp4::run {
 
@@ -26,15 +29,9 @@ using nlohmann::json;
 struct Where {
   const std::string& file;
   [[noreturn]] void bad(const std::string& field, const std::string& what) const {
-    throw std::invalid_argument(file + ": " + field + " " + what);
+    throw UserError(file + ": " + field + " " + what);
   }
 };
-
-std::string join(const std::set<std::string>& keys) {
-  std::string out;
-  for (const auto& k : keys) out += (out.empty() ? "" : ", ") + k;
-  return out;
-}
 
 // One section of the config (an object), with its known keys: an unknown key is refused rather
 // than ignored, because a misspelled field silently taking its default is a wrong experiment.
@@ -46,7 +43,7 @@ class Section {
     if (!obj_->is_object()) w_.bad(name_, "must be an object, got " + obj_->dump());
     for (auto it = obj_->begin(); it != obj_->end(); ++it)
       if (!known.count(it.key()))
-        w_.bad(field(it.key()), "is not a known key (" + name_ + " has: " + join(known) + ")");
+        w_.bad(field(it.key()), fmt::format("is not a known key ({} has: {})", name_, fmt::join(known, ", ")));
   }
 
   std::string field(const std::string& key) const { return name_ + "." + key; }
@@ -132,7 +129,7 @@ ModelConfig read_model(const Where& w, const json* j) {
   if (m.preset != "custom") {
     try {
       m = model_preset(m.preset);
-    } catch (const std::invalid_argument& e) {
+    } catch (const UserError& e) {
       w.bad("model.preset", e.what());
     }
   } else if (!s.has("n_layers") || !s.has("d_model")) {
@@ -166,7 +163,7 @@ ModelConfig read_model(const Where& w, const json* j) {
   shape.head_dim = m.head_dim;
   shape.d_ff = m.d_ff;
   if (const std::string e = model::config_error(shape); !e.empty())
-    throw std::invalid_argument(w.file + ": " + e);
+    throw UserError(w.file + ": " + e);
   return m;
 }
 
@@ -174,7 +171,7 @@ engine::Recipe read_recipe(const Where& w, const json* j) {
   if (j == nullptr) return engine::recipe_preset("bf16");
   try {
     return engine::recipe_from_json(*j);
-  } catch (const std::invalid_argument& e) {
+  } catch (const UserError& e) {
     w.bad("recipe:", e.what());
   } catch (const json::exception& e) {
     // recipe_from_json reads some fields with get<>(), which throws type errors of its own.
@@ -182,10 +179,11 @@ engine::Recipe read_recipe(const Where& w, const json* j) {
   }
 }
 
-TrainConfig read_train(const Where& w, const json* j, const ModelConfig& model) {
+TrainConfig read_train(const Where& w, const json* j, const ModelConfig& model, bool synthetic_data) {
   const Section s(w, j, "train",
                   {"seed", "tokens", "steps", "batch_tokens", "micro_batch", "lr", "min_lr", "warmup_steps",
-                   "schedule", "decay_fraction", "beta1", "beta2", "eps", "weight_decay", "grad_clip"});
+                   "schedule", "decay_fraction", "beta1", "beta2", "eps", "weight_decay", "grad_clip", "shuffle",
+                   "data_seed"});
   if (j == nullptr) w.bad("train", "is required (at least train.tokens or train.steps)");
   TrainConfig t;
   t.seed = s.unsigned_integer("seed").value_or(t.seed);
@@ -257,6 +255,23 @@ TrainConfig read_train(const Where& w, const json* j, const ModelConfig& model) 
   if (!(t.weight_decay >= 0)) w.bad("train.weight_decay", fmt::format("must be >= 0, got {}", t.weight_decay));
   t.grad_clip = s.number("grad_clip").value_or(t.grad_clip);
   if (!(t.grad_clip >= 0)) w.bad("train.grad_clip", fmt::format("must be >= 0 (0 turns clipping off), got {}", t.grad_clip));
+
+  // The data order. By default the run seed drives the permutation too, so that a seed's spread
+  // includes the data order's share of the noise; train.data_seed fixes the order on its own (for
+  // instance to vary only the initial weights across seeds).
+  const std::string shuffle = s.string("shuffle").value_or(synthetic_data ? "none" : "sequences");
+  if (shuffle == "sequences") t.shuffle = Shuffle::sequences;
+  else if (shuffle == "none") t.shuffle = Shuffle::none;
+  else w.bad("train.shuffle", "must be \"sequences\" or \"none\", got \"" + shuffle + "\"");
+  if (synthetic_data && t.shuffle == Shuffle::sequences)
+    w.bad("train.shuffle", "must be \"none\" for a synthetic source: its stream is endless and already "
+                           "a fresh draw at every position, so there is nothing to permute");
+  if (t.shuffle == Shuffle::none) {
+    if (s.has("data_seed"))
+      w.bad("train.data_seed", "applies only to train.shuffle \"sequences\" (the stream is read in file order)");
+  } else {
+    t.data_seed = s.unsigned_integer("data_seed").value_or(t.seed);
+  }
   return t;
 }
 
@@ -268,7 +283,7 @@ void check_blocks(const Where& w, const RunConfig& c) {
   std::vector<int> kept;
   try {
     kept = engine::resolve_bf16_layers(c.recipe.bf16_layers, c.model.n_layers);
-  } catch (const std::invalid_argument& e) {
+  } catch (const UserError& e) {
     w.bad("recipe.bf16_layers:", e.what());
   }
   if (static_cast<int>(kept.size()) == c.model.n_layers) return;  // nothing is quantized
@@ -303,8 +318,8 @@ void check_blocks(const Where& w, const RunConfig& c) {
     if (!engine::linear_shape_error(c.recipe, static_cast<int>(t), kFits, kFits).empty()) field = t_field;
     else if (!engine::linear_shape_error(c.recipe, kFits, l.k, kFits).empty()) field = l.k_field;
     else field = l.n_field;
-    throw std::invalid_argument(w.file + ": " + field + " does not fit recipe \"" + c.recipe.name +
-                                "\" (" + l.name + " layer: " + err + ")");
+    throw UserError(w.file + ": " + field + " does not fit recipe \"" + c.recipe.name +
+                    "\" (" + l.name + " layer: " + err + ")");
   }
 }
 
@@ -324,23 +339,29 @@ std::string device_error(const std::string& device) {
 }
 
 void set_device(RunConfig& c, const std::string& device, const std::string& where) {
-  if (std::string e = device_error(device); !e.empty()) throw std::invalid_argument(where + ": " + e);
+  if (std::string e = device_error(device); !e.empty()) throw UserError(where + ": " + e);
   c.device = device;
 }
 
 const char* schedule_name(Schedule s) { return s == Schedule::cosine ? "cosine" : "wsd"; }
+const char* shuffle_name(Shuffle s) { return s == Shuffle::sequences ? "sequences" : "none"; }
+
+data::StreamOrder train_stream_order(const RunConfig& c) {
+  if (c.train.shuffle == Shuffle::none) return data::StreamOrder::file_order();
+  return data::StreamOrder::shuffled(c.train.data_seed, c.model.seq_len);
+}
 
 int default_d_ff(int d_model) { return model::nearest_d_ff(d_model); }
 
 ModelConfig model_preset(const std::string& preset) {
   const auto fail = [&] {
-    throw std::invalid_argument("must be \"d<L>\" with L from 1 to 64 (e.g. \"d4\") or \"custom\", got \"" +
-                                preset + "\"");
+    throw UserError("must be \"d<L>\" with L from 1 to 64 (e.g. \"d4\") or \"custom\", got \"" +
+                    preset + "\"");
   };
   if (preset.size() < 2 || preset.size() > 3 || preset[0] != 'd' || preset[1] == '0' ||
       preset.find_first_not_of("0123456789", 1) != std::string::npos)
     fail();
-  if (std::stoi(preset.substr(1)) > 64) fail();
+  if (parse_integer<int>(std::string_view(preset).substr(1)).value_or(0) > 64) fail();
   const model::ModelConfig p = model::model_preset(preset);
   ModelConfig m;
   m.preset = preset;
@@ -354,11 +375,12 @@ ModelConfig model_preset(const std::string& preset) {
 
 RunConfig config_from_json(const nlohmann::json& j, const std::string& file) {
   const Where w{file};
-  if (!j.is_object()) throw std::invalid_argument(file + ": the config must be a JSON object, got " + j.dump());
+  if (!j.is_object()) throw UserError(file + ": the config must be a JSON object, got " + j.dump());
   static const std::set<std::string> top = {"model", "recipe", "data", "train", "eval",
                                             "probe", "checkpoint", "device", "storage"};
   for (auto it = j.begin(); it != j.end(); ++it)
-    if (!top.count(it.key())) w.bad(it.key(), "is not a known key (the config has: " + join(top) + ")");
+    if (!top.count(it.key()))
+      w.bad(it.key(), fmt::format("is not a known key (the config has: {})", fmt::join(top, ", ")));
 
   RunConfig c;
   c.model = read_model(w, child(j, "model"));
@@ -371,11 +393,11 @@ RunConfig config_from_json(const nlohmann::json& j, const std::string& file) {
     // The canonical spec names every parameter, so equal sources give equal configs and hashes.
     try {
       c.data = data::canonical_synthetic_spec(data::parse_synthetic_spec(c.data));
-    } catch (const std::invalid_argument& e) {
+    } catch (const UserError& e) {
       w.bad("data:", e.what());
     }
   }
-  c.train = read_train(w, child(j, "train"), c.model);
+  c.train = read_train(w, child(j, "train"), c.model, data::is_synthetic_spec(c.data));
 
   {
     const Section s(w, child(j, "eval"), "eval", {"every", "tokens"});
@@ -406,7 +428,7 @@ RunConfig config_from_json(const nlohmann::json& j, const std::string& file) {
     c.device = j["device"].get<std::string>();
     c.device_named = true;
   }
-  if (std::string e = device_error(c.device); !e.empty()) throw std::invalid_argument(w.file + ": " + e);
+  if (std::string e = device_error(c.device); !e.empty()) throw UserError(w.file + ": " + e);
   if (j.contains("storage")) {
     if (!j["storage"].is_string()) w.bad("storage", "must be a string, got " + j["storage"].dump());
     c.storage = j["storage"].get<std::string>();
@@ -418,26 +440,8 @@ RunConfig config_from_json(const nlohmann::json& j, const std::string& file) {
 }
 
 RunConfig config_from_text(const std::string& text, const std::string& file) {
-  json j;
-  try {
-    j = json::parse(text);
-  } catch (const json::parse_error& e) {
-    // nlohmann reports a byte offset; people look for line and column.
-    const size_t at = std::min<size_t>(e.byte == 0 ? 0 : e.byte - 1, text.size());
-    int line = 1, col = 1;
-    for (size_t i = 0; i < at; ++i) {
-      if (text[i] == '\n') ++line, col = 1;
-      else ++col;
-    }
-    std::string what = e.what();
-    if (const size_t p = what.find(": "); what.rfind("[json.exception", 0) == 0 && p != std::string::npos) {
-      what = what.substr(p + 2);
-      if (const size_t q = what.find(": "); what.rfind("parse error", 0) == 0 && q != std::string::npos)
-        what = what.substr(q + 2);
-    }
-    throw std::invalid_argument(fmt::format("{}:{}:{}: malformed JSON: {}", file, line, col, what));
-  }
-  return config_from_json(j, file);
+  // Strictly: a key given twice ("lr": 0.001, "lr": 5) is refused, not silently the last one.
+  return config_from_json(parse_json_strictly(text, file), file);
 }
 
 RunConfig load_config(const std::filesystem::path& path) {
@@ -445,7 +449,7 @@ RunConfig load_config(const std::filesystem::path& path) {
   try {
     text = read_file(path);
   } catch (const std::runtime_error& e) {
-    throw std::invalid_argument(e.what());
+    throw UserError(e.what());
   }
   return config_from_text(text, path.string());
 }
@@ -473,6 +477,8 @@ nlohmann::json config_to_json(const RunConfig& c) {
                 {"weight_decay", t.weight_decay},
                 {"grad_clip", t.grad_clip}};
   if (t.schedule == Schedule::wsd) j["train"]["decay_fraction"] = t.decay_fraction;
+  j["train"]["shuffle"] = shuffle_name(t.shuffle);
+  if (t.shuffle == Shuffle::sequences) j["train"]["data_seed"] = t.data_seed;
   j["eval"] = {{"every", c.eval.every}, {"tokens", c.eval.tokens}};
   j["probe"] = {{"every", c.probe.every}};
   j["checkpoint"] = {{"every", c.checkpoint.every}};
@@ -484,7 +490,7 @@ nlohmann::json config_to_json(const RunConfig& c) {
 std::string config_canonical(const RunConfig& c) { return config_to_json(c).dump(); }
 
 std::string config_hash(const RunConfig& c) {
-  return data::sha256_hex(config_canonical(c));
+  return sha256_hex(config_canonical(c));
 }
 
 }  // namespace fp4::run

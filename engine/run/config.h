@@ -6,7 +6,7 @@
 // keys, shortest round-trip numbers) hashed with SHA-256 identifies the run: a checkpoint records
 // the hash and a resume with any other config is refused.
 //
-// Errors are the user's: each is a std::invalid_argument with one line that starts with the file
+// Errors are the user's: each is a UserError with one line that starts with the file
 // name and names the field, e.g. "run.json: train.lr must be > 0, got -1".
 #pragma once
 
@@ -16,6 +16,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "engine/data/data_source.h"
 #include "engine/recipe.h"
 
 namespace fp4::run {
@@ -33,6 +34,14 @@ struct ModelConfig {
 enum class Schedule : uint8_t { cosine = 0, wsd = 1 };
 const char* schedule_name(Schedule s);
 
+// The order in which the training stream reads the data (docs/train.md, docs/data.md).
+//   sequences: every epoch is a seeded permutation of the shard directory's seq_len-token windows,
+//              so any prefix of the stream is a fair sample of the corpus (the default for shards);
+//   none:      the documents in file order (synthetic sources, whose stream is already a draw
+//              from one fixed process, and reproductions of runs made before the shuffle).
+enum class Shuffle : uint8_t { none = 0, sequences = 1 };
+const char* shuffle_name(Shuffle s);
+
 struct TrainConfig {
   uint64_t seed = 0;
   int64_t tokens = 0;             // total training tokens = steps · batch_tokens (resolved)
@@ -49,6 +58,8 @@ struct TrainConfig {
   double eps = 1e-8;
   double weight_decay = 0.1;      // decoupled (AdamW), not applied to norm gains
   double grad_clip = 1.0;         // global-norm clip; 0 turns it off
+  Shuffle shuffle = Shuffle::sequences;  // default: sequences for a shard directory, none for synthetic
+  uint64_t data_seed = 0;         // sequences only: the permutation's seed; default train.seed
 };
 
 struct EvalConfig {
@@ -85,19 +96,22 @@ struct RunConfig {
   int64_t grad_accum() const { return train.batch_tokens / tokens_per_micro_step(); }
 };
 
+// The order the trainer reads the training stream in (train.shuffle, train.data_seed, model.seq_len).
+data::StreamOrder train_stream_order(const RunConfig& c);
+
 // Empty when `device` can train in this build; otherwise the one-line reason, e.g.
 // "device must be \"cpu\" or \"cuda\", got \"tpu\"", or for "cuda" in a build without CUDA
 // "device \"cuda\": this fp4lab was built without CUDA; ...".
 std::string device_error(const std::string& device);
 // Sets c.device (part of the config and its hash) after checking it; `where` starts the message
-// ("--device"). Throws std::invalid_argument.
+// ("--device"). Throws UserError.
 void set_device(RunConfig& c, const std::string& device, const std::string& where);
 
 // Parses, validates and resolves. `file` names the source in messages ("run.json").
 RunConfig config_from_json(const nlohmann::json& j, const std::string& file);
 // As above from text; malformed JSON is reported as "file:line:col: malformed JSON: ...".
 RunConfig config_from_text(const std::string& text, const std::string& file);
-// Reads the file; an unreadable file is a std::invalid_argument naming it.
+// Reads the file; an unreadable file is a UserError naming it.
 RunConfig load_config(const std::filesystem::path& path);
 
 // The fully resolved form: every field, defaults included.
@@ -108,7 +122,7 @@ std::string config_canonical(const RunConfig& c);
 std::string config_hash(const RunConfig& c);
 
 // "d<L>" presets (engine/model): n_layers = L, d_model = 64·L, n_heads = L, head_dim 64, d_ff by
-// the rule below. Throws std::invalid_argument for anything else.
+// the rule below. Throws UserError for anything else.
 ModelConfig model_preset(const std::string& preset);
 // engine/model's rule: the multiple of 64 nearest to 8/3 · d_model.
 int default_d_ff(int d_model);

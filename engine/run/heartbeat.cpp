@@ -9,8 +9,8 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "engine/data/atomic_file.h"
-#include "engine/run/io.h"
+#include "base/clock.h"
+#include "base/files.h"
 
 namespace fp4::run {
 
@@ -49,7 +49,7 @@ void Heartbeat::beat() {
                   phase_.load(std::memory_order_relaxed));
   std::lock_guard<std::mutex> lock(write_mu_);
   try {
-    data::write_file_atomic(path_, {line});
+    write_file_atomic(path_, {line});
   } catch (const std::exception& e) {
     // A missed beat is not worth killing the run for; a stale heartbeat will say it.
     std::fprintf(stderr, "fp4lab: warning: %s\n", e.what());

@@ -3,39 +3,17 @@
 
 #include <cerrno>
 #include <cstring>
-#include <ctime>
 #include <stdexcept>
 
-#include <fcntl.h>
-#include <sys/file.h>
-#include <unistd.h>
-
-#include "engine/data/atomic_file.h"
-#include "engine/run/io.h"
+#include "base/clock.h"
+#include "base/files.h"
 
 namespace fp4::run {
-
-RunDirLock::RunDirLock(const std::filesystem::path& dir) {
-  fd_ = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd_ < 0) throw std::runtime_error("cannot open run directory " + dir.string() + ": " + std::strerror(errno));
-  if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
-    const int err = errno;
-    ::close(fd_);
-    fd_ = -1;
-    if (err == EWOULDBLOCK)
-      throw RunDirInUse(dir.string() + " is in use by another fp4lab process: wait for it to exit, then retry");
-    throw std::runtime_error("cannot lock run directory " + dir.string() + ": " + std::strerror(err));
-  }
-}
-
-RunDirLock::~RunDirLock() {
-  if (fd_ >= 0) ::close(fd_);  // closing the last descriptor releases the flock
-}
 
 void write_status(const std::filesystem::path& path, nlohmann::json status) {
   status["time"] = unix_time_s();
   const std::string text = status.dump(2) + "\n";
-  data::write_file_atomic(path, {text});
+  write_file_atomic(path, {text});
 }
 
 nlohmann::json read_status(const std::filesystem::path& path) {
@@ -58,12 +36,7 @@ TrainLog::~TrainLog() {
 }
 
 void TrainLog::line(const std::string& message) {
-  const std::time_t now = std::time(nullptr);
-  std::tm utc{};
-  gmtime_r(&now, &utc);
-  char stamp[32];
-  std::strftime(stamp, sizeof stamp, "%Y-%m-%dT%H:%M:%SZ", &utc);
-  std::fprintf(f_, "%s %s\n", stamp, message.c_str());
+  std::fprintf(f_, "%s %s\n", utc_timestamp().c_str(), message.c_str());
   std::fflush(f_);
   if (echo_) std::fprintf(stderr, "%s\n", message.c_str());
 }

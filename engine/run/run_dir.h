@@ -10,7 +10,6 @@
 
 #include <cstdio>
 #include <filesystem>
-#include <stdexcept>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -29,27 +28,6 @@ struct RunPaths {
   std::filesystem::path dir, config, metrics, heartbeat, checkpoints, status, log;
 };
 
-// An exclusive advisory lock (flock) on the run directory itself, held for a trainer's life: two
-// processes never train one directory at once (two orchestrators, or a run resumed while the
-// previous attempt is still writing its last checkpoint). The kernel drops the lock when the
-// process dies, however it dies, so a crash never leaves a stale lock behind, and no file is
-// created for it. (flock on network filesystems is only as good as the filesystem's support.)
-class RunDirInUse : public std::runtime_error {
- public:
-  using std::runtime_error::runtime_error;
-};
-class RunDirLock {
- public:
-  // Locks `dir` (which must exist) without waiting; throws RunDirInUse naming the directory when
-  // another process holds it, std::runtime_error when the directory cannot be opened.
-  explicit RunDirLock(const std::filesystem::path& dir);
-  ~RunDirLock();
-  RunDirLock(const RunDirLock&) = delete;
-  RunDirLock& operator=(const RunDirLock&) = delete;
-
- private:
-  int fd_ = -1;
-};
 // `fp4lab train` exits with this code when the directory is locked by another process: nothing was
 // done, try again once that process has exited (EX_TEMPFAIL of sysexits.h).
 constexpr int kExitRunDirInUse = 75;

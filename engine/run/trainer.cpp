@@ -15,7 +15,12 @@
 
 #include <fmt/format.h>
 
-#include "engine/data/atomic_file.h"
+#include "base/clock.h"
+#include "base/directory_lock.h"
+#include "base/files.h"
+#include "base/format.h"
+#include "base/stop_signals.h"
+#include "base/user_error.h"
 #include "engine/data/data_source.h"
 #include "engine/model/model_config.h"
 #include "engine/model/transformer.h"
@@ -24,7 +29,6 @@
 #include "engine/run/checkpoint.h"
 #include "engine/run/config.h"
 #include "engine/run/heartbeat.h"
-#include "engine/run/io.h"
 #include "engine/run/metrics.h"
 #include "engine/run/optimizer.h"
 #include "engine/run/run_dir.h"
@@ -40,44 +44,6 @@ namespace fp4::run {
 namespace {
 
 using nlohmann::json;
-
-// ---- Signals ------------------------------------------------------------------------------------
-
-volatile std::sig_atomic_t g_stop_signal = 0;
-
-// Records the first SIGTERM/SIGINT and restores the default action, so a second one kills at once
-// (an impatient Ctrl-C still works). Only async-signal-safe calls here.
-extern "C" void on_stop_signal(int signo) {
-  g_stop_signal = signo;
-  struct sigaction dfl = {};
-  dfl.sa_handler = SIG_DFL;
-  sigemptyset(&dfl.sa_mask);
-  sigaction(signo, &dfl, nullptr);
-}
-
-class StopSignals {
- public:
-  StopSignals() {
-    g_stop_signal = 0;
-    struct sigaction sa = {};
-    sa.sa_handler = on_stop_signal;
-    sigemptyset(&sa.sa_mask);
-    sa.sa_flags = SA_RESTART;  // file writes in flight must not fail with EINTR
-    sigaction(SIGTERM, &sa, &old_term_);
-    sigaction(SIGINT, &sa, &old_int_);
-  }
-  ~StopSignals() {
-    sigaction(SIGTERM, &old_term_, nullptr);
-    sigaction(SIGINT, &old_int_, nullptr);
-  }
-  StopSignals(const StopSignals&) = delete;
-  StopSignals& operator=(const StopSignals&) = delete;
-
- private:
-  struct sigaction old_term_ = {}, old_int_ = {};
-};
-
-const char* signal_name(int s) { return s == SIGINT ? "SIGINT" : s == SIGTERM ? "SIGTERM" : "a signal"; }
 
 // ---- Batches -------------------------------------------------------------------------------------
 
@@ -121,13 +87,13 @@ struct EvalSet {
 EvalSet make_eval_set(const data::DataSource& data, const RunConfig& c) {
   const uint64_t need = static_cast<uint64_t>(c.eval.tokens) + 1;
   if (data.validation_tokens() != 0 && data.validation_tokens() < need)
-    throw std::invalid_argument(fmt::format(
+    throw UserError(fmt::format(
         "eval.tokens = {} needs {} validation tokens, but data \"{}\" has {}: lower eval.tokens", c.eval.tokens,
         need, c.data, data.validation_tokens()));
   const data::ValidationSet v = data.validation(need);
   if (v.tokens.size() < need)
-    throw std::invalid_argument(fmt::format("data \"{}\" gave {} validation tokens, eval.tokens = {} needs {}", c.data,
-                                            v.tokens.size(), c.eval.tokens, need));
+    throw UserError(fmt::format("data \"{}\" gave {} validation tokens, eval.tokens = {} needs {}", c.data,
+                                v.tokens.size(), c.eval.tokens, need));
   EvalSet e;
   const int t = c.model.seq_len;
   const int sequences = static_cast<int>(c.eval.tokens / t);
@@ -236,20 +202,6 @@ bool holds_a_run(const RunPaths& p) {
   return false;
 }
 
-std::string format_duration(double s) {
-  if (!(s >= 0) || s > 1e8) return "?";
-  const int64_t t = static_cast<int64_t>(s + 0.5);
-  if (t >= 3600) return fmt::format("{}h{:02d}m", t / 3600, (t / 60) % 60);
-  if (t >= 60) return fmt::format("{}m{:02d}s", t / 60, t % 60);
-  return fmt::format("{}s", t);
-}
-
-std::string format_rate(double r) {
-  if (r >= 1e6) return fmt::format("{:.2f}M", r / 1e6);
-  if (r >= 1e3) return fmt::format("{:.1f}k", r / 1e3);
-  return fmt::format("{:.0f}", r);
-}
-
 // ---- The run ---------------------------------------------------------------------------------
 
 // Everything the loop needs, checked and opened before anything is written into the directory.
@@ -302,11 +254,11 @@ TrainResult run_loop(Setup& s, const TrainOptions& o, const RunPaths& paths, Tra
     m.load_state(TrainState{std::move(st.params), std::move(st.adam_m), std::move(st.adam_v)});
     step = st.step;
     tokens = st.tokens_seen;
-    stream = s.data->train_stream(data::StreamPosition::from_json(st.data_position));
+    stream = s.data->train_stream(data::StreamPosition::from_json(st.data_position), train_stream_order(c));
     log.line(fmt::format("resuming from {} (step {}, {} tokens)", s.checkpoint->path.filename().string(), step, tokens));
   } else {
     m.init(c.train.seed);
-    stream = s.data->train_stream();
+    stream = s.data->train_stream(s.data->start(), train_stream_order(c));
     log.line(o.resume ? "no checkpoint to resume from: starting from scratch" : "starting");
   }
 
@@ -336,9 +288,13 @@ TrainResult run_loop(Setup& s, const TrainOptions& o, const RunPaths& paths, Tra
                  {"version", FP4LAB_VERSION}};
   metrics.write(run_row);
   log.line(fmt::format("model {}: {} parameters ({} non-embedding); recipe {}; {} steps of {} tokens "
-                       "({} micro-steps of {}×{}); data {}; device {} ({})",
+                       "({} micro-steps of {}×{}); data {} ({}); device {} ({})",
                        model::describe(mc), model::total_params(mc), n_nonemb, c.recipe.name, c.train.steps,
-                       c.train.batch_tokens, accum, b, t, c.data, m.device(), s.device_choice));
+                       c.train.batch_tokens, accum, b, t, c.data,
+                       c.train.shuffle == Shuffle::sequences
+                           ? fmt::format("shuffled by sequence, data seed {}", c.train.data_seed)
+                           : std::string("in file order"),
+                       m.device(), s.device_choice));
 
   const auto ctx_at = [&](int64_t completed, uint32_t micro) {
     return model::StepContext{c.train.seed, static_cast<uint32_t>(completed), micro};
@@ -451,7 +407,7 @@ TrainResult run_loop(Setup& s, const TrainOptions& o, const RunPaths& paths, Tra
       if (auto why = eval_now(step)) return diverge(step, *why);
     if (c.probe.every > 0 && c.recipe.quantized && step % c.probe.every == 0) probe_now(step);
 
-    const int stop = g_stop_signal != 0 ? static_cast<int>(g_stop_signal) : (step == o.stop_after ? SIGTERM : 0);
+    const int stop = StopSignals::first() != 0 ? StopSignals::first() : (step == o.stop_after ? SIGTERM : 0);
     if ((c.checkpoint.every > 0 && step % c.checkpoint.every == 0) || step == c.train.steps || stop != 0) {
       heartbeat.set_phase("checkpoint");
       write_checkpoint_now(s, paths, m, *stream, step, tokens, metrics, log);
@@ -460,7 +416,7 @@ TrainResult run_loop(Setup& s, const TrainOptions& o, const RunPaths& paths, Tra
     if (stop != 0 && step < c.train.steps) {
       device_summary(step);
       log.line(fmt::format("stopped by {} after step {}: the checkpoint is written, continue with --resume",
-                           signal_name(stop), step));
+                           stop_signal_name(stop), step));
       return TrainResult{Outcome::interrupted, step, "", stop};
     }
   }
@@ -502,7 +458,8 @@ std::string pick_device(RunConfig& config, const std::string& device_flag) {
 }
 
 TrainResult train(const TrainOptions& o) {
-  const StopSignals signals;
+  // A first SIGTERM/SIGINT finishes the step and checkpoints; a second one kills at once.
+  const StopSignals signals(StopSignals::Second::kills);
   const RunPaths paths(o.dir);
   Setup s;
 
@@ -515,26 +472,26 @@ TrainResult train(const TrainOptions& o) {
   // change under us. With --resume the directory may be created for that (an orchestrator always
   // passes --resume); a fresh run's directory is locked once it exists (nobody else can be using a
   // directory that did not exist).
-  std::optional<RunDirLock> lock;
+  std::optional<DirectoryLock> lock;
   if (o.resume) {
     std::error_code ec;
     std::filesystem::create_directories(o.dir, ec);
-    if (ec) throw std::invalid_argument("cannot create --dir " + dir + ": " + ec.message());
+    if (ec) throw UserError("cannot create --dir " + dir + ": " + ec.message());
   }
   if (std::filesystem::is_directory(o.dir)) lock.emplace(o.dir);
   if (!o.resume && holds_a_run(paths))
-    throw std::invalid_argument(dir + " already holds a run: pass --resume to continue it, or choose a new --dir");
+    throw UserError(dir + " already holds a run: pass --resume to continue it, or choose a new --dir");
   if (o.resume && std::filesystem::exists(paths.config)) {
     std::string theirs;
     try {
       theirs = config_hash(load_config(paths.config));
-    } catch (const std::invalid_argument& e) {
-      throw std::invalid_argument(std::string("cannot resume: ") + e.what());
+    } catch (const UserError& e) {
+      throw UserError(std::string("cannot resume: ") + e.what());
     }
     if (theirs != s.hash)
-      throw std::invalid_argument("cannot resume " + dir + ": " + o.config.string() +
-                                  " differs from the run's config.json: resume with " + paths.config.string() +
-                                  " or choose a new --dir");
+      throw UserError("cannot resume " + dir + ": " + o.config.string() +
+                      " differs from the run's config.json: resume with " + paths.config.string() +
+                      " or choose a new --dir");
   }
   if (o.resume) {
     // A run with an outcome is finished: resuming it again repeats the outcome, not the run.
@@ -558,7 +515,7 @@ TrainResult train(const TrainOptions& o) {
 #ifdef FP4LAB_HAVE_CUDA
       s.backend = cuda_model::make_cuda_backend(mc, s.config.recipe, std::move(bf16_layers));
 #else
-      throw std::invalid_argument(device_error("cuda"));  // the config refuses it already
+      throw UserError(device_error("cuda"));  // the config refuses it already
 #endif
     } else {
       s.backend = make_cpu_backend(mc, s.config.recipe, std::move(bf16_layers));
@@ -569,30 +526,30 @@ TrainResult train(const TrainOptions& o) {
     try {
       s.checkpoint = load_latest_checkpoint(paths.checkpoints);
     } catch (const CheckpointError& e) {
-      throw std::invalid_argument(std::string("cannot resume: ") + e.what() + "; remove " +
-                                  paths.checkpoints.string() + " to start over");
+      throw UserError(std::string("cannot resume: ") + e.what() + "; remove " +
+                      paths.checkpoints.string() + " to start over");
     }
     if (s.checkpoint) {
       const CheckpointState& st = s.checkpoint->state;
       const std::string name = s.checkpoint->path.string();
       if (st.config_hash != s.hash)
-        throw std::invalid_argument("cannot resume: " + name + " was written by a different config (hash " +
-                                    st.config_hash.substr(0, 12) + ", this config " + s.hash.substr(0, 12) +
-                                    "): resume with the run's own config.json or choose a new --dir");
+        throw UserError("cannot resume: " + name + " was written by a different config (hash " +
+                        st.config_hash.substr(0, 12) + ", this config " + s.hash.substr(0, 12) +
+                        "): resume with the run's own config.json or choose a new --dir");
       const std::string fp = st.extra.is_object() && st.extra.contains("data_fingerprint") &&
                                      st.extra["data_fingerprint"].is_string()
                                  ? st.extra["data_fingerprint"].get<std::string>()
                                  : std::string();
       if (fp != s.data->fingerprint())
-        throw std::invalid_argument("cannot resume: " + name + " was written against other data (fingerprint " +
-                                    fp.substr(0, 12) + ", \"" + s.config.data + "\" is " +
-                                    s.data->fingerprint().substr(0, 12) + ")");
+        throw UserError("cannot resume: " + name + " was written against other data (fingerprint " +
+                        fp.substr(0, 12) + ", \"" + s.config.data + "\" is " +
+                        s.data->fingerprint().substr(0, 12) + ")");
       if (st.params.size() != s.backend->n_params())
-        throw std::invalid_argument(fmt::format("cannot resume: {} holds {} parameters, the model has {}", name,
-                                                st.params.size(), s.backend->n_params()));
+        throw UserError(fmt::format("cannot resume: {} holds {} parameters, the model has {}", name,
+                                    st.params.size(), s.backend->n_params()));
       if (st.step > s.config.train.steps)
-        throw std::invalid_argument(fmt::format("cannot resume: {} is at step {}, beyond train.steps = {}", name,
-                                                st.step, s.config.train.steps));
+        throw UserError(fmt::format("cannot resume: {} is at step {}, beyond train.steps = {}", name,
+                                    st.step, s.config.train.steps));
     }
   }
 
@@ -600,12 +557,12 @@ TrainResult train(const TrainOptions& o) {
   try {
     std::filesystem::create_directories(o.dir);
   } catch (const std::filesystem::filesystem_error& e) {
-    throw std::invalid_argument("cannot create --dir " + dir + ": " + e.code().message());
+    throw UserError("cannot create --dir " + dir + ": " + e.code().message());
   }
   if (!lock) lock.emplace(o.dir);
   if (!std::filesystem::exists(paths.config)) {
     const std::string text = config_to_json(s.config).dump(2) + "\n";
-    data::write_file_atomic(paths.config, {text});
+    write_file_atomic(paths.config, {text});
   }
   TrainLog log(paths.log, o.echo);
   if (s.checkpoint)

@@ -45,7 +45,7 @@ struct TrainResult {
 
 // Exit codes of `fp4lab train` (docs/train.md): 0 succeeded, 3 diverged, 128 + signal when
 // interrupted (130 SIGINT, 143 SIGTERM: the run is resumable). Bad input (exit 2) and failures
-// (exit 1) are exceptions: std::invalid_argument before anything is written into DIR, and
+// (exit 1) are exceptions: UserError before anything is written into DIR, and
 // std::runtime_error once the run has started (status.json then says "failed").
 constexpr int kExitDiverged = 3;
 int exit_code(const TrainResult& r);

@@ -1,5 +1,5 @@
-// atomic_file.cpp — temp file, fsync, rename, fsync of the directory.
-#include "engine/data/atomic_file.h"
+// files.cpp — whole-file reads; atomic replacement by temp file, fsync, rename, fsync of the directory.
+#include "base/files.h"
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -9,7 +9,7 @@
 #include <stdexcept>
 #include <string>
 
-namespace fp4::data {
+namespace fp4 {
 namespace {
 
 [[noreturn]] void fail(const std::filesystem::path& path, const char* what, int err) {
@@ -37,6 +37,26 @@ void sync_directory(const std::filesystem::path& dir) {
 }
 
 }  // namespace
+
+std::string read_file(const std::filesystem::path& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) throw std::runtime_error("cannot open " + path.string() + ": " + std::strerror(errno));
+  std::string out;
+  char buf[1 << 16];
+  for (;;) {
+    const ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      const int saved = errno;
+      ::close(fd);
+      throw std::runtime_error("cannot read " + path.string() + ": " + std::strerror(saved));
+    }
+    if (n == 0) break;
+    out.append(buf, static_cast<size_t>(n));
+  }
+  ::close(fd);
+  return out;
+}
 
 std::filesystem::path temporary_path_for(const std::filesystem::path& path) {
   // Appended piecewise: GCC 12 at -O3 warns (-Wrestrict, a false positive) about "." + string.
@@ -67,4 +87,4 @@ void write_file_atomic(const std::filesystem::path& path, const std::vector<std:
   sync_directory(path.parent_path());
 }
 
-}  // namespace fp4::data
+}  // namespace fp4

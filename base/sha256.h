@@ -1,4 +1,5 @@
-// sha256.h — SHA-256 through OpenSSL's EVP interface, for the provenance of inputs and shards.
+// sha256.h — SHA-256 through OpenSSL's EVP interface: run ids, checkpoint checksums, the provenance
+// of inputs and shards.
 #pragma once
 
 #include <cstdint>
@@ -6,7 +7,7 @@
 #include <string>
 #include <string_view>
 
-namespace fp4::data {
+namespace fp4 {
 
 // Incremental hashing: update() any number of times, then hex() once.
 class Sha256 {
@@ -27,8 +28,8 @@ class Sha256 {
 
 std::string sha256_hex(std::string_view bytes);
 
-// Hashes a whole file by streaming it; throws std::invalid_argument naming the file if it cannot be
-// read (the path came from the user).
+// Hashes a whole file by streaming it; throws fp4::UserError naming the file if it cannot be opened
+// (the path came from the user).
 std::string sha256_file(const std::filesystem::path& path);
 
-}  // namespace fp4::data
+}  // namespace fp4

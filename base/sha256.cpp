@@ -1,5 +1,5 @@
 // sha256.cpp — EVP_sha256 wrapped for one-shot, streaming and whole-file use.
-#include "engine/data/sha256.h"
+#include "base/sha256.h"
 
 #include <openssl/evp.h>
 
@@ -9,7 +9,9 @@
 #include <stdexcept>
 #include <vector>
 
-namespace fp4::data {
+#include "base/user_error.h"
+
+namespace fp4 {
 
 Sha256::Sha256() : ctx_(EVP_MD_CTX_new()) {
   if (ctx_ == nullptr || EVP_DigestInit_ex(static_cast<EVP_MD_CTX*>(ctx_), EVP_sha256(), nullptr) != 1) {
@@ -49,7 +51,7 @@ std::string sha256_hex(std::string_view bytes) {
 std::string sha256_file(const std::filesystem::path& path) {
   std::FILE* f = std::fopen(path.c_str(), "rb");
   if (f == nullptr)
-    throw std::invalid_argument(path.string() + ": cannot open: " + std::strerror(errno) + "; check the path");
+    throw UserError(path.string() + ": cannot open: " + std::strerror(errno) + "; check the path");
   Sha256 h;
   std::vector<char> buf(1 << 20);
   size_t n;
@@ -60,4 +62,4 @@ std::string sha256_file(const std::filesystem::path& path) {
   return h.hex();
 }
 
-}  // namespace fp4::data
+}  // namespace fp4
