@@ -52,21 +52,4 @@ std::string fmt_utc(double t) {
   return buf;
 }
 
-std::string fmt_duration(double s) {
-  if (!std::isfinite(s) || s < 0) return kNone;
-  if (s < 60) return fmt::format("{:.1f}s", s);
-  const int64_t t = static_cast<int64_t>(std::llround(s));
-  if (t < 3600) return fmt::format("{}m{:02}s", t / 60, t % 60);
-  return fmt::format("{}h{:02}m", t / 3600, (t % 3600) / 60);
-}
-
-std::string join(const std::vector<std::string>& items, const std::string& separator) {
-  std::string out;
-  for (size_t i = 0; i < items.size(); ++i) {
-    if (i) out += separator;
-    out += items[i];
-  }
-  return out;
-}
-
 }  // namespace fp4::reports

@@ -4,7 +4,6 @@
 
 #include <cstdint>
 #include <string>
-#include <vector>
 
 namespace fp4::reports {
 
@@ -15,9 +14,5 @@ std::string fmt_number(double v, int significant = 4);  // "0.347", "2.14e+03"; 
 // "[lo, hi]" written with `f`; "" when either end is NaN.
 std::string fmt_interval(double lo, double hi, std::string (*f)(double));
 std::string fmt_utc(double unix_seconds);            // "2026-12-01 20:03 UTC"; "—" for 0
-std::string fmt_duration(double seconds);            // "5m41s", "2h03m", "12.3s"
-
-// "a, b, c" with `separator` between the items.
-std::string join(const std::vector<std::string>& items, const std::string& separator);
 
 }  // namespace fp4::reports

@@ -2,6 +2,7 @@
 #include "reports/plot.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <cmath>
@@ -279,7 +280,7 @@ std::string gnuplot_script(const Plot& plot) {
                                     series.title.empty() ? std::string("notitle")
                                                          : "title " + gnuplot_quote(series.title)));
       }
-    s += "plot " + join(parts, ", \\\n     ") + "\n";
+    s += "plot " + fmt::format("{}", fmt::join(parts, ", \\\n     ")) + "\n";
   }
   if (plot.panels.size() > 1) s += "unset multiplot\n";
   return s;

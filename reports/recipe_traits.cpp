@@ -2,6 +2,7 @@
 #include "reports/recipe_traits.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 
@@ -54,8 +55,8 @@ std::string describe(const RecipeTraits& t) {
   if (!t.quantized) return "bf16 everywhere";
   std::string s = t.uniform ? fmt::format("{} (clip {:g}), {} scales 1×{}", t.grid, t.clip, t.scale, t.block)
                             : "mixed per-slot settings";
-  s += ", RHT " + (t.rht.empty() ? std::string("none") : join(t.rht, "+"));
-  s += ", SR " + (t.sr.empty() ? std::string("none") : t.sr_dy_only ? std::string("dY") : join(t.sr, "+"));
+  s += ", RHT " + (t.rht.empty() ? std::string("none") : fmt::format("{}", fmt::join(t.rht, "+")));
+  s += ", SR " + (t.sr.empty() ? std::string("none") : t.sr_dy_only ? std::string("dY") : fmt::format("{}", fmt::join(t.sr, "+")));
   if (t.bf16_layers) s += ", some blocks bf16";
   return s;
 }

@@ -3,11 +3,12 @@
 #include "reports/report.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <system_error>
 
 #include "base/user_error.h"
-#include "engine/data/atomic_file.h"
+#include "base/files.h"
 #include "reports/escape.h"
 #include "reports/format.h"
 #include "reports/gnuplot.h"
@@ -39,8 +40,8 @@ std::string ReportContext::csv(const std::string& name, const std::vector<std::s
                                const std::vector<std::vector<std::string>>& rows) {
   std::vector<std::string> fields;
   for (const std::string& h : header) fields.push_back(csv_field(h));
-  std::string text = join(fields, ",") + "\n";
-  for (const auto& row : rows) text += join(row, ",") + "\n";
+  std::string text = fmt::format("{}", fmt::join(fields, ",")) + "\n";
+  for (const auto& row : rows) text += fmt::format("{}", fmt::join(row, ",")) + "\n";
   files_.push_back({name, std::move(text)});
   return name;
 }
@@ -80,7 +81,9 @@ ReportFiles write_report(const sweeps::Store* store, const sweeps::SweepSpec* sp
   doc.sections.push_back(study_section(ctx));
   doc.sections.push_back(runs_section(ctx));
   doc.sections.push_back(curves_section(ctx));
+  doc.sections.push_back(scaling_section(ctx));
   doc.sections.push_back(gap_section(ctx));
+  doc.sections.push_back(precision_section(ctx));
   doc.sections.push_back(ablation_section(ctx));
   doc.sections.push_back(probe_section(ctx));
   doc.sections.push_back(excluded_section(ctx));
@@ -96,7 +99,7 @@ ReportFiles write_report(const sweeps::Store* store, const sweeps::SweepSpec* sp
   ReportFiles out;
   auto put = [&](const std::string& name, const std::string& bytes) {
     const std::filesystem::path path = options.out_dir / name;
-    data::write_file_atomic(path, {bytes});
+    write_file_atomic(path, {bytes});
     out.written.push_back(path);
   };
   for (const OutputFile& f : ctx.files()) put(f.name, f.bytes);

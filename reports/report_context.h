@@ -52,7 +52,9 @@ class ReportContext {
 Section study_section(ReportContext& ctx);
 Section runs_section(ReportContext& ctx);
 Section curves_section(ReportContext& ctx);
+Section scaling_section(ReportContext& ctx);
 Section gap_section(ReportContext& ctx);
+Section precision_section(ReportContext& ctx);
 Section ablation_section(ReportContext& ctx);
 Section probe_section(ReportContext& ctx);
 Section excluded_section(ReportContext& ctx);

@@ -2,6 +2,7 @@
 // size, a colour per recipe), and the paper's headline view, the BF16-relative gap over training
 // L_r(t) / L_bf16(t) - 1 from the train losses smoothed by a trailing mean.
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <cmath>
@@ -187,7 +188,7 @@ Section curves_section(ReportContext& ctx) {
              "from each run and its BF16 twin (same model, D, seed and batches). Both train losses are smoothed by a "
              "trailing mean over the last "),
         strong(ctx.options.smooth_steps > 0 ? std::to_string(ctx.options.smooth_steps) + " steps"
-                                            : "5% of the run's steps (" + join(ws, ", ") + " steps here)"),
+                                            : "5% of the run's steps (" + fmt::format("{}", fmt::join(ws, ", ")) + " steps here)"),
         text(" before dividing (the paper averages the last 1000 steps); where a recipe has several seeds the line is "
              "their mean. Above 0 the 4-bit recipe trains worse than BF16; the dashed line is no gap.")};
     s.blocks.push_back(ctx.figure("gap-over-training", "Gap to BF16 over training", caption, plot, data));
@@ -201,7 +202,7 @@ Section curves_section(ReportContext& ctx) {
                                               twins.without.size(), twins.without.size() == 1 ? "" : "s",
                                               twins.without.size() == 1 ? "s" : "ve",
                                               twins.without.size() == 1 ? "it" : "them")),
-                             text(join(names, ", ")), text(". Add bf16 to the grid's recipe axis to measure them.")}});
+                             text(fmt::format("{}", fmt::join(names, ", "))), text(". Add bf16 to the grid's recipe axis to measure them.")}});
   }
   return s;
 }

@@ -1,11 +1,13 @@
 // sections_study.cpp — the report's header (what was run, on what data, with what source and
 // machines, and how to run it again), the table of every run, and the runs left out.
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <map>
 #include <set>
 
+#include "base/format.h"
 #include "reports/escape.h"
 #include "reports/format.h"
 #include "reports/report_context.h"
@@ -47,9 +49,9 @@ Table grid_table(const Study& st) {
     for (const std::string& a : g.axis_names) {
       const auto it = g.axis_values.find(a);
       const std::vector<std::string> values = it != g.axis_values.end() ? it->second : std::vector<std::string>{};
-      axes.push_back(fmt::format("{} ({}): {}", a, values.size(), join(values, ", ")));
+      axes.push_back(fmt::format("{} ({}): {}", a, values.size(), fmt::join(values, ", ")));
     }
-    t.rows.push_back({{g.name}, {g.file}, {axes.empty() ? "one point (no axes)" : join(axes, " × ")},
+    t.rows.push_back({{g.name}, {g.file}, {axes.empty() ? "one point (no axes)" : fmt::format("{}", fmt::join(axes, " × "))},
                       {std::to_string(g.runs)}, {fmt_utc(g.created)}});
   }
   return t;
@@ -118,7 +120,7 @@ Table provenance_table(const Study& st) {
   auto list = [](const std::map<std::string, int>& m) {
     std::vector<std::string> items;
     for (const auto& [k, n] : m) items.push_back(fmt::format("{} ({} attempt{})", k.empty() ? "?" : k, n, n == 1 ? "" : "s"));
-    return items.empty() ? std::string("none recorded") : join(items, "; ");
+    return items.empty() ? std::string("none recorded") : fmt::format("{}", fmt::join(items, "; "));
   };
   Table t;
   t.caption = fmt::format("Provenance of the {} attempts", st.attempts.size());
@@ -130,10 +132,10 @@ Table provenance_table(const Study& st) {
   t.rows.push_back({{"GPUs"}, {gpus.empty() ? "none (CPU runs)" : list(gpus)}});
   t.rows.push_back({{"CUDA"}, {cudas.empty() ? "none (CPU runs)" : list(cudas)}});
   std::vector<std::string> libs;
-  for (const auto& [lib, vs] : libraries) libs.push_back(lib + " " + join({vs.begin(), vs.end()}, "/"));
-  t.rows.push_back({{"libraries"}, {libs.empty() ? "none recorded" : join(libs, ", ")}});
+  for (const auto& [lib, vs] : libraries) libs.push_back(lib + " " + fmt::format("{}", fmt::join(vs, "/")));
+  t.rows.push_back({{"libraries"}, {libs.empty() ? "none recorded" : fmt::format("{}", fmt::join(libs, ", "))}});
   t.rows.push_back({{"dates"}, {fmt::format("first attempt started {}, last activity {}", fmt_utc(first), fmt_utc(last))}});
-  t.rows.push_back({{"trainer time"}, {fmt_duration(busy) + " over all attempts (wall clock, summed)"}});
+  t.rows.push_back({{"trainer time"}, {format_duration(busy) + " over all attempts (wall clock, summed)"}});
   if (without > 0)
     t.rows.push_back({{"note"}, {fmt::format("{} attempts carry no provenance (recorded by a version-1 store)", without)}});
   return t;

@@ -241,6 +241,12 @@ Study load_study(const sweeps::Store* store, const sweeps::SweepSpec* spec) {
     for (const StudyRun& r : st.runs)
       for (auto& a : store->attempts(r.record.id)) st.attempts.push_back(std::move(a));
     std::sort(st.attempts.begin(), st.attempts.end(), [](const auto& a, const auto& b) { return a.id < b.id; });
+    // A fit row that cannot be read costs the fitted sections, not the report.
+    try {
+      st.fits = fit::read_fits(*store);
+    } catch (const std::exception& e) {
+      st.fits_error = e.what();
+    }
   }
   if (st.name.empty() && !st.grids.empty()) st.name = st.grids.front().name;
   if (st.name.empty() && !st.store_path.empty()) st.name = st.store_path.stem().string();

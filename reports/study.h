@@ -1,7 +1,7 @@
 // study.h — everything a report shows that the store holds, read once: the grids and their axes,
 // the runs with their states, final losses and curves, the BF16-relative gaps, the probe's rows,
-// the attempts with their provenance. A report is rendered from a Study (and the stored fits), so
-// the renderers never touch SQL.
+// the attempts with their provenance, and the stored fits (read through fit/stored_fit.h). A
+// report is rendered from a Study, so the renderers never touch SQL.
 //
 // Reading is read-only and works on a store that a sweep is writing right now (WAL): the report
 // then shows what has finished and names what is missing.
@@ -16,6 +16,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "fit/stored_fit.h"
 #include "sweeps/spec.h"
 #include "sweeps/store.h"
 
@@ -82,6 +83,8 @@ struct Study {
   std::vector<ProbeSlotRow> probes;
   std::vector<ProbeGemmRow> probe_gemms;
   std::vector<sweeps::Store::AttemptRecord> attempts;  // every attempt, by id
+  std::vector<fit::StoredFit> fits;     // the latest fit of each (law, scope): fit::read_fits
+  std::string fits_error;               // why the fits could not be read ("" when they could)
 
   const StudyRun* run(const std::string& id) const;
   // Recipe labels of the runs, sorted.

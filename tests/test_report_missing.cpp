@@ -37,8 +37,8 @@ Rendered render(const std::string& args, const ScratchDir& dir) {
     INFO(error);
   }
   // Every section is there whatever is missing.
-  for (const char* id : {"study", "runs", "loss-curves", "gap-to-bf16", "ablations", "quantization-probes",
-                         "excluded-and-missing-runs"})
+  for (const char* id : {"study", "runs", "loss-curves", "scaling", "gap-to-bf16", "precision-law", "ablations",
+                         "quantization-probes", "excluded-and-missing-runs"})
     CHECK(out.html.find("<section id=\"" + std::string(id) + "\">") != std::string::npos);
   return out;
 }
@@ -111,7 +111,7 @@ TEST_CASE("report of a running study shows what finished and names what is missi
   CHECK_FALSE(running_in_gaps);  // an unfinished pair is left out of the gap table, and said so
   CHECK(r.text.find("1 pair where the run or its BF16 twin has not finished is left out") != std::string::npos);
   CHECK(r.text.find("1 pair where the run or its BF16 twin diverged or failed is left out") != std::string::npos);
-  CHECK(r.figures == 2);  // loss curves and the gap over training
+  CHECK(r.figures == 4);  // loss curves, the gap over training, final loss against N and against compute
 }
 
 TEST_CASE("report of runs without a BF16 twin names them and shows the gaps it can", "[report][report_missing]") {

@@ -61,8 +61,10 @@ TEST_CASE("report of a tiny real study: every section, every run, the store's nu
   // Every section, in both formats.
   for (const auto& [id, title] : std::vector<std::pair<std::string, std::string>>{
            {"study", "Study"}, {"grid", "Grid"}, {"data", "Data"}, {"provenance", "Provenance"},
-           {"reproduce", "Reproduce"}, {"runs", "Runs"}, {"loss-curves", "Loss curves"},
-           {"gap-to-bf16", "Gap to BF16"}, {"the-papers-reported-gaps", "The paper's reported gaps"},
+           {"reproduce", "Reproduce"}, {"runs", "Runs"}, {"loss-curves", "Loss curves"}, {"scaling", "Scaling"},
+           {"gap-to-bf16", "Gap to BF16"}, {"predicted-at-the-fits-targets", "Predicted at the fit's targets"},
+           {"the-papers-reported-gaps", "The paper's reported gaps"}, {"gap-against-compute", "Gap against compute"},
+           {"precision-law", "Precision law"},
            {"ablations", "Ablations"}, {"quantization-probes", "Quantization probes"},
            {"excluded-and-missing-runs", "Excluded and missing runs"}}) {
     INFO(title);
@@ -75,7 +77,9 @@ TEST_CASE("report of a tiny real study: every section, every run, the store's nu
   HtmlDom dom(html);
   const auto figures = dom.elements("figure");
   const auto svgs = fp4::test::inline_svgs(html);
-  CHECK(figures.size() == 4);  // loss curves, gap over training, probe alpha, probe eta
+  // Loss curves, gap over training, loss against N and against compute, probe alpha and eta (the
+  // fitted figures need fits: this store has none).
+  CHECK(figures.size() == 6);
   REQUIRE(svgs.size() == figures.size());
   std::set<std::string> ids;
   for (const std::string& svg : svgs) {
@@ -91,7 +95,7 @@ TEST_CASE("report of a tiny real study: every section, every run, the store's nu
       INFO("id " << id);
       CHECK(ids.insert(id).second);  // ids unique across the page (figures' ids are prefixed)
     }
-  for (const char* name : {"loss-curves", "gap-over-training", "probe-alpha", "probe-eta"}) {
+  for (const char* name : {"loss-curves", "gap-over-training", "loss-vs-n", "loss-vs-compute", "probe-alpha", "probe-eta"}) {
     const fs::path file = out / "figures" / (std::string(name) + ".svg");
     REQUIRE(fs::exists(file));
     std::string error;
@@ -175,7 +179,7 @@ TEST_CASE("report of a tiny real study: every section, every run, the store's nu
         shown = true;
     CHECK(shown);
   }
-  CHECK(gaps_csv[1].size() == 12);
+  CHECK(gaps_csv[1].size() == 16);
   // ufp4 at d1, 256 tokens has three seeds: mean ± sd.
   bool three_seeds = false;
   for (const auto& cells : gap_table->rows)
@@ -196,6 +200,7 @@ TEST_CASE("report of a tiny real study: every section, every run, the store's nu
   CHECK(text.find("[recipes.ufp4-no-rht]") != std::string::npos);  // the TOML text, stored byte for byte
   CHECK(text.find("1.2570%") != std::string::npos);                 // the paper's numbers
   CHECK(text.find("This study is not finished") == std::string::npos);
+  CHECK(text.find("No fits in the store.") != std::string::npos);
 
   // Ablations: ufp4-no-rht beside the paper's "no RHT" row, with a measured noise floor.
   const auto* ablation = table_with_caption(tables, "Ablation at d1");
