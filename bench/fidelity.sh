@@ -22,6 +22,8 @@
 # The shape (FIDELITY_* variables, defaults in parentheses) is the study's: d4, seq 1024, 131072
 # tokens per step in micro-batches of 16, 400 steps, lr 3e-3 cosine, eval every 100 steps on
 # 1048576 validation tokens, shuffled stream, data seed = run seed.
+# FIDELITY_SHUFFLE (sequences) "none" reads the stream in file order on both sides.
+# FIDELITY_SAME_STATE (1) 0 skips B_s and the same-state peer runs (A_s then trains straight through).
 # FIDELITY_JOBS (3) fp4lab processes share the GPU beside the peer; an MPS daemon is started when
 # nvidia-cuda-mps-control exists, so their kernels run at once. bench/fidelity_report.py reads
 # OUTDIR and prints the comparison.
@@ -35,7 +37,7 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 model=${FIDELITY_MODEL:-d4} steps=${FIDELITY_STEPS:-400} lr=${FIDELITY_LR:-3e-3}
 seq=${FIDELITY_SEQ:-1024} batch=${FIDELITY_BATCH_TOKENS:-131072} micro=${FIDELITY_MICRO_BATCH:-16}
 eval_every=${FIDELITY_EVAL_EVERY:-100} eval_tokens=${FIDELITY_EVAL_TOKENS:-1048576} jobs=${FIDELITY_JOBS:-3}
-device=${FIDELITY_DEVICE:-cuda}
+device=${FIDELITY_DEVICE:-cuda} shuffle=${FIDELITY_SHUFFLE:-sequences} same_state=${FIDELITY_SAME_STATE:-1}
 mkdir -p "$out/init" "$out/peer"
 out=$(readlink -f "$out")
 
@@ -51,7 +53,8 @@ trap stop_mps EXIT
 config() {  # config SEED > file
   cat <<JSON
 {"model": {"preset": "$model", "seq_len": $seq}, "recipe": "bf16", "data": "$data", "device": "$device",
- "train": {"steps": $steps, "batch_tokens": $batch, "micro_batch": $micro, "lr": $lr, "schedule": "cosine", "seed": $1},
+ "train": {"steps": $steps, "batch_tokens": $batch, "micro_batch": $micro, "lr": $lr, "schedule": "cosine", "seed": $1,
+           "shuffle": "$shuffle"},
  "eval": {"every": $eval_every, "tokens": $eval_tokens}, "checkpoint": {"every": 0}}
 JSON
 }
@@ -60,6 +63,7 @@ start=$(date +%s)
 ckpts=() init_seeds=()
 for s in ${seeds//,/ }; do
   config "$s" > "$out/config-s$s.json"
+  [ "$same_state" = 1 ] || continue
   "$fp4lab" train --config "$out/config-s$s.json" --dir "$out/A_s$s" --stop-after 1 --quiet
   rc=$?
   [ $rc -eq 143 ] || { echo "fidelity: A_s$s stopped with exit $rc, not 143"; exit 1; }
@@ -75,15 +79,17 @@ peer_pid=
 if [ "$peer_seeds" != none ]; then
   peer_args=(--data "$data" --model "$model" --seq-len "$seq" --micro-batch "$micro" --batch-tokens "$batch"
              --steps "$steps" --lr "$lr" --eval-every "$eval_every" --eval-tokens "$eval_tokens"
-             --out-dir "$out/peer" --seeds "$peer_seeds"
-             --init-from "$(IFS=,; echo "${ckpts[*]}")" --init-seeds "$(IFS=,; echo "${init_seeds[*]}")")
+             --out-dir "$out/peer" --seeds "$peer_seeds" --shuffle "$shuffle"
+             --init-from "$(IFS=,; echo "${ckpts[*]:-}")" --init-seeds "$(IFS=,; echo "${init_seeds[*]:-}")")
   PYTHONUNBUFFERED=1 python3 "$here/fidelity_peer.py" "${peer_args[@]}" > "$out/peer/peer.log" 2>&1 &
   peer_pid=$!
 fi
 
 # The fp4lab resumes, FIDELITY_JOBS at a time.
+runs=(A B)
+[ "$same_state" = 1 ] || runs=(A)
 for s in ${seeds//,/ }; do
-  for run in A B; do echo "$run $s"; done
+  for run in "${runs[@]}"; do echo "$run $s"; done
 done | xargs -P "$jobs" -L 1 sh -c '"$0" train --config "$1/config-s$3.json" --dir "$1/$2_s$3" --resume --quiet ||
                                     echo "fidelity: $2_s$3 exited $?"' "$fp4lab" "$out"
 echo "fidelity: fp4lab runs done at $(( $(date +%s) - start )) s"

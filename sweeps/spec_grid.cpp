@@ -37,15 +37,29 @@ const std::vector<std::string> kModelSizeFields = {"model.preset", "model.n_laye
 struct Leaf {
   std::string path;
   Loc key_at;
-  const toml::node* node;
+  const toml::node* node;    // the array of values
+  std::string with;          // a linked axis: the axis it goes with ("" otherwise)
+  Loc with_at;
 };
 
 // TOML turns `train.lr = [...]` into nested tables; a quoted "train.lr" is one key. Both name the
-// axis "train.lr": walk the tables down to the arrays.
+// axis "train.lr": walk the tables down to the arrays. A table with a `with` key is a linked axis,
+// {with = "<axis>", values = [...]}.
 void collect_leaves(const toml::table& t, const std::string& prefix, std::vector<Leaf>& out, const SpecErrors& errors) {
   for (auto&& [key, node] : t) {
     const std::string path = dotted(prefix, key.str());
-    if (node.is_table()) {
+    if (node.is_table() && node.as_table()->contains("with")) {
+      const toml::table& link = *node.as_table();
+      const std::string k = "grid." + path;
+      check_keys(link, k, {"with", "values"}, errors);
+      const toml::node* values = link.get("values");
+      if (values == nullptr)
+        errors.fail(loc_of(node), k, "a linked axis needs values = [...], one per value of the axis it goes with");
+      if (!values->is_array())
+        errors.fail(loc_of(*values), k + ".values", "must be an array of values, got " + describe(*values));
+      const toml::node& with = *link.get("with");
+      out.push_back(Leaf{path, loc_of(key), values, read_string(with, k + ".with", errors), loc_of(with)});
+    } else if (node.is_table()) {
       collect_leaves(*node.as_table(), path, out, errors);
     } else if (node.is_array()) {
       out.push_back(Leaf{path, loc_of(key), &node});
@@ -459,22 +473,56 @@ std::vector<Axis> read_grid(const toml::table* grid, const BaseConfig& base, con
     const toml::array& values = *leaf.node->as_array();
     if (values.empty())
       errors.fail(loc_of(*leaf.node), key, "is empty; give at least one value, or remove the axis for the base value");
-    // The limit is checked before any value is read, so a runaway axis costs only its parsing.
-    if (values.size() > kMaxPoints / points)
+    // The limit is checked before any value is read, so a runaway axis costs only its parsing. A
+    // linked axis adds no dimension (it has one value per value of another axis).
+    const size_t before_this = leaf.with.empty() ? points : 1;
+    if (values.size() > kMaxPoints / before_this)
       errors.fail(leaf.key_at, key,
                   fmt::format("makes the grid more than {} points ({} values here{}); split the study or shorten an axis",
-                              kMaxPoints, values.size(), points > 1 ? fmt::format(" × {} before", points) : ""));
-    points *= values.size();
+                              kMaxPoints, values.size(),
+                              before_this > 1 ? fmt::format(" × {} before", before_this) : ""));
+    if (leaf.with.empty()) points *= values.size();
     std::map<json, Loc> seen;  // ordered by nlohmann's operator<: O(n log n) for the duplicate check
     for (const toml::node& n : values) {
       AxisValue v = read_axis_value(a, n, recipes, errors);
-      if (const auto [at, fresh] = seen.emplace(v.value, v.at); !fresh)
-        errors.fail(v.at, key,
-                    fmt::format("repeats the value {} (first at {}:{}); remove one", v.text, at->second.line,
-                                at->second.col));
+      // A linked axis may repeat a value (two sizes with one learning rate): its points differ by
+      // the axis it goes with.
+      if (leaf.with.empty())
+        if (const auto [at, fresh] = seen.emplace(v.value, v.at); !fresh)
+          errors.fail(v.at, key,
+                      fmt::format("repeats the value {} (first at {}:{}); remove one", v.text, at->second.line,
+                                  at->second.col));
       a.values.push_back(std::move(v));
     }
     axes.push_back(std::move(a));
+  }
+  // Links: each names another declared axis that is not linked itself, and has one value per
+  // value of it.
+  for (size_t i = 0; i < leaves.size(); ++i) {
+    const Leaf& leaf = leaves[i];
+    if (leaf.with.empty()) continue;
+    const std::string key = "grid." + leaf.path + ".with";
+    size_t leader = axes.size();
+    for (size_t j = 0; j < axes.size(); ++j)
+      if (axes[j].name == leaf.with || (leaf.with == "tokens" && axes[j].kind == AxisKind::tokens) ||
+          (leaf.with == "seed" && axes[j].kind == AxisKind::seed))
+        leader = j;
+    if (leader == i) errors.fail(leaf.with_at, key, "an axis cannot be linked with itself");
+    if (leader == axes.size()) {
+      std::vector<std::string> names;
+      for (const Axis& a : axes) names.push_back(a.name);
+      errors.fail(leaf.with_at, key,
+                  fmt::format("names no axis of [grid] (\"{}\"); the axes are: {}", leaf.with, fmt::join(names, ", ")));
+    }
+    if (!leaves[leader].with.empty())
+      errors.fail(leaf.with_at, key,
+                  "names grid." + axes[leader].name + ", which is linked itself; link both with grid." +
+                      leaves[leader].with);
+    if (axes[i].values.size() != axes[leader].values.size())
+      errors.fail(loc_of(*leaf.node), "grid." + leaf.path + ".values",
+                  fmt::format("has {} values but grid.{} has {}: give one per value of it, in its order",
+                              axes[i].values.size(), axes[leader].name, axes[leader].values.size()));
+    axes[i].linked_to = static_cast<int>(leader);
   }
 
   for (size_t i = 0; i < axes.size(); ++i) {
@@ -512,6 +560,7 @@ std::vector<GridPoint> expand_grid(const std::vector<Axis>& axes, const BaseConf
                                    const SpecErrors& errors) {
   size_t total = 1;
   for (const Axis& a : axes) {
+    if (a.linked_to >= 0) continue;  // no dimension of its own
     total *= a.values.size();
     if (total > kMaxPoints)
       errors.fail(grid_at.value_or(Loc{}), "grid",
@@ -522,12 +571,16 @@ std::vector<GridPoint> expand_grid(const std::vector<Axis>& axes, const BaseConf
   std::unordered_set<std::string> ids;
   std::vector<size_t> index(axes.size(), 0);
   for (size_t n = 0; n < total; ++n) {
-    // Odometer order: the last axis turns fastest, so the first axis declared varies slowest.
+    // Odometer order over the axes of their own: the last turns fastest, so the first declared
+    // varies slowest. A linked axis then takes the index of the axis it goes with.
     size_t rest = n;
     for (size_t a = axes.size(); a-- > 0;) {
+      if (axes[a].linked_to >= 0) continue;
       index[a] = rest % axes[a].values.size();
       rest /= axes[a].values.size();
     }
+    for (size_t a = 0; a < axes.size(); ++a)
+      if (axes[a].linked_to >= 0) index[a] = index[static_cast<size_t>(axes[a].linked_to)];
     GridPoint p = builder.build(index);
     // The same run declared twice (a custom recipe equal to a preset, say) is one run: the first wins.
     if (ids.insert(p.id).second) points.push_back(std::move(p));

@@ -70,6 +70,10 @@ struct Axis {
   std::string field;  // the config path it sets: "train.lr"; "train.tokens" for tokens; "train.seed" for seed
   Loc key_at;
   std::vector<AxisValue> values;
+  // A linked axis ({with = "model", values = [...]}) is no dimension of its own: it takes its
+  // k-th value at the points where the axis it is linked with takes its k-th (per-size learning
+  // rates, say). -1: an ordinary axis.
+  int linked_to = -1;
 };
 
 // Reads [grid] (nullptr: no grid) into axes in declaration order, checking every value's type,

@@ -607,16 +607,57 @@ TEST_CASE("sweep spec: the studies shipped in the repository parse", "[sweeps][s
   const auto s = fp4::sweeps::load_sweep_spec(study);
   CHECK(s.points.size() == 60);
   const auto n = fp4::sweeps::load_sweep_spec(noise);
-  CHECK(n.points.size() == 12);
+  CHECK(n.points.size() == 36);
   // The noise floor's seed-0 runs are the study's own: one run each, in one store.
   CHECK(n.store == s.store);
   int shared = 0;
   for (const auto& p : n.points)
     for (const auto& q : s.points) shared += p.id == q.id;
-  CHECK(shared == 4);
+  CHECK(shared == 12);
 #else
   // A build without CUDA refuses device "cuda" with its one-line reason.
   CHECK_THROWS_WITH(fp4::sweeps::load_sweep_spec(study), Catch::Contains("without CUDA"));
   CHECK_THROWS_WITH(fp4::sweeps::load_sweep_spec(noise), Catch::Contains("without CUDA"));
 #endif
+}
+
+TEST_CASE("sweep spec: a linked axis gives each value of another axis its own value", "[sweeps][sweeps_spec]") {
+  // Per-size learning rates: three sizes, three rates, two recipes: 6 points, not 18.
+  for (const char* lr_key : {"\"train.lr\"", "train.lr"}) {
+    const SweepSpec s = parse(kPrelude + "tokens = 65536\n[grid]\nmodel = [\"d1\", \"d2\", \"d3\"]\nrecipe = [\"bf16\", \"ufp4\"]\n" +
+                              lr_key + " = {with = \"model\", values = [4e-3, 2e-3, 2e-3]}\n");
+    REQUIRE(s.points.size() == 6);
+    CHECK(s.axis_names == std::vector<std::string>{"model", "recipe", "train.lr"});
+    for (const GridPoint& p : s.points) {
+      INFO(p.name);
+      const double lr = p.config["train"]["lr"].get<double>();
+      CHECK(lr == (p.model_label == "d1" ? 4e-3 : 2e-3));
+      CHECK(p.axes.at("train.lr") == (p.model_label == "d1" ? "0.004" : "0.002"));
+    }
+    // Grid order is that of the axes of their own; names show the linked value like any axis.
+    CHECK(s.points[0].name == "d1-65.5k-bf16-s0-lr0.004");
+    CHECK(s.points[1].name == "d1-65.5k-ufp4-s0-lr0.004");
+    CHECK(s.points[5].name == "d3-65.5k-ufp4-s0-lr0.002");
+    // The same point written with a plain axis is the same run.
+    const SweepSpec plain = parse(kPrelude + "tokens = 65536\n[grid]\nmodel = [\"d2\"]\nrecipe = [\"ufp4\"]\n\"train.lr\" = [2e-3]\n");
+    CHECK(point_named(s, "d2-65.5k-ufp4-s0-lr0.002").id == only_point(plain).id);
+  }
+
+  // Mistakes, each at its place.
+  const std::string grid = kPrelude + "tokens = 65536\n[grid]\nmodel = [\"d1\", \"d2\"]\n";  // [grid] is line 9
+  CHECK(error_of(grid + "\"train.lr\" = {with = \"model\", values = [1e-3]}\n") ==
+        "spec.toml:11:40: grid.train.lr.values: has 1 values but grid.model has 2: give one per value of it, in its order");
+  CHECK_THAT(error_of(grid + "\"train.lr\" = {with = \"models\", values = [1e-3, 2e-3]}\n"),
+             Catch::StartsWith("spec.toml:11:22: grid.train.lr.with: names no axis of [grid] (\"models\")") &&
+                 Catch::Contains("model, train.lr"));
+  CHECK_THAT(error_of(grid + "\"train.lr\" = {with = \"train.lr\", values = [1e-3, 2e-3]}\n"),
+             Catch::Contains("grid.train.lr.with: an axis cannot be linked with itself"));
+  CHECK_THAT(error_of(grid + "\"train.lr\" = {with = \"model\", values = [1e-3, 2e-3]}\n"
+                             "\"train.min_lr\" = {with = \"train.lr\", values = [1e-4, 2e-4]}\n"),
+             Catch::Contains("grid.train.min_lr.with: names grid.train.lr, which is linked itself; link both with grid.model"));
+  CHECK_THAT(error_of(grid + "\"train.lr\" = {with = \"model\"}\n"), Catch::Contains("grid.train.lr: a linked axis needs values"));
+  CHECK_THAT(error_of(grid + "\"train.lr\" = {with = \"model\", values = [1e-3, 2e-3], extra = 1}\n"),
+             Catch::Contains("grid.train.lr.extra"));
+  CHECK_THAT(error_of(grid + "\"train.lr\" = {with = \"model\", values = [1e-3, \"fast\"]}\n"),
+             Catch::Contains("grid.train.lr: must be a number"));
 }
