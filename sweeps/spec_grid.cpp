@@ -62,7 +62,7 @@ void collect_leaves(const toml::table& t, const std::string& prefix, std::vector
     } else if (node.is_table()) {
       collect_leaves(*node.as_table(), path, out, errors);
     } else if (node.is_array()) {
-      out.push_back(Leaf{path, loc_of(key), &node});
+      out.push_back(Leaf{path, loc_of(key), &node, {}, {}});
     } else {
       errors.fail(loc_of(node), "grid." + path,
                   "an axis must be an array of values (e.g. " + path + " = [...]), got " + describe(node));
