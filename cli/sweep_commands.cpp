@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "base/clock.h"
+#include "base/duration.h"
 #include "base/user_error.h"
 #include "cli/commands.h"
 #include "cli/number_options.h"
@@ -35,6 +36,7 @@ struct SweepCliOptions {
   int jobs = 0;
   bool retry_failed = false;
   bool plain = false;
+  std::string time_limit;
   std::string out;
   std::vector<std::string> sbatch;
   std::string trainer;
@@ -70,13 +72,17 @@ void register_sweep_commands(CLI::App& app) {
   CLI::App* run = sweep->add_subcommand(
       "run",
       "Run every run of the grid that has no outcome yet, here; rerun after any interruption.\n"
-      "Exit codes: 0 all runs done (or diverged), 1 some failed or remain, 2 bad input, 130/143 stopped");
+      "Exit codes: 0 all runs done (or diverged), 1 some failed or remain, 2 bad input, 124 the time limit left\n"
+      "runs to do, 130/143 stopped");
   run->add_option("spec", o->spec, "The sweep's TOML file")->required();
   run->add_option("--gpus", o->gpus, "GPUs for runs on device cuda: indices or UUIDs, e.g. 0,1 (default: [executor] gpus, "
                                      "else CUDA_VISIBLE_DEVICES, else every GPU)");
   run->add_option("--jobs", o->jobs, "CPU runs at once (default: [executor] cpu_jobs)")->check(whole_number(1, 4096));
   run->add_flag("--retry-failed", o->retry_failed, "Also retry failed runs (up to [executor] max_attempts failures)");
   run->add_flag("--plain", o->plain, "Plain progress lines even on a terminal");
+  run->add_option("--time-limit", o->time_limit,
+                  "Start no run expected to end after this long (e.g. 9m30s, 2h, 600), then stop as Ctrl-C does "
+                  "when it comes; estimates from the runs the store has seen finish");
   run->callback([o] {
     const sweeps::SweepSpec spec = sweeps::load_sweep_spec(o->spec, sweeps::DataCheck::run);
     sweeps::LocalRunOptions r;
@@ -84,6 +90,13 @@ void register_sweep_commands(CLI::App& app) {
     r.jobs = o->jobs;
     r.retry_failed = o->retry_failed;
     r.terminal = !o->plain && ::isatty(STDERR_FILENO);
+    if (!o->time_limit.empty()) {
+      const std::optional<double> limit = parse_duration_s(o->time_limit);
+      if (!limit || *limit <= 0)
+        throw UserError("--time-limit: \"" + o->time_limit +
+                        "\" is not a duration; write it as e.g. 9m30s, 2h, 1.5h or 600 (seconds), more than 0");
+      r.time_limit_s = *limit;
+    }
     if (const char* t = std::getenv("FP4LAB_TRAINER"); t != nullptr && *t != '\0') r.trainer = t;
     exit_with(sweeps::run_sweep_locally(spec, r, std::cerr));
   });

@@ -10,6 +10,7 @@
 #include <deque>
 #include <map>
 #include <optional>
+#include <set>
 #include <sstream>
 #include <thread>
 
@@ -25,6 +26,7 @@
 #include "sweeps/process.h"
 #include "sweeps/provenance.h"
 #include "sweeps/run_dir_reader.h"
+#include "sweeps/run_duration.h"
 #include "sweeps/store.h"
 #include "sweeps/sweep_plan.h"
 
@@ -107,6 +109,13 @@ class LocalExecutor {
   int total_ = 0, finished_ = 0, failed_ = 0, elsewhere_ = 0;
   std::map<std::string, int64_t> remaining_tokens_;  // runs not finished: tokens left
   bool stopping_ = false;
+  // The time limit: the deadline (Unix seconds, 0: none), what the store says of run durations,
+  // and whether the limit stopped the sweep (by the deadline, or because nothing left would fit).
+  double deadline_ = 0;
+  std::unique_ptr<RunDurationModel> durations_;
+  bool time_limited_ = false;
+  std::set<std::string> told_wont_fit_;
+  bool fits_before_deadline(const QueueItem& item, double now);
   double last_progress_ = 0;
   double last_ingest_ = 0;
   bool progress_line_open_ = false;
@@ -288,6 +297,7 @@ void LocalExecutor::finish(Child& c, const ExitStatus& st) {
   store_->set_state(p.id, end.state, end.error);
   store_->release_lease(p.id, owner_);
   slots_[c.slot].busy = false;
+  if (durations_ && end.state == RunState::succeeded) durations_->measure(*store_, p.id);
   if (end.state != RunState::orphaned) {
     ++finished_;
     remaining_tokens_.erase(p.id);
@@ -295,6 +305,21 @@ void LocalExecutor::finish(Child& c, const ExitStatus& st) {
   }
   say(fmt::format("{} {} [{}/{}]", p.name, verdict, finished_, total_));
   if (requeue) queue_.push_back({&p, now + (st.code == 75 && !st.signaled ? 1.0 : 0.0)});
+}
+
+// Whether the run, started now, is expected to end before the deadline. A run nothing is known
+// about yet is started (the deadline stops it, resumably, if it runs over).
+bool LocalExecutor::fits_before_deadline(const QueueItem& item, double now) {
+  if (deadline_ <= 0) return true;
+  const GridPoint& p = *item.point;
+  const auto left = remaining_tokens_.find(p.id);
+  const std::optional<double> est =
+      durations_->estimate_s(p, left != remaining_tokens_.end() ? left->second : p.tokens);
+  if (!est || now + *est <= deadline_) return true;
+  if (told_wont_fit_.insert(p.id).second)
+    say(fmt::format("not starting {}: expected to take {}, {} of the time limit are left", p.name,
+                    format_duration(*est), format_duration(std::max(0.0, deadline_ - now))));
+  return false;
 }
 
 int LocalExecutor::run() {
@@ -309,7 +334,13 @@ int LocalExecutor::run() {
   for (const PlanEntry& e : plan) {
     if (e.will_run) {
       todo.push_back(&e);
-      remaining_tokens_[e.point->id] = e.point->tokens;
+      // A run that resumes has only its remaining tokens to train.
+      int64_t done = 0;
+      if (e.record) {
+        const std::vector<MetricRow> rows = store_->metrics(e.point->id, "train/loss");
+        if (!rows.empty()) done = rows.back().tokens;
+      }
+      remaining_tokens_[e.point->id] = std::max<int64_t>(0, e.point->tokens - done);
     } else if (e.action == PlanAction::done || e.action == PlanAction::diverged || e.action == PlanAction::failed) {
       ++finished_;
       failed_ += e.action == PlanAction::failed;
@@ -343,6 +374,13 @@ int LocalExecutor::run() {
 
   say(fmt::format("sweep {}: {} runs, {} to run, {} finished, {} running elsewhere; store {}", spec_.name, total_,
                   queue_.size(), finished_, elsewhere_, spec_.store.string()));
+  if (o_.time_limit_s > 0) {
+    deadline_ = start + o_.time_limit_s;
+    durations_ = std::make_unique<RunDurationModel>(*store_);
+    say(fmt::format("time limit {}: runs expected to end after it are not started (estimates from {} finished "
+                    "run(s) in the store); at the limit the running ones checkpoint and stop",
+                    format_duration(o_.time_limit_s), durations_->measured_runs()));
+  }
   // The first signal stops cleanly, a second kills the children; neither kills us.
   const StopSignals signals(StopSignals::Second::counted);
   double last_renew = unix_time_s();
@@ -372,18 +410,32 @@ int LocalExecutor::run() {
       finish(c, *st);
     }
     const double now = unix_time_s();
+    // The time limit stops the running runs as a first signal would.
+    if (deadline_ > 0 && now >= deadline_ && !stopping_) {
+      stopping_ = true;
+      time_limited_ = true;
+      say(fmt::format("time limit reached: {} running run(s) will checkpoint and exit", children_.size()));
+      for (const auto& [pid, c] : children_) ::kill(pid, SIGTERM);
+    }
     // Launch into free slots.
     if (!stopping_) {
       for (size_t s = 0; s < slots_.size(); ++s) {
         if (slots_[s].busy) continue;
         for (auto q = queue_.begin(); q != queue_.end(); ++q) {
           if (q->not_before > now || is_gpu_run(*q->point) != slots_[s].gpu) continue;
+          if (!fits_before_deadline(*q, now)) continue;
           QueueItem item = *q;
           queue_.erase(q);
           if (launch(item, s)) queue_.push_back(item);  // busy directory: later
           break;
         }
       }
+    }
+    // Nothing running and nothing left that would end before the limit: done for this time.
+    if (deadline_ > 0 && children_.empty() && !queue_.empty() && !stopping_ &&
+        std::none_of(queue_.begin(), queue_.end(), [&](const QueueItem& q) { return fits_before_deadline(q, now); })) {
+      time_limited_ = true;
+      break;
     }
     if (children_.empty() && (queue_.empty() || stopping_)) break;
     // Keep-alive and progress.
@@ -412,7 +464,15 @@ int LocalExecutor::run() {
   std::string summary;
   for (const auto& [k, v] : counts) summary += fmt::format("{}{} {}", summary.empty() ? "" : ", ", k, v);
   say(fmt::format("sweep {}: {}", spec_.name, summary));
-  if (stopping_) return 128 + stop_signal;
+  if (time_limited_) {
+    int left = 0;
+    for (const PlanEntry& e : after) left += e.will_run;
+    if (left > 0) {
+      say(fmt::format("time limit: {} run(s) left for the next `sweep run`", left));
+      return kExitTimeLimit;
+    }
+  }
+  if (stopping_ && stop_signal != 0) return 128 + stop_signal;
   // 0 when every run has an outcome other than failed, or is being run by another orchestrator.
   int unfinished = 0, held = 0;
   for (const PlanEntry& e : after) {

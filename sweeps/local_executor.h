@@ -14,6 +14,10 @@
 // The first SIGINT/SIGTERM stops cleanly: no new runs, each child gets one SIGTERM (it finishes its
 // step, checkpoints and exits), everything is ingested, and the command exits 128 + signal. A
 // second signal kills the children at once.
+// A time limit (--time-limit) starts no run that is expected to end after it (run_duration.h:
+// from the runs the store has seen finish; a run nothing can be said about yet is started), and
+// when it comes, stops the running ones as the first signal does; the command then exits 124 if
+// runs are left.
 #pragma once
 
 #include <filesystem>
@@ -33,11 +37,15 @@ struct LocalRunOptions {
   double poll_interval_s = 0.2;
   bool terminal = false;            // redraw one progress line instead of printing plain lines
   double progress_every_s = 30;     // plain progress lines (not on a terminal)
+  double time_limit_s = 0;          // --time-limit: seconds from the start (0: none)
 };
+
+// `sweep run`'s exit code when the time limit left runs to do.
+constexpr int kExitTimeLimit = 124;
 
 // Returns the exit code: 0 when every run of the grid has an outcome and none failed, 1 when some
 // failed (or could not be run: running elsewhere counts as not done, with a note), 128 + signal
-// when stopped by SIGINT/SIGTERM.
+// when stopped by SIGINT/SIGTERM, kExitTimeLimit when the time limit left runs to do.
 int run_sweep_locally(const SweepSpec& spec, const LocalRunOptions& options, std::ostream& out);
 
 }  // namespace fp4::sweeps
