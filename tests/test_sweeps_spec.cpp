@@ -614,6 +614,17 @@ TEST_CASE("sweep spec: the studies shipped in the repository parse", "[sweeps][s
   for (const auto& p : n.points)
     for (const auto& q : s.points) shared += p.id == q.id;
   CHECK(shared == 12);
+  // The ablations and the probes: their own points, in the same store.
+  const auto a = fp4::sweeps::load_sweep_spec(src / "results/first-study/ablation.toml");
+  CHECK(a.points.size() == 72);
+  CHECK(a.store == s.store);
+  int in_main = 0;
+  for (const auto& x : a.points)
+    for (const auto& q : s.points) in_main += x.id == q.id;
+  CHECK(in_main == 3);  // d4-25M bf16, ufp4, e2m1 at seed 0
+  const auto p = fp4::sweeps::load_sweep_spec(src / "results/first-study/probes.toml");
+  CHECK(p.points.size() == 5);
+  CHECK(p.store == s.store);
 #else
   // A build without CUDA refuses device "cuda" with its one-line reason.
   CHECK_THROWS_WITH(fp4::sweeps::load_sweep_spec(study), Catch::Contains("without CUDA"));
