@@ -51,12 +51,12 @@ struct SolverPoint {
 // How hard one solve tries. The grid stage runs every start briefly; the polish stage runs the best
 // few to convergence.
 struct SolveSettings {
-  int max_iterations = 30;
+  int max_iterations = 20;
   double function_tolerance = 1e-6;
   double gradient_tolerance = 1e-10;
   double parameter_tolerance = 1e-8;
 };
-SolveSettings grid_stage_settings();  // ≤ 30 iterations, Ceres' default tolerances
+SolveSettings grid_stage_settings();  // ≤ 20 iterations, Ceres' default tolerances
 SolveSettings polish_settings();      // ≤ 2000 iterations, tolerances near machine precision
 SolveSettings replicate_settings();   // bootstrap replicates, warm-started: ≤ 500, tolerances 1e-8
 
