@@ -125,6 +125,15 @@ bool cuda_device_visible() {
   return devices > 0;
 }
 
+double cuda_free_memory() {
+  size_t free_bytes = 0, total_bytes = 0;
+  if (cudaMemGetInfo(&free_bytes, &total_bytes) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  return static_cast<double>(free_bytes);
+}
+
 std::unique_ptr<run::TrainBackend> make_cuda_backend(const model::ModelConfig& config, const engine::Recipe& recipe,
                                                      std::vector<int> bf16_layers) {
   return std::make_unique<CudaBackend>(config, recipe, std::move(bf16_layers));

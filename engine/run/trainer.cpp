@@ -29,6 +29,7 @@
 #include "engine/run/checkpoint.h"
 #include "engine/run/config.h"
 #include "engine/run/heartbeat.h"
+#include "engine/run/memory_need.h"
 #include "engine/run/metrics.h"
 #include "engine/run/optimizer.h"
 #include "engine/run/run_dir.h"
@@ -506,6 +507,13 @@ TrainResult train(const TrainOptions& o) {
     }
   }
   s.data = data::open_data(s.config.data);
+  // Refused before anything large is allocated: what the run needs against what the machine has.
+  check_memory(host_memory_need(s.config, s.data->vocab_size()), available_host_memory(), "host memory", s.config);
+#ifdef FP4LAB_HAVE_CUDA
+  if (s.config.device == "cuda")
+    check_memory(device_memory_need(s.config, s.data->vocab_size()), cuda_model::cuda_free_memory(),
+                 "memory on the GPU", s.config);
+#endif
   {
     const model::ModelConfig mc =
         model::model_explicit(s.config.model.n_layers, s.config.model.d_model, s.config.model.n_heads,
