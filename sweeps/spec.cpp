@@ -284,7 +284,8 @@ ExecutorSpec read_executor(const toml::table* t, const SpecErrors& errors) {
   ExecutorSpec ex;
   if (t == nullptr) return ex;
   check_keys(*t, "executor",
-             {"gpus", "runs_per_gpu", "cpu_jobs", "threads_per_job", "max_attempts", "order", "heartbeat_timeout_s"},
+             {"gpus", "runs_per_gpu", "cpu_jobs", "threads_per_job", "max_attempts", "order", "heartbeat_timeout_s",
+              "mps"},
              errors);
   if (const toml::node* n = t->get("gpus")) {
     if (!n->is_array())
@@ -316,6 +317,13 @@ ExecutorSpec read_executor(const toml::table* t, const SpecErrors& errors) {
     if (!(ex.heartbeat_timeout_s > 0))
       errors.fail(loc_of(*n), "executor.heartbeat_timeout_s", "must be > 0 seconds, got " + describe(*n));
   }
+  if (const toml::node* n = t->get("mps")) {
+    ex.mps = read_string(*n, "executor.mps", errors);
+    if (ex.mps != "auto" && ex.mps != "off")
+      errors.fail(loc_of(*n), "executor.mps",
+                  "must be \"auto\" (an MPS daemon for runs that share a GPU, when nvidia-cuda-mps-control is "
+                  "there) or \"off\", got \"" + ex.mps + "\"");
+  }
   return ex;
 }
 
@@ -323,7 +331,7 @@ ExecutorSpec read_executor(const toml::table* t, const SpecErrors& errors) {
 json read_fit(const toml::table* t, const SpecErrors& errors) {
   json fit = json::object();
   if (t == nullptr) return fit;
-  check_keys(*t, "fit", {"law", "n", "bootstrap", "seed", "huber_delta", "targets"}, errors);
+  check_keys(*t, "fit", {"law", "n", "bootstrap", "seed", "huber_delta", "targets", "gamma"}, errors);
   if (const toml::node* n = t->get("law")) {
     if (!n->is_array() || n->as_array()->empty())
       errors.fail(loc_of(*n), "fit.law", "must be a non-empty array of laws (\"chinchilla\", \"precision\"), got " + describe(*n));
@@ -357,6 +365,10 @@ json read_fit(const toml::table* t, const SpecErrors& errors) {
     const double d = read_number(*n, "fit.huber_delta", errors);
     if (!(d > 0)) errors.fail(loc_of(*n), "fit.huber_delta", "must be > 0, got " + describe(*n));
     fit["huber_delta"] = d;
+  }
+  if (const toml::node* n = t->get("gamma")) {
+    if (!n->is_boolean()) errors.fail(loc_of(*n), "fit.gamma", "must be true or false, got " + describe(*n));
+    fit["gamma"] = n->as_boolean()->get();
   }
   if (const toml::node* n = t->get("targets")) {
     if (!n->is_array())
