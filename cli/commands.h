@@ -17,4 +17,10 @@ void register_train_commands(CLI::App& app);
 // `fp4lab sweep plan|run|status|slurm|ingest`: grids of runs and their store.
 void register_sweep_commands(CLI::App& app);
 
+// `fp4lab fit STUDY.toml | --store FILE.db | --points FILE.csv`: scaling-law fits (docs/fit.md).
+void register_fit_commands(CLI::App& app);
+
+// `fp4lab report STUDY.toml | --store FILE.db [--out DIR]`: the study's HTML, Markdown and CSV.
+void register_report_commands(CLI::App& app);
+
 }  // namespace fp4::cli

@@ -13,10 +13,12 @@
 
 #include "base/user_error.h"
 #include "cli/commands.h"
+#include "cli/number_options.h"
 #include "engine/data/byte_shard_builder.h"
 #include "engine/data/data_source.h"
 #include "engine/data/manifest.h"
 #include "engine/data/markov_chain.h"
+#include "engine/data/shard.h"
 #include "engine/data/shard_source.h"
 #include "engine/data/synthetic_spec.h"
 
@@ -174,8 +176,10 @@ void register_data_commands(CLI::App& app) {
   build->add_option("--tokenizer", b->tokenizer, "tokenizer: bytes (one token per byte, vocabulary 256)")->required();
   build->add_option("files", b->files, "input text files, in stream order (.xz is decompressed with xz)")->required();
   build->add_option("--out", b->out, "output directory (new or empty)")->required();
-  build->add_option("--shard-tokens", b->shard_tokens, "tokens per shard (default 100000000)");
-  build->add_option("--val-every", b->every, "document n of a file is validation if n % this == 0 (default 100)");
+  build->add_option("--shard-tokens", b->shard_tokens, "tokens per shard (default 100000000)")
+      ->check(whole_number(1, static_cast<int64_t>(data::kMaxShardTokens)));
+  build->add_option("--val-every", b->every, "document n of a file is validation if n % this == 0 (default 100)")
+      ->check(whole_number(1));
   build->callback([b] { run_build(b->tokenizer, b->files, b->out, b->shard_tokens, b->every); });
 
   struct EntropyArgs {
@@ -188,7 +192,8 @@ void register_data_commands(CLI::App& app) {
       "entropy", "entropy rate and unigram entropy of a synthetic source (empirical unigram for a shard directory)");
   entropy->add_option("source", e->source, "synthetic:markov?order=..&vocab=..&branch=..&alpha=..&seed=.. or a shard directory")
       ->required();
-  entropy->add_option("--seq-len", e->seq_len, "also print the loss floor of a model seeing sequences of this length");
+  entropy->add_option("--seq-len", e->seq_len, "also print the loss floor of a model seeing sequences of this length")
+      ->check(whole_number(1, 1 << 24));
   entropy->add_flag("--json", e->json, "print JSON");
   entropy->callback([e] { run_entropy(e->source, e->seq_len, e->json); });
 

@@ -4,11 +4,13 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <limits>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "cli/commands.h"
+#include "cli/number_options.h"
 #include "engine/quant_probe.h"
 
 namespace fp4::cli {
@@ -85,21 +87,27 @@ void register_quant_commands(CLI::App& app) {
                                  "distributions, repeatable or comma-separated: gaussian, laplace, student-t, "
                                  "outliers, uniform-bins (default: all)")
                    ->delimiter(',');
-  probe->add_option("--nu", o->nu, "student-t degrees of freedom")->capture_default_str();
+  probe->add_option("--nu", o->nu, "student-t degrees of freedom")->capture_default_str()->check(real_number(0.5, 1e9));
   probe->add_option("--outlier-rate", o->outlier_rate, "outliers: probability that an element is an outlier")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(real_number(0, 1));
   probe->add_option("--outlier-scale", o->outlier_scale, "outliers: factor an outlier's gaussian value is multiplied by")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(real_number(0, 1e30, /*open_min=*/true));
   probe->add_option("--grid", o->grids, "grids: e2m1, e1m2, or e2m1:2|3|4 for a clipped e2m1 (default: e2m1,e1m2)")
       ->delimiter(',');
   probe->add_option("--scale", o->scales, "scale modes: fp32, e4m3x2, e8m0 (default: all)")->delimiter(',');
   probe->add_option("--rht", o->rhts, "RHT settings: off, on (default: off,on)")->delimiter(',');
   probe->add_option("--block", o->block, "block size of fp32 and e4m3x2 scales, 16 or 32 (e8m0 always uses 32)")
-      ->capture_default_str();
-  auto* rows = probe->add_option("--rows", o->rows, "rows of each synthetic tensor")->capture_default_str();
+      ->capture_default_str()
+      ->check(whole_number(16, 32));
+  auto* rows = probe->add_option("--rows", o->rows, "rows of each synthetic tensor")
+                   ->capture_default_str()
+                   ->check(whole_number(1, std::numeric_limits<int>::max()));
   auto* cols = probe->add_option("--cols", o->cols, "columns of each synthetic tensor (blocks run along rows)")
-                   ->capture_default_str();
-  auto* seed = probe->add_option("--seed", o->seed, "seed of the synthetic tensors")->capture_default_str();
+                   ->capture_default_str()
+                   ->check(whole_number(1, std::numeric_limits<int>::max()));
+  auto* seed = probe->add_option("--seed", o->seed, "seed of the synthetic tensors")->capture_default_str()->check(seed_number());
   auto* input = probe->add_option("--input", o->input,
                                   "probe this .npy tensor (1-D or 2-D; float32, float16, or bf16 stored as uint16) "
                                   "instead of synthetic ones");

@@ -12,6 +12,8 @@
 #include "base/duration.h"
 #include "base/user_error.h"
 #include "cli/commands.h"
+#include "cli/number_options.h"
+#include "sweeps/gpu_list.h"
 #include "sweeps/ingest.h"
 #include "sweeps/local_executor.h"
 #include "sweeps/slurm.h"
@@ -43,23 +45,6 @@ struct SweepCliOptions {
   std::vector<std::string> dirs;
 };
 
-std::vector<int> parse_gpus(const std::string& text) {
-  std::vector<int> gpus;
-  size_t start = 0;
-  while (start <= text.size() && !text.empty()) {
-    const size_t comma = text.find(',', start);
-    const std::string item = text.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
-    char* end = nullptr;
-    const long g = std::strtol(item.c_str(), &end, 10);
-    if (item.empty() || *end != '\0' || g < 0 || g > 1023)
-      throw UserError("--gpus " + text + ": expected GPU indices separated by commas, e.g. 0,1");
-    gpus.push_back(static_cast<int>(g));
-    if (comma == std::string::npos) break;
-    start = comma + 1;
-  }
-  return gpus;
-}
-
 void exit_with(int code) {
   std::fflush(stdout);
   std::fflush(stderr);
@@ -90,18 +75,18 @@ void register_sweep_commands(CLI::App& app) {
       "Exit codes: 0 all runs done (or diverged), 1 some failed or remain, 2 bad input, 124 the time limit left\n"
       "runs to do, 130/143 stopped");
   run->add_option("spec", o->spec, "The sweep's TOML file")->required();
-  run->add_option("--gpus", o->gpus, "GPU indices for runs on device cuda, e.g. 0,1 (default: [executor] gpus, "
+  run->add_option("--gpus", o->gpus, "GPUs for runs on device cuda: indices or UUIDs, e.g. 0,1 (default: [executor] gpus, "
                                      "else CUDA_VISIBLE_DEVICES, else every GPU)");
-  run->add_option("--jobs", o->jobs, "CPU runs at once (default: [executor] cpu_jobs)")->check(CLI::PositiveNumber);
+  run->add_option("--jobs", o->jobs, "CPU runs at once (default: [executor] cpu_jobs)")->check(whole_number(1, 4096));
   run->add_flag("--retry-failed", o->retry_failed, "Also retry failed runs (up to [executor] max_attempts failures)");
   run->add_flag("--plain", o->plain, "Plain progress lines even on a terminal");
   run->add_option("--time-limit", o->time_limit,
                   "Start no run expected to end after this long (e.g. 9m30s, 2h, 600), then stop as Ctrl-C does "
                   "when it comes; estimates from the runs the store has seen finish");
   run->callback([o] {
-    const sweeps::SweepSpec spec = sweeps::load_sweep_spec(o->spec);
+    const sweeps::SweepSpec spec = sweeps::load_sweep_spec(o->spec, sweeps::DataCheck::run);
     sweeps::LocalRunOptions r;
-    r.gpus = parse_gpus(o->gpus);
+    r.gpus = sweeps::parse_gpu_list(o->gpus, "--gpus " + o->gpus);
     r.jobs = o->jobs;
     r.retry_failed = o->retry_failed;
     r.terminal = !o->plain && ::isatty(STDERR_FILENO);
@@ -131,10 +116,10 @@ void register_sweep_commands(CLI::App& app) {
   slurm->add_option("--sbatch", o->sbatch, "An extra #SBATCH option, e.g. --sbatch=--partition=gpu (repeatable)");
   slurm->add_option("--fp4lab", o->trainer, "fp4lab's path on the cluster (default: this executable)");
   slurm->add_option("--max-parallel", o->max_parallel, "At most this many tasks at once (0: no limit)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(whole_number(0, 1000000));
   slurm->add_flag("--retry-failed", o->retry_failed, "Include failed runs");
   slurm->callback([o] {
-    const sweeps::SweepSpec spec = sweeps::load_sweep_spec(o->spec);
+    const sweeps::SweepSpec spec = sweeps::load_sweep_spec(o->spec, sweeps::DataCheck::run);
     sweeps::SlurmOptions s;
     s.out = o->out;
     s.sbatch_options = o->sbatch;

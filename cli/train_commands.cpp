@@ -14,6 +14,7 @@
 #include "base/directory_lock.h"
 #include "base/user_error.h"
 #include "cli/commands.h"
+#include "cli/number_options.h"
 #include "engine/run/config.h"
 #include "engine/run/run_dir.h"
 #include "engine/run/trainer.h"
@@ -73,19 +74,23 @@ void register_train_commands(CLI::App& app) {
       "another process, 128+signal when stopped by SIGTERM/SIGINT (a checkpoint is written;\n"
       "--resume continues).");
   cmd->add_option("--config", o->config, "The run's JSON config")->required();
-  cmd->add_option("--dir", o->dir, "The run directory (created if missing)");
-  cmd->add_flag("--resume", o->resume,
+  CLI::Option* dir = cmd->add_option("--dir", o->dir, "The run directory (created if missing)");
+  CLI::Option* resume = cmd->add_flag("--resume", o->resume,
                 "Continue the run in --dir from its newest valid checkpoint (from scratch if it has none)");
   cmd->add_option("--device", o->device,
                   "cpu or cuda: overrides the config's device (it is part of the config, so of its hash: "
                   "resume with the same --device). Without it, and without a device in the config: cuda "
                   "when this build has CUDA and a GPU is visible, else cpu");
   cmd->add_flag("--quiet", o->quiet, "Write progress to train.log only, not to stderr");
-  cmd->add_flag("--print-config", o->print_config,
-                "Print the fully resolved config (every default written out) and its hash, and exit");
-  cmd->add_option("--stop-after", o->stop_after,
-                  "Act as if SIGTERM arrived during step N: checkpoint, exit 143 (for testing resumption)")
-      ->check(CLI::PositiveNumber);
+  CLI::Option* print = cmd->add_flag("--print-config", o->print_config,
+                                     "Print the fully resolved config (every default written out) and its hash, "
+                                     "and exit (trains nothing, so it takes no --dir, --resume or --stop-after)");
+  CLI::Option* stop = cmd->add_option("--stop-after", o->stop_after,
+                                      "Act as if SIGTERM arrived during step N: checkpoint, exit 143 (for testing "
+                                      "resumption)")
+                          ->check(whole_number(1));
+  // --print-config trains nothing: options about a run would be silently ignored, so they are refused.
+  print->excludes(dir)->excludes(resume)->excludes(stop);
   cmd->callback([o] { run_train(*o); });
 }
 

@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Installs the Debian 12 packages that only the tests use: a single-node Slurm (slurm-wlm and
-# munge) for tests/slurm/real_slurm.sh. Idempotent; best effort: when the packages cannot be
-# installed (no root, no network), it says so and returns 0, and that test reports "skipped" with
+# munge) for tests/slurm/real_slurm.sh, and Chromium for the report's browser test
+# (tests/test_report_browser.cpp). Idempotent; best effort: when the packages cannot be
+# installed (no root, no network), it says so and returns 0, and those tests report "skipped" with
 # the reason. The daemons are never started here (and not as services): the test starts its own.
 set -uo pipefail
-packages=(slurm-wlm munge)
+packages=(slurm-wlm munge chromium)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -16,7 +17,7 @@ fi
 sudo_cmd=()
 if [ "$(id -u)" -ne 0 ]; then
   if ! command -v sudo >/dev/null 2>&1 || ! sudo -n true 2>/dev/null; then
-    echo "setup-test-deps: not root and no sudo: ${missing[*]} not installed (the real-Slurm test will skip)"
+    echo "setup-test-deps: not root and no sudo: ${missing[*]} not installed (the tests that need them will skip)"
     exit 0
   fi
   sudo_cmd=(sudo -n)
@@ -33,7 +34,7 @@ fi
 if "${sudo_cmd[@]}" apt-get update -qq && "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null; then
   echo "setup-test-deps: done"
 else
-  echo "setup-test-deps: could not install ${missing[*]} (the real-Slurm test will skip)"
+  echo "setup-test-deps: could not install ${missing[*]} (the tests that need them will skip)"
 fi
 [ $added_policy -eq 1 ] && "${sudo_cmd[@]}" rm -f "$policy"
 exit 0

@@ -21,6 +21,7 @@
 #include "base/format.h"
 #include "base/stop_signals.h"
 #include "base/user_error.h"
+#include "sweeps/gpu_list.h"
 #include "sweeps/lease_owner.h"
 #include "sweeps/process.h"
 #include "sweeps/provenance.h"
@@ -38,26 +39,23 @@ namespace {
 // ---- Slots ---------------------------------------------------------------------------------------
 struct Slot {
   bool gpu = false;
-  int device = -1;       // GPU index for CUDA_VISIBLE_DEVICES
+  std::string device;    // the GPU (index or UUID) for CUDA_VISIBLE_DEVICES
   bool busy = false;
 };
 
-std::vector<int> visible_gpus(const LocalRunOptions& o, const ExecutorSpec& e) {
+// --gpus, else [executor] gpus, else CUDA_VISIBLE_DEVICES (read as strictly as the other two: a
+// UUID entry is kept and handed on, a malformed one refused), else every GPU nvidia-smi lists.
+std::vector<std::string> visible_gpus(const LocalRunOptions& o, const ExecutorSpec& e) {
   if (!o.gpus.empty()) return o.gpus;
   if (!e.gpus.empty()) return e.gpus;
-  std::vector<int> gpus;
-  if (const char* env = std::getenv("CUDA_VISIBLE_DEVICES"); env != nullptr) {
-    std::stringstream s(env);
-    std::string item;
-    while (std::getline(s, item, ','))
-      if (!item.empty() && std::all_of(item.begin(), item.end(), ::isdigit)) gpus.push_back(std::stoi(item));
-    return gpus;
-  }
+  if (const char* env = std::getenv("CUDA_VISIBLE_DEVICES"); env != nullptr)
+    return parse_gpu_list(env, fmt::format("CUDA_VISIBLE_DEVICES={}", env));
+  std::vector<std::string> gpus;
   if (const auto out = capture_output({"nvidia-smi", "--query-gpu=index", "--format=csv,noheader"})) {
     std::stringstream s(*out);
     std::string line;
     while (std::getline(s, line))
-      if (!line.empty() && std::isdigit(static_cast<unsigned char>(line[0]))) gpus.push_back(std::stoi(line));
+      if (!line.empty()) add_gpu(gpus, line, "nvidia-smi --query-gpu=index");
   }
   return gpus;
 }
@@ -246,7 +244,7 @@ bool LocalExecutor::launch(QueueItem& item, size_t slot) {
   req.output = output_log_path(dir);
   std::string devices;
   if (slots_[slot].gpu) {
-    req.env.emplace_back("CUDA_VISIBLE_DEVICES", std::to_string(slots_[slot].device));
+    req.env.emplace_back("CUDA_VISIBLE_DEVICES", slots_[slot].device);
     devices = fmt::format("cuda:{}", slots_[slot].device);
   } else {
     req.env.emplace_back("OMP_NUM_THREADS", std::to_string(cpu_threads_));
@@ -361,15 +359,15 @@ int LocalExecutor::run() {
   bool any_gpu_run = false;
   for (const QueueItem& q : queue_) any_gpu_run |= is_gpu_run(*q.point);
   if (any_gpu_run) {
-    const std::vector<int> gpus = visible_gpus(o_, spec_.executor);
+    const std::vector<std::string> gpus = visible_gpus(o_, spec_.executor);
     if (gpus.empty())
       throw UserError(spec_.file.string() + ": runs use device \"cuda\" but no GPU is visible: pass --gpus, "
                       "set CUDA_VISIBLE_DEVICES, or use [sweep] device = \"cpu\"");
-    for (int g : gpus)
+    for (const std::string& g : gpus)
       for (int k = 0; k < spec_.executor.runs_per_gpu; ++k) slots_.push_back({true, g, false});
   }
   const int jobs = o_.jobs > 0 ? o_.jobs : spec_.executor.cpu_jobs;
-  for (int k = 0; k < jobs; ++k) slots_.push_back({false, -1, false});
+  for (int k = 0; k < jobs; ++k) slots_.push_back({false, "", false});
   const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
   cpu_threads_ = spec_.executor.threads_per_job > 0 ? spec_.executor.threads_per_job
                                                     : std::max(1, static_cast<int>(cores) / std::max(1, jobs));

@@ -29,7 +29,7 @@
 namespace fp4::sweeps {
 
 struct LocalRunOptions {
-  std::vector<int> gpus;            // --gpus: overrides [executor] gpus and CUDA_VISIBLE_DEVICES
+  std::vector<std::string> gpus;    // --gpus (gpu_list.h): overrides [executor] gpus and CUDA_VISIBLE_DEVICES
   int jobs = 0;                     // --jobs: CPU runs at once (0: [executor] cpu_jobs)
   bool retry_failed = false;
   std::filesystem::path trainer;    // the fp4lab executable the children run (default: this one)

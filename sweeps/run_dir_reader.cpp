@@ -41,8 +41,14 @@ IngestResult ingest_metrics_file(Store& store, const std::string& run_id, const 
   const fs::path path = dir / "metrics.jsonl";
   std::error_code ec;
   const auto size = fs::file_size(path, ec);
-  if (ec) return r;
-  if (static_cast<int64_t>(size) < offset) offset = 0;  // started over: upserts make this safe
+  // No file: the run directory is new here (a store carried from another machine, a directory
+  // removed), so the next file is read from its first byte; a file shorter than the offset was
+  // started over. Either way upserts make reading from 0 safe.
+  if (ec) {
+    r.offset = 0;
+    return r;
+  }
+  if (static_cast<int64_t>(size) < offset) offset = 0;
   if (static_cast<int64_t>(size) == offset) return r;
   const std::string text = read_from(path, offset);
   const MetricsBatch batch = parse_metrics_jsonl(text, path.string());

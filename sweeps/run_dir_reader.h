@@ -34,7 +34,8 @@ struct IngestResult {
 
 // Ingests the complete lines of DIR/metrics.jsonl past `offset` into the store for `run_id` (one
 // transaction, upserts: idempotent). A file shorter than `offset` (the directory was started
-// over) is read again from the start. A missing file ingests nothing.
+// over) is read again from the start. A missing file ingests nothing and gives offset 0, so the
+// file a new directory gets is read from its first byte (a store carried to another machine).
 IngestResult ingest_metrics_file(Store& store, const std::string& run_id, const std::filesystem::path& dir,
                                  int64_t offset);
 

@@ -13,9 +13,9 @@
 #include "base/format.h"
 #include "base/sha256.h"
 #include "base/user_error.h"
-#include "engine/data/manifest.h"
-#include "engine/data/synthetic_spec.h"
 #include "engine/recipe.h"
+#include "engine/run/config.h"
+#include "sweeps/gpu_list.h"
 #include "sweeps/spec_internal.h"
 
 namespace fp4::sweeps {
@@ -134,21 +134,10 @@ void read_sweep_section(const toml::table* t, const fs::path& base_dir, SweepSpe
   }
 }
 
-// The vocabulary of a shard directory, when it has been built; the byte tokenizer's otherwise
-// (the only tokenizer `data build` has), so that a study can be planned before its data exists.
-uint32_t shard_vocab_size(const fs::path& dir, Loc at, const SpecErrors& errors) {
-  std::error_code ec;
-  if (!fs::exists(dir / data::kManifestName, ec)) return 256;
-  try {
-    return data::read_manifest(dir).vocab_size;
-  } catch (const UserError& e) {
-    errors.fail(at, "data.source", e.what());
-  }
-}
-
 // [data]: written into every config as given, so that identity does not depend on where the study
 // lives; runs execute with base_dir as their working directory.
-void read_data_section(const toml::table* t, const fs::path& base_dir, BaseConfig& base, const SpecErrors& errors) {
+void read_data_section(const toml::table* t, const fs::path& base_dir, DataCheck check, BaseConfig& base,
+                       const SpecErrors& errors) {
   if (t == nullptr)
     errors.fail(Loc{}, "data",
                 "the [data] table is required, with source = \"<shard directory>\" or \"synthetic:markov?...\"");
@@ -157,14 +146,15 @@ void read_data_section(const toml::table* t, const fs::path& base_dir, BaseConfi
   if (n == nullptr)
     errors.fail(loc_of(*t), "data.source", "is required: a shard directory or \"synthetic:markov?...\"");
   const std::string source = require_nonempty_string(*n, "data.source", errors);
-  if (data::is_synthetic_spec(source)) {
-    try {
-      base.vocab_size = data::parse_synthetic_spec(source).vocab;
-    } catch (const UserError& e) {
-      errors.fail(loc_of(*n), "data.source", e.what());
-    }
-  } else {
-    base.vocab_size = shard_vocab_size(resolve_against(base_dir, source), loc_of(*n), errors);
+  // Before runs start, the source must open as their trainers will open it: a missing or broken
+  // shard directory is this line's error, not every run's.
+  try {
+    const run::DataFacts facts = run::inspect_data(source, base_dir, check == DataCheck::run);
+    base.vocab_size = facts.vocab_size;
+    base.train_tokens = facts.train_tokens;
+    base.validation_tokens = facts.validation_tokens;
+  } catch (const UserError& e) {
+    errors.fail(loc_of(*n), "data.source", e.what());
   }
   base.config["data"] = source;
   base.origins["data"] = Origin{loc_of(*n), "data.source"};
@@ -297,12 +287,17 @@ ExecutorSpec read_executor(const toml::table* t, const SpecErrors& errors) {
              {"gpus", "runs_per_gpu", "cpu_jobs", "threads_per_job", "max_attempts", "order", "heartbeat_timeout_s"},
              errors);
   if (const toml::node* n = t->get("gpus")) {
-    if (!n->is_array()) errors.fail(loc_of(*n), "executor.gpus", "must be an array of GPU indices, got " + describe(*n));
+    if (!n->is_array())
+      errors.fail(loc_of(*n), "executor.gpus", "must be an array of GPU indices or UUIDs, got " + describe(*n));
     for (const toml::node& g : *n->as_array()) {
-      const int index = read_small_int(g, "executor.gpus", 0, errors);
-      if (std::find(ex.gpus.begin(), ex.gpus.end(), index) != ex.gpus.end())
-        errors.fail(loc_of(g), "executor.gpus", fmt::format("lists GPU {} twice", index));
-      ex.gpus.push_back(index);
+      if (!g.is_integer() && !g.is_string())
+        errors.fail(loc_of(g), "executor.gpus", "entries must be GPU indices (0) or UUIDs (\"GPU-...\"), got " + describe(g));
+      try {
+        add_gpu(ex.gpus, g.is_integer() ? std::to_string(g.as_integer()->get()) : g.as_string()->get(), "executor.gpus");
+      } catch (const UserError& e) {
+        // add_gpu's message starts with the key; the location goes first.
+        errors.fail(loc_of(g), "", e.what());
+      }
     }
   }
   if (const toml::node* n = t->get("runs_per_gpu")) ex.runs_per_gpu = read_small_int(*n, "executor.runs_per_gpu", 1, errors);
@@ -328,7 +323,7 @@ ExecutorSpec read_executor(const toml::table* t, const SpecErrors& errors) {
 json read_fit(const toml::table* t, const SpecErrors& errors) {
   json fit = json::object();
   if (t == nullptr) return fit;
-  check_keys(*t, "fit", {"law", "n", "bootstrap", "seed", "huber_delta", "targets"}, errors);
+  check_keys(*t, "fit", {"law", "n", "bootstrap", "seed", "huber_delta", "targets", "gamma"}, errors);
   if (const toml::node* n = t->get("law")) {
     if (!n->is_array() || n->as_array()->empty())
       errors.fail(loc_of(*n), "fit.law", "must be a non-empty array of laws (\"chinchilla\", \"precision\"), got " + describe(*n));
@@ -363,6 +358,10 @@ json read_fit(const toml::table* t, const SpecErrors& errors) {
     if (!(d > 0)) errors.fail(loc_of(*n), "fit.huber_delta", "must be > 0, got " + describe(*n));
     fit["huber_delta"] = d;
   }
+  if (const toml::node* n = t->get("gamma")) {
+    if (!n->is_boolean()) errors.fail(loc_of(*n), "fit.gamma", "must be true or false, got " + describe(*n));
+    fit["gamma"] = n->as_boolean()->get();
+  }
   if (const toml::node* n = t->get("targets")) {
     if (!n->is_array())
       errors.fail(loc_of(*n), "fit.targets", "must be an array of tables {n = <params>, d = <tokens>}, got " + describe(*n));
@@ -390,7 +389,7 @@ const std::set<std::string> kTopLevelTables = {"sweep", "data",   "model",   "tr
 
 }  // namespace
 
-SweepSpec parse_sweep_spec(const std::string& text, const fs::path& file, const fs::path& base_dir) {
+SweepSpec parse_sweep_spec(const std::string& text, const fs::path& file, const fs::path& base_dir, DataCheck check) {
   const std::string file_name = file.string();
   const SpecErrors errors(file_name);
   toml::table root;
@@ -409,7 +408,7 @@ SweepSpec parse_sweep_spec(const std::string& text, const fs::path& file, const 
   check_keys(root, "", kTopLevelTables, errors);
   BaseConfig base;
   read_sweep_section(optional_table(root, "sweep", errors), base_dir, spec, base, errors);
-  read_data_section(optional_table(root, "data", errors), base_dir, base, errors);
+  read_data_section(optional_table(root, "data", errors), base_dir, check, base, errors);
   read_run_sections(root, base, errors);
   const std::map<std::string, RecipeDef> recipes = read_recipes(optional_table(root, "recipes", errors), errors);
   spec.executor = read_executor(optional_table(root, "executor", errors), errors);
@@ -422,7 +421,7 @@ SweepSpec parse_sweep_spec(const std::string& text, const fs::path& file, const 
   return spec;
 }
 
-SweepSpec load_sweep_spec(const fs::path& file) {
+SweepSpec load_sweep_spec(const fs::path& file, DataCheck check) {
   std::string text;
   try {
     text = read_file(file);
@@ -434,7 +433,7 @@ SweepSpec load_sweep_spec(const fs::path& file) {
   std::error_code ec;
   fs::path dir = fs::absolute(file, ec).parent_path();
   if (ec) dir = file.parent_path();
-  return parse_sweep_spec(text, file, dir.lexically_normal());
+  return parse_sweep_spec(text, file, dir.lexically_normal(), check);
 }
 
 }  // namespace fp4::sweeps

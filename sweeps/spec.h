@@ -23,7 +23,7 @@ namespace fp4::sweeps {
 
 // [executor]: how `sweep run` schedules runs on this machine.
 struct ExecutorSpec {
-  std::vector<int> gpus;          // empty: from --gpus or CUDA_VISIBLE_DEVICES at run time
+  std::vector<std::string> gpus;  // indices or UUIDs (gpu_list.h); empty: from --gpus or CUDA_VISIBLE_DEVICES
   int runs_per_gpu = 1;           // several small runs may share one GPU
   int cpu_jobs = 1;               // concurrent runs when runs use the CPU
   int threads_per_job = 0;        // OMP_NUM_THREADS per CPU run; 0: cores / cpu_jobs (at least 1)
@@ -67,11 +67,22 @@ struct SweepSpec {
                                         // (two points with one id) are merged into one
 };
 
+// How far the spec's data source is checked when it is read.
+enum class DataCheck : uint8_t {
+  // plan, status, ingest: a shard directory not built yet is assumed to hold bytes (a study can be
+  // planned before its data exists); one that is built is opened and checked.
+  plan,
+  // run, slurm: runs are about to start, so the source must open as their trainers will open it.
+  run,
+};
+
 // Parses and expands. `file` names the source in messages; `base_dir` resolves relative paths.
+// Where the data's splits are known, every point is checked against them too (eval.tokens
+// within the validation split, a shuffled stream's window within the training split).
 SweepSpec parse_sweep_spec(const std::string& text, const std::filesystem::path& file,
-                           const std::filesystem::path& base_dir);
+                           const std::filesystem::path& base_dir, DataCheck check = DataCheck::plan);
 // Reads the file (an unreadable file is a UserError naming it) and parses it.
-SweepSpec load_sweep_spec(const std::filesystem::path& file);
+SweepSpec load_sweep_spec(const std::filesystem::path& file, DataCheck check = DataCheck::plan);
 
 // "50M", "1.5B", "262k", "1000": tokens written compactly for run names.
 std::string compact_count(int64_t n);

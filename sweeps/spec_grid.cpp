@@ -62,7 +62,7 @@ void collect_leaves(const toml::table& t, const std::string& prefix, std::vector
     } else if (node.is_table()) {
       collect_leaves(*node.as_table(), path, out, errors);
     } else if (node.is_array()) {
-      out.push_back(Leaf{path, loc_of(key), &node});
+      out.push_back(Leaf{path, loc_of(key), &node, {}, {}});
     } else {
       errors.fail(loc_of(node), "grid." + path,
                   "an axis must be an array of values (e.g. " + path + " = [...]), got " + describe(node));
@@ -348,6 +348,7 @@ class PointBuilder {
     }
 
     const run::RunConfig c = resolve(j, from_axes, point_text);
+    check_against_data(c, from_axes, point_text);
     p.config = run::config_to_json(c);
     p.canonical = run::config_canonical(c);
     p.id = run::config_hash(c);
@@ -390,6 +391,23 @@ class PointBuilder {
       // The spec checks every type first, so this is a gap in those checks; still the user's input.
       fail_at_culprit(std::string("a value has the wrong type (") + e.what() + ")", from_axes, point_text);
     }
+  }
+
+  // What the trainer would refuse about this point's data, refused now, where the splits are known.
+  void check_against_data(const run::RunConfig& c, const std::map<std::string, Origin>& from_axes,
+                          const std::string& point_text) const {
+    const uint64_t need = static_cast<uint64_t>(c.eval.tokens) + 1;
+    if (base_.validation_tokens != 0 && base_.validation_tokens < need)
+      fail_at_culprit(fmt::format("eval.tokens = {} needs {} validation tokens, but data.source has {}: lower "
+                                  "eval.tokens",
+                                  c.eval.tokens, need, base_.validation_tokens),
+                      from_axes, point_text);
+    const uint64_t window = static_cast<uint64_t>(c.model.seq_len) + 1;
+    if (base_.train_tokens != 0 && c.train.shuffle == run::Shuffle::sequences && base_.train_tokens < window)
+      fail_at_culprit(fmt::format("model.seq_len = {}: the training split of data.source ({} tokens) is shorter than "
+                                  "one shuffled window of {} tokens; use a shorter seq_len or more data",
+                                  c.model.seq_len, base_.train_tokens, window),
+                      from_axes, point_text);
   }
 
   [[noreturn]] void fail_at_culprit(std::string message, const std::map<std::string, Origin>& from_axes,
@@ -446,6 +464,7 @@ std::vector<Axis> read_grid(const toml::table* grid, const BaseConfig& base, con
   std::sort(leaves.begin(), leaves.end(), [](const Leaf& a, const Leaf& b) { return before(loc_of(*a.node), loc_of(*b.node)); });
 
   std::map<std::string, const Axis*> claimed;
+  size_t points = 1;
   for (const Leaf& leaf : leaves) {
     Axis a = classify(leaf, errors);
     const std::string key = "grid." + a.name;
@@ -454,15 +473,25 @@ std::vector<Axis> read_grid(const toml::table* grid, const BaseConfig& base, con
     const toml::array& values = *leaf.node->as_array();
     if (values.empty())
       errors.fail(loc_of(*leaf.node), key, "is empty; give at least one value, or remove the axis for the base value");
+    // The limit is checked before any value is read, so a runaway axis costs only its parsing. A
+    // linked axis adds no dimension (it has one value per value of another axis).
+    const size_t before_this = leaf.with.empty() ? points : 1;
+    if (values.size() > kMaxPoints / before_this)
+      errors.fail(leaf.key_at, key,
+                  fmt::format("makes the grid more than {} points ({} values here{}); split the study or shorten an axis",
+                              kMaxPoints, values.size(),
+                              before_this > 1 ? fmt::format(" × {} before", before_this) : ""));
+    if (leaf.with.empty()) points *= values.size();
+    std::map<json, Loc> seen;  // ordered by nlohmann's operator<: O(n log n) for the duplicate check
     for (const toml::node& n : values) {
       AxisValue v = read_axis_value(a, n, recipes, errors);
       // A linked axis may repeat a value (two sizes with one learning rate): its points differ by
       // the axis it goes with.
       if (leaf.with.empty())
-        for (const AxisValue& seen : a.values)
-          if (seen.value == v.value)
-            errors.fail(v.at, key,
-                        fmt::format("repeats the value {} (first at {}:{}); remove one", v.text, seen.at.line, seen.at.col));
+        if (const auto [at, fresh] = seen.emplace(v.value, v.at); !fresh)
+          errors.fail(v.at, key,
+                      fmt::format("repeats the value {} (first at {}:{}); remove one", v.text, at->second.line,
+                                  at->second.col));
       a.values.push_back(std::move(v));
     }
     axes.push_back(std::move(a));

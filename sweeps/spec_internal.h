@@ -46,6 +46,8 @@ struct BaseConfig {
   nlohmann::json config = nlohmann::json::object();
   std::map<std::string, Origin> origins;  // config path ("train.lr", "model", "data", "device") → origin
   uint32_t vocab_size = 256;              // the data's vocabulary, for the parameter counts
+  uint64_t train_tokens = 0;              // the data's splits, where known (0: endless or not built)
+  uint64_t validation_tokens = 0;
 };
 
 // A custom recipe ([recipes.<name>]) in the form the run config's "recipe" field takes.

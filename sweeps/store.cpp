@@ -119,6 +119,9 @@ std::unique_ptr<Store> Store::open(const std::filesystem::path& path, Mode reque
   std::error_code ec;
   const bool if_present = requested == Mode::read_if_present;
   const Mode mode = if_present ? Mode::read_only : requested;
+  if (std::filesystem::is_directory(path, ec))
+    throw UserError(name + " is a directory, not a sweep store: the store is one SQLite file; set [sweep] store "
+                           "(or --store) to a file path, e.g. " + (path / "study.db").string());
   if (if_present && !std::filesystem::exists(path, ec)) return nullptr;
   if (mode == Mode::read_only && !std::filesystem::exists(path, ec))
     throw UserError(name + ": no such sweep store; check the path (a store is created by the first "

@@ -258,12 +258,20 @@ TEST_CASE("a diverging run ends diverged and the sweep goes on", "[sweeps][sweep
 
 TEST_CASE("failed runs are retried only with --retry-failed, up to the cap", "[sweeps][sweeps_run]") {
   ScratchDir dir;
-  // Data in a directory that does not exist: every attempt fails (exit 2, bad input).
+  // A trainer that fails every attempt the way fp4lab reports bad input (one error line, exit 2):
+  // the orchestrator runs FP4LAB_TRAINER instead of itself. (A missing data source, the natural
+  // cause, is now refused when the spec is loaded, before any run starts.)
   fp4::test::TinyGrid g;
   g.grid = "tokens = [1280]\n";
-  g.data = "no-such-shards";
   g.executor = "max_attempts = 2\n";
   const fs::path toml = fp4::test::write_tiny_grid(dir.path(), "broken", g);
+  const fs::path trainer = dir / "failing-trainer.sh";
+  fp4::test::spit(trainer, "#!/bin/sh\necho 'fp4lab: error: no-such-shards: not a directory' >&2\nexit 2\n");
+  fs::permissions(trainer, fs::perms::owner_all);
+  const struct TrainerOverride {
+    explicit TrainerOverride(const fs::path& p) { ::setenv("FP4LAB_TRAINER", p.c_str(), 1); }
+    ~TrainerOverride() { ::unsetenv("FP4LAB_TRAINER"); }
+  } override_trainer(trainer);
   auto r = fp4::test::run_fp4lab("sweep run --plain '" + toml.string() + "'", dir);
   CHECK(r.exit_code == 1);
   auto status = fp4::test::run_fp4lab("sweep status '" + toml.string() + "'", dir);
@@ -418,5 +426,39 @@ TEST_CASE("runs on device cuda are spread over the GPU slots", "[sweeps][sweeps_
   CHECK(per_gpu["2"] >= 1);
   CHECK(per_gpu["5"] >= 1);
   CHECK(per_gpu["2"] + per_gpu["5"] == 6);
+}
+
+// CUDA_VISIBLE_DEVICES is read by the same parser as --gpus: a UUID entry is a GPU like an index
+// and reaches its runs as written (it used to be dropped silently), a malformed entry is refused.
+TEST_CASE("GPU UUIDs in CUDA_VISIBLE_DEVICES are slots too, handed on as written", "[sweeps][sweeps_run]") {
+  ScratchDir dir;
+  fp4::test::TinyGrid g;
+  g.grid = "seed = [0, 1]\ntokens = [1280]\n";
+  fs::path toml = fp4::test::write_tiny_grid(dir.path(), "uuid", g);
+  std::string text = fp4::test::slurp(toml);
+  text.replace(text.find("[data]"), 0, "device = \"cuda\"\n");
+  fp4::test::spit(toml, text);
+  const fs::path fake = dir / "fake-trainer.sh";
+  fp4::test::spit(fake,
+                  "#!/bin/sh\n"
+                  "printf '%s' \"$CUDA_VISIBLE_DEVICES\" > \"$5/gpu.txt\"\n"
+                  "sleep 0.3\n"
+                  "printf '{\"state\": \"succeeded\", \"step\": 10}' > \"$5/status.json\"\n");
+  fs::permissions(fake, fs::perms::owner_all);
+  const std::string uuid = "GPU-8932f937-d72c-4106-c12f-20bd9faed9f6";
+  const auto sweep = [&](const std::string& visible) {
+    const std::string cmd = "CUDA_VISIBLE_DEVICES='" + visible + "' FP4LAB_TRAINER='" + fake.string() + "' '" +
+                            FP4LAB_BINARY + "' sweep run --plain '" + toml.string() + "' >'" +
+                            (dir / "uuid.log").string() + "' 2>&1";
+    return WEXITSTATUS(std::system(cmd.c_str()));
+  };
+  CHECK(sweep(uuid + ",zero") == 2);
+  CHECK(fp4::test::slurp(dir / "uuid.log").find("CUDA_VISIBLE_DEVICES=" + uuid + ",zero: \"zero\" is not a GPU") !=
+        std::string::npos);
+  REQUIRE(sweep(uuid + ",3") == 0);
+  std::set<std::string> seen;
+  auto store = Store::open(dir / "uuid.db", Store::Mode::read_only);
+  for (const auto& run : store->runs()) seen.insert(fp4::test::slurp(fs::path(run.dir) / "gpu.txt"));
+  CHECK(seen == std::set<std::string>{uuid, "3"});
 }
 #endif

@@ -152,7 +152,7 @@ targets = [{n = 1.5e9, d = 1e11}]
   CHECK(s.store == "/abs/study/small-study.db");
   CHECK(s.run_root == "/abs/study/out/runs");
 
-  CHECK(s.executor.gpus == std::vector<int>{0, 1});
+  CHECK(s.executor.gpus == std::vector<std::string>{"0", "1"});
   CHECK(s.executor.runs_per_gpu == 2);
   CHECK(s.executor.cpu_jobs == 2);
   CHECK(s.executor.threads_per_job == 1);
@@ -345,6 +345,35 @@ TEST_CASE("sweep spec: malformed specs are refused at their file:line:col with t
     CHECK(message.rfind(std::string(c.at) + ": ", 0) == 0);
     CHECK(message.find(c.key) != std::string::npos);
   }
+}
+
+TEST_CASE("sweep spec: a runaway grid is refused before its values are read", "[sweeps][sweeps_spec]") {
+  const auto seeds = [](int n, const std::string& middle) {
+    std::string axis = "seed = [";
+    for (int i = 0; i < n; ++i) axis += (i ? ", " : "") + (i == n / 2 ? middle : std::to_string(i));
+    return axis + "]\n";
+  };
+  const std::string base = kPrelude + "tokens = 65536\n[model]\npreset = \"d1\"\n[grid]\n";
+  // 150001 values with a string among them: the count is refused first, so no value was read.
+  std::string e = error_of(base + seeds(150001, "\"x\""));
+  CHECK(e == "spec.toml:12:1: grid.seed: makes the grid more than 100000 points (150001 values here); split the "
+             "study or shorten an axis");
+  // The product of axes, at the axis that crosses the limit.
+  e = error_of(base + "recipe = [\"bf16\", \"ufp4\", \"e2m1\"]\n" + seeds(40000, "20000"));
+  CHECK(e.rfind("spec.toml:13:1: grid.seed: makes the grid more than 100000 points (40000 values here × 3 before)", 0) ==
+        0);
+}
+
+TEST_CASE("sweep spec: a repeated axis value is found among many (the check is n log n)", "[sweeps][sweeps_spec]") {
+  std::string axis = "seed = [";
+  for (int i = 0; i < 90000; ++i) axis += std::to_string(i) + ", ";
+  axis += "77]\n";
+  const std::string e = error_of(kPrelude + "tokens = 65536\n[model]\npreset = \"d1\"\n[grid]\n" + axis);
+  CHECK(e.rfind("spec.toml:12:", 0) == 0);
+  CHECK(e.find("grid.seed: repeats the value 77 (first at 12:") != std::string::npos);
+  // Numbers are compared as values: 1 and 1.0 are one learning rate.
+  CHECK(error_of(kPrelude + "tokens = 65536\n[model]\npreset = \"d1\"\n[grid]\n\"train.lr\" = [1, 2, 1.0]\n")
+            .find("repeats the value 1") != std::string::npos);
 }
 
 TEST_CASE("sweep spec: a toml++ error never escapes as anything but one located line", "[sweeps][sweeps_spec]") {

@@ -838,6 +838,13 @@ TEST_CASE("sweeps store: files that are not a usable store are refused with one 
       CHECK(user_error([&] { Store::open(path, mode); }, path).find("is newer than this fp4lab knows") !=
             std::string::npos);
   }
+  SECTION("a directory") {
+    const auto path = dir / "runs";
+    std::filesystem::create_directories(path);
+    for (Store::Mode mode : {Store::Mode::read_write, Store::Mode::read_only, Store::Mode::read_if_present})
+      CHECK(user_error([&] { Store::open(path, mode); }, path).find("is a directory, not a sweep store") !=
+            std::string::npos);
+  }
   SECTION("read-only open of an empty file") {
     const auto path = dir / "empty.db";
     fp4::test::spit(path, "");

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <memory>
 #include <optional>
 #include <set>
 #include <stdexcept>
@@ -15,6 +16,8 @@
 #include "base/sha256.h"
 #include "base/strict_json.h"
 #include "base/user_error.h"
+#include "engine/data/data_source.h"
+#include "engine/data/manifest.h"
 #include "engine/data/synthetic_spec.h"
 #include "engine/model/model_config.h"
 #include "engine/quantized_linear.h"
@@ -452,6 +455,25 @@ RunConfig load_config(const std::filesystem::path& path) {
     throw UserError(e.what());
   }
   return config_from_text(text, path.string());
+}
+
+DataFacts inspect_data(const std::string& data, const std::filesystem::path& base_dir, bool must_open) {
+  DataFacts facts;
+  if (data::is_synthetic_spec(data)) {
+    facts.vocab_size = data::parse_synthetic_spec(data).vocab;
+    facts.opened = true;
+    return facts;
+  }
+  std::filesystem::path dir(data);
+  if (dir.is_relative() && !base_dir.empty()) dir = base_dir / dir;
+  std::error_code ec;
+  if (!must_open && !std::filesystem::exists(dir / data::kManifestName, ec)) return facts;  // not built yet
+  const std::unique_ptr<data::DataSource> source = data::open_data(dir.lexically_normal().string());
+  facts.vocab_size = source->vocab_size();
+  facts.train_tokens = source->train_tokens();
+  facts.validation_tokens = source->validation_tokens();
+  facts.opened = true;
+  return facts;
 }
 
 nlohmann::json config_to_json(const RunConfig& c) {

@@ -114,6 +114,22 @@ RunConfig config_from_text(const std::string& text, const std::string& file);
 // Reads the file; an unreadable file is a UserError naming it.
 RunConfig load_config(const std::filesystem::path& path);
 
+// What a sweep learns about the data a config names before any run starts: its vocabulary (the
+// parameter counts need it) and the sizes of its splits.
+struct DataFacts {
+  uint32_t vocab_size = 256;
+  uint64_t train_tokens = 0;       // 0: endless (synthetic) or not known (not opened)
+  uint64_t validation_tokens = 0;  // the same
+  bool opened = false;             // the source was opened as the trainer will open it
+};
+// `data` as a config holds it, a relative shard directory resolved against `base_dir`. With
+// `must_open` the source is opened as the trainer opens it (a synthetic spec parsed; a shard
+// directory's manifest read and every shard mapped and checked), and anything wrong with it is a
+// UserError saying what. Without, a shard directory that has not been built yet (no manifest.json)
+// counts as the byte tokenizer's (vocabulary 256, sizes unknown), so that a study can be planned
+// before its data exists; one that has been built is opened as above.
+DataFacts inspect_data(const std::string& data, const std::filesystem::path& base_dir, bool must_open);
+
 // The fully resolved form: every field, defaults included.
 nlohmann::json config_to_json(const RunConfig& c);
 // Sorted keys, no whitespace: the bytes that are hashed.

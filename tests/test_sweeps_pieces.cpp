@@ -1,7 +1,8 @@
-// `sweep run --time-limit`: durations as people write them, runs that would end after the limit
-// are not started, and the limit stops the running ones as Ctrl-C does, resumably. The trainer is
-// a stand-in shell script whose run time the test sets, so nothing here depends on how fast the
-// machine is: the assertions are about outcomes, never about seconds.
+// A study run in pieces (issue 17): `sweep run --time-limit` (durations as people write them, runs
+// that would end after the limit are not started, the limit stops the running ones as Ctrl-C does,
+// resumably), and a store carried to a machine that lacks its run directories. The trainer is a
+// stand-in shell script where the test needs to set what it does, so nothing here depends on how
+// fast the machine is: the assertions are about outcomes, never about seconds.
 #include <catch2/catch.hpp>
 
 #include <sys/wait.h>
@@ -130,4 +131,71 @@ TEST_CASE("sweep run --time-limit does not start a run the store says would not 
   }
   CHECK(pending == 1);
   CHECK(succeeded == 2);
+}
+
+TEST_CASE("a store carried to a machine without its run directories finishes its orphaned runs whole",
+          "[sweeps][time_limit]") {
+  ScratchDir dir;
+  // The reference: the grid run through once.
+  const fs::path ref = fp4::test::write_tiny_grid(dir.path(), "ref", "seed = [0, 1]\ntokens = [25600]\n");
+  REQUIRE(fp4::test::run_fp4lab("sweep run --plain '" + ref.string() + "'", dir.path()).exit_code == 0);
+
+  // The same grid in another store, first "trained" on another machine by a stand-in that wrote 12
+  // rows of wrong, padded losses and was interrupted: the store ingested them and holds the byte
+  // offset it reached in a metrics.jsonl that this machine does not have.
+  std::string text = fp4::test::slurp(ref);
+  for (const char* from : {"\"ref\"", "\"ref.db\"", "\"ref-runs\""}) {
+    const std::string to = std::string(from).replace(1, 3, "moved");
+    text.replace(text.find(from), std::string(from).size(), to);
+  }
+  const fs::path moved = dir / "moved.toml";
+  fp4::test::spit(moved, text);
+  const fs::path partial = dir / "partial.sh";
+  fp4::test::spit(partial,
+                  "#!/bin/sh\n"
+                  "for s in 1 2 3 4 5 6 7 8 9 10 11 12; do\n"
+                  "  printf '{\"kind\": \"train\", \"step\": %s, \"tokens\": %s, \"loss\": -1, \"lr\": 0, \"grad_norm\": 0, "
+                  "\"pad\": \"%0200d\"}\\n' \"$s\" \"$((s * 128))\" 0 >> \"$5/metrics.jsonl\"\n"
+                  "done\n"
+                  "exit 143\n");
+  fs::permissions(partial, fs::perms::owner_all);
+  const std::string cmd = "FP4LAB_TRAINER='" + partial.string() + "' '" + FP4LAB_BINARY + "' sweep run --plain '" +
+                          moved.string() + "' >'" + (dir / "partial.log").string() + "' 2>&1";
+  CHECK(std::system(cmd.c_str()) != 0);  // interrupted, again and again, up to the attempt cap
+  {
+    auto store = Store::open(dir / "moved.db", Store::Mode::read_only);
+    for (const auto& r : store->runs()) {
+      CHECK(r.state == RunState::orphaned);
+      CHECK(r.ingested_bytes > 12 * 50);
+    }
+  }
+  fs::remove_all(dir / "moved-runs");  // the other machine's run directories stay there
+  // What the runs write here outgrows that offset, so resuming from it would read from mid-file.
+  {
+    auto a = Store::open(dir / "ref.db", Store::Mode::read_only);
+    auto b = Store::open(dir / "moved.db", Store::Mode::read_only);
+    for (const auto& r : a->runs()) REQUIRE(r.ingested_bytes > 2 * b->run(r.id)->ingested_bytes);
+  }
+
+  // Here the runs start over, and everything they write is ingested from its first byte.
+  const auto rerun = fp4::test::run_fp4lab("sweep run --plain '" + moved.string() + "'", dir.path());
+  INFO(rerun.err);
+  REQUIRE(rerun.exit_code == 0);
+  auto a = Store::open(dir / "ref.db", Store::Mode::read_only);
+  auto b = Store::open(dir / "moved.db", Store::Mode::read_only);
+  for (const auto& r : a->runs()) {
+    const auto other = b->run(r.id);
+    REQUIRE(other);
+    CHECK(other->state == RunState::succeeded);
+    CHECK(other->ingested_bytes == static_cast<int64_t>(fs::file_size(fs::path(other->dir) / "metrics.jsonl")));
+    for (const char* key : {"train/loss", "train/grad_norm", "eval/loss"}) {
+      const auto want = a->metrics(r.id, key), got = b->metrics(r.id, key);
+      REQUIRE(want.size() == got.size());
+      for (size_t i = 0; i < want.size(); ++i) {
+        INFO(key << " step " << want[i].step);
+        CHECK(got[i].step == want[i].step);
+        CHECK(got[i].value == want[i].value);
+      }
+    }
+  }
 }

@@ -1,0 +1,179 @@
+// fit_data.cpp — see fit_data.h.
+#include "fit/fit_data.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstdlib>
+#include <fstream>
+#include <map>
+#include <set>
+#include <sstream>
+
+#include "base/user_error.h"
+#include "sweeps/store.h"
+
+namespace fp4::fit {
+
+namespace {
+
+void sort_data(FitData& data) {
+  std::sort(data.points.begin(), data.points.end(), [](const FitPoint& a, const FitPoint& b) {
+    return std::tie(a.recipe, a.n, a.d, a.group, a.run_id) < std::tie(b.recipe, b.n, b.d, b.group, b.run_id);
+  });
+  std::sort(data.excluded.begin(), data.excluded.end(), [](const ExcludedRun& a, const ExcludedRun& b) {
+    return std::tie(a.recipe, a.run_name, a.run_id) < std::tie(b.recipe, b.run_name, b.run_id);
+  });
+  std::set<std::string> recipes;
+  for (const FitPoint& p : data.points) recipes.insert(p.recipe);
+  for (const ExcludedRun& e : data.excluded) recipes.insert(e.recipe);
+  data.recipes.assign(recipes.begin(), recipes.end());
+  std::erase_if(data.baselines, [&](const std::string& b) { return !recipes.contains(b); });
+}
+
+std::string trim(const std::string& s) {
+  const size_t a = s.find_first_not_of(" \t\r");
+  if (a == std::string::npos) return "";
+  const size_t b = s.find_last_not_of(" \t\r");
+  return s.substr(a, b - a + 1);
+}
+
+std::vector<std::string> split_csv_line(const std::string& line) {
+  std::vector<std::string> out;
+  std::stringstream ss(line);
+  std::string cell;
+  while (std::getline(ss, cell, ',')) out.push_back(trim(cell));
+  if (!line.empty() && line.back() == ',') out.push_back("");
+  return out;
+}
+
+// A number cell: the whole cell must parse; "nan" (any case) reads as NaN where allowed.
+double parse_cell(const std::string& cell, const std::string& where, const char* column, bool nan_ok) {
+  std::string lower = cell;
+  std::transform(lower.begin(), lower.end(), lower.begin(), [](unsigned char c) { return std::tolower(c); });
+  if (nan_ok && lower == "nan") return std::nan("");
+  errno = 0;
+  char* end = nullptr;
+  const double v = std::strtod(cell.c_str(), &end);
+  if (cell.empty() || end != cell.c_str() + cell.size() || errno == ERANGE || !std::isfinite(v))
+    throw UserError(fmt::format("{}: column {}: \"{}\" is not a finite number", where, column, cell));
+  if (!(v > 0)) throw UserError(fmt::format("{}: column {}: must be > 0, got {}", where, column, cell));
+  return v;
+}
+
+}  // namespace
+
+FitData load_store_data(const sweeps::Store& store, const std::string& n_kind) {
+  if (n_kind != "nonembedding" && n_kind != "total")
+    throw UserError("n must be \"nonembedding\" or \"total\", got \"" + n_kind + "\"");
+  FitData data;
+  data.n_kind = n_kind;
+  data.source = "store";
+  data.origin = store.path().string();
+  const auto runs = store.final_losses();
+  if (runs.empty())
+    throw UserError(data.origin + ": the store has no runs: run the study first (fp4lab sweep run STUDY.toml)");
+  std::set<std::string> baselines;
+  for (const sweeps::FinalLossRecord& r : runs) {
+    if (r.baseline) baselines.insert(r.recipe);
+    auto exclude = [&](const std::string& reason) {
+      data.excluded.push_back({r.id, r.name, r.recipe, sweeps::run_state_name(r.state), reason});
+    };
+    const double n = static_cast<double>(n_kind == "total" ? r.n_params : r.n_params_nonembedding);
+    const double d = static_cast<double>(r.tokens);
+    if (r.state != sweeps::RunState::succeeded) {
+      exclude(std::string("state ") + sweeps::run_state_name(r.state) + (r.error.empty() ? "" : ": " + r.error));
+    } else if (!r.final_step) {
+      exclude("no eval/loss recorded");
+    } else if (!std::isfinite(r.final_loss)) {
+      exclude(fmt::format("final eval/loss is NaN (step {})", *r.final_step));
+    } else if (!(r.final_loss > 0) || !(n > 0) || !(d > 0)) {
+      exclude(fmt::format("loss, N and D must be > 0 (loss {}, N {}, D {})", r.final_loss, n, d));
+    } else {
+      data.points.push_back({r.id, r.name, r.recipe, r.match_key, n, d, r.final_loss});
+    }
+  }
+  data.baselines.assign(baselines.begin(), baselines.end());
+  sort_data(data);
+  return data;
+}
+
+FitData load_csv_data(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw UserError(path.string() + ": cannot read the points file (check the path)");
+  FitData data;
+  data.n_kind = "given";
+  data.source = "points";
+  data.origin = path.string();
+  std::string line;
+  int line_no = 0;
+  std::map<std::string, size_t> column;  // name → index
+  std::map<std::string, int> seen;       // recipe|n|d → rows so far
+  while (std::getline(in, line)) {
+    ++line_no;
+    if (trim(line).empty()) continue;
+    const std::vector<std::string> cells = split_csv_line(line);
+    const std::string where = fmt::format("{}:{}", path.string(), line_no);
+    if (column.empty()) {
+      for (size_t i = 0; i < cells.size(); ++i) {
+        if (cells[i] != "recipe" && cells[i] != "n" && cells[i] != "d" && cells[i] != "loss")
+          throw UserError(where + ": unknown column \"" + cells[i] + "\": the header must name recipe,n,d,loss");
+        if (!column.emplace(cells[i], i).second) throw UserError(where + ": column \"" + cells[i] + "\" appears twice");
+      }
+      if (column.size() != 4) throw UserError(where + ": the header must name the four columns recipe,n,d,loss");
+      continue;
+    }
+    if (cells.size() != 4)
+      throw UserError(fmt::format("{}: {} cells, the header has 4 (recipe,n,d,loss)", where, cells.size()));
+    const std::string recipe = cells[column["recipe"]];
+    if (recipe.empty()) throw UserError(where + ": column recipe: empty");
+    const double n = parse_cell(cells[column["n"]], where, "n", false);
+    const double d = parse_cell(cells[column["d"]], where, "d", false);
+    const double loss = parse_cell(cells[column["loss"]], where, "loss", true);
+    const std::string name = fmt::format("row {}", line_no - 1);
+    if (std::isnan(loss)) {
+      data.excluded.push_back({"", name, recipe, "", "loss is NaN"});
+      continue;
+    }
+    const std::string nd = fmt::format("{:.17g}|{:.17g}", n, d);
+    const int k = seen[recipe + "|" + nd]++;
+    data.points.push_back({"", name, recipe, fmt::format("{}|{}", nd, k), n, d, loss});
+  }
+  if (column.empty()) throw UserError(path.string() + ": empty: expected the header recipe,n,d,loss and rows");
+  if (data.points.empty() && data.excluded.empty()) throw UserError(path.string() + ": no data rows after the header");
+  data.baselines = {"bf16"};
+  sort_data(data);
+  return data;
+}
+
+FitData select_recipes(const FitData& data, const std::vector<std::string>& recipes) {
+  if (recipes.empty()) return data;
+  for (const std::string& r : recipes)
+    if (std::find(data.recipes.begin(), data.recipes.end(), r) == data.recipes.end())
+      throw UserError(fmt::format("--recipe {}: {} has no such recipe (it has {})", r, data.origin,
+                                  fmt::join(data.recipes, ", ")));
+  FitData out = data;
+  auto keep = [&](const std::string& r) { return std::find(recipes.begin(), recipes.end(), r) != recipes.end(); };
+  std::erase_if(out.points, [&](const FitPoint& p) { return !keep(p.recipe); });
+  std::erase_if(out.excluded, [&](const ExcludedRun& e) { return !keep(e.recipe); });
+  sort_data(out);
+  return out;
+}
+
+std::string baseline_of(const FitData& data) {
+  if (data.baselines.size() > 1)
+    throw UserError(fmt::format("{}: several recipes are BF16 everywhere ({}): keep one with --recipe", data.origin,
+                                fmt::join(data.baselines, ", ")));
+  return data.baselines.empty() ? "" : data.baselines[0];
+}
+
+std::vector<FitPoint> points_of(const FitData& data, const std::string& recipe) {
+  std::vector<FitPoint> out;
+  for (const FitPoint& p : data.points)
+    if (p.recipe == recipe) out.push_back(p);
+  return out;
+}
+
+}  // namespace fp4::fit

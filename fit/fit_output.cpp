@@ -1,0 +1,194 @@
+// fit_output.cpp — see fit_output.h.
+#include "fit/fit_output.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include <nlohmann/json.hpp>
+
+#include "base/user_error.h"
+#include "sweeps/store.h"
+
+namespace fp4::fit {
+
+using nlohmann::json;
+
+namespace {
+
+std::string num(double v, const char* spec = "{:.6g}") {
+  if (std::isnan(v)) return "-";
+  return fmt::format(fmt::runtime(spec), v);
+}
+std::string interval(const Interval& ci, const char* spec = "{:.6g}") {
+  if (!ci.known()) return "-";
+  return fmt::format("[{}, {}]", num(ci.lo, spec), num(ci.hi, spec));
+}
+std::string pct(double v) { return std::isnan(v) ? "-" : fmt::format("{:+.3f}%", 100 * v); }
+std::string pct_interval(const Interval& ci) {
+  return ci.known() ? fmt::format("[{}, {}]", pct(ci.lo), pct(ci.hi)) : "-";
+}
+
+void table_one(std::string& out, const StoredFit& f, const std::string& note) {
+  const bool precision = f.law == "precision";
+  out += fmt::format("{} fit{}: {} — {} points, objective {} (sum of Huber_δ, δ = {}), {} starts ({} usable), "
+                     "bootstrap {}/{} replicates, seed {}\n",
+                     f.law, f.id > 0 ? fmt::format(" {}", f.id) : "",
+                     precision ? "joint over " + fmt::format("{}", fmt::join(f.recipes(), ", "))
+                               : "recipe " + f.scope,
+                     f.n_points, num(f.objective, "{:.6e}"), num(f.options.huber_delta, "{:g}"),
+                     f.optimizer.starts_tried, f.optimizer.starts_succeeded, f.samples.size(), f.replicates_asked,
+                     f.options.seed);
+  if (!note.empty()) out += "  " + note + "\n";
+  out += fmt::format("  {}; L = E + {}\n",
+                     f.options.n_kind == "given" ? std::string("N and D as given in the points file")
+                                                 : fmt::format("N = {} parameters, D = training tokens",
+                                                               f.options.n_kind == "total" ? "total" : "non-embedding"),
+                     precision ? (f.options.gamma ? "(A/(rho_N N)^alpha + B/(rho_D D)^beta)^gamma"
+                                                  : "A/(rho_N N)^alpha + B/(rho_D D)^beta")
+                               : "A/N^alpha + B/D^beta");
+  out += fmt::format("  {:<8} {:>12}  {}\n", "param", "value", "95% interval");
+  for (const ParameterEstimate& p : f.parameters) {
+    if (!p.recipe.empty()) continue;
+    if (p.name == "gamma" && !f.options.gamma) continue;
+    std::string extra;
+    if (p.name == "a") extra = "   N_opt ∝ C^a";
+    if (p.name == "b") extra = "   D_opt ∝ C^b";
+    out += fmt::format("  {:<8} {:>12}  {}{}\n", p.name, num(p.value), interval(p.ci), extra);
+  }
+  if (precision) {
+    out += fmt::format("  {:<12} {:>8}  {:<20} {:>8}  {:<20}\n", "recipe", "rho_N", "95% interval", "rho_D",
+                       "95% interval");
+    for (const std::string& r : f.recipes()) {
+      const auto rn = f.parameter("rho_N", r), rd = f.parameter("rho_D", r);
+      out += fmt::format("  {:<12} {:>8}  {:<20} {:>8}  {:<20}{}\n", r, num(rn->value, "{:.4f}"),
+                         r == f.options.baseline ? "(baseline)" : interval(rn->ci, "{:.4f}"), num(rd->value, "{:.4f}"),
+                         r == f.options.baseline ? "(baseline)" : interval(rd->ci, "{:.4f}"),
+                         r == f.options.baseline
+                             ? ""
+                             : fmt::format("  worth a {} model of {:.3g}·N parameters trained on {:.3g}·D tokens",
+                                           f.options.baseline, rn->value, rd->value));
+    }
+  }
+  if (!f.predictions.empty()) {
+    out += fmt::format("  {:<10} {:<10} {:<12} {:>8}  {:<20} {:>9}  {}\n", "target N", "D", "recipe", "loss",
+                       "95% interval", "gap", "95% interval");
+    for (const TargetPrediction& p : f.predictions)
+      out += fmt::format("  {:<10} {:<10} {:<12} {:>8}  {:<20} {:>9}  {}\n", num(p.target.n, "{:.3g}"),
+                         num(p.target.d, "{:.3g}"), p.recipe, num(p.loss.value, "{:.4f}"),
+                         interval(p.loss.ci, "{:.4f}"), pct(p.gap.value), pct_interval(p.gap.ci));
+  }
+  for (const RecipeGap& g : f.gaps) {
+    out += fmt::format("  gap of {} against {} on the grid (gap = L/L_{} - 1):\n", g.recipe, g.baseline, g.baseline);
+    out += fmt::format("    {:<10} {:<10} {:>5} {:>9}  {:<22} {:>9}  {}\n", "N", "D", "seeds", "observed",
+                       "95% interval (seeds)", "fitted", "95% interval");
+    for (size_t i = 0; i < g.observed.size(); ++i) {
+      const ObservedGap& o = g.observed[i];
+      const FittedGap* fit = i < g.fitted.size() ? &g.fitted[i] : nullptr;
+      out += fmt::format("    {:<10} {:<10} {:>5} {:>9}  {:<22} {:>9}  {}\n", num(o.n, "{:.4g}"), num(o.d, "{:.4g}"),
+                         o.seeds, pct(o.mean), pct_interval(o.ci), fit ? pct(fit->gap.value) : "-",
+                         fit ? pct_interval(fit->gap.ci) : "-");
+    }
+    out += fmt::format("    trend: {} per tenfold compute (C = 6ND), 95% {} over {} matched runs\n",
+                       pct(g.slope.per_decade.value), pct_interval(g.slope.per_decade.ci), g.slope.points);
+  }
+  if (f.held_out.done) {
+    for (const HeldOutRecipe& h : f.held_out.recipes)
+      out += fmt::format("  held out N = {}: {} mean |error| {:.3f}%, max {:.3f}% over {} run{} (refit without them)\n",
+                         num(f.held_out.held_out_n, "{:.4g}"), h.recipe, 100 * h.mean_abs_rel_error,
+                         100 * h.max_abs_rel_error, h.points.size(), h.points.size() == 1 ? "" : "s");
+  } else {
+    out += "  held-out check not done: " + f.held_out.reason + "\n";
+  }
+  double worst = 0;
+  for (const Residual& r : f.residuals) worst = std::max(worst, std::fabs(r.log_residual));
+  out += fmt::format("  residuals: max |log(observed/fitted)| = {:.4f} over {} points (--format csv lists each)\n",
+                     worst, f.residuals.size());
+  for (const ExcludedRun& e : f.excluded)
+    out += fmt::format("  excluded: {} ({}): {}\n", e.run_name, e.recipe, e.reason);
+}
+
+std::string csv_cell(const std::string& s) {
+  if (s.find_first_of(",\"\n") == std::string::npos) return s;
+  std::string q = "\"";
+  for (char c : s) q += c == '"' ? std::string("\"\"") : std::string(1, c);
+  return q + "\"";
+}
+std::string csv_num(double v) { return std::isnan(v) ? "" : fmt::format("{}", v); }
+
+void csv_row(std::string& out, const StoredFit& f, const std::string& kind, const std::string& name,
+             const std::string& recipe, double n, double d, double value, const Interval& ci, const std::string& note) {
+  out += fmt::format("{},{},{},{},{},{},{},{},{},{},{},{}\n", f.id, f.law, csv_cell(f.scope), kind, csv_cell(name),
+                     csv_cell(recipe), csv_num(n), csv_num(d), csv_num(value), csv_num(ci.lo), csv_num(ci.hi),
+                     csv_cell(note));
+}
+
+void csv_one(std::string& out, const StoredFit& f) {
+  for (const ParameterEstimate& p : f.parameters)
+    csv_row(out, f, "parameter", p.name, p.recipe, kNaN, kNaN, p.value, p.ci, "");
+  csv_row(out, f, "objective", "huber_sum", "", kNaN, kNaN, f.objective, {}, "");
+  for (const TargetPrediction& p : f.predictions) {
+    csv_row(out, f, "target_loss", "loss", p.recipe, p.target.n, p.target.d, p.loss.value, p.loss.ci, "");
+    if (!std::isnan(p.gap.value))
+      csv_row(out, f, "target_gap", "gap", p.recipe, p.target.n, p.target.d, p.gap.value, p.gap.ci, "");
+  }
+  for (const RecipeGap& g : f.gaps) {
+    for (const ObservedGap& o : g.observed)
+      csv_row(out, f, "observed_gap", "gap", g.recipe, o.n, o.d, o.mean, o.ci, fmt::format("seeds={}", o.seeds));
+    for (const FittedGap& x : g.fitted) csv_row(out, f, "fitted_gap", "gap", g.recipe, x.n, x.d, x.gap.value, x.gap.ci, "");
+    csv_row(out, f, "gap_slope", "per_decade", g.recipe, kNaN, kNaN, g.slope.per_decade.value, g.slope.per_decade.ci,
+            fmt::format("points={}", g.slope.points));
+  }
+  for (const Residual& r : f.residuals)
+    csv_row(out, f, "residual", r.run_name, r.recipe, r.n, r.d, r.log_residual, {}, fmt::format("observed={} fitted={}",
+                                                                                               r.observed, r.fitted));
+  for (const HeldOutRecipe& h : f.held_out.recipes)
+    for (const HeldOutPoint& p : h.points)
+      csv_row(out, f, "held_out", p.run_name, h.recipe, p.n, p.d, p.rel_error, {},
+              fmt::format("observed={} predicted={}", p.observed, p.predicted));
+  for (const ExcludedRun& e : f.excluded) csv_row(out, f, "excluded", e.run_name, e.recipe, kNaN, kNaN, kNaN, {}, e.reason);
+}
+
+}  // namespace
+
+OutputFormat parse_output_format(const std::string& name) {
+  if (name == "table") return OutputFormat::table;
+  if (name == "json") return OutputFormat::json;
+  if (name == "csv") return OutputFormat::csv;
+  throw UserError("--format " + name + ": use table, json or csv");
+}
+
+std::string format_fits(const std::vector<StoredFit>& fits, OutputFormat format, const std::vector<std::string>& notes) {
+  std::string out;
+  if (format == OutputFormat::table) {
+    for (size_t i = 0; i < fits.size(); ++i) {
+      if (i > 0) out += "\n";
+      table_one(out, fits[i], i < notes.size() ? notes[i] : "");
+    }
+  } else if (format == OutputFormat::csv) {
+    out = "fit_id,law,scope,kind,name,recipe,n,d,value,lo,hi,note\n";
+    for (const StoredFit& f : fits) csv_one(out, f);
+  } else {
+    json all = json::array();
+    for (const StoredFit& f : fits) {
+      const sweeps::FitRecord r = to_record(f);
+      all.push_back({{"id", r.id},
+                     {"law", r.law},
+                     {"scope", r.scope},
+                     {"input_hash", r.input_hash},
+                     {"n_points", r.n_points},
+                     {"fp4lab_version", r.fp4lab_version},
+                     {"created", r.created},
+                     {"params", json::parse(r.params_json)},
+                     {"intervals", json::parse(r.intervals_json)},
+                     {"quality", json::parse(r.quality_json)},
+                     {"options", json::parse(r.options_json)},
+                     {"predictions", json::parse(r.predictions_json)}});
+    }
+    out = all.dump(1) + "\n";
+  }
+  return out;
+}
+
+}  // namespace fp4::fit

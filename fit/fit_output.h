@@ -1,0 +1,19 @@
+// fit_output.h — `fp4lab fit`'s three output formats (docs/fit.md "Output"): a table for people,
+// JSON (the stored columns, one object per fit) and CSV (one row per reported number).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "fit/stored_fit.h"
+
+namespace fp4::fit {
+
+enum class OutputFormat { table, json, csv };
+OutputFormat parse_output_format(const std::string& name);  // throws fp4::UserError
+
+// `notes[i]` (may be empty) is printed under fit i's heading in the table ("stored as fit 3").
+std::string format_fits(const std::vector<StoredFit>& fits, OutputFormat format,
+                        const std::vector<std::string>& notes = {});
+
+}  // namespace fp4::fit

@@ -1,0 +1,322 @@
+// sections_fits.cpp — what the stored fits say: final loss against N per D with each recipe's
+// fitted law and its 95% bootstrap band, final loss against compute, the residuals, the fitted
+// parameters, the held-out check; and the precision law's effective-parameter and effective-data
+// multipliers rho_N, rho_D per recipe.
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <set>
+
+#include "reports/escape.h"
+#include "reports/fits.h"
+#include "reports/format.h"
+#include "reports/report_context.h"
+
+namespace fp4::reports {
+
+namespace {
+
+std::string num(double v) { return std::isfinite(v) ? fmt::format("{:.17g}", v) : std::string(); }
+
+// "0.347 [0.31, 0.38]"; the value alone without an interval.
+std::string with_interval(double value, const fit::Interval& ci, int significant = 4) {
+  std::string s = fmt_number(value, significant);
+  if (ci.known()) s += fmt::format(" [{}, {}]", fmt_number(ci.lo, significant), fmt_number(ci.hi, significant));
+  return s;
+}
+
+std::vector<const StudyRun*> finished_with_loss(const Study& st) {
+  std::vector<const StudyRun*> out;
+  for (const StudyRun& r : st.runs)
+    if (r.record.state == sweeps::RunState::succeeded && r.final_loss) out.push_back(&r);
+  return out;
+}
+
+Note no_fits_note(const ReportContext& ctx, const FitChoice& fits) {
+  if (!ctx.study.fits_error.empty())
+    return Note{{strong("The stored fits could not be read: "), text(ctx.study.fits_error),
+                 text(". Run "), code("fp4lab fit"), text(" again to replace them.")}};
+  (void)fits;
+  return Note{{strong("No fits in the store. "), text("Run "), code("fp4lab fit STUDY.toml"),
+               text(" to fit the scaling laws (docs/fit.md); the report then draws each recipe's law with its 95% "
+                    "band, the residuals, the fitted and predicted gaps and the precision law.")}};
+}
+
+std::string n_label(const FitChoice& fits) {
+  const fit::StoredFit* f = fits.precision;
+  if (f == nullptr && !fits.chinchilla.empty()) f = fits.chinchilla.begin()->second;
+  return f != nullptr && f->options.n_kind == "total" ? "parameters N (total)" : "parameters N (non-embedding)";
+}
+
+Figure loss_vs_n(ReportContext& ctx, const FitChoice& fits, const std::vector<const StudyRun*>& runs) {
+  std::set<int64_t> ds;
+  for (const StudyRun* r : runs) ds.insert(r->record.tokens);
+  Plot plot;
+  std::vector<std::vector<std::string>> csv;
+  for (int64_t d : ds) {
+    Panel p;
+    p.title = "D = " + fmt_count(static_cast<double>(d)) + " training tokens";
+    p.x = {n_label(fits), true, TickFormat::count, {}, {}, {}};
+    p.y = {"final validation loss (nats/token)", true, TickFormat::number, {}, {}, {}};
+    double n_lo = INFINITY, n_hi = 0;
+    for (const StudyRun* r : runs)
+      if (r->record.tokens == d) {
+        const fit::StoredFit* law = law_for(fits, r->record.recipe);
+        const double n = law ? fit_n(*law, r->record) : static_cast<double>(r->record.n_params_nonembedding);
+        n_lo = std::min(n_lo, n);
+        n_hi = std::max(n_hi, n);
+      }
+    for (const std::string& recipe : ctx.palette.order()) {
+      const fit::StoredFit* law = law_for(fits, recipe);
+      Series points = ctx.recipe_series(recipe, SeriesStyle::points, recipe);
+      for (const StudyRun* r : runs)
+        if (r->record.recipe == recipe && r->record.tokens == d)
+          points.rows.push_back({law ? fit_n(*law, r->record) : static_cast<double>(r->record.n_params_nonembedding),
+                                 *r->final_loss});
+      if (points.rows.empty()) continue;
+      if (law != nullptr && n_hi > 0) {
+        Series band = ctx.recipe_series(recipe, SeriesStyle::band, "");
+        Series line = ctx.recipe_series(recipe, SeriesStyle::lines, "");
+        const double lo = std::log(n_lo / 1.6), hi = std::log(n_hi * 1.6);
+        for (int k = 0; k <= 48; ++k) {
+          const double n = std::exp(lo + (hi - lo) * k / 48);
+          const fit::Estimate e = fit::predicted_loss_interval(*law, recipe, n, static_cast<double>(d));
+          line.rows.push_back({n, e.value});
+          if (e.ci.known()) band.rows.push_back({n, e.ci.lo, e.ci.hi});
+          csv.push_back({csv_field(law->law), csv_field(law->scope), csv_field(recipe), std::to_string(d), num(n),
+                         num(e.value), num(e.ci.lo), num(e.ci.hi)});
+        }
+        p.series.push_back(std::move(band));
+        p.series.push_back(std::move(line));
+      }
+      p.series.push_back(std::move(points));
+    }
+    plot.panels.push_back(std::move(p));
+  }
+  const std::string data = ctx.csv("fitted_curves.csv", {"law", "scope", "recipe", "tokens", "n", "loss", "lo", "hi"}, csv);
+  Inline caption = {text("Final validation loss of every finished run (points) against the model size N, one panel per "
+                         "training length D, both axes logarithmic. ")};
+  if (fits.any())
+    caption.push_back(text("Lines: each recipe's fitted law at that D (its own chinchilla fit, else the joint precision "
+                           "law); shaded: the 95% band, the 2.5th to 97.5th percentile of the law over the bootstrap "
+                           "replicates. The points' data: final_losses.csv."));
+  else
+    caption.push_back(text("No fitted laws are drawn: the store holds no fits yet."));
+  return ctx.figure("loss-vs-n", "Final loss against model size", caption, plot, data);
+}
+
+Figure loss_vs_compute(ReportContext& ctx, const std::vector<const StudyRun*>& runs) {
+  Plot plot;
+  plot.columns = 1;
+  plot.panel_width = 700;
+  plot.panel_height = 380;
+  Panel p;
+  p.title = "";
+  p.x = {"training compute C = 6·N·D (FLOPs, N non-embedding)", true, TickFormat::count, {}, {}, {}};
+  p.y = {"final validation loss (nats/token)", true, TickFormat::number, {}, {}, {}};
+  for (const std::string& recipe : ctx.palette.order()) {
+    Series s = ctx.recipe_series(recipe, SeriesStyle::points, recipe);
+    for (const StudyRun* r : runs)
+      if (r->record.recipe == recipe)
+        s.rows.push_back({6.0 * static_cast<double>(r->record.n_params_nonembedding) * static_cast<double>(r->record.tokens),
+                          *r->final_loss});
+    if (!s.rows.empty()) p.series.push_back(std::move(s));
+  }
+  plot.panels.push_back(std::move(p));
+  return ctx.figure("loss-vs-compute", "Final loss against compute",
+                    {text("Final validation loss of every finished run against its training compute C = 6·N·D, both axes "
+                          "logarithmic, one colour per recipe. At equal compute a lower point is the better recipe.")},
+                    plot, "final_losses.csv");
+}
+
+Figure residual_figure(ReportContext& ctx, const FitChoice& fits) {
+  Plot plot;
+  std::vector<std::vector<std::string>> csv;
+  auto add_panel = [&](const std::string& title, const std::vector<const fit::StoredFit*>& from) {
+    Panel p;
+    p.title = title;
+    p.x = {n_label(fits), true, TickFormat::count, {}, {}, {}};
+    p.y = {"log residual, log L − log L̂ (%)", false, TickFormat::percent, {}, {}, {}};
+    p.y_lines = {0.0};
+    for (const std::string& recipe : ctx.palette.order()) {
+      Series s = ctx.recipe_series(recipe, SeriesStyle::points, recipe);
+      for (const fit::StoredFit* f : from)
+        for (const fit::Residual& r : f->residuals)
+          if (r.recipe == recipe) {
+            s.rows.push_back({r.n, 100 * r.log_residual});
+            csv.push_back({csv_field(f->law), csv_field(f->scope), csv_field(r.run_name), r.run_id, csv_field(r.recipe),
+                           num(r.n), num(r.d), num(r.observed), num(r.fitted), num(r.log_residual)});
+          }
+      if (!s.rows.empty()) p.series.push_back(std::move(s));
+    }
+    plot.panels.push_back(std::move(p));
+  };
+  std::vector<const fit::StoredFit*> chin;
+  for (const auto& [recipe, f] : fits.chinchilla) chin.push_back(f);
+  if (!chin.empty()) add_panel("chinchilla, one fit per recipe", chin);
+  if (fits.precision != nullptr) add_panel("precision, one joint fit", {fits.precision});
+  const std::string data =
+      ctx.csv("residuals.csv", {"law", "scope", "run", "run_id", "recipe", "n", "d", "observed", "fitted", "log_residual"}, csv);
+  return ctx.figure("residuals", "Residuals of the fits",
+                    {text("log(observed) − log(fitted) of every fitted run, in percent, against N: above 0 the run "
+                          "lies above the law. A trend with N means the law's form misses something; scatter of the "
+                          "size of the noise floor is what a good fit leaves.")},
+                    plot, data);
+}
+
+Table parameter_table(ReportContext& ctx, const FitChoice& fits) {
+  Table t;
+  t.caption = "Fitted parameters: point estimate [95% bootstrap interval]";
+  t.header = {"law", "scope", "points", "E", "A", "B", "alpha", "beta", "gamma", "objective", "replicates", "optimizer"};
+  t.numeric = {false, false, true, true, true, true, true, true, true, true, true, false};
+  std::vector<std::vector<std::string>> csv;
+  std::vector<const fit::StoredFit*> all;
+  for (const auto& [recipe, f] : fits.chinchilla) all.push_back(f);
+  if (fits.precision != nullptr) all.push_back(fits.precision);
+  for (const fit::StoredFit* f : all) {
+    auto cell = [&](const char* name) -> Cell {
+      const auto p = f->parameter(name);
+      return p ? Cell(with_interval(p->value, p->ci)) : Cell("—");
+    };
+    t.rows.push_back({{f->law}, f->law == "chinchilla" ? ctx.recipe_cell(f->scope) : Cell(f->scope),
+                      {std::to_string(f->n_points)}, cell("E"), cell("A"), cell("B"), cell("alpha"), cell("beta"),
+                      f->law == "precision" ? cell("gamma") : Cell("—"), {fmt_number(f->objective, 4)},
+                      {fmt::format("{} of {}", f->samples.size(), f->replicates_asked)},
+                      {f->optimizer.termination.empty() ? "—" : f->optimizer.termination}});
+    for (const fit::ParameterEstimate& p : f->parameters)
+      csv.push_back({std::to_string(f->id), csv_field(f->law), csv_field(f->scope), csv_field(p.name),
+                     csv_field(p.recipe), num(p.value), num(p.ci.lo), num(p.ci.hi)});
+  }
+  t.csv = ctx.csv("fits.csv", {"fit_id", "law", "scope", "parameter", "recipe", "value", "lo", "hi"}, csv);
+  return t;
+}
+
+std::vector<Block> held_out_blocks(ReportContext& ctx, const FitChoice& fits) {
+  Table t;
+  t.caption = "Held-out check: each law refitted without the largest N, predicting the runs at that N";
+  t.header = {"law", "scope", "recipe", "held-out N", "runs", "mean |error|", "max |error|"};
+  t.numeric = {false, false, false, true, true, true, true};
+  std::vector<std::vector<std::string>> csv;
+  std::vector<Inline> not_done;
+  std::vector<const fit::StoredFit*> all;
+  for (const auto& [recipe, f] : fits.chinchilla) all.push_back(f);
+  if (fits.precision != nullptr) all.push_back(fits.precision);
+  for (const fit::StoredFit* f : all) {
+    if (!f->held_out.done) {
+      not_done.push_back({text(f->law + " (" + f->scope + "): " + (f->held_out.reason.empty() ? "not done" : f->held_out.reason))});
+      continue;
+    }
+    for (const fit::HeldOutRecipe& hr : f->held_out.recipes) {
+      t.rows.push_back({{f->law}, {f->scope}, ctx.recipe_cell(hr.recipe), {fmt_count(f->held_out.held_out_n)},
+                        {std::to_string(hr.points.size())}, {fmt_percent(hr.mean_abs_rel_error, 2).substr(1)},
+                        {fmt_percent(hr.max_abs_rel_error, 2).substr(1)}});
+      for (const fit::HeldOutPoint& p : hr.points)
+        csv.push_back({csv_field(f->law), csv_field(f->scope), csv_field(hr.recipe), csv_field(p.run_name), p.run_id,
+                       num(p.n), num(p.d), num(p.observed), num(p.predicted), num(p.rel_error)});
+    }
+  }
+  t.csv = ctx.csv("held_out.csv",
+                  {"law", "scope", "recipe", "run", "run_id", "n", "d", "observed", "predicted", "rel_error"}, csv);
+  std::vector<Block> blocks;
+  blocks.push_back(Paragraph{{text("How well does a law fitted on the smaller models predict the largest one? Each law is "
+                                   "refitted without the largest N and its predictions at that N are compared with the "
+                                   "runs there (error = predicted / observed − 1).")}});
+  if (!t.rows.empty()) blocks.push_back(std::move(t));
+  if (!not_done.empty()) blocks.push_back(BulletList{not_done});
+  return blocks;
+}
+
+}  // namespace
+
+Section scaling_section(ReportContext& ctx) {
+  const Study& st = ctx.study;
+  const FitChoice fits = choose_fits(st);
+  Section s{slug("Scaling"), "Scaling", {}, {}};
+  const auto runs = finished_with_loss(st);
+  if (!fits.any()) s.blocks.push_back(no_fits_note(ctx, fits));
+  if (runs.empty()) {
+    s.blocks.push_back(Note{{text("No run has finished with a finite final loss yet: nothing to scale.")}});
+    return s;
+  }
+  s.blocks.push_back(loss_vs_n(ctx, fits, runs));
+  s.blocks.push_back(loss_vs_compute(ctx, runs));
+  if (!fits.any()) return s;
+  Section params{slug("Fitted laws"), "Fitted laws", {}, {}};
+  params.blocks.push_back(Paragraph{{text("chinchilla: L(N, D) = E + A/N^alpha + B/D^beta, one fit per recipe; precision: "
+                                          "L_r(N, D) = E + (A/(N·rho_N,r)^alpha + B/(D·rho_D,r)^beta)^gamma, one joint fit "
+                                          "with rho = 1 for BF16 (SCIENCE.md, docs/fit.md). Intervals are the 2.5th and "
+                                          "97.5th percentiles over the bootstrap replicates (resampled runs); the objective "
+                                          "is the summed Huber loss of log L at the point estimate.")}});
+  params.blocks.push_back(parameter_table(ctx, fits));
+  params.blocks.push_back(residual_figure(ctx, fits));
+  std::set<std::string> excluded;
+  for (const fit::StoredFit& f : st.fits)
+    for (const fit::ExcludedRun& e : f.excluded) excluded.insert(e.run_name + " (" + e.reason + ")");
+  if (!excluded.empty())
+    params.blocks.push_back(Note{{strong("Not fitted: "), text(fmt::format("{}", fmt::join(excluded, "; "))), text(".")}});
+  s.subsections.push_back(std::move(params));
+  Section held{slug("Held-out check"), "Held-out check", held_out_blocks(ctx, fits), {}};
+  s.subsections.push_back(std::move(held));
+  return s;
+}
+
+Section precision_section(ReportContext& ctx) {
+  const FitChoice fits = choose_fits(ctx.study);
+  Section s{slug("Precision law"), "Precision law", {}, {}};
+  if (fits.precision == nullptr) {
+    s.blocks.push_back(Paragraph{{text("No precision-law fit is stored. "), code("fp4lab fit"),
+                                  text(" with law \"precision\" fits it jointly over the recipes: rho_N and rho_D per "
+                                       "recipe are the effective-parameter and effective-data multipliers (BF16 at 1).")}});
+    return s;
+  }
+  const fit::StoredFit& f = *fits.precision;
+  s.blocks.push_back(Paragraph{{text("The joint precision law gives each recipe an effective-parameter multiplier rho_N and "
+                                     "an effective-data multiplier rho_D (BF16 at exactly 1): rho_N = 0.9 means the recipe "
+                                     "trains like a model with 90% of its parameters, rho_D = 0.9 like a run on 90% of its "
+                                     "tokens. Intervals: 95% bootstrap percentiles.")}});
+  Table t;
+  t.caption = "Effective-parameter and effective-data multipliers";
+  t.header = {"recipe", "rho_N [95%]", "rho_D [95%]"};
+  t.numeric = {false, true, true};
+  Plot plot;
+  plot.panel_height = 320;
+  Panel pn, pd;
+  pn.title = "rho_N: effective parameters";
+  pd.title = "rho_D: effective data";
+  std::vector<std::pair<double, std::string>> categories;
+  int k = 0;
+  for (const std::string& recipe : ctx.palette.order()) {
+    const auto rn = f.parameter("rho_N", recipe), rd = f.parameter("rho_D", recipe);
+    if (!rn && !rd) continue;
+    t.rows.push_back({ctx.recipe_cell(recipe), {rn ? with_interval(rn->value, rn->ci) : "—"},
+                      {rd ? with_interval(rd->value, rd->ci) : "—"}});
+    categories.push_back({static_cast<double>(k), recipe});
+    for (auto [panel, est] : {std::make_pair(&pn, rn), std::make_pair(&pd, rd)}) {
+      if (!est) continue;
+      Series sr = ctx.recipe_series(recipe, SeriesStyle::error_bars, "");
+      const double lo = est->ci.known() ? est->ci.lo : est->value, hi = est->ci.known() ? est->ci.hi : est->value;
+      sr.rows.push_back({static_cast<double>(k), est->value, lo, hi});
+      panel->series.push_back(std::move(sr));
+    }
+    ++k;
+  }
+  t.csv = "fits.csv";
+  s.blocks.push_back(std::move(t));
+  for (Panel* p : {&pn, &pd}) {
+    p->x = {"recipe", false, TickFormat::number, {}, {}, categories};
+    p->y = {"multiplier (1 = as good as BF16)", false, TickFormat::number, {}, {}, {}};
+    p->y_lines = {1.0};
+    plot.panels.push_back(std::move(*p));
+  }
+  if (!categories.empty())
+    s.blocks.push_back(ctx.figure("precision-law", "The precision law's multipliers",
+                                  {text("rho_N and rho_D per recipe with their 95% bootstrap intervals (error bars); the "
+                                        "dashed line is BF16's 1.")},
+                                  plot, "fits.csv"));
+  return s;
+}
+
+}  // namespace fp4::reports

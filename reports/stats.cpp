@@ -1,0 +1,32 @@
+// stats.cpp — see stats.h.
+#include "reports/stats.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+namespace fp4::reports {
+
+Spread spread(const std::vector<double>& values) {
+  constexpr double nan = std::numeric_limits<double>::quiet_NaN();
+  Spread s{0, nan, nan, nan, nan};
+  double sum = 0;
+  for (double v : values)
+    if (!std::isnan(v)) {
+      sum += v;
+      s.min = s.n == 0 ? v : std::min(s.min, v);
+      s.max = s.n == 0 ? v : std::max(s.max, v);
+      ++s.n;
+    }
+  if (s.n == 0) return s;
+  s.mean = sum / s.n;
+  if (s.n >= 2) {
+    double ss = 0;
+    for (double v : values)
+      if (!std::isnan(v)) ss += (v - s.mean) * (v - s.mean);
+    s.sd = std::sqrt(ss / (s.n - 1));
+  }
+  return s;
+}
+
+}  // namespace fp4::reports

@@ -1,0 +1,315 @@
+// report_test_helpers.h — what the report tests share: a tiny real CPU study made with the fp4lab
+// binary, hand-built stores whose names can be anything, `fp4lab report` as a child process, and
+// readers for what a report is made of: XML (the SVG figures), the HTML DOM (libxml2's HTML
+// parser), PNG screenshots (libpng).
+#pragma once
+
+#include <libxml/HTMLparser.h>
+#include <libxml/parser.h>
+#include <libxml/tree.h>
+#include <png.h>
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "sweeps/spec.h"
+#include "sweeps/store.h"
+#include "tests/sweeps_test_helpers.h"
+#include "tests/test_support.h"
+
+namespace fp4::test {
+
+// ---- Studies ------------------------------------------------------------------------------------
+
+// The tiny real study of the report tests: two grids in one store, run on the CPU by the fp4lab
+// binary (d1 and a 2-block d_model-64 model × 256 and 512 tokens × bf16, e2m1, ufp4 and the
+// ablation recipe ufp4-no-rht, seed 0, an evaluation every step, probes every 2 steps; plus seeds
+// 1 and 2 of d1 at 256 tokens for bf16 and ufp4: the noise floor). 20 runs of 2 or 4 steps of 128
+// tokens: a few seconds on two cores.
+struct TinyStudy {
+  std::filesystem::path toml, noise_toml, store;
+};
+inline std::string tiny_study_base() {
+  return "[data]\n"
+         "source = \"synthetic:markov?order=1&vocab=64&branch=4&seed=1\"\n"
+         "[model]\nseq_len = 32\n"
+         "[train]\nbatch_tokens = 128\nmicro_batch = 2\nlr = 3e-3\n"
+         "[eval]\nevery = 1\ntokens = 128\n"
+         "[probe]\nevery = 2\n"
+         "[checkpoint]\nevery = 100\n"
+         "[executor]\ncpu_jobs = 2\nthreads_per_job = 1\n"
+         "[recipes.ufp4-no-rht]\nbase = \"ufp4\"\nrht = []\n";
+}
+inline TinyStudy make_tiny_study(const std::filesystem::path& dir) {
+  TinyStudy s;
+  s.toml = dir / "tiny.toml";
+  s.noise_toml = dir / "tiny-noise.toml";
+  s.store = dir / "tiny.db";
+  spit(s.toml, "[sweep]\nname = \"tiny\"\nstore = \"tiny.db\"\n" + tiny_study_base() +
+                   "[grid]\nmodel = [\"d1\", {n_layers = 2, d_model = 64}]\ntokens = [256, 512]\n"
+                   "recipe = [\"bf16\", \"e2m1\", \"ufp4\", \"ufp4-no-rht\"]\nseed = [0]\n");
+  spit(s.noise_toml, "[sweep]\nname = \"tiny-noise\"\nstore = \"tiny.db\"\n" + tiny_study_base() +
+                         "[grid]\nmodel = [\"d1\"]\ntokens = [256]\nrecipe = [\"bf16\", \"ufp4\"]\nseed = [1, 2]\n");
+  for (const auto& toml : {s.toml, s.noise_toml}) {
+    const CliRun r = run_fp4lab("sweep run --plain '" + toml.string() + "'", dir);
+    if (r.exit_code != 0) throw std::runtime_error("sweep run " + toml.string() + " failed: " + r.err);
+  }
+  return s;
+}
+
+// A store built row by row through the Store API, so that names, errors and paths can hold
+// anything (the TOML's rules are bypassed on purpose).
+class HandStudy {
+ public:
+  HandStudy(const std::filesystem::path& dir, const std::string& name) : dir_(dir) {
+    spec_.file = dir / "hand.toml";
+    spec_.base_dir = dir;
+    spec_.text = "# a hand-built study named " + name + "\n";
+    spec_.text_hash = "hash-" + name;
+    spec_.name = name;
+    spec_.store = dir / "hand.db";
+    spec_.run_root = dir / "runs";
+    spec_.axis_names = {"model", "recipe", "seed"};
+    spec_.fit = nlohmann::json::object();
+  }
+  // The TOML path the grid is recorded with (shown in the report and in its commands).
+  void set_file(const std::filesystem::path& file) { spec_.file = file; }
+  // A point (N non-embedding parameters, D tokens); runs with the same `match` are BF16 twins.
+  // Returns a copy (later adds move the points).
+  sweeps::GridPoint add(const std::string& name, const std::string& recipe, const std::string& model, int64_t n,
+                         int64_t d, uint64_t seed, const std::string& match, int64_t steps = 10) {
+    sweeps::GridPoint p;
+    p.id = "id-" + std::to_string(spec_.points.size()) + "-" + std::to_string(std::hash<std::string>{}(name));
+    p.name = name;
+    p.config = {{"data", "synthetic:markov?order=1&vocab=64"},
+                {"recipe", recipe},
+                {"train", {{"steps", steps}, {"batch_tokens", d / steps}, {"seed", seed}}},
+                {"match", match}};
+    p.canonical = p.config.dump();
+    p.match_key = match;
+    p.axes = {{"model", model}, {"recipe", recipe}, {"seed", std::to_string(seed)}};
+    p.recipe_label = recipe;
+    p.baseline = recipe == "bf16";
+    p.model_label = model;
+    p.n_params = n + 1000;
+    p.n_params_nonembedding = n;
+    p.tokens = d;
+    p.seed = seed;
+    p.flops_per_token = 6.0 * static_cast<double>(n);
+    spec_.points.push_back(std::move(p));
+    return spec_.points.back();
+  }
+  // Records the grid (call once, after the adds).
+  sweeps::Store& record() {
+    store_ = sweeps::Store::open(spec_.store, sweeps::Store::Mode::read_write);
+    store_->record_grid(spec_);
+    return *store_;
+  }
+  // Train and eval losses for every step (loss(step) from `f`), then the outcome.
+  void train(const sweeps::GridPoint& p, const std::function<double(int64_t)>& loss, sweeps::RunState state,
+             const std::string& error = "") {
+    const int64_t steps = p.config["train"]["steps"].get<int64_t>();
+    const int64_t batch = p.config["train"]["batch_tokens"].get<int64_t>();
+    sweeps::MetricsBatch b;
+    for (int64_t s = 1; s <= steps; ++s) {
+      const double v = loss(s);
+      b.metrics.push_back({"train/loss", s, s * batch, v, !std::isfinite(v)});
+      b.metrics.push_back({"eval/loss", s, s * batch, v + 0.01, !std::isfinite(v)});
+    }
+    store_->ingest(p.id, b, 0);
+    store_->set_state(p.id, state, error);
+  }
+  sweeps::Store& store() { return *store_; }
+  const sweeps::SweepSpec& spec() const { return spec_; }
+  std::filesystem::path store_path() const { return spec_.store; }
+  // Closes the store (the report opens it read-only itself).
+  void close() { store_.reset(); }
+
+ private:
+  std::filesystem::path dir_;
+  sweeps::SweepSpec spec_;
+  std::unique_ptr<sweeps::Store> store_;
+};
+
+// `fp4lab report ARGS` (already shell-quoted), run in `dir`.
+inline CliRun run_report(const std::string& args, const std::filesystem::path& dir) {
+  return run_fp4lab("report " + args, dir);
+}
+
+// ---- XML and HTML -------------------------------------------------------------------------------
+
+// Whether `text` is well-formed XML; the parser's first complaint in `error` if not. No network,
+// no entity expansion from outside.
+inline bool xml_well_formed(const std::string& text, std::string* error) {
+  xmlResetLastError();
+  xmlDocPtr doc = xmlReadMemory(text.data(), static_cast<int>(text.size()), "figure.svg", nullptr,
+                                XML_PARSE_NONET | XML_PARSE_NOERROR | XML_PARSE_NOWARNING);
+  if (doc == nullptr) {
+    const xmlError* e = xmlGetLastError();
+    if (error) *error = e && e->message ? fmt::format("line {}: {}", e->line, e->message) : "unparseable";
+    return false;
+  }
+  const bool svg_root = xmlDocGetRootElement(doc) != nullptr &&
+                        std::string(reinterpret_cast<const char*>(xmlDocGetRootElement(doc)->name)) == "svg";
+  xmlFreeDoc(doc);
+  if (!svg_root && error) *error = "the root element is not <svg>";
+  return svg_root;
+}
+
+// An HTML document as libxml2's HTML parser sees it (it knows HTML 4, so <svg>, <figure> and
+// <section> are kept as unknown elements, which is all the tests need).
+class HtmlDom {
+ public:
+  explicit HtmlDom(const std::string& html) {
+    doc_ = htmlReadMemory(html.data(), static_cast<int>(html.size()), "report.html", "utf-8",
+                          HTML_PARSE_NONET | HTML_PARSE_NOERROR | HTML_PARSE_NOWARNING | HTML_PARSE_NOIMPLIED);
+    if (doc_ == nullptr) throw std::runtime_error("libxml2 could not parse the HTML at all");
+  }
+  ~HtmlDom() { xmlFreeDoc(doc_); }
+  HtmlDom(const HtmlDom&) = delete;
+  HtmlDom& operator=(const HtmlDom&) = delete;
+
+  // Every element, in document order.
+  std::vector<xmlNodePtr> elements() const {
+    std::vector<xmlNodePtr> out;
+    walk(xmlDocGetRootElement(doc_), out);
+    return out;
+  }
+  std::vector<xmlNodePtr> elements(const std::string& name) const {
+    std::vector<xmlNodePtr> out;
+    for (xmlNodePtr n : elements())
+      if (element_name(n) == name) out.push_back(n);
+    return out;
+  }
+  static std::string element_name(xmlNodePtr n) { return n->name ? reinterpret_cast<const char*>(n->name) : ""; }
+  static std::string text_of(xmlNodePtr n) {
+    xmlChar* t = xmlNodeGetContent(n);
+    std::string s = t ? reinterpret_cast<const char*>(t) : "";
+    xmlFree(t);
+    return s;
+  }
+  // Every attribute of an element: name → value.
+  static std::map<std::string, std::string> attributes(xmlNodePtr n) {
+    std::map<std::string, std::string> out;
+    for (xmlAttrPtr a = n->properties; a != nullptr; a = a->next) {
+      xmlChar* v = xmlNodeListGetString(n->doc, a->children, 1);
+      out[reinterpret_cast<const char*>(a->name)] = v ? reinterpret_cast<const char*>(v) : "";
+      xmlFree(v);
+    }
+    return out;
+  }
+  // The text of the whole document.
+  std::string text() const { return text_of(xmlDocGetRootElement(doc_)); }
+
+  struct TableData {
+    std::string caption, id;
+    std::vector<std::string> header;
+    std::vector<std::vector<std::string>> rows;
+  };
+  std::vector<TableData> tables() const {
+    std::vector<TableData> out;
+    for (xmlNodePtr t : elements("table")) {
+      TableData d;
+      d.id = attributes(t)["id"];
+      std::vector<xmlNodePtr> inside;
+      walk(t->children, inside);
+      for (xmlNodePtr n : inside) {
+        const std::string name = element_name(n);
+        if (name == "caption") d.caption = text_of(n);
+        else if (name == "th") d.header.push_back(text_of(n));
+        else if (name == "tr" && n->parent && element_name(n->parent) == "tbody") {
+          std::vector<std::string> row;
+          for (xmlNodePtr c = n->children; c != nullptr; c = c->next)
+            if (c->type == XML_ELEMENT_NODE && element_name(c) == "td") row.push_back(text_of(c));
+          d.rows.push_back(std::move(row));
+        }
+      }
+      out.push_back(std::move(d));
+    }
+    return out;
+  }
+
+ private:
+  static void walk(xmlNodePtr n, std::vector<xmlNodePtr>& out) {
+    for (; n != nullptr; n = n->next) {
+      if (n->type == XML_ELEMENT_NODE) out.push_back(n);
+      walk(n->children, out);
+    }
+  }
+  xmlDocPtr doc_ = nullptr;
+};
+
+// The <svg>...</svg> elements of an HTML text, as text (each must be well-formed XML on its own).
+inline std::vector<std::string> inline_svgs(const std::string& html) {
+  std::vector<std::string> out;
+  for (size_t at = html.find("<svg"); at != std::string::npos; at = html.find("<svg", at + 1)) {
+    const size_t end = html.find("</svg>", at);
+    if (end == std::string::npos) break;
+    out.push_back(html.substr(at, end + 6 - at));
+    at = end;
+  }
+  return out;
+}
+
+// A CSV file's rows (RFC 4180: quoted fields, doubled quotes, line breaks inside quotes).
+inline std::vector<std::vector<std::string>> read_csv(const std::string& text) {
+  std::vector<std::vector<std::string>> rows(1, std::vector<std::string>(1));
+  bool quoted = false;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (quoted) {
+      if (c == '"' && i + 1 < text.size() && text[i + 1] == '"') {
+        rows.back().back() += '"';
+        ++i;
+      } else if (c == '"') {
+        quoted = false;
+      } else {
+        rows.back().back() += c;
+      }
+    } else if (c == '"') {
+      quoted = true;
+    } else if (c == ',') {
+      rows.back().emplace_back();
+    } else if (c == '\n') {
+      rows.emplace_back(1);
+    } else {
+      rows.back().back() += c;
+    }
+  }
+  if (rows.back().size() == 1 && rows.back()[0].empty()) rows.pop_back();
+  return rows;
+}
+
+// ---- PNG ----------------------------------------------------------------------------------------
+
+struct Image {
+  int width = 0, height = 0;
+  std::vector<uint8_t> rgb;  // 3 bytes per pixel, row-major
+  const uint8_t* at(int x, int y) const { return &rgb[3 * (static_cast<size_t>(y) * width + x)]; }
+};
+inline Image read_png(const std::filesystem::path& path) {
+  png_image img{};
+  img.version = PNG_IMAGE_VERSION;
+  if (!png_image_begin_read_from_file(&img, path.c_str()))
+    throw std::runtime_error("cannot read " + path.string() + ": " + img.message);
+  img.format = PNG_FORMAT_RGB;
+  Image out;
+  out.width = static_cast<int>(img.width);
+  out.height = static_cast<int>(img.height);
+  out.rgb.resize(PNG_IMAGE_SIZE(img));
+  if (!png_image_finish_read(&img, nullptr, out.rgb.data(), 0, nullptr))
+    throw std::runtime_error("cannot decode " + path.string() + ": " + img.message);
+  return out;
+}
+
+}  // namespace fp4::test
