@@ -152,6 +152,8 @@ TEST_CASE("report in a real browser: every figure renders and no request leaves 
                                  : ("exit " + std::to_string(probe.exit_code)).c_str(),
                 probe.out.substr(0, 400).c_str());
     std::fflush(stdout);
+    std::error_code ec;
+    fs::remove_all(probe_dir.path(), ec);  // _Exit runs no destructors
     std::_Exit(77);
   }
 
