@@ -23,6 +23,7 @@
 #include "base/user_error.h"
 #include "sweeps/gpu_list.h"
 #include "sweeps/lease_owner.h"
+#include "sweeps/mps_daemon.h"
 #include "sweeps/process.h"
 #include "sweeps/provenance.h"
 #include "sweeps/run_dir_reader.h"
@@ -113,6 +114,7 @@ class LocalExecutor {
   // and whether the limit stopped the sweep (by the deadline, or because nothing left would fit).
   double deadline_ = 0;
   std::unique_ptr<RunDurationModel> durations_;
+  std::unique_ptr<MpsDaemon> mps_;  // while runs share GPUs
   bool time_limited_ = false;
   std::set<std::string> told_wont_fit_;
   bool fits_before_deadline(const QueueItem& item, double now);
@@ -245,6 +247,7 @@ bool LocalExecutor::launch(QueueItem& item, size_t slot) {
   std::string devices;
   if (slots_[slot].gpu) {
     req.env.emplace_back("CUDA_VISIBLE_DEVICES", slots_[slot].device);
+    if (mps_) req.env.insert(req.env.end(), mps_->child_env().begin(), mps_->child_env().end());
     devices = fmt::format("cuda:{}", slots_[slot].device);
   } else {
     req.env.emplace_back("OMP_NUM_THREADS", std::to_string(cpu_threads_));
@@ -365,6 +368,8 @@ int LocalExecutor::run() {
                       "set CUDA_VISIBLE_DEVICES, or use [sweep] device = \"cpu\"");
     for (const std::string& g : gpus)
       for (int k = 0; k < spec_.executor.runs_per_gpu; ++k) slots_.push_back({true, g, false});
+    if (spec_.executor.runs_per_gpu > 1 && spec_.executor.mps == "auto")
+      mps_ = std::make_unique<MpsDaemon>([this](const std::string& line) { say(line); });
   }
   const int jobs = o_.jobs > 0 ? o_.jobs : spec_.executor.cpu_jobs;
   for (int k = 0; k < jobs; ++k) slots_.push_back({false, "", false});
@@ -458,6 +463,7 @@ int LocalExecutor::run() {
     out_ << "\n";
     progress_line_open_ = false;
   }
+  mps_.reset();  // every child has exited: the daemon can go
   const std::vector<PlanEntry> after = plan_sweep(spec_, store_.get(), unix_time_s(), false);
   std::map<std::string, int> counts;
   for (const PlanEntry& e : after) ++counts[plan_action_name(e.action)];

@@ -68,11 +68,17 @@ pid_t spawn(const SpawnRequest& r) {
     out_fd = ::open(r.output.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
     if (out_fd < 0) throw std::runtime_error("cannot open " + r.output.string() + ": " + std::strerror(errno));
   }
+  int in_fds[2] = {-1, -1};
+  if (r.input && ::pipe2(in_fds, O_CLOEXEC) != 0) {
+    if (out_fd >= 0) ::close(out_fd);
+    throw std::runtime_error(std::string("cannot start a process: pipe: ") + std::strerror(errno));
+  }
   const pid_t parent = ::getpid();
   const pid_t pid = ::fork();
   if (pid < 0) {
     const int err = errno;
     if (out_fd >= 0) ::close(out_fd);
+    if (in_fds[0] >= 0) ::close(in_fds[0]), ::close(in_fds[1]);
     throw std::runtime_error(std::string("cannot start a process: fork: ") + std::strerror(err));
   }
   if (pid == 0) {
@@ -91,8 +97,12 @@ pid_t spawn(const SpawnRequest& r) {
       ::dup2(out_fd, STDOUT_FILENO);
       ::dup2(out_fd, STDERR_FILENO);
     }
-    const int devnull = ::open("/dev/null", O_RDONLY);
-    if (devnull >= 0) ::dup2(devnull, STDIN_FILENO);
+    if (in_fds[0] >= 0) {
+      ::dup2(in_fds[0], STDIN_FILENO);
+    } else {
+      const int devnull = ::open("/dev/null", O_RDONLY);
+      if (devnull >= 0) ::dup2(devnull, STDIN_FILENO);
+    }
     if (!r.cwd.empty() && ::chdir(r.cwd.c_str()) != 0) {
       child_write(STDERR_FILENO, "fp4lab: failed: cannot enter the working directory ", r.cwd.c_str());
       ::_exit(127);
@@ -102,6 +112,23 @@ pid_t spawn(const SpawnRequest& r) {
     ::_exit(127);
   }
   if (out_fd >= 0) ::close(out_fd);
+  if (in_fds[0] >= 0) {
+    // The input is a few bytes (a command for a control program): it fits in the pipe's buffer,
+    // so writing it all before the child reads cannot block.
+    ::close(in_fds[0]);
+    // A child that exits without reading must not kill us with SIGPIPE.
+    struct sigaction ignore {}, previous {};
+    ignore.sa_handler = SIG_IGN;
+    ::sigaction(SIGPIPE, &ignore, &previous);
+    const std::string& text = *r.input;
+    for (size_t done = 0; done < text.size();) {
+      const ssize_t n = ::write(in_fds[1], text.data() + done, text.size() - done);
+      if (n <= 0) break;  // the child closed its stdin: it did not want the rest
+      done += static_cast<size_t>(n);
+    }
+    ::close(in_fds[1]);
+    ::sigaction(SIGPIPE, &previous, nullptr);
+  }
   return pid;
 }
 

@@ -24,6 +24,7 @@ struct SpawnRequest {
   std::filesystem::path cwd;                                // empty: inherit
   std::vector<std::pair<std::string, std::string>> env;     // set (override) in the child
   std::filesystem::path output;                             // stdout+stderr appended here; empty: inherit
+  std::optional<std::string> input;                         // written to its stdin (small); none: /dev/null
 };
 
 // Starts the child; returns its pid. Failure to fork or to open the output file throws

@@ -284,7 +284,8 @@ ExecutorSpec read_executor(const toml::table* t, const SpecErrors& errors) {
   ExecutorSpec ex;
   if (t == nullptr) return ex;
   check_keys(*t, "executor",
-             {"gpus", "runs_per_gpu", "cpu_jobs", "threads_per_job", "max_attempts", "order", "heartbeat_timeout_s"},
+             {"gpus", "runs_per_gpu", "cpu_jobs", "threads_per_job", "max_attempts", "order", "heartbeat_timeout_s",
+              "mps"},
              errors);
   if (const toml::node* n = t->get("gpus")) {
     if (!n->is_array())
@@ -315,6 +316,13 @@ ExecutorSpec read_executor(const toml::table* t, const SpecErrors& errors) {
     ex.heartbeat_timeout_s = read_number(*n, "executor.heartbeat_timeout_s", errors);
     if (!(ex.heartbeat_timeout_s > 0))
       errors.fail(loc_of(*n), "executor.heartbeat_timeout_s", "must be > 0 seconds, got " + describe(*n));
+  }
+  if (const toml::node* n = t->get("mps")) {
+    ex.mps = read_string(*n, "executor.mps", errors);
+    if (ex.mps != "auto" && ex.mps != "off")
+      errors.fail(loc_of(*n), "executor.mps",
+                  "must be \"auto\" (an MPS daemon for runs that share a GPU, when nvidia-cuda-mps-control is "
+                  "there) or \"off\", got \"" + ex.mps + "\"");
   }
   return ex;
 }

@@ -30,6 +30,7 @@ struct ExecutorSpec {
   int max_attempts = 3;           // attempt cap for --retry-failed
   std::string order = "largest";  // "largest" (most FLOPs first) or "declared" (grid order)
   double heartbeat_timeout_s = 60;  // a running run whose heartbeat is older is orphaned
+  std::string mps = "auto";       // "auto": an MPS daemon for runs sharing a GPU when available; "off"
 };
 
 // One expanded grid point.
