@@ -82,9 +82,10 @@ class CudaBackend final : public run::TrainBackend {
     model_.params_changed();
     sample_memory();  // after a whole step every buffer of the run exists
   }
-  model::Model& probe_model() override {
-    model_.sync_host_params();
-    return model_.host_model();
+  std::vector<run::SlotProbe> probe(const model::Batch& batch, const model::StepContext& ctx) override {
+    std::vector<run::SlotProbe> out;
+    for (const ProbedSlot& p : model_.probe(batch, ctx).slots) out.push_back({p.linear_id, p.slot, p.metrics});
+    return out;
   }
   int64_t peak_device_bytes() override {
     sample_memory();
