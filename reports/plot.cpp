@@ -29,6 +29,8 @@ std::string tick_label(double v, int exponent, TickFormat f) {
     case TickFormat::percent: return format_number(v, decimals_for(exponent)) + "%";
     case TickFormat::number: break;
   }
+  // Far from 1, "1e+06" reads better than a row of zeros.
+  if (v != 0 && (std::fabs(v) >= 1e5 || std::fabs(v) < 1e-3)) return fmt::format("{:g}", v);
   return format_number(v, decimals_for(exponent));
 }
 

@@ -51,6 +51,21 @@ std::string n_label(const FitChoice& fits) {
   return f != nullptr && f->options.n_kind == "total" ? "parameters N (total)" : "parameters N (non-embedding)";
 }
 
+// The fits whose law gives no finite loss at the data (a degenerate fit: a parameter that overflowed).
+std::vector<std::string> unusable_laws(const FitChoice& fits, const std::vector<const StudyRun*>& runs) {
+  std::set<std::string> out;
+  for (const StudyRun* r : runs)
+    if (const fit::StoredFit* law = law_for(fits, r->record.recipe)) {
+      double v = std::nan("");
+      try {
+        v = fit::predicted_loss(*law, r->record.recipe, fit_n(*law, r->record), static_cast<double>(r->record.tokens));
+      } catch (const std::exception&) {
+      }
+      if (!std::isfinite(v)) out.insert(law->law + " fit of " + (law->law == "chinchilla" ? law->scope : r->record.recipe));
+    }
+  return {out.begin(), out.end()};
+}
+
 Figure loss_vs_n(ReportContext& ctx, const FitChoice& fits, const std::vector<const StudyRun*>& runs) {
   std::set<int64_t> ds;
   for (const StudyRun* r : runs) ds.insert(r->record.tokens);
@@ -61,13 +76,15 @@ Figure loss_vs_n(ReportContext& ctx, const FitChoice& fits, const std::vector<co
     p.title = "D = " + fmt_count(static_cast<double>(d)) + " training tokens";
     p.x = {n_label(fits), true, TickFormat::count, {}, {}, {}};
     p.y = {"final validation loss (nats/token)", true, TickFormat::number, {}, {}, {}};
-    double n_lo = INFINITY, n_hi = 0;
+    double n_lo = INFINITY, n_hi = 0, y_lo = INFINITY, y_hi = 0;
     for (const StudyRun* r : runs)
       if (r->record.tokens == d) {
         const fit::StoredFit* law = law_for(fits, r->record.recipe);
         const double n = law ? fit_n(*law, r->record) : static_cast<double>(r->record.n_params_nonembedding);
         n_lo = std::min(n_lo, n);
         n_hi = std::max(n_hi, n);
+        y_lo = std::min(y_lo, *r->final_loss);
+        y_hi = std::max(y_hi, *r->final_loss);
       }
     for (const std::string& recipe : ctx.palette.order()) {
       const fit::StoredFit* law = law_for(fits, recipe);
@@ -80,11 +97,16 @@ Figure loss_vs_n(ReportContext& ctx, const FitChoice& fits, const std::vector<co
       if (law != nullptr && n_hi > 0) {
         Series band = ctx.recipe_series(recipe, SeriesStyle::band, "");
         Series line = ctx.recipe_series(recipe, SeriesStyle::lines, "");
-        const double lo = std::log(n_lo / 1.6), hi = std::log(n_hi * 1.6);
+        // A little beyond the data, no further: a law is a description of the data's range.
+        const double lo = std::log(n_lo / 1.25), hi = std::log(n_hi * 1.25);
         for (int k = 0; k <= 48; ++k) {
           const double n = std::exp(lo + (hi - lo) * k / 48);
           const fit::Estimate e = fit::predicted_loss_interval(*law, recipe, n, static_cast<double>(d));
           line.rows.push_back({n, e.value});
+          if (n >= n_lo && n <= n_hi && std::isfinite(e.value) && e.value > 0) {
+            y_lo = std::min(y_lo, e.value);
+            y_hi = std::max(y_hi, e.value);
+          }
           if (e.ci.known()) band.rows.push_back({n, e.ci.lo, e.ci.hi});
           csv.push_back({csv_field(law->law), csv_field(law->scope), csv_field(recipe), std::to_string(d), num(n),
                          num(e.value), num(e.ci.lo), num(e.ci.hi)});
@@ -93,6 +115,13 @@ Figure loss_vs_n(ReportContext& ctx, const FitChoice& fits, const std::vector<co
         p.series.push_back(std::move(line));
       }
       p.series.push_back(std::move(points));
+    }
+    // The loss axis spans the points and the laws over the data's N, not a band that flares where
+    // a law is poorly determined (it is clipped at the frame instead).
+    if (y_hi > 0) {
+      const double pad = y_hi > y_lo ? std::pow(y_hi / y_lo, 0.08) : 1.02;
+      p.y.min = y_lo / pad;
+      p.y.max = y_hi * pad;
     }
     plot.panels.push_back(std::move(p));
   }
@@ -242,6 +271,12 @@ Section scaling_section(ReportContext& ctx) {
     return s;
   }
   s.blocks.push_back(loss_vs_n(ctx, fits, runs));
+  if (const auto bad = unusable_laws(fits, runs); !bad.empty())
+    s.blocks.push_back(Note{{strong("Not drawn: "),
+                             text(fmt::format("the {} give{} no finite loss at this study's runs (a parameter of the "
+                                              "fit is not finite: see Fitted laws); fit more sizes and lengths, or check "
+                                              "the fit's residuals.",
+                                              fmt::join(bad, " and the "), bad.size() == 1 ? "s" : ""))}});
   s.blocks.push_back(loss_vs_compute(ctx, runs));
   if (!fits.any()) return s;
   Section params{slug("Fitted laws"), "Fitted laws", {}, {}};

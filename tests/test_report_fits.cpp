@@ -208,3 +208,94 @@ TEST_CASE("report with stored fits: laws, bands, parameters, residuals, fitted a
     }
   CHECK(ufp4_rho);
 }
+
+TEST_CASE("report after fp4lab fit on a real tiny study shows the stored fits' own numbers", "[report][report_fits]") {
+  // 3 widths × 3 lengths × bf16, ufp4: the fewest runs both laws accept. The fits of such tiny runs
+  // are poorly determined; the test checks that the report shows what the fitter stored, whatever it is.
+  ScratchDir dir;
+  fp4::test::spit(dir / "fit.toml",
+                  "[sweep]\nname = \"tinyfit\"\n"
+                  "[data]\nsource = \"synthetic:markov?order=1&vocab=64&branch=4&seed=1\"\n"
+                  "[model]\nseq_len = 32\n[train]\nbatch_tokens = 128\nmicro_batch = 2\nlr = 3e-3\n"
+                  "[eval]\nevery = 100\ntokens = 128\n[checkpoint]\nevery = 100\n"
+                  "[executor]\ncpu_jobs = 2\nthreads_per_job = 1\n[fit]\nbootstrap = 20\n"
+                  "[grid]\nmodel = [{n_layers = 1, d_model = 64}, {n_layers = 2, d_model = 64}, {n_layers = 3, d_model = 64}]\n"
+                  "tokens = [256, 384, 512]\nrecipe = [\"bf16\", \"ufp4\"]\nseed = [0]\n");
+  const std::string toml = "'" + (dir / "fit.toml").string() + "'";
+  auto run = fp4::test::run_fp4lab("sweep run --plain " + toml, dir.path());
+  INFO(run.err);
+  REQUIRE(run.exit_code == 0);
+  run = fp4::test::run_fp4lab("fit --plain " + toml, dir.path());
+  INFO(run.err);
+  REQUIRE(run.exit_code == 0);
+  const auto r = fp4::test::run_report(toml, dir.path());
+  INFO(r.err);
+  REQUIRE(r.exit_code == 0);
+  const fs::path out = dir / "tinyfit-report";
+  HtmlDom dom(fp4::test::slurp(out / "report.html"));
+
+  auto store = fp4::sweeps::Store::open(dir / "tinyfit.db", fp4::sweeps::Store::Mode::read_only);
+  const auto fits = fp4::fit::read_fits(*store);
+  REQUIRE(fits.size() == 3);  // chinchilla bf16, chinchilla ufp4, precision joint
+  const auto tables = dom.tables();
+  auto table = [&](const std::string& prefix) -> const HtmlDom::TableData& {
+    for (const auto& t : tables)
+      if (t.caption.rfind(prefix, 0) == 0) return t;
+    FAIL("no table " << prefix);
+    return tables.front();
+  };
+  // The parameters: each fit's E with its interval, its points and replicates, as stored.
+  const auto& params = table("Fitted parameters");
+  REQUIRE(params.rows.size() == fits.size());
+  for (const auto& f : fits) {
+    INFO(f.law << " " << f.scope);
+    bool shown = false;
+    const auto e = f.parameter("E");
+    REQUIRE(e.has_value());
+    std::string cell = fp4::reports::fmt_number(e->value, 4);
+    if (e->ci.known())
+      cell += " [" + fp4::reports::fmt_number(e->ci.lo, 4) + ", " + fp4::reports::fmt_number(e->ci.hi, 4) + "]";
+    for (const auto& row : params.rows)
+      if (row[0] == f.law && row[1] == f.scope) {
+        shown = true;
+        CHECK(row[2] == std::to_string(f.n_points));
+        CHECK(row[3] == cell);
+        CHECK(row[10] == fmt::format("{} of {}", f.samples.size(), f.replicates_asked));
+      }
+    CHECK(shown);
+  }
+  // The fitted gap at each grid point is the precision fit's, as the API computes it.
+  const fp4::fit::StoredFit* precision = nullptr;
+  for (const auto& f : fits)
+    if (f.law == "precision") precision = &f;
+  REQUIRE(precision != nullptr);
+  const auto& gaps = table("Observed gap");
+  REQUIRE(gaps.rows.size() == 9);
+  for (const auto& run_record : store->runs()) {
+    if (run_record.recipe != "ufp4") continue;
+    const auto e = fp4::fit::predicted_gap_interval(*precision, "ufp4", static_cast<double>(run_record.n_params_nonembedding),
+                                                    static_cast<double>(run_record.tokens));
+    std::string cell = fp4::reports::fmt_percent(e.value);
+    if (e.ci.known()) cell += " [" + fp4::reports::fmt_percent(e.ci.lo) + ", " + fp4::reports::fmt_percent(e.ci.hi) + "]";
+    bool found = false;
+    for (const auto& row : gaps.rows)
+      found = found || (row[2] == fp4::reports::fmt_count(static_cast<double>(run_record.n_params_nonembedding)) &&
+                        row[3] == fp4::reports::fmt_count(static_cast<double>(run_record.tokens)) && row[10] == cell);
+    INFO(run_record.name << " " << cell);
+    CHECK(found);
+  }
+  // Every stored prediction at the target is listed; the residuals figure and CSV hold every fitted point.
+  size_t predictions = 0, residuals = 0;
+  for (const auto& f : fits) {
+    predictions += f.predictions.size();
+    residuals += f.residuals.size();
+  }
+  CHECK(table("Extrapolated loss and gap").rows.size() == predictions);
+  CHECK(fp4::test::read_csv(fp4::test::slurp(out / "residuals.csv")).size() == residuals + 1);
+  for (const char* figure : {"loss-vs-n", "residuals", "precision-law"}) {
+    std::string error;
+    INFO(figure);
+    CHECK(fp4::test::xml_well_formed(fp4::test::slurp(out / "figures" / (std::string(figure) + ".svg")), &error));
+    INFO(error);
+  }
+}

@@ -82,9 +82,10 @@ class CudaBackend final : public run::TrainBackend {
     model_.params_changed();
     sample_memory();  // after a whole step every buffer of the run exists
   }
-  model::Model& probe_model() override {
-    model_.sync_host_params();
-    return model_.host_model();
+  std::vector<run::SlotProbe> probe(const model::Batch& batch, const model::StepContext& ctx) override {
+    std::vector<run::SlotProbe> out;
+    for (const ProbedSlot& p : model_.probe(batch, ctx).slots) out.push_back({p.linear_id, p.slot, p.metrics});
+    return out;
   }
   int64_t peak_device_bytes() override {
     sample_memory();
@@ -123,6 +124,15 @@ bool cuda_device_visible() {
     return false;
   }
   return devices > 0;
+}
+
+double cuda_free_memory() {
+  size_t free_bytes = 0, total_bytes = 0;
+  if (cudaMemGetInfo(&free_bytes, &total_bytes) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  return static_cast<double>(free_bytes);
 }
 
 std::unique_ptr<run::TrainBackend> make_cuda_backend(const model::ModelConfig& config, const engine::Recipe& recipe,

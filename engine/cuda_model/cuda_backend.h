@@ -13,6 +13,8 @@ namespace fp4::cuda_model {
 // Whether a CUDA device is visible to this process (cudaGetDeviceCount finds one): the trainer's
 // pick when neither the config nor --device names a device.
 bool cuda_device_visible();
+// Bytes free on the current device (cudaMemGetInfo), 0 when it cannot be asked.
+double cuda_free_memory();
 
 // Throws UserError (one line, exit 2) when no CUDA device is visible, and as
 // model::Model's constructor for a bad configuration.

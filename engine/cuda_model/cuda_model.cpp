@@ -40,7 +40,7 @@ CudaModel::CudaModel(const model::ModelConfig& config, const engine::Recipe& rec
     throw UserError("model: head_dim = " + std::to_string(config.head_dim) +
                     " is above the CUDA attention kernel's limit " + std::to_string(cuda::kMaxHeadDim) +
                     ": use more heads or device \"cpu\"");
-  // The host mirror never computes gradients (only probe(), which keeps its own): drop that buffer.
+  // The host model never runs a pass: drop its gradient buffer.
   host_.grads().clear();
   host_.grads().shrink_to_fit();
   const int L = config.n_layers;
@@ -104,8 +104,6 @@ std::vector<float> CudaModel::grads_to_host() const {
   FP4_CUDA_CHECK(cudaStreamSynchronize(stream_));
   return out;
 }
-
-void CudaModel::sync_host_params() { host_.params() = params_to_host(); }
 
 void CudaModel::zero_grads() {
   FP4_CUDA_CHECK(cudaMemsetAsync(grads_.get(), 0, n_params_ * sizeof(float), stream_));
@@ -222,10 +220,13 @@ void CudaModel::linear_forward(const model::StepContext& ctx, int block, int pos
   float* ts = tensor_scales_.get();
   const QuantSpec sx = engine::site_slot_spec(s, engine::Slot::fprop_x);
   const QuantSpec sw = engine::site_slot_spec(s, engine::Slot::fprop_w);
-  const cuda::CopyOut cx = copy_out(sx, q_a_.get(), ts + 0);
+  cuda::CopyOut cx = copy_out(sx, q_a_.get(), ts + 0);
+  if (probe_ != nullptr) cx.codes = probe_codes_a_.get();
   quantize_copies(xb, t, k, &cx, nullptr, nonfinite_.get(), ws_quant_, stream_);
+  if (probe_ != nullptr) measure(s, engine::Slot::fprop_x, xb, t, k, cx);
   const float* ts_w = nullptr;
-  const bf16_t* qw = weight_copy(block, pos, engine::Slot::fprop_w, sw, &ts_w);
+  const bf16_t* qw = probe_ != nullptr ? probe_weight_copy(s, block, pos, engine::Slot::fprop_w, sw, &ts_w)
+                                       : weight_copy(block, pos, engine::Slot::fprop_w, sw, &ts_w);
   const float* alpha = alpha_of(sx, ts + 0, sw, ts_w, scalars_.get() + 2);
   quantized_gemm(false, true, t, n, k, alpha, q_a_.get(), qw, y);
 }
@@ -239,7 +240,7 @@ void CudaModel::linear_backward(const model::StepContext& ctx, int block, int po
   const engine::LinearSite s = site(ctx, block, pos);
   if (!engine::site_is_quantized(s)) {
     gemm_->gemm(false, false, t, k, n, 1.0f, dyb, wb, 0.0f, dx, stream_);  // dX = dY · W
-    gemm_->gemm(true, false, n, k, t, 1.0f, dyb, xb, 1.0f, dw, stream_);  // dW += dYᵀ · X
+    if (probe_ == nullptr) gemm_->gemm(true, false, n, k, t, 1.0f, dyb, xb, 1.0f, dw, stream_);  // dW += dYᵀ · X
     return;
   }
   float* ts = tensor_scales_.get();
@@ -247,15 +248,27 @@ void CudaModel::linear_backward(const model::StepContext& ctx, int block, int po
   const QuantSpec s_w_d = engine::site_slot_spec(s, engine::Slot::dgrad_w);
   const QuantSpec s_dy_w = engine::site_slot_spec(s, engine::Slot::wgrad_dy);
   const QuantSpec s_x_w = engine::site_slot_spec(s, engine::Slot::wgrad_x);
-  const cuda::CopyOut c_dy_d = copy_out(s_dy_d, q_a_.get(), ts + 0);
-  const cuda::CopyOut c_dy_w = copy_out(s_dy_w, q_c_.get(), ts + 2), c_x_w = copy_out(s_x_w, q_d_.get(), ts + 3);
+  cuda::CopyOut c_dy_d = copy_out(s_dy_d, q_a_.get(), ts + 0);
+  cuda::CopyOut c_dy_w = copy_out(s_dy_w, q_c_.get(), ts + 2), c_x_w = copy_out(s_x_w, q_d_.get(), ts + 3);
+  if (probe_ != nullptr) {
+    c_dy_d.codes = probe_codes_a_.get();
+    c_dy_w.codes = probe_codes_c_.get();
+    c_x_w.codes = probe_codes_d_.get();
+  }
   // dY's two copies (dgrad's along N, wgrad's along T) come from one read of dY.
   quantize_copies(dyb, t, n, &c_dy_d, &c_dy_w, nonfinite_.get(), ws_quant_, stream_);
   quantize_copies(xb, t, k, &c_x_w, nullptr, nonfinite_.get(), ws_quant_, stream_);
+  if (probe_ != nullptr) measure(s, engine::Slot::dgrad_dy, dyb, t, n, c_dy_d);
   const float* ts_w = nullptr;
-  const bf16_t* qw = weight_copy(block, pos, engine::Slot::dgrad_w, s_w_d, &ts_w);
+  const bf16_t* qw = probe_ != nullptr ? probe_weight_copy(s, block, pos, engine::Slot::dgrad_w, s_w_d, &ts_w)
+                                       : weight_copy(block, pos, engine::Slot::dgrad_w, s_w_d, &ts_w);
+  if (probe_ != nullptr) {
+    measure(s, engine::Slot::wgrad_dy, dyb, t, n, c_dy_w);
+    measure(s, engine::Slot::wgrad_x, xb, t, k, c_x_w);
+  }
   const float* alpha_d = alpha_of(s_dy_d, ts + 0, s_w_d, ts_w, scalars_.get() + 2);
   quantized_gemm(false, false, t, k, n, alpha_d, q_a_.get(), qw, dx);
+  if (probe_ != nullptr) return;  // the probe's wgrad copies are measured; it computes no dW
   // dW += alpha·(dYᵀ·X). Under e4m3x2 recipes alpha and beta = 1 come from device memory too, so no
   // linear waits on the host. With beta = 1 cuBLASLt's device-scalar epilogue rounds alpha·acc + C
   // differently from its host-scalar one in the last bit of some outputs (tests/gpu/ops_test.cpp):
@@ -447,7 +460,9 @@ double CudaModel::run(const model::StepContext& ctx, bool backward, float grad_s
     head_grad.m = V;
     head_grad.n = d;
     head_grad.k = R;
-    if (head_chunks_ > 1) {
+    if (probe_ != nullptr) {
+      // The probe needs only the gradients that flow into the block linears' dY: no dW anywhere.
+    } else if (head_chunks_ > 1) {
       // Split-K by hand (see prepare): head_chunks_ partial products, then added to the gradient
       // in chunk order. Deterministic; differs from one GEMM only in the order of fp32 sums.
       gemm_->matmul_split_k(head_grad, head_chunks_, 1.0f, dlogits, hf_.get(), 1.0f, grad(lm_head_),
@@ -463,7 +478,7 @@ double CudaModel::run(const model::StepContext& ctx, bool backward, float grad_s
     head_dx.k = V;
     gemm_->matmul(head_dx, 1.0f, dlogits, head_w_.get(), 0.0f, dh_.get(), st);
     cuda::rmsnorm_backward(resid_[L]->get(), param(final_norm_), rstdf_.get(), dh_.get(), R, d, dres_.get(),
-                           grad(final_norm_), ws_ops_, st, store_out(dyb_.get()), bf16);
+                           gain_grad(final_norm_), ws_ops_, st, store_out(dyb_.get()), bf16);
     // store(dh_): rounded by rmsnorm_backward as it reads dh_; store(dres_): rounded by
     // rmsnorm_backward, which also writes the mlp_out linear's bf16 dY into dyb_
     for (int l = L - 1; l >= 0; --l) {
@@ -475,7 +490,7 @@ double CudaModel::run(const model::StepContext& ctx, bool backward, float grad_s
       // swiglu_backward, which also writes the mlp_in linear's dY into dyb_
       linear_backward(ctx, l, 2, A.h2b.get(), dyb_.get(), dh_.get());
       cuda::rmsnorm_backward(A.x_mid.get(), param(block_view(l, 3)), A.rstd2.get(), dh_.get(), R, d, dtmp_.get(),
-                             grad(block_view(l, 3)), ws_ops_, st, cuda::StoreOut{}, bf16);
+                             gain_grad(block_view(l, 3)), ws_ops_, st, cuda::StoreOut{}, bf16);
       // store(dh_): rounded by rmsnorm_backward as it reads dh_
       cuda::residual_add(dres_.get(), dtmp_.get(), dres_.get(), rd, st, store_out(dyb_.get()));
       // store(dres_): rounded by residual_add, which also writes the attn_out linear's dY into dyb_
@@ -496,12 +511,12 @@ double CudaModel::run(const model::StepContext& ctx, bool backward, float grad_s
       cuda::rope_backward_qkv(dqkv_.get(), B, S, H, hd, *rope_, st, store_out(dyb_.get()));
       linear_backward(ctx, l, 0, A.h1b.get(), dyb_.get(), dh_.get());
       cuda::rmsnorm_backward(resid_[l]->get(), param(block_view(l, 0)), A.rstd1.get(), dh_.get(), R, d, dtmp_.get(),
-                             grad(block_view(l, 0)), ws_ops_, st, cuda::StoreOut{}, bf16);
+                             gain_grad(block_view(l, 0)), ws_ops_, st, cuda::StoreOut{}, bf16);
       // store(dh_): rounded by rmsnorm_backward as it reads dh_
       cuda::residual_add(dres_.get(), dtmp_.get(), dres_.get(), rd, st, store_out(l > 0 ? dyb_.get() : nullptr));
       // store(dres_): rounded by residual_add, which also writes the next block's mlp_out dY into dyb_
     }
-    cuda::embedding_backward(inputs, dres_.get(), R, d, V, grad(tok_emb_), ws_ops_, st);
+    if (probe_ == nullptr) cuda::embedding_backward(inputs, dres_.get(), R, d, V, grad(tok_emb_), ws_ops_, st);
   }
 
   double loss_sum = 0.0;
@@ -527,6 +542,89 @@ model::PassResult CudaModel::forward_backward(const model::Batch& batch, const m
   bool finite = true;
   const double sum = run(ctx, true, grad_scale, &finite);
   return model::PassResult{sum / rows_, !finite};
+}
+
+// ---- The shrinkage probe --------------------------------------------------------------------------
+
+void CudaModel::measure(const engine::LinearSite& s, engine::Slot slot, const bf16_t* src, int rows, int cols,
+                        const cuda::CopyOut& copy) {
+  const size_t i = static_cast<size_t>(s.linear_id) * engine::kSlotCount + static_cast<size_t>(slot);
+  cuda::slot_metric_sums(src, rows, cols, copy.spec, copy.dequant, copy.codes, copy.tensor_scale,
+                         probe_sums_.get() + i, ws_metrics_, stream_);
+  probe_->order.emplace_back(s.linear_id, slot);
+  if (probe_->observer != nullptr && *probe_->observer) {
+    ProbedCopy c;
+    c.source = src;
+    c.rows = rows;
+    c.cols = cols;
+    c.spec = copy.spec;
+    c.dequant = copy.dequant;
+    c.codes = copy.codes;
+    c.tensor_scale = copy.tensor_scale;
+    c.stream = stream_;
+    (*probe_->observer)(s, slot, c);
+  }
+}
+
+const bf16_t* CudaModel::probe_weight_copy(const engine::LinearSite& s, int block, int pos, engine::Slot slot,
+                                           const QuantSpec& spec, const float** tensor_scale) {
+  const model::ParamView& w = weight_view(block, pos);
+  const int n = static_cast<int>(w.shape[0]), k = static_cast<int>(w.shape[1]);
+  const bf16_t* src = w_bf16_.get() + w.offset;
+  // One buffer serves every weight slot in turn: the GEMM that read the previous copy is earlier
+  // on the stream than this quantization.
+  cuda::CopyOut out = copy_out(spec, probe_w_.get(), probe_w_ts_.get());
+  out.codes = probe_w_codes_.get();
+  quantize_copies(src, n, k, &out, nullptr, nonfinite_.get(), ws_quant_, stream_);
+  measure(s, slot, src, n, k, out);
+  *tensor_scale = probe_w_ts_.get();
+  return probe_w_.get();
+}
+
+ProbeOutcome CudaModel::probe(const model::Batch& batch, const model::StepContext& ctx,
+                              const ProbeObserver& observer) {
+  host_.validate_batch(batch, ctx, true);
+  prepare(batch);
+  const model::ModelConfig& c = config();
+  const size_t r = static_cast<size_t>(rows_), d = static_cast<size_t>(c.d_model), f = static_cast<size_t>(c.d_ff);
+  const size_t widest_k = std::max(d, f), widest_n = std::max(3 * d, 2 * f);
+  const size_t slots = static_cast<size_t>(c.n_layers) * 4 * engine::kSlotCount;
+  if (recipe().quantized) {
+    probe_codes_a_.reserve(r * std::max(widest_k, widest_n));  // as q_a_, q_c_, q_d_
+    probe_codes_c_.reserve(r * widest_n);
+    probe_codes_d_.reserve(r * widest_k);
+    const size_t widest_w = std::max(3 * d * d, 2 * f * d);  // qkv or mlp_in
+    probe_w_.reserve(widest_w);
+    probe_w_codes_.reserve(widest_w);
+    probe_w_ts_.reserve(1);
+    probe_sums_.reserve(slots);
+  }
+  probe_dgain_.reserve(d);
+  FP4_CUDA_CHECK(cudaMemsetAsync(probe_dgain_.get(), 0, d * sizeof(float), stream_));  // added into, never read
+
+  ProbePass pass;
+  pass.observer = &observer;
+  struct Reset {
+    ProbePass*& p;
+    ~Reset() { p = nullptr; }
+  } reset{probe_};
+  probe_ = &pass;
+  bool finite = true;
+  const double sum = run(ctx, true, 1.0f, &finite);
+
+  ProbeOutcome out;
+  out.loss = sum / rows_;
+  out.nonfinite = !finite;
+  if (pass.order.empty()) return out;
+  std::vector<cuda::DeviceMetricSums> sums(slots);
+  FP4_CUDA_CHECK(cudaMemcpyAsync(sums.data(), probe_sums_.get(), slots * sizeof(cuda::DeviceMetricSums),
+                                 cudaMemcpyDeviceToHost, stream_));
+  FP4_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  for (const auto& [linear_id, slot] : pass.order) {
+    const size_t i = static_cast<size_t>(linear_id) * engine::kSlotCount + static_cast<size_t>(slot);
+    out.slots.push_back(ProbedSlot{linear_id, slot, cpu::metrics_from_sums(cuda::host_sums(sums[i]))});
+  }
+  return out;
 }
 
 model::EvalResult CudaModel::evaluate(const model::Batch& batch, const model::StepContext& ctx) {

@@ -19,7 +19,10 @@
 //     product with few output tiles, runs as a deterministic split-K (Gemm::matmul_split_k);
 //   - everything else: kernels/cuda/ops.cuh, fp32 with round_to_bf16 where transformer.cpp calls
 //     store(): mostly fused into the op that writes (StoreOut) or next reads (round_* flags) the
-//     buffer, which also writes the bf16 copy the next GEMM needs; run() marks each such store.
+//     buffer, which also writes the bf16 copy the next GEMM needs; run() marks each such store;
+//   - the shrinkage probe (probe()): the training pass's forward and dX backward, every slot's
+//     copy measured by kernels/cuda/quant_metrics.cuh where it is made; only the metrics' fp64
+//     sums come to the host.
 // Deterministic: no atomics anywhere (ops.cuh, gemm.cuh without split-K), so two identical calls
 // give identical bits on the same GPU model.
 //
@@ -32,13 +35,16 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
 #include "engine/model/transformer.h"
+#include "kernels/cpu/quant_metrics.h"
 #include "kernels/cuda/flash_attention.cuh"
 #include "kernels/cuda/gemm.cuh"
 #include "kernels/cuda/ops.cuh"
+#include "kernels/cuda/quant_metrics.cuh"
 #include "kernels/cuda/quantize.cuh"
 
 namespace fp4::cuda_model {
@@ -70,6 +76,38 @@ class DeviceArray {
   T* ptr_ = nullptr;
   size_t capacity_ = 0;
 };
+
+// ---- The shrinkage probe (NUMERICS.md §8; CudaModel::probe) ----
+
+// One quantized slot of one block linear, measured.
+struct ProbedSlot {
+  uint32_t linear_id = 0;  // block * 4 + position (qkv, attn_out, mlp_in, mlp_out)
+  engine::Slot slot = engine::Slot::fprop_x;
+  cpu::QuantMetrics metrics;
+};
+
+struct ProbeOutcome {
+  double loss = 0.0;        // the pass's mean loss, as forward_backward would return it
+  bool nonfinite = false;   // a quantizer met a NaN/Inf, or the loss is not finite
+  std::vector<ProbedSlot> slots;  // in the order the CPU model's probe reports them (probe())
+};
+
+// What one slot's measurement read, all device memory, valid only during the observer's call and
+// ordered on `stream` (synchronize it before reading): the bf16 source [rows, cols] as the linear
+// received it, the slot's spec, the dequantized copy the pass's GEMM multiplies, its codes and its
+// tensor scale (one float).
+struct ProbedCopy {
+  const bf16_t* source = nullptr;
+  int rows = 0, cols = 0;
+  QuantSpec spec;
+  const bf16_t* dequant = nullptr;
+  const uint8_t* codes = nullptr;
+  const float* tensor_scale = nullptr;
+  cudaStream_t stream = nullptr;
+};
+// Called once per measured slot during probe(), as the CPU model's ProbeFn is: for tests and tools
+// that hold the GPU's copies against the CPU reference.
+using ProbeObserver = std::function<void(const engine::LinearSite& site, engine::Slot slot, const ProbedCopy& copy)>;
 
 class CudaModel {
  public:
@@ -105,11 +143,16 @@ class CudaModel {
   void params_changed() { weights_stale_ = true; }
   cudaStream_t stream() const { return stream_; }
 
-  // The host model this one mirrors (same config, recipe, layout): with sync_host_params() it holds
-  // the current weights, so host-side tools (the shrinkage probe) can run on it. Its gradient
-  // buffer is released: call only probe() and evaluate() on it.
-  model::Model& host_model() { return host_; }
-  void sync_host_params();
+  // The shrinkage probe on the GPU: one forward and backward over `batch` like forward_backward()
+  // with grad_scale 1 (the CPU model's probe()), in which every quantized slot of every block
+  // linear is quantized by the same CUDA quantizers and QuantSpecs as in training (asked for its
+  // codes as well) and measured on the device (kernels/cuda/quant_metrics.cuh); the measured
+  // copies are the ones the pass's GEMMs multiply. It computes no parameter gradient and leaves
+  // the gradients, the weights and the kept weight copies as they were, so training after a probe
+  // is bit for bit training without it. Slots come in the CPU probe's order: the forward's blocks
+  // in order (fprop_x, fprop_w per linear), then the backward's in reverse (dgrad_dy, dgrad_w,
+  // wgrad_dy, wgrad_x per linear, mlp_out first). One synchronization, at the end.
+  ProbeOutcome probe(const model::Batch& batch, const model::StepContext& ctx, const ProbeObserver& observer = {});
 
  private:
   struct LayerActs {  // what a block keeps for its backward pass (device, fp32)
@@ -154,8 +197,26 @@ class CudaModel {
                       const bf16_t* b, float* c);
   const float* param(int view) const { return params_.get() + views()[view].offset; }
   float* grad(int view) { return grads_.get() + views()[view].offset; }
+  // A norm gain's gradient: grad(view), or during a probe a scratch vector nobody reads.
+  float* gain_grad(int view) { return probe_ != nullptr ? probe_dgain_.get() : grad(view); }
 
-  model::Model host_;  // validation, initialization, views; the probe's host mirror
+  // The probe pass in flight (null outside probe()): the linears then quantize with codes, measure
+  // every slot and skip the weight gradients, and run() skips the other parameter gradients.
+  struct ProbePass {
+    const ProbeObserver* observer = nullptr;
+    std::vector<std::pair<uint32_t, engine::Slot>> order;  // (linear_id, slot) as measured
+  };
+  ProbePass* probe_ = nullptr;
+  // Enqueues the measurement of one slot's copy (quantized from `src` [rows, cols] into `copy`, its
+  // codes included) into probe_sums_, and calls the observer.
+  void measure(const engine::LinearSite& s, engine::Slot slot, const bf16_t* src, int rows, int cols,
+               const cuda::CopyOut& copy);
+  // During a probe, a weight slot's copy: quantized afresh with its codes into the probe's own
+  // buffer (the kept weight copies stay as they are) and measured.
+  const bf16_t* probe_weight_copy(const engine::LinearSite& s, int block, int pos, engine::Slot slot,
+                                  const QuantSpec& spec, const float** tensor_scale);
+
+  model::Model host_;  // validation, initialization, views (it never runs a pass)
   std::vector<bool> keep_bf16_;
   model::Storage storage_;
   size_t n_params_ = 0;
@@ -201,6 +262,14 @@ class CudaModel {
   DeviceArray<float> head_partials_;
   DeviceArray<unsigned> nonfinite_;     // the quantizers' flag for this pass
   DeviceArray<double> loss_sum_;
+  // The probe's buffers (allocated by the first probe): codes of the activation and gradient
+  // copies (beside q_a_, q_c_, q_d_), a weight copy with its codes and tensor scale, the scratch
+  // norm-gain gradient, and the sums of every slot, [linear_id][slot].
+  DeviceArray<uint8_t> probe_codes_a_, probe_codes_c_, probe_codes_d_, probe_w_codes_;
+  DeviceArray<bf16_t> probe_w_;
+  DeviceArray<float> probe_w_ts_, probe_dgain_;
+  DeviceArray<cuda::DeviceMetricSums> probe_sums_;
+  cuda::Workspace ws_metrics_;
 };
 
 }  // namespace fp4::cuda_model

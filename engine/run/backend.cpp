@@ -5,6 +5,8 @@
 #include <stdexcept>
 #include <utility>
 
+#include "engine/quantized_linear.h"
+
 namespace fp4::run {
 
 std::vector<ParamRange> param_ranges(const std::vector<model::ParamView>& views) {
@@ -50,7 +52,17 @@ class CpuBackend final : public TrainBackend {
   void adamw_step(const AdamWHyper& h, int64_t t, float clip) override {
     opt_.step(model_.params().data(), model_.grads().data(), ranges_, h, t, clip);
   }
-  model::Model& probe_model() override { return model_; }
+  std::vector<SlotProbe> probe(const model::Batch& batch, const model::StepContext& ctx) override {
+    std::vector<SlotProbe> measured;
+    const model::ProbeFn fn = [&](const engine::LinearSite& site, engine::Slot slot, const bf16_t* operand, int rows,
+                                  int cols) {
+      if (!engine::site_is_quantized(site)) return;
+      const cpu::QuantizedTensor q = engine::quantize_slot(site, slot, operand, rows, cols, true);
+      measured.push_back({site.linear_id, slot, cpu::quant_metrics(q)});
+    };
+    model_.probe(batch, ctx, fn);
+    return measured;
+  }
 
  private:
   model::Model model_;

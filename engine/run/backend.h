@@ -13,13 +13,22 @@
 #include <vector>
 
 #include "engine/model/transformer.h"
+#include "engine/recipe.h"
 #include "engine/run/optimizer.h"
+#include "kernels/cpu/quant_metrics.h"
 
 namespace fp4::run {
 
 // The optimizer's and the model's state, as a checkpoint stores it (fp32, the parameter layout).
 struct TrainState {
   std::vector<float> params, adam_m, adam_v;
+};
+
+// One quantized slot of one block linear as the shrinkage probe measured it (NUMERICS.md §8).
+struct SlotProbe {
+  uint32_t linear_id = 0;  // block * 4 + position (qkv, attn_out, mlp_in, mlp_out)
+  engine::Slot slot = engine::Slot::fprop_x;
+  cpu::QuantMetrics metrics;
 };
 
 class TrainBackend {
@@ -46,8 +55,15 @@ class TrainBackend {
   // One AdamW update of every parameter (ranges from views(): norm gains do not decay).
   virtual void adamw_step(const AdamWHyper& h, int64_t t, float clip_scale) = 0;
 
-  // The host model holding the current weights, for the shrinkage probe (model::Model::probe).
-  virtual model::Model& probe_model() = 0;
+  // The shrinkage probe: one forward and backward over `batch` with the current weights and ctx's
+  // random numbers, every quantized slot of every block linear quantized as in training and
+  // measured; no training state changes (gradients, weights, moments). Slots in the CPU model's
+  // probe order (model::Model::probe): forward blocks in order, fprop_x then fprop_w per linear;
+  // then backward blocks in reverse, dgrad_dy, dgrad_w, wgrad_dy, wgrad_x per linear. The CPU
+  // measures with kernels/cpu/quant_metrics.h, the GPU on the device with
+  // kernels/cuda/quant_metrics.cuh (the same copies, bit for bit; metrics within docs/probe.md's
+  // tolerance).
+  virtual std::vector<SlotProbe> probe(const model::Batch& batch, const model::StepContext& ctx) = 0;
 
   // Device memory high-water mark in bytes, or -1 where it means nothing (the CPU).
   virtual int64_t peak_device_bytes() { return -1; }

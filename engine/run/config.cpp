@@ -124,6 +124,18 @@ void require_non_negative(const Where& w, const std::string& field, int64_t v) {
   if (v < 0) w.bad(field, fmt::format("must be >= 0, got {}", v));
 }
 
+// Sizes beyond any model this tool trains: refused as typos before any arithmetic or allocation
+// depends on them (whether a size that passes fits the machine is the trainer's memory check).
+constexpr int64_t kMaxSeqLen = int64_t{1} << 20;
+constexpr int64_t kMaxDModel = int64_t{1} << 16;
+constexpr int64_t kMaxDff = int64_t{1} << 18;
+constexpr int64_t kMaxHeadDim = 1024;
+constexpr int64_t kMaxMicroTokens = (int64_t{1} << 31) - 1;  // rows of a micro-batch are an int
+constexpr int64_t kMaxEvalTokens = (int64_t{1} << 31) - 1;
+void require_at_most(const Where& w, const std::string& field, int64_t v, int64_t max, const char* why) {
+  if (v > max) w.bad(field, fmt::format("must be at most {} ({}), got {}", max, why, v));
+}
+
 ModelConfig read_model(const Where& w, const json* j) {
   const Section s(w, j, "model", {"preset", "n_layers", "d_model", "n_heads", "head_dim", "d_ff", "seq_len"});
   if (j == nullptr) w.bad("model", "is required (e.g. {\"preset\": \"d2\"})");
@@ -146,6 +158,9 @@ ModelConfig read_model(const Where& w, const json* j) {
   require_positive(w, "model.d_model", m.d_model);
   require_positive(w, "model.head_dim", m.head_dim);
   require_positive(w, "model.seq_len", m.seq_len);
+  require_at_most(w, "model.seq_len", m.seq_len, kMaxSeqLen, "a context of 2^20 tokens");
+  require_at_most(w, "model.d_model", m.d_model, kMaxDModel, "2^16");
+  require_at_most(w, "model.head_dim", m.head_dim, kMaxHeadDim, "a head of 1024 features");
   if (m.head_dim % 2 != 0)
     w.bad("model.head_dim", fmt::format("must be even (RoPE rotates pairs of features), got {}", m.head_dim));
   if (!s.has("n_heads") && m.d_model % m.head_dim != 0)
@@ -158,6 +173,7 @@ ModelConfig read_model(const Where& w, const json* j) {
                                        m.n_heads, m.head_dim, m.d_model));
   m.d_ff = s.small_int("d_ff", default_d_ff(m.d_model));
   require_positive(w, "model.d_ff", m.d_ff);
+  require_at_most(w, "model.d_ff", m.d_ff, kMaxDff, "2^18");
   // The model's own limits (e.g. the layer count the random-stream packing allows).
   model::ModelConfig shape;
   shape.n_layers = m.n_layers;
@@ -195,6 +211,10 @@ TrainConfig read_train(const Where& w, const json* j, const ModelConfig& model, 
   t.micro_batch = s.small_int("micro_batch", t.micro_batch);
   require_positive(w, "train.micro_batch", t.micro_batch);
   const int64_t micro_tokens = static_cast<int64_t>(t.micro_batch) * model.seq_len;
+  if (micro_tokens > kMaxMicroTokens)
+    w.bad("train.micro_batch", fmt::format("× model.seq_len = {} × {} = {} tokens per micro-step exceeds {}: lower "
+                                           "train.micro_batch",
+                                           t.micro_batch, model.seq_len, micro_tokens, kMaxMicroTokens));
   if (t.batch_tokens % micro_tokens != 0)
     w.bad("train.batch_tokens",
           fmt::format("({}) must be a multiple of train.micro_batch × model.seq_len ({} × {} = {}), so that "
@@ -408,6 +428,7 @@ RunConfig config_from_json(const nlohmann::json& j, const std::string& file) {
     require_non_negative(w, "eval.every", c.eval.every);
     c.eval.tokens = s.integer("tokens").value_or(c.eval.tokens);
     require_positive(w, "eval.tokens", c.eval.tokens);
+    require_at_most(w, "eval.tokens", c.eval.tokens, kMaxEvalTokens, "2^31 - 1");
     if (c.eval.tokens % c.model.seq_len != 0)
       w.bad("eval.tokens", fmt::format("({}) must be a multiple of model.seq_len ({}): the held-out set is whole sequences",
                                        c.eval.tokens, c.model.seq_len));

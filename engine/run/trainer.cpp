@@ -24,16 +24,15 @@
 #include "engine/data/data_source.h"
 #include "engine/model/model_config.h"
 #include "engine/model/transformer.h"
-#include "engine/quantized_linear.h"
 #include "engine/run/backend.h"
 #include "engine/run/checkpoint.h"
 #include "engine/run/config.h"
 #include "engine/run/heartbeat.h"
+#include "engine/run/memory_need.h"
 #include "engine/run/metrics.h"
 #include "engine/run/optimizer.h"
 #include "engine/run/run_dir.h"
 #include "engine/run/schedule.h"
-#include "kernels/cpu/quant_metrics.h"
 
 #ifdef FP4LAB_HAVE_CUDA
 #include "engine/cuda_model/cuda_backend.h"
@@ -140,40 +139,29 @@ const char* gemm_name(int g) {
   return names[g];
 }
 
-// One forward and backward on the first micro-batch of the held-out set (fixed, so probes at
-// different steps measure the same inputs), quantizing each slot again to measure it. Writes a
-// "probe" row per quantized slot and a "probe_gemm" row (eta) per GEMM. Touches no training state.
-void run_probe(model::Model& m, const EvalSet& e, int micro_batch, const model::StepContext& ctx,
+// The backend's probe (TrainBackend::probe: a forward and backward that measures every quantized
+// slot, on the CPU or on the GPU) on the first micro-batch of the held-out set (fixed, so probes at
+// different steps measure the same inputs). Writes a "probe" row per quantized slot and a
+// "probe_gemm" row (eta) per GEMM. Touches no training state.
+void run_probe(TrainBackend& m, const EvalSet& e, int micro_batch, const model::StepContext& ctx,
                MetricsWriter& metrics, int64_t step, int64_t tokens) {
-  struct Measured {
-    uint32_t linear_id;
-    engine::Slot slot;
-    cpu::QuantMetrics q;
-  };
-  std::vector<Measured> measured;
-  const model::ProbeFn fn = [&](const engine::LinearSite& site, engine::Slot slot, const bf16_t* operand, int rows,
-                                int cols) {
-    if (!engine::site_is_quantized(site)) return;
-    const cpu::QuantizedTensor q = engine::quantize_slot(site, slot, operand, rows, cols, true);
-    measured.push_back({site.linear_id, slot, cpu::quant_metrics(q)});
-  };
-  m.probe(e.tokens.view(0, std::min(micro_batch, e.tokens.batch)), ctx, fn);
+  const std::vector<SlotProbe> measured = m.probe(e.tokens.view(0, std::min(micro_batch, e.tokens.batch)), ctx);
 
   const auto base = [&](const char* kind, uint32_t linear_id) {
     return json{{"kind", kind}, {"step", step}, {"tokens", tokens}, {"layer", linear_id / 4},
                 {"linear", linear_name(static_cast<int>(linear_id % 4))}};
   };
-  for (const Measured& x : measured) {
+  for (const SlotProbe& x : measured) {
     json row = base("probe", x.linear_id);
     row["slot"] = engine::slot_name(x.slot);
     row["gemm"] = gemm_name(static_cast<int>(engine::slot_gemm(x.slot)));
-    row["alpha"] = finite_or_null(x.q.alpha);
-    row["nmse"] = finite_or_null(x.q.nmse);
-    row["sqnr_db"] = finite_or_null(x.q.sqnr_db);
-    row["shrink"] = finite_or_null(x.q.shrink);
-    row["b_eff"] = finite_or_null(x.q.b_eff);
-    row["count"] = x.q.count;
-    row["nonfinite"] = x.q.nonfinite;
+    row["alpha"] = finite_or_null(x.metrics.alpha);
+    row["nmse"] = finite_or_null(x.metrics.nmse);
+    row["sqnr_db"] = finite_or_null(x.metrics.sqnr_db);
+    row["shrink"] = finite_or_null(x.metrics.shrink);
+    row["b_eff"] = finite_or_null(x.metrics.b_eff);
+    row["count"] = x.metrics.count;
+    row["nonfinite"] = x.metrics.nonfinite;
     metrics.write(row);
   }
   // eta = alpha_A · alpha_B for each GEMM whose two operands were both measured.
@@ -184,9 +172,9 @@ void run_probe(model::Model& m, const EvalSet& e, int micro_batch, const model::
       if (measured[j].linear_id != measured[i].linear_id || static_cast<int>(measured[j].slot) != slot_a + 1) continue;
       json row = base("probe_gemm", measured[i].linear_id);
       row["gemm"] = gemm_name(slot_a / 2);
-      row["alpha_a"] = finite_or_null(measured[i].q.alpha);
-      row["alpha_b"] = finite_or_null(measured[j].q.alpha);
-      row["eta"] = finite_or_null(measured[i].q.alpha * measured[j].q.alpha);
+      row["alpha_a"] = finite_or_null(measured[i].metrics.alpha);
+      row["alpha_b"] = finite_or_null(measured[j].metrics.alpha);
+      row["eta"] = finite_or_null(measured[i].metrics.alpha * measured[j].metrics.alpha);
       metrics.write(row);
       break;
     }
@@ -338,7 +326,7 @@ TrainResult run_loop(Setup& s, const TrainOptions& o, const RunPaths& paths, Tra
   };
   const auto probe_now = [&](int64_t at) {
     heartbeat.set_phase("probe");
-    run_probe(m.probe_model(), s.eval, b, ctx_at(at, 0), metrics, at, at * c.train.batch_tokens);
+    run_probe(m, s.eval, b, ctx_at(at, 0), metrics, at, at * c.train.batch_tokens);
     heartbeat.set_phase("train");
   };
 
@@ -506,6 +494,13 @@ TrainResult train(const TrainOptions& o) {
     }
   }
   s.data = data::open_data(s.config.data);
+  // Refused before anything large is allocated: what the run needs against what the machine has.
+  check_memory(host_memory_need(s.config, s.data->vocab_size()), available_host_memory(), "host memory", s.config);
+#ifdef FP4LAB_HAVE_CUDA
+  if (s.config.device == "cuda")
+    check_memory(device_memory_need(s.config, s.data->vocab_size()), cuda_model::cuda_free_memory(),
+                 "memory on the GPU", s.config);
+#endif
   {
     const model::ModelConfig mc =
         model::model_explicit(s.config.model.n_layers, s.config.model.d_model, s.config.model.n_heads,

@@ -4,16 +4,10 @@
 #include <cmath>
 #include <limits>
 #include <stdexcept>
+#include <string>
+#include <vector>
 
 namespace fp4::cpu {
-
-int signed_code_bin(uint8_t code) {
-  if (code == kNonFiniteCode) return -1;
-  const int magnitude = code & 7;
-  // −0 and +0 are one value, so both land in the middle bin.
-  if (magnitude == 0) return 7;
-  return (code & 8) ? 7 - magnitude : 7 + magnitude;
-}
 
 double effective_code_fraction(const CodeHistogram& histogram) {
   int64_t total = 0;
@@ -28,30 +22,44 @@ double effective_code_fraction(const CodeHistogram& histogram) {
   return std::exp(entropy) / kSignedCodeCount;
 }
 
+QuantMetrics metrics_from_sums(const QuantMetricsSums& s) {
+  QuantMetrics m;
+  m.count = s.count;
+  m.nonfinite = s.nonfinite;
+  // Plain IEEE division on purpose: with A all zero there is no signal to compare against, and
+  // the NaNs (or +Inf where Â is not zero) say so instead of a made-up number.
+  m.alpha = s.sum_ha / s.sum_aa;
+  m.nmse = s.sum_err2 / s.sum_aa;
+  m.shrink = (s.sum_abs_h - s.sum_abs_a) / s.sum_abs_a;
+  m.sqnr_db = -10.0 * std::log10(m.nmse);
+  m.b_eff = s.coded > 0 ? effective_code_fraction(s.histogram) : std::numeric_limits<double>::quiet_NaN();
+  return m;
+}
+
 void QuantMetricsAccumulator::add_values(double a, double a_hat) {
   const double err = a_hat - a;
-  sum_aa_ += a * a;
-  sum_ha_ += a_hat * a;
-  sum_err2_ += err * err;
-  sum_abs_a_ += std::fabs(a);
-  sum_abs_h_ += std::fabs(a_hat);
-  ++count_;
+  sums_.sum_aa += a * a;
+  sums_.sum_ha += a_hat * a;
+  sums_.sum_err2 += err * err;
+  sums_.sum_abs_a += std::fabs(a);
+  sums_.sum_abs_h += std::fabs(a_hat);
+  ++sums_.count;
 }
 
 void QuantMetricsAccumulator::add(double a, double a_hat, uint8_t code) {
   const int bin = signed_code_bin(code);
   if (bin < 0 || !std::isfinite(a) || !std::isfinite(a_hat)) {
-    ++nonfinite_;
+    ++sums_.nonfinite;
     return;
   }
   add_values(a, a_hat);
-  ++histogram_[bin];
-  ++coded_;
+  ++sums_.histogram[bin];
+  ++sums_.coded;
 }
 
 void QuantMetricsAccumulator::add_uncoded(double a, double a_hat) {
   if (!std::isfinite(a) || !std::isfinite(a_hat)) {
-    ++nonfinite_;
+    ++sums_.nonfinite;
     return;
   }
   add_values(a, a_hat);
@@ -81,30 +89,16 @@ void QuantMetricsAccumulator::add(const QuantizedTensor& q) {
 }
 
 void QuantMetricsAccumulator::merge(const QuantMetricsAccumulator& other) {
-  sum_aa_ += other.sum_aa_;
-  sum_ha_ += other.sum_ha_;
-  sum_err2_ += other.sum_err2_;
-  sum_abs_a_ += other.sum_abs_a_;
-  sum_abs_h_ += other.sum_abs_h_;
-  count_ += other.count_;
-  coded_ += other.coded_;
-  nonfinite_ += other.nonfinite_;
-  for (int k = 0; k < kSignedCodeCount; ++k) histogram_[k] += other.histogram_[k];
-}
-
-QuantMetrics QuantMetricsAccumulator::result() const {
-  QuantMetrics m;
-  m.count = count_;
-  m.nonfinite = nonfinite_;
-  // Plain IEEE division on purpose: with A all zero there is no signal to compare against, and
-  // the NaNs (or +Inf where Â is not zero) say so instead of a made-up number.
-  m.alpha = sum_ha_ / sum_aa_;
-  m.nmse = sum_err2_ / sum_aa_;
-  m.shrink = (sum_abs_h_ - sum_abs_a_) / sum_abs_a_;
-  m.sqnr_db = -10.0 * std::log10(m.nmse);
-  m.b_eff = coded_ > 0 ? effective_code_fraction(histogram_)
-                       : std::numeric_limits<double>::quiet_NaN();
-  return m;
+  const QuantMetricsSums& o = other.sums_;
+  sums_.sum_aa += o.sum_aa;
+  sums_.sum_ha += o.sum_ha;
+  sums_.sum_err2 += o.sum_err2;
+  sums_.sum_abs_a += o.sum_abs_a;
+  sums_.sum_abs_h += o.sum_abs_h;
+  sums_.count += o.count;
+  sums_.coded += o.coded;
+  sums_.nonfinite += o.nonfinite;
+  for (int k = 0; k < kSignedCodeCount; ++k) sums_.histogram[k] += o.histogram[k];
 }
 
 QuantMetrics quant_metrics(const float* a, const float* a_hat, const uint8_t* codes, int64_t n) {
@@ -117,6 +111,40 @@ QuantMetrics quant_metrics(const QuantizedTensor& q) {
   QuantMetricsAccumulator acc;
   acc.add(q);
   return acc.result();
+}
+
+QuantMetricsSums slot_metric_sums(const bf16_t* x, int rows, int cols, const QuantSpec& spec,
+                                  const bf16_t* dequant, const uint8_t* codes, float tensor_scale) {
+  if (rows < 0 || cols < 0) throw std::invalid_argument("slot_metric_sums: a negative shape");
+  const bool along_rows = spec.along == BlockAlong::row;
+  if ((along_rows ? cols : rows) % kRhtSize != 0)
+    throw std::invalid_argument("slot_metric_sums: 16-vectors do not tile the blocked " +
+                                std::string(along_rows ? "columns" : "rows") + " (" +
+                                std::to_string(along_rows ? cols : rows) + ")");
+  const int64_t n = static_cast<int64_t>(rows) * cols;
+  // A as the quantizer's first pass makes it (kernels/cpu/quantize.cpp): the same conversion and
+  // the same rht16 calls on the same vectors, so the same fp32 values.
+  std::vector<float> a(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) a[i] = bf16_to_float(x[i]);
+  if (spec.rht) {
+    float vec[kRhtSize];
+    if (along_rows) {
+      for (int64_t i = 0; i < n; i += kRhtSize) rht16(&a[i], spec.rht_signs);
+    } else {
+      for (int r0 = 0; r0 < rows; r0 += kRhtSize)
+        for (int c = 0; c < cols; ++c) {
+          for (int k = 0; k < kRhtSize; ++k) vec[k] = a[static_cast<int64_t>(r0 + k) * cols + c];
+          rht16(vec, spec.rht_signs);
+          for (int k = 0; k < kRhtSize; ++k) a[static_cast<int64_t>(r0 + k) * cols + c] = vec[k];
+        }
+    }
+  }
+  // Â and the order of the sums as add(const QuantizedTensor&).
+  QuantMetricsAccumulator acc;
+  const double ts = tensor_scale;
+  for (int64_t i = 0; i < n; ++i)
+    acc.add(a[i], static_cast<double>(bf16_to_float(dequant[i])) * ts, codes[i]);
+  return acc.sums();
 }
 
 }  // namespace fp4::cpu

@@ -11,18 +11,18 @@
 // steps below:
 //   * the row copy leaves through the buffer: each lane writes its blocks' words back over their
 //     source chunks, and the strip goes out as it came in, whole 128-byte row lines (storing each
-//     block from its lane writes half sectors, and the access pattern alone then moved 4 points less
-//     of the copy's bandwidth; bench/RESULTS.md, version 10);
+//     block from its lane writes half sectors, and that access pattern alone moves less of the
+//     copy's bandwidth; bench/RESULTS.md has the measurements);
 //   * the strip's position (row block, column strip, first element) is stepped from one strip to
 //     the next instead of divided out of the strip index twice per strip, and each lane's cp.async
 //     addresses are a fixed offset from the strip's first element;
 //   * the block scales take block_scale / block_scale_pair (quantize_element.cuh: the fp32 division
 //     as the fast quotient, the E4M3 rounding by the hardware, two blocks per conversion).
 // fused_strip_kernel's RHT path has no registers to spare for these at 3 CTAs per SM (it spilled
-// with them; the row copy through the buffer made it 1-4 % slower there), hence a kernel of its own.
-// Tried and measured slower on the H200 (bench/RESULTS.md, version 9): strips of 128 columns (the
-// access pattern alone moves more of the copy's bandwidth, but the kernel was slower), 4 CTAs per
-// SM (64 registers: spills), a third buffer, and lane pairs trading halves so that each row-copy
+// with them, and the row copy through the buffer made it slower there), hence a kernel of its own.
+// Tried and slower (bench/RESULTS.md lists each with its figures): strips of 128 columns (the
+// access pattern alone moves more of the copy's bandwidth, but the kernel did not), 4 CTAs per SM
+// (64 registers: spills), a third buffer, and lane pairs trading halves so that each row-copy
 // store writes whole sectors (the buffer does that now without shuffles).
 #include <cstring>
 #include <stdexcept>
@@ -176,9 +176,8 @@ template <int B>
 constexpr int kPlainStripSmemBytes = kWarps * 2 * kPlainStripWords<B> * 4;  // two buffers per warp
 
 // One CTA of 8 warps per SM, persistent. The strips are memory-bound, and fewer strips in flight
-// move more bytes: on the H200, 8192 x 8192 both copies, one CTA per SM moved 81-83 % of the copy's
-// bandwidth against 78-80 % with two and 74-77 % with three (bench/RESULTS.md, version 10), and
-// the register budget of one CTA keeps B = 32's column words without spilling.
+// move more bytes (one, two and three CTAs per SM were measured side by side: bench/RESULTS.md),
+// and the register budget of one CTA keeps B = 32's column words without spilling.
 constexpr int kPlainCtasPerSm = 1;
 
 template <int B, Grid G, ScaleMode M, bool kRowCopy>
@@ -278,8 +277,8 @@ __global__ void __launch_bounds__(kThreads, kPlainCtasPerSm)
     // Row copy: lane l takes blocks (row_phase_row(l, u), row_phase_block(l)), u < 2, and writes the
     // copy's words back over the block's source chunks; the strip then leaves the buffer as it came
     // in, 16-byte chunks that fill whole 128-byte lines per row. Storing each block from its lane
-    // instead (16-byte stores into 8 rows per instruction, half of each sector) moved 4 points less
-    // of the copy's bandwidth (bench/RESULTS.md, version 10).
+    // instead (16-byte stores into 8 rows per instruction, half of each sector) moves less of the
+    // copy's bandwidth (bench/RESULTS.md).
     if constexpr (kRowCopy) {
       constexpr int kChunks = B / 8;  // a block's 16-byte chunks
       const int g = row_phase_block<B>(lane);

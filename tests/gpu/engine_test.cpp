@@ -349,7 +349,7 @@ TEST_CASE("cuda training is deterministic and resumes bit for bit", "[gpu][engin
   const std::string recipe = GENERATE(as<std::string>{}, "bf16", "ufp4", "nvfp4");
   INFO("recipe " << recipe);
   Scratch tmp;
-  // d1 with 32-token sequences; the probe on (it runs on the host copy of the GPU's weights).
+  // d1 with 32-token sequences; the probe on (on the GPU: CudaModel::probe).
   const json j = {{"model", {{"preset", "d1"}, {"seq_len", 32}}},
                   {"recipe", recipe},
                   {"data", kSource},
