@@ -1,4 +1,4 @@
-// ops.cuh — the CUDA counterparts of the transformer's non-GEMM operations (engine/model/ops.h is
+// ops.cuh — the CUDA counterparts of the transformer's non-GEMM operations (kernels/cpu/ops.h is
 // the CPU reference, with the formulas), the bf16 conversions, the residual add, AdamW and the
 // global gradient norm.
 //

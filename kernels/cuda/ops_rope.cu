@@ -150,7 +150,7 @@ RopeTable::RopeTable(int seq_len, int head_dim, double base) : seq_len_(seq_len)
   const int half = head_dim / 2;
   const size_t n = static_cast<size_t>(seq_len) * half;
   std::vector<float> c(n), s(n);
-  // The reference's loop (engine/model/ops.cpp, rope_table), expression for expression, so the
+  // The reference's loop (kernels/cpu/ops.cpp, rope_table), expression for expression, so the
   // same libm gives the same bits.
   for (int i = 0; i < half; ++i) {
     const double inv_freq = std::pow(base, -2.0 * i / head_dim);

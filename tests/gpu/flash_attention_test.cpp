@@ -1,5 +1,5 @@
 // [gpu] The fused tensor-core attention (kernels/cuda/flash_attention.cuh) against the exact
-// reference, fp4::model::attention_forward/backward<double> (engine/model/ops.h), on inputs that
+// reference, fp4::cpu::attention_forward/backward<double> (kernels/cpu/ops.h), on inputs that
 // are bf16 values (so the reference sees exactly what the kernel sees).
 //
 // Tolerance. The kernel differs from exact arithmetic in two ways (flash_attention.cuh):
@@ -40,7 +40,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/model/ops.h"
+#include "kernels/cpu/ops.h"
 #include "kernels/cuda/flash_attention.cuh"
 #include "kernels/cuda/ops.cuh"
 #include "kernels/numerics.h"
@@ -50,7 +50,7 @@
 namespace {
 
 namespace cu = fp4::cuda;
-namespace model = fp4::model;
+namespace cpu = fp4::cpu;
 using fp4::bf16_t;
 
 constexpr int kHd = 64;
@@ -227,8 +227,8 @@ TEST_CASE("flash attention matches the fp64 reference within the derived bf16 bo
     const Bf16Data qkv = normal_bf16(nq, 1000 + s.seq + s.heads, s.sigma), dout = normal_bf16(no, 2000 + s.seq, 1.0f);
 
     Exact ref{std::vector<double>(no), std::vector<double>(nl), std::vector<double>(nq)};
-    model::attention_forward(qkv.value.data(), s.batch, s.seq, s.heads, kHd, ref.out.data(), ref.lse.data());
-    model::attention_backward(qkv.value.data(), ref.lse.data(), dout.value.data(), s.batch, s.seq, s.heads, kHd,
+    cpu::attention_forward(qkv.value.data(), s.batch, s.seq, s.heads, kHd, ref.out.data(), ref.lse.data());
+    cpu::attention_backward(qkv.value.data(), ref.lse.data(), dout.value.data(), s.batch, s.seq, s.heads, kHd,
                               ref.dqkv.data());
     const Exact bound = flash_bounds(s, qkv.value, dout.value, ref);
 

@@ -1,5 +1,5 @@
 // [gpu] The CUDA training ops (kernels/cuda/ops.cuh) and the cuBLASLt GEMM (kernels/cuda/gemm.cuh)
-// against the CPU reference: fp4::model's ops<float> (engine/model/ops.h), fp4::run::AdamW
+// against the CPU reference: fp4::cpu's ops<float> (kernels/cpu/ops.h), fp4::run::AdamW
 // (engine/run/optimizer.h) and fp4::cpu::gemm (kernels/cpu/gemm.h).
 //
 // Where the GPU performs the reference's operations in the reference's order, the test demands
@@ -26,7 +26,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/model/ops.h"
+#include "kernels/cpu/ops.h"
 #include "engine/run/optimizer.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cuda/flash_attention.cuh"
@@ -38,7 +38,7 @@
 namespace {
 
 namespace cu = fp4::cuda;
-namespace model = fp4::model;
+namespace cpu = fp4::cpu;
 using fp4::bf16_t;
 
 constexpr double kEps = 0x1p-23;  // fp32 machine epsilon
@@ -177,8 +177,8 @@ TEST_CASE("cuda embedding forward and backward match the CPU bit for bit", "[gpu
     const std::vector<float> dtable0 = normal(table.size(), 7, 0.1f);  // gradients accumulate
 
     std::vector<float> out(static_cast<size_t>(s.rows) * s.d), dtable = dtable0;
-    model::embedding_forward(table.data(), tokens.data(), s.rows, s.d, out.data());
-    model::embedding_backward(tokens.data(), dout.data(), s.rows, s.d, dtable.data());
+    cpu::embedding_forward(table.data(), tokens.data(), s.rows, s.d, out.data());
+    cpu::embedding_backward(tokens.data(), dout.data(), s.rows, s.d, dtable.data());
 
     DeviceBuffer<float> g_table(table), g_out(out.size()), g_dout(dout), g_dtable(dtable0);
     DeviceBuffer<int32_t> g_tokens(tokens);
@@ -227,8 +227,8 @@ TEST_CASE("cuda rmsnorm matches the CPU: forward and dx bit for bit, dgain withi
     const std::vector<float> x = normal(n, 11, 2.0f, 0.1f), gain = normal(s.d, 12, 0.1f, 1.0f);
     const std::vector<float> dy = normal(n, 13), dgain0 = normal(s.d, 14, 0.5f);
     std::vector<float> y(n), rstd(s.rows), dx(n), dgain = dgain0;
-    model::rmsnorm_forward(x.data(), gain.data(), s.rows, s.d, eps, y.data(), rstd.data());
-    model::rmsnorm_backward(x.data(), gain.data(), rstd.data(), dy.data(), s.rows, s.d, dx.data(), dgain.data());
+    cpu::rmsnorm_forward(x.data(), gain.data(), s.rows, s.d, eps, y.data(), rstd.data());
+    cpu::rmsnorm_backward(x.data(), gain.data(), rstd.data(), dy.data(), s.rows, s.d, dx.data(), dgain.data());
 
     DeviceBuffer<float> g_x(x), g_gain(gain), g_y(n), g_rstd(s.rows), g_dy(dy), g_dx(n), g_dgain(dgain0);
     cu::rmsnorm_forward(g_x.get(), g_gain.get(), s.rows, s.d, eps, g_y.get(), g_rstd.get(), nullptr);
@@ -273,7 +273,7 @@ TEST_CASE("cuda rope matches the CPU bit for bit, table included", "[gpu][ops]")
   const Shape shapes[] = {{2, 100, 12, 64, 10000.0}, {3, 17, 2, 32, 500000.0}, {1, 5, 1, 128, 10000.0}};
   for (const Shape& s : shapes) {
     const std::string name = shape_name("rope", {{"B", s.batch}, {"T", s.seq}, {"H", s.heads}, {"hd", s.hd}});
-    const model::RopeTable<float> table = model::rope_table<float>(s.seq, s.hd, s.base);
+    const cpu::RopeTable<float> table = cpu::rope_table<float>(s.seq, s.hd, s.base);
     const cu::RopeTable g_table(s.seq, s.hd, s.base);
     std::vector<float> c(table.cos.size()), sn(table.sin.size());
     FP4_CUDA_CHECK(cudaMemcpy(c.data(), g_table.cos(), c.size() * sizeof(float), cudaMemcpyDeviceToHost));
@@ -286,10 +286,10 @@ TEST_CASE("cuda rope matches the CPU bit for bit, table included", "[gpu][ops]")
     const size_t n = static_cast<size_t>(s.batch) * s.seq * stride;
     const std::vector<float> qkv0 = normal(n, 21);
     std::vector<float> fwd = qkv0, bwd = qkv0;
-    model::rope_forward(fwd.data(), s.batch, s.seq, s.heads, s.hd, stride, table);
-    model::rope_forward(fwd.data() + d, s.batch, s.seq, s.heads, s.hd, stride, table);
-    model::rope_backward(bwd.data(), s.batch, s.seq, s.heads, s.hd, stride, table);
-    model::rope_backward(bwd.data() + d, s.batch, s.seq, s.heads, s.hd, stride, table);
+    cpu::rope_forward(fwd.data(), s.batch, s.seq, s.heads, s.hd, stride, table);
+    cpu::rope_forward(fwd.data() + d, s.batch, s.seq, s.heads, s.hd, stride, table);
+    cpu::rope_backward(bwd.data(), s.batch, s.seq, s.heads, s.hd, stride, table);
+    cpu::rope_backward(bwd.data() + d, s.batch, s.seq, s.heads, s.hd, stride, table);
 
     DeviceBuffer<float> g(qkv0);
     cu::rope_forward(g.get(), s.batch, s.seq, s.heads, s.hd, stride, g_table, nullptr);
@@ -323,8 +323,8 @@ TEST_CASE("cuda swiglu matches the CPU within a few ulp", "[gpu][ops]") {
     u[2] = -1.2785f;  // near the zero of 1 + g·(1 − σ(g)): dgate cancels there
     const std::vector<float> da = normal(n, 32);
     std::vector<float> a(n), du(2 * n);
-    model::swiglu_forward(u.data(), s.rows, s.f, a.data());
-    model::swiglu_backward(u.data(), da.data(), s.rows, s.f, du.data());
+    cpu::swiglu_forward(u.data(), s.rows, s.f, a.data());
+    cpu::swiglu_backward(u.data(), da.data(), s.rows, s.f, du.data());
 
     DeviceBuffer<float> g_u(u), g_a(n), g_da(da), g_du(2 * n);
     cu::swiglu_forward(g_u.get(), s.rows, s.f, g_a.get(), nullptr);
@@ -369,7 +369,7 @@ TEST_CASE("cuda cross-entropy matches the CPU within its bound, fused in place o
     for (int32_t& t : targets) t = static_cast<int32_t>(rng() % static_cast<uint64_t>(s.vocab));
     const float scale = 1.0f / static_cast<float>(s.rows);
     std::vector<float> loss(s.rows), dz(n);
-    model::cross_entropy(z.data(), targets.data(), s.rows, s.vocab, loss.data(), dz.data(), scale);
+    cpu::cross_entropy(z.data(), targets.data(), s.rows, s.vocab, loss.data(), dz.data(), scale);
 
     // The bound. S = Σ exp(z − m): the CPU's recursive sum of V terms and the GPU's online sums
     // (V/256 terms and rescalings per thread, then 13 combining levels), each term or rescale with
@@ -450,12 +450,12 @@ TEST_CASE("cuda attention matches the fp64 reference as closely as the CPU does"
     const std::vector<float> qkv = normal(nq, 51), dout = normal(no, 52);
 
     std::vector<float> out(no), lse(nl), dqkv(nq);
-    model::attention_forward(qkv.data(), s.batch, s.seq, s.heads, s.hd, out.data(), lse.data());
-    model::attention_backward(qkv.data(), lse.data(), dout.data(), s.batch, s.seq, s.heads, s.hd, dqkv.data());
+    cpu::attention_forward(qkv.data(), s.batch, s.seq, s.heads, s.hd, out.data(), lse.data());
+    cpu::attention_backward(qkv.data(), lse.data(), dout.data(), s.batch, s.seq, s.heads, s.hd, dqkv.data());
     AttentionRef ref{std::vector<double>(no), std::vector<double>(nl), std::vector<double>(nq)};
     const std::vector<double> qkv64 = to_double(qkv), dout64 = to_double(dout);
-    model::attention_forward(qkv64.data(), s.batch, s.seq, s.heads, s.hd, ref.out.data(), ref.lse.data());
-    model::attention_backward(qkv64.data(), ref.lse.data(), dout64.data(), s.batch, s.seq, s.heads, s.hd,
+    cpu::attention_forward(qkv64.data(), s.batch, s.seq, s.heads, s.hd, ref.out.data(), ref.lse.data());
+    cpu::attention_backward(qkv64.data(), ref.lse.data(), dout64.data(), s.batch, s.seq, s.heads, s.hd,
                               ref.dqkv.data());
 
     DeviceBuffer<float> g_qkv(qkv), g_out(no), g_lse(nl), g_dout(dout), g_dqkv(nq);
@@ -1073,9 +1073,9 @@ TEST_CASE("cuda element-wise ops give the same bits on their vector and scalar p
         const size_t n = static_cast<size_t>(rows) * d;
         const std::vector<float> x = normal(n, 211, 2.0f, 0.1f), gain = normal(d, 212, 0.1f, 1.0f), dy = normal(n, 213);
         std::vector<float> y(n), rstd(rows), dx(n), dgain(d, 0.0f);
-        model::rmsnorm_forward(x.data(), gain.data(), rows, d, 1e-5f, y.data(), rstd.data());
+        cpu::rmsnorm_forward(x.data(), gain.data(), rows, d, 1e-5f, y.data(), rstd.data());
         const std::vector<float> dy_in = stored(dy);
-        model::rmsnorm_backward(x.data(), gain.data(), rstd.data(), dy_in.data(), rows, d, dx.data(), dgain.data());
+        cpu::rmsnorm_backward(x.data(), gain.data(), rstd.data(), dy_in.data(), rows, d, dx.data(), dgain.data());
         // gain always misaligned (a parameter inside the flat buffer may be): the aligned run takes
         // the vector path with 4-byte gain loads.
         OffsetBuffer<float> g_x(x, off), g_gain(gain, 1), g_y(n, off), g_rstd(rows, off), g_dy(dy, off),
@@ -1191,7 +1191,7 @@ TEST_CASE("cuda ops at training sizes match the CPU, with their times", "[gpu][o
     for (int32_t& t : tokens) t = static_cast<int32_t>(std::min<double>(V - 1, std::floor(expo(rng))));
     const std::vector<float> dout = normal(nd, 302), dtable0 = normal(static_cast<size_t>(V) * d, 303);
     std::vector<float> dtable = dtable0;
-    model::embedding_backward(tokens.data(), dout.data(), rows, d, dtable.data());
+    cpu::embedding_backward(tokens.data(), dout.data(), rows, d, dtable.data());
     DeviceBuffer<int32_t> g_tokens(tokens);
     DeviceBuffer<float> g_dout(dout), g_dtable(dtable0);
     cu::embedding_backward(g_tokens.get(), g_dout.get(), rows, d, V, g_dtable.get(), ws, nullptr);
@@ -1203,8 +1203,8 @@ TEST_CASE("cuda ops at training sizes match the CPU, with their times", "[gpu][o
   {  // RMSNorm forward and backward.
     const std::vector<float> x = normal(nd, 311), gain = normal(d, 312, 0.1f, 1.0f), dy = normal(nd, 313);
     std::vector<float> y(nd), rstd(rows), dx(nd), dgain(d, 0.0f);
-    model::rmsnorm_forward(x.data(), gain.data(), rows, d, 1e-5f, y.data(), rstd.data());
-    model::rmsnorm_backward(x.data(), gain.data(), rstd.data(), dy.data(), rows, d, dx.data(), dgain.data());
+    cpu::rmsnorm_forward(x.data(), gain.data(), rows, d, 1e-5f, y.data(), rstd.data());
+    cpu::rmsnorm_backward(x.data(), gain.data(), rstd.data(), dy.data(), rows, d, dx.data(), dgain.data());
     DeviceBuffer<float> g_x(x), g_gain(gain), g_y(nd), g_rstd(rows), g_dy(dy), g_dx(nd), g_dgain(d);
     cu::rmsnorm_forward(g_x.get(), g_gain.get(), rows, d, 1e-5f, g_y.get(), g_rstd.get(), nullptr);
     cu::rmsnorm_backward(g_x.get(), g_gain.get(), g_rstd.get(), g_dy.get(), rows, d, g_dx.get(), g_dgain.get(), ws,
@@ -1249,12 +1249,12 @@ TEST_CASE("cuda ops at training sizes match the CPU, with their times", "[gpu][o
                  nl = static_cast<size_t>(b1) * h1 * T;
     const std::vector<float> qkv = normal(nq, 321), dout = normal(no, 322);
     std::vector<float> out(no), lse(nl), dqkv(nq);
-    model::attention_forward(qkv.data(), b1, T, h1, hd, out.data(), lse.data());
-    model::attention_backward(qkv.data(), lse.data(), dout.data(), b1, T, h1, hd, dqkv.data());
+    cpu::attention_forward(qkv.data(), b1, T, h1, hd, out.data(), lse.data());
+    cpu::attention_backward(qkv.data(), lse.data(), dout.data(), b1, T, h1, hd, dqkv.data());
     std::vector<double> out64(no), lse64(nl), dqkv64(nq);
     const std::vector<double> qkv64 = to_double(qkv), dout64 = to_double(dout);
-    model::attention_forward(qkv64.data(), b1, T, h1, hd, out64.data(), lse64.data());
-    model::attention_backward(qkv64.data(), lse64.data(), dout64.data(), b1, T, h1, hd, dqkv64.data());
+    cpu::attention_forward(qkv64.data(), b1, T, h1, hd, out64.data(), lse64.data());
+    cpu::attention_backward(qkv64.data(), lse64.data(), dout64.data(), b1, T, h1, hd, dqkv64.data());
     DeviceBuffer<float> g_qkv(qkv), g_out(no), g_lse(nl), g_dout(dout), g_dqkv(nq);
     cu::attention_forward(g_qkv.get(), b1, T, h1, hd, g_out.get(), g_lse.get(), nullptr);
     cu::attention_backward(g_qkv.get(), g_lse.get(), g_dout.get(), b1, T, h1, hd, g_dqkv.get(), ws, nullptr);
