@@ -108,7 +108,7 @@ class FitProgressPrinter {
     }
     if (!terminal_) return;
     const double left = p.done > 0 ? elapsed * static_cast<double>(p.total - p.done) / static_cast<double>(p.done) : -1;
-    std::fprintf(stderr, "\r\033[Kfit: %s %zu/%zu, %s left", p.stage.c_str(), p.done, p.total,
+    std::fprintf(stderr, "\r\033[Kfit: %s: %zu/%zu, %s left", p.stage.c_str(), p.done, p.total,
                  format_duration(left).c_str());
     drawn_ = true;
   }

@@ -132,12 +132,14 @@ TEST_CASE("fp4lab fit: a study's store is fitted as its [fit] asks, stored once,
   CHECK(fits[2]["predictions"]["gaps"][0]["recipe"] == "ufp4");
   CHECK(fit_rows(spec.store) == 3);
 
-  // Unchanged data and options: the stored fits, nothing fitted or written.
+  // Unchanged data and options: the stored fits, nothing fitted or written (the file's bytes stay).
+  const std::string bytes_before = fp4::test::slurp(spec.store);
   const auto again = run_fp4lab("fit '" + toml.string() + "' --format json", dir);
   REQUIRE(again.exit_code == 0);
   CHECK(json::parse(again.out) == fits);
   CHECK(again.err.find("fit: ") == std::string::npos);  // no progress: nothing was fitted
   CHECK(fit_rows(spec.store) == 3);
+  CHECK(fp4::test::slurp(spec.store) == bytes_before);
 
   // The table says where each fit is.
   const auto table = run_fp4lab("fit '" + toml.string() + "'", dir);
@@ -168,6 +170,102 @@ TEST_CASE("fp4lab fit: a study's store is fitted as its [fit] asks, stored once,
     CHECK(re[i]["predictions"] == fits[i]["predictions"]);
     CHECK(re[i]["input_hash"] == fits[i]["input_hash"]);
   }
+}
+
+TEST_CASE("fp4lab fit: every [fit] key is applied, and its flag overrides it", "[fit][fit_cli]") {
+  ScratchDir dir;
+  const auto toml = dir / "keys.toml";
+  const auto spec = make_study(toml, study_toml(kGrid5x3, "[fit]\nlaw = [\"chinchilla\"]\nn = \"total\"\nbootstrap = 12\n"
+                                                          "seed = 7\nhuber_delta = 2e-3\ntargets = [{n = 1e8, d = 1e10}]\n"));
+  std::map<std::string, std::pair<double, double>> counts;  // run id → (total N, non-embedding N)
+  for (const auto& p : spec.points)
+    counts[p.id] = {static_cast<double>(p.n_params), static_cast<double>(p.n_params_nonembedding)};
+  auto check_n = [&](const json& fit, bool total) {
+    REQUIRE(fit["quality"]["residuals"].size() > 0);
+    for (const json& r : fit["quality"]["residuals"]) {
+      const auto& c = counts.at(r["run"].get<std::string>());
+      CHECK(r["n"].get<double>() == (total ? c.first : c.second));
+    }
+  };
+
+  const auto from_table = run_fp4lab("fit '" + toml.string() + "' --format json", dir);
+  INFO(from_table.err);
+  REQUIRE(from_table.exit_code == 0);
+  const json a = json::parse(from_table.out);
+  REQUIRE(a.size() == 2);  // chinchilla bf16, ufp4: law = ["chinchilla"]
+  for (const json& f : a) {
+    CHECK(f["law"] == "chinchilla");
+    CHECK(f["options"]["n"] == "total");
+    CHECK(f["options"]["bootstrap"] == 12);
+    CHECK(f["intervals"]["replicates"] == 12);
+    CHECK(f["options"]["seed"] == 7);
+    CHECK(f["options"]["huber_delta"] == 2e-3);
+    CHECK(f["options"]["targets"] == json::parse(R"([{"n": 1e8, "d": 1e10}])"));
+    check_n(f, true);
+  }
+
+  const auto from_flags = run_fp4lab("fit '" + toml.string() +
+                                         "' --format json --law precision --n nonembedding --bootstrap 9 --seed 3 "
+                                         "--huber-delta 1e-3 --target 2e8,3e10",
+                                     dir);
+  INFO(from_flags.err);
+  REQUIRE(from_flags.exit_code == 0);
+  const json b = json::parse(from_flags.out);
+  REQUIRE(b.size() == 1);
+  CHECK(b[0]["law"] == "precision");
+  CHECK(b[0]["options"]["n"] == "nonembedding");
+  CHECK(b[0]["options"]["bootstrap"] == 9);
+  CHECK(b[0]["options"]["seed"] == 3);
+  CHECK(b[0]["options"]["huber_delta"] == 1e-3);
+  CHECK(b[0]["options"]["targets"] == json::parse(R"([{"n": 2e8, "d": 3e10}])"));
+  check_n(b[0], false);
+  // A different seed draws other resamples: the intervals move, the point estimate does not.
+  const auto reseeded = run_fp4lab("fit '" + toml.string() +
+                                       "' --format json --law precision --n nonembedding --bootstrap 9 --seed 4 "
+                                       "--huber-delta 1e-3 --target 2e8,3e10",
+                                   dir);
+  REQUIRE(reseeded.exit_code == 0);
+  const json c = json::parse(reseeded.out);
+  CHECK(c[0]["params"] == b[0]["params"]);
+  CHECK(c[0]["intervals"]["params"] != b[0]["intervals"]["params"]);
+}
+
+TEST_CASE("fp4lab fit: progress is one redrawn line on a terminal, lines per stage otherwise", "[fit][fit_cli]") {
+  ScratchDir dir;
+  std::string csv = "recipe,n,d,loss\n";
+  fp4::fit::LawParameters law;
+  law.E = 1.2;
+  law.A = 100;
+  law.B = 200;
+  law.alpha = 0.35;
+  law.beta = 0.3;
+  for (double n : {4e5, 1.3e6, 3.1e6})
+    for (double d : {2.5e7, 5e7, 1e8}) csv += fmt::format("bf16,{},{},{}\n", n, d, fp4::fit::law_loss(law, 1, 1, n, d));
+  fp4::test::spit(dir / "points.csv", csv);
+  const std::string fit = std::string("'") + FP4LAB_BINARY + "' fit --points '" + (dir / "points.csv").string() +
+                          "' --bootstrap 30 --format json";
+  // A terminal: util-linux's script(1) runs the command on a pseudo-terminal and copies what it
+  // writes (stdout and stderr together) to its own stdout.
+  auto on_terminal = [&](const std::string& extra) {
+    const std::string cmd = "script -qec \"" + fit + extra + "\" /dev/null > '" + (dir / "tty.txt").string() +
+                            "' 2>&1 </dev/null";
+    REQUIRE(std::system(cmd.c_str()) == 0);
+    return fp4::test::slurp(dir / "tty.txt");
+  };
+  const std::string tty = on_terminal("");
+  INFO(tty);
+  CHECK(tty.find("\r\033[Kfit: chinchilla bf16: 4508/4508, ") != std::string::npos);  // starts done of total
+  CHECK(tty.find("\r\033[Kfit: bootstrap: 30/30, ") != std::string::npos);             // replicates done
+  CHECK(tty.find(" left") != std::string::npos);                                      // the time left
+  const std::string plain = on_terminal(" --plain");
+  CHECK(plain.find("\033[K") == std::string::npos);
+  CHECK(plain.find("fit: bootstrap: 30/30 done in ") != std::string::npos);
+  // Not a terminal: one line per finished stage on stderr, stdout untouched.
+  const auto piped = run_fp4lab(fit.substr(fit.find(" fit ") + 1), dir);
+  REQUIRE(piped.exit_code == 0);
+  CHECK(piped.err.find("fit: chinchilla bf16: 4508/4508 done in ") != std::string::npos);
+  CHECK(piped.err.find("\r") == std::string::npos);
+  CHECK(json::parse(piped.out).size() == 1);
 }
 
 TEST_CASE("fp4lab fit: --points fits a CSV and stores nothing; gamma and targets come from flags", "[fit][fit_cli]") {
@@ -234,6 +332,12 @@ TEST_CASE("fp4lab fit: bad input ends in one line and exit 2", "[fit][fit_cli]")
     make_study(toml, study_toml("model = [\"d1\", \"d2\", \"d3\"]\ntokens = [16000, 32000, 64000]", ""), all_nan);
     check_one_line_error(run_fp4lab("fit '" + toml.string() + "'", dir),
                          "no run can be fitted; 9 runs excluded (9 final eval/loss is NaN)");
+  }
+  SECTION("fewer points than parameters") {
+    // Three distinct N and D on a diagonal: 3 points for chinchilla's 5 parameters.
+    fp4::test::spit(dir / "diag.csv", "recipe,n,d,loss\nbf16,1e6,1e7,3.1\nbf16,2e6,2e7,2.9\nbf16,4e6,4e7,2.7\n");
+    check_one_line_error(run_fp4lab("fit --points '" + (dir / "diag.csv").string() + "' --law chinchilla", dir),
+                         "chinchilla fit of recipe bf16: needs at least 5 points for 5 parameters, has 3");
   }
   SECTION("a target with n <= 0") {
     const auto toml = dir / "target.toml";
