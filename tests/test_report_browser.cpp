@@ -165,7 +165,7 @@ TEST_CASE("report in a real browser: every figure renders and no request leaves 
   const fs::path report = dir / "tiny-report" / "report.html";
   const std::string html = fp4::test::slurp(report);
   const size_t figures = fp4::test::inline_svgs(html).size();
-  REQUIRE(figures == 6);
+  REQUIRE(figures == 7);  // loss curves, gap over training, loss vs N and vs C, noise floor, probe alpha and eta
 
   // 1. The browser's DOM of the report: every figure is an SVG element with its drawing, no script.
   const BrowserRun dom_run = run_chromium(chromium, dir.path(), {"--dump-dom"}, "file://" + report.string());
