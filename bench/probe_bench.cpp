@@ -30,7 +30,7 @@
 #include "engine/model/model_config.h"
 #include "engine/recipe.h"
 #include "engine/run/backend.h"
-#include "kernels/cuda/quantize.cuh"  // FP4_CUDA_CHECK
+#include "kernels/cuda/cuda_common.cuh"  // FP4_CUDA_CHECK
 
 namespace {
 

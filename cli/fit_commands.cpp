@@ -132,13 +132,15 @@ void run_fit(const FitCliOptions& o) {
 
   nlohmann::json fit_table = nlohmann::json::object();
   std::filesystem::path store_path = o.store;
+  std::optional<sweeps::SweepSpec> spec;
   if (!o.spec.empty()) {
-    const sweeps::SweepSpec spec = sweeps::load_sweep_spec(o.spec);
-    fit_table = spec.fit;
-    store_path = spec.store;
+    spec = sweeps::load_sweep_spec(o.spec);
+    fit_table = spec->fit;
+    store_path = spec->store;
   }
   std::string n_kind;
-  const fit::FitRequest request = request_from(fit_table, o, n_kind);
+  fit::FitRequest request = request_from(fit_table, o, n_kind);
+  request.recipes_named = !o.recipes.empty();
 
   std::unique_ptr<sweeps::Store> store;
   fit::FitData data;
@@ -155,10 +157,14 @@ void run_fit(const FitCliOptions& o) {
       // refuses what is not a store at all, with its own message).
       store = sweeps::Store::open(store_path, sweeps::Store::Mode::read_write);
     }
-    data = fit::load_store_data(*store, n_kind);
+    // A study's grid picks its own runs out of a store that other grids share; --store fits them all.
+    data = spec ? fit::load_grid_data(*store, *spec, n_kind) : fit::load_store_data(*store, n_kind);
   }
   data = fit::select_recipes(data, o.recipes);
   const fit::FitPlan plan = fit::plan_fits(data, request);
+  // The table lists what was skipped at its end; other formats, and a table written to a file, say it here.
+  if (format != fit::OutputFormat::table || !o.out.empty())
+    for (const fit::SkippedFit& s : plan.skipped) std::fprintf(stderr, "fp4lab fit: skipped %s\n", s.reason.c_str());
 
   std::vector<fit::StoredFit> fits;
   std::vector<std::string> notes;
@@ -203,7 +209,7 @@ void run_fit(const FitCliOptions& o) {
     }
   }
 
-  const std::string text = fit::format_fits(fits, format, notes);
+  const std::string text = fit::format_fits(fits, format, notes, plan.skipped);
   if (o.out.empty()) {
     std::fwrite(text.data(), 1, text.size(), stdout);
   } else {
@@ -219,8 +225,8 @@ void register_fit_commands(CLI::App& app) {
   auto o = std::make_shared<FitCliOptions>();
   CLI::App* cmd = app.add_subcommand(
       "fit", "Fit scaling laws (chinchilla per recipe, precision jointly) to a study's final losses (docs/fit.md)");
-  cmd->add_option("study", o->spec, "The study's TOML file: its store and its [fit] table");
-  cmd->add_option("--store", o->store, "A store to fit instead of a study's (options: defaults and flags)");
+  cmd->add_option("study", o->spec, "The study's TOML file: the runs its grid declares, from its store, as its [fit] table asks");
+  cmd->add_option("--store", o->store, "Every run of a store instead of a study's grid (options: defaults and flags)");
   cmd->add_option("--points", o->points, "A CSV with the header recipe,n,d,loss instead of a store (nothing is stored)");
   cmd->add_option("--law", o->laws, "chinchilla and/or precision (default: [fit] law, else both where possible)")
       ->delimiter(',');

@@ -13,6 +13,7 @@
 #include <sstream>
 
 #include "base/user_error.h"
+#include "sweeps/spec.h"
 #include "sweeps/store.h"
 
 namespace fp4::fit {
@@ -63,18 +64,16 @@ double parse_cell(const std::string& cell, const std::string& where, const char*
   return v;
 }
 
-}  // namespace
-
-FitData load_store_data(const sweeps::Store& store, const std::string& n_kind) {
+// The points and exclusions of `runs` (rows of the final_losses view), for load_store_data and
+// load_grid_data.
+FitData data_from_runs(const sweeps::Store& store, const std::vector<sweeps::FinalLossRecord>& runs,
+                       const std::string& n_kind) {
   if (n_kind != "nonembedding" && n_kind != "total")
     throw UserError("n must be \"nonembedding\" or \"total\", got \"" + n_kind + "\"");
   FitData data;
   data.n_kind = n_kind;
   data.source = "store";
   data.origin = store.path().string();
-  const auto runs = store.final_losses();
-  if (runs.empty())
-    throw UserError(data.origin + ": the store has no runs: run the study first (fp4lab sweep run STUDY.toml)");
   std::set<std::string> baselines;
   for (const sweeps::FinalLossRecord& r : runs) {
     if (r.baseline) baselines.insert(r.recipe);
@@ -94,6 +93,43 @@ FitData load_store_data(const sweeps::Store& store, const std::string& n_kind) {
     } else {
       data.points.push_back({r.id, r.name, r.recipe, r.match_key, n, d, r.final_loss});
     }
+  }
+  data.baselines.assign(baselines.begin(), baselines.end());
+  return data;
+}
+
+std::vector<sweeps::FinalLossRecord> store_runs(const sweeps::Store& store) {
+  auto runs = store.final_losses();
+  if (runs.empty())
+    throw UserError(store.path().string() +
+                    ": the store has no runs: run the study first (fp4lab sweep run STUDY.toml)");
+  return runs;
+}
+
+}  // namespace
+
+FitData load_store_data(const sweeps::Store& store, const std::string& n_kind) {
+  FitData data = data_from_runs(store, store_runs(store), n_kind);
+  sort_data(data);
+  return data;
+}
+
+FitData load_grid_data(const sweeps::Store& store, const sweeps::SweepSpec& spec, const std::string& n_kind) {
+  // By run id, not by the grid's row in the store: a grid row is the TOML's exact text, so an
+  // edited comment would lose every run, while the ids change only when the computation does.
+  std::map<std::string, const sweeps::GridPoint*> declared;
+  for (const sweeps::GridPoint& p : spec.points) declared.emplace(p.id, &p);
+  std::vector<sweeps::FinalLossRecord> runs;
+  for (sweeps::FinalLossRecord& r : store_runs(store))
+    if (declared.erase(r.id) > 0) runs.push_back(std::move(r));
+  FitData data = data_from_runs(store, runs, n_kind);
+  data.grid = spec.name;
+  data.origin = fmt::format("{}'s runs in {}", spec.file.string(), store.path().string());
+  std::set<std::string> baselines(data.baselines.begin(), data.baselines.end());
+  for (const auto& [id, p] : declared) {
+    if (p->baseline) baselines.insert(p->recipe_label);
+    data.excluded.push_back({id, p->name, p->recipe_label, "",
+                             "not in the store: not run yet (fp4lab sweep run " + spec.file.string() + ")"});
   }
   data.baselines.assign(baselines.begin(), baselines.end());
   sort_data(data);

@@ -12,7 +12,8 @@
 
 namespace fp4::sweeps {
 class Store;
-}
+struct SweepSpec;
+}  // namespace fp4::sweeps
 
 namespace fp4::fit {
 
@@ -32,12 +33,17 @@ struct FitData {
   std::vector<std::string> baselines;  // recipes that are BF16 everywhere (normally one: "bf16")
   std::string n_kind;                  // "nonembedding", "total", "given"
   std::string source;                  // "store", "points"
+  std::string grid;                    // the study's [sweep] name when its grid chose the runs, else ""
   std::string origin;                  // the store or CSV path, for messages
 };
 
 // From a store: every run (n_kind "nonembedding" or "total"). Baselines are the recipes whose runs
 // are BF16 everywhere (runs.baseline). An empty store is a fp4::UserError.
 FitData load_store_data(const sweeps::Store& store, const std::string& n_kind);
+// From a study's store: exactly the runs its grid declares (the spec's points, by run id), however
+// many other grids share the store. A point the store does not hold yet is excluded with the
+// reason "not in the store". An empty store is a fp4::UserError.
+FitData load_grid_data(const sweeps::Store& store, const sweeps::SweepSpec& spec, const std::string& n_kind);
 // From a CSV with the header recipe,n,d,loss (any column order; blank lines skipped). A loss of
 // "nan" excludes the row; a malformed row is a fp4::UserError naming file:line and the column. The
 // baseline is the recipe named "bf16".

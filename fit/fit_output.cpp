@@ -159,16 +159,21 @@ OutputFormat parse_output_format(const std::string& name) {
   throw UserError("--format " + name + ": use table, json or csv");
 }
 
-std::string format_fits(const std::vector<StoredFit>& fits, OutputFormat format, const std::vector<std::string>& notes) {
+std::string format_fits(const std::vector<StoredFit>& fits, OutputFormat format, const std::vector<std::string>& notes,
+                        const std::vector<SkippedFit>& skipped) {
   std::string out;
   if (format == OutputFormat::table) {
     for (size_t i = 0; i < fits.size(); ++i) {
       if (i > 0) out += "\n";
       table_one(out, fits[i], i < notes.size() ? notes[i] : "");
     }
+    if (!skipped.empty()) out += "\n";
+    for (const SkippedFit& s : skipped) out += "skipped: " + s.reason + "\n";
   } else if (format == OutputFormat::csv) {
     out = "fit_id,law,scope,kind,name,recipe,n,d,value,lo,hi,note\n";
     for (const StoredFit& f : fits) csv_one(out, f);
+    for (const SkippedFit& s : skipped)
+      out += fmt::format("0,{},{},skipped,,,,,,,,{}\n", law_name(s.law), csv_cell(s.scope), csv_cell(s.reason));
   } else {
     json all = json::array();
     for (const StoredFit& f : fits) {

@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "fit/fitter.h"
 #include "fit/stored_fit.h"
 
 namespace fp4::fit {
@@ -13,7 +14,9 @@ enum class OutputFormat { table, json, csv };
 OutputFormat parse_output_format(const std::string& name);  // throws fp4::UserError
 
 // `notes[i]` (may be empty) is printed under fit i's heading in the table ("stored as fit 3").
+// `skipped` (the fits the plan left out) ends the table as "skipped: <reason>" lines and the CSV as
+// rows of kind "skipped"; JSON is the fits alone.
 std::string format_fits(const std::vector<StoredFit>& fits, OutputFormat format,
-                        const std::vector<std::string>& notes = {});
+                        const std::vector<std::string>& notes = {}, const std::vector<SkippedFit>& skipped = {});
 
 }  // namespace fp4::fit

@@ -29,7 +29,7 @@ namespace {
 
 // Bumped whenever the method changes what a fit returns, so that stored fits of an older method are
 // not reused for new requests (it is part of every input hash).
-constexpr const char* kMethodVersion = "fp4lab-fit-1";
+constexpr const char* kMethodVersion = "fp4lab-fit-2";
 
 // The fewest distinct values a law needs to identify its parameters (docs/fit.md "Data needed"):
 // A, α need three N (two differences for two unknowns), likewise B, β three D; a quantized recipe's
@@ -181,21 +181,120 @@ std::vector<Law> laws_to_fit(const FitData& data, const FitRequest& request, con
   return laws;
 }
 
-std::vector<RecordSpec> record_specs(const FitData& data, const FitRequest& request, const std::string& baseline) {
+// The recipes a fit is made of: {scope} for chinchilla, the baseline and the quantized recipes for
+// precision.
+std::vector<std::string> recipes_of(const RecordSpec& spec) {
+  if (spec.law == Law::chinchilla) return {spec.scope};
+  std::vector<std::string> out = spec.layout.quantized;
+  out.push_back(spec.layout.baseline);
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+std::vector<size_t> indices_of_recipes(const FitData& data, const std::vector<std::string>& recipes) {
+  std::vector<size_t> out;
+  for (size_t i = 0; i < data.points.size(); ++i)
+    if (std::find(recipes.begin(), recipes.end(), data.points[i].recipe) != recipes.end()) out.push_back(i);
+  return out;
+}
+
+// The fits a request makes on `data` and the ones it skips (fitter.h, FitRequest): a named recipe
+// that a law cannot fit, or a named law that can fit nothing, throws instead.
+struct Selection {
   std::vector<RecordSpec> specs;
+  std::vector<SkippedFit> skipped;
+};
+
+Selection select_fits(const FitData& data, const FitRequest& request, const std::string& baseline) {
+  Selection out;
+  const bool laws_named = !request.laws.empty();
+  auto line = [&](const std::string& subject, const std::string& what, const std::vector<std::string>& recipes) {
+    return fmt::format("{}: {}{}", subject, what, excluded_note(data, recipes));
+  };
+  auto refuse = [&](const std::string& text) { throw UserError(fmt::format("{} (in {})", text, data.origin)); };
   for (Law law : laws_to_fit(data, request, baseline)) {
+    const size_t skipped_before = out.skipped.size();
     if (law == Law::chinchilla) {
-      for (const std::string& r : data.recipes) specs.push_back({Law::chinchilla, r, {}, indices_of(data, r)});
-    } else {
-      RecordSpec s{Law::precision, "joint", {}, indices_of(data, "")};
-      s.layout.gamma = request.gamma;
-      s.layout.baseline = baseline;
-      for (const std::string& r : data.recipes)
-        if (r != baseline) s.layout.quantized.push_back(r);
-      specs.push_back(std::move(s));
+      bool any = false;
+      for (const std::string& r : data.recipes) {
+        RecordSpec s{Law::chinchilla, r, {}, indices_of(data, r)};
+        if (const std::string why = unfittable(data, s, nullptr); !why.empty()) {
+          const std::string text = line("chinchilla fit of recipe " + r, why, {r});
+          if (request.recipes_named) refuse(text);
+          out.skipped.push_back({law, r, text});
+          continue;
+        }
+        out.specs.push_back(std::move(s));
+        any = true;
+      }
+      if (!any && laws_named) {
+        std::vector<std::string> reasons;
+        for (size_t k = skipped_before; k < out.skipped.size(); ++k) reasons.push_back(out.skipped[k].reason);
+        refuse(fmt::format("{}", fmt::join(reasons, "; ")));
+      }
+      continue;
     }
+    // precision: the baseline fixes the shared shape, each quantized recipe its ρ.
+    auto cannot = [&](const std::string& text) {
+      if (laws_named) refuse(text);
+      out.skipped.push_back({law, "joint", text});
+    };
+    if (baseline.empty()) {
+      cannot(fmt::format("precision fit: needs the BF16 baseline among the recipes; {} has {}", data.origin,
+                         fmt::join(data.recipes, ", ")));
+      continue;
+    }
+    if (data.recipes.size() < 2) {
+      cannot(fmt::format("precision fit: needs the baseline {} and at least one other recipe; {} has only {}",
+                         baseline, data.origin, baseline));
+      continue;
+    }
+    if (const std::string m = missing_distinct(data, indices_of(data, baseline), nullptr, kChinchillaDistinct);
+        !m.empty()) {
+      cannot(line("precision fit", "baseline " + baseline + " " + m, {baseline}));
+      continue;
+    }
+    RecordSpec s{Law::precision, "joint", {}, {}};
+    s.layout.gamma = request.gamma;
+    s.layout.baseline = baseline;
+    std::vector<SkippedFit> left_out;
+    for (const std::string& r : data.recipes) {
+      if (r == baseline) continue;
+      if (const std::string m = missing_distinct(data, indices_of(data, r), nullptr, kRhoDistinct); !m.empty()) {
+        const std::string text = line("precision fit", "recipe " + r + " " + m, {r});
+        if (request.recipes_named) refuse(text);
+        left_out.push_back({law, r, text + "; left out of the joint fit"});
+        continue;
+      }
+      s.layout.quantized.push_back(r);
+    }
+    if (s.layout.quantized.empty()) {
+      std::vector<std::string> reasons;
+      for (const SkippedFit& k : left_out) reasons.push_back(k.reason);
+      cannot(fmt::format("precision fit: no recipe beside the baseline can be fitted: {}", fmt::join(reasons, "; ")));
+      continue;
+    }
+    s.points = indices_of_recipes(data, recipes_of(s));
+    if (const std::string why = unfittable(data, s, nullptr); !why.empty()) {
+      cannot(line("precision fit", why, recipes_of(s)));
+      continue;
+    }
+    out.skipped.insert(out.skipped.end(), left_out.begin(), left_out.end());
+    out.specs.push_back(std::move(s));
   }
-  return specs;
+  if (out.specs.empty()) {
+    std::vector<std::string> reasons;
+    for (const SkippedFit& k : out.skipped) reasons.push_back(k.reason);
+    refuse(fmt::format("nothing can be fitted: {}", fmt::join(reasons, "; ")));
+  }
+  return out;
+}
+
+// The data the plan's fits are made of: `data` without the recipes no fit uses, so that their runs
+// neither enter the input hash nor the bootstrap's resampling units.
+FitData fitted_data(const FitData& data, const std::vector<std::string>& recipes) {
+  if (recipes == data.recipes) return data;
+  return select_recipes(data, recipes);
 }
 
 void check_request(const FitRequest& request) {
@@ -222,6 +321,7 @@ json canonical_data(const FitData& data, const FitRequest& request) {
           {"excluded", excluded},
           {"n", data.n_kind},
           {"source", data.source},
+          {"grid", data.grid},
           {"huber_delta", request.huber_delta},
           {"bootstrap", request.bootstrap},
           {"seed", request.seed},
@@ -474,44 +574,33 @@ std::vector<double> StartGrid::start(size_t index) const {
 
 FitPlan plan_fits(const FitData& data, const FitRequest& request) {
   check_request(request);
-  const std::string baseline = baseline_of(data);
   if (data.points.empty())
     throw UserError(fmt::format("{}: no run can be fitted{}", data.origin, excluded_note(data, data.recipes)));
+  const Selection all = select_fits(data, request, baseline_of(data));
+  std::set<std::string> used;
+  for (const RecordSpec& spec : all.specs)
+    for (const std::string& r : recipes_of(spec)) used.insert(r);
   FitPlan plan;
-  plan.baseline = baseline;
-  for (Law law : laws_to_fit(data, request, baseline)) {
-    if (law != Law::precision) continue;
-    if (baseline.empty())
-      throw UserError(fmt::format("precision fit: needs the BF16 baseline among the recipes; {} has {}", data.origin,
-                                  fmt::join(data.recipes, ", ")));
-    if (data.recipes.size() < 2)
-      throw UserError(fmt::format("precision fit: needs the baseline {} and at least one other recipe; {} has only {}",
-                                  baseline, data.origin, baseline));
-  }
-  for (const RecordSpec& spec : record_specs(data, request, baseline)) {
-    const std::string what = unfittable(data, spec, nullptr);
-    if (!what.empty()) {
-      const std::vector<std::string> recipes = spec.law == Law::chinchilla ? std::vector<std::string>{spec.scope}
-                                                                           : data.recipes;
-      const std::string subject = spec.law == Law::chinchilla ? "chinchilla fit of recipe " + spec.scope
-                                                              : std::string("precision fit");
-      throw UserError(fmt::format("{}: {}{} (in {})", subject, what, excluded_note(data, recipes), data.origin));
-    }
-  }
-  plan.data_hash = sha256_hex(canonical_data(data, request).dump());
-  for (const RecordSpec& spec : record_specs(data, request, baseline)) {
+  plan.recipes.assign(used.begin(), used.end());
+  plan.skipped = all.skipped;
+  const FitData fitted = fitted_data(data, plan.recipes);
+  plan.baseline = baseline_of(fitted);
+  plan.data_hash = sha256_hex(canonical_data(fitted, request).dump());
+  for (const RecordSpec& spec : select_fits(fitted, request, plan.baseline).specs) {
     const json key = {{"data_hash", plan.data_hash}, {"law", law_name(spec.law)}, {"scope", spec.scope}};
     plan.fits.push_back({spec.law, spec.scope, sha256_hex(key.dump())});
   }
+  if (plan.fits.size() != all.specs.size()) throw std::logic_error("plan_fits: the selection changed when narrowed");
   return plan;
 }
 
-std::vector<StoredFit> run_fits(const FitData& data, const FitRequest& request, const FitPlan& plan,
+std::vector<StoredFit> run_fits(const FitData& all_data, const FitRequest& request, const FitPlan& plan,
                                 const ProgressFn& progress_fn) {
   Progress progress(progress_fn);
   const int threads = resolve_threads(request.threads);
   const std::string& baseline = plan.baseline;
-  const std::vector<RecordSpec> specs = record_specs(data, request, baseline);
+  const FitData data = fitted_data(all_data, plan.recipes);
+  const std::vector<RecordSpec> specs = select_fits(data, request, baseline).specs;
   if (specs.size() != plan.fits.size()) throw std::logic_error("run_fits: the plan does not match the request");
 
   // Groups: the resampling units, in sorted order.
@@ -636,6 +725,7 @@ std::vector<StoredFit> run_fits(const FitData& data, const FitRequest& request, 
     f.options.recipes = data.recipes;
     f.options.baseline = baseline;
     f.options.source = data.source;
+    f.options.grid = data.grid;
     f.options.data_hash = plan.data_hash;
     f.point = rep.point;
     f.replicates_asked = request.bootstrap;
@@ -674,8 +764,7 @@ std::vector<StoredFit> run_fits(const FitData& data, const FitRequest& request, 
     }
     f.held_out = held[s];
     if (!request.held_out) f.held_out.reason = "not asked";
-    const std::vector<std::string> recipes =
-        spec.law == Law::chinchilla ? std::vector<std::string>{spec.scope} : data.recipes;
+    const std::vector<std::string> recipes = recipes_of(spec);
     for (const ExcludedRun& e : data.excluded)
       if (std::find(recipes.begin(), recipes.end(), e.recipe) != recipes.end()) f.excluded.push_back(e);
 

@@ -28,9 +28,14 @@ struct StartGrid {
   std::vector<double> start(size_t index) const;  // {a, b, e, α, β}
 };
 
+// Which fits a call makes (docs/fit.md "Which fits"): every law asked (or by default chinchilla, and
+// precision when the data has a baseline and another recipe), over every recipe that law can fit.
+// A recipe a law cannot fit (too few distinct N or D, too few points) is skipped with the reason,
+// unless the recipes were named (recipes_named): then it is a fp4::UserError. A law named in `laws`
+// that can fit nothing at all is a fp4::UserError; so is a call that can fit nothing.
 struct FitRequest {
-  std::vector<Law> laws;               // empty: chinchilla, plus precision when the data has a
-                                       // baseline and another recipe
+  std::vector<Law> laws;               // empty: the default laws above
+  bool recipes_named = false;          // the data set's recipes were chosen by name (--recipe)
   double huber_delta = 1e-3;
   int64_t bootstrap = 1000;
   uint64_t seed = 0;
@@ -57,17 +62,27 @@ struct PlannedFit {
   std::string scope;
   std::string input_hash;
 };
+// A fit the call does not make, and why: a recipe's chinchilla fit (scope = the recipe), a recipe
+// left out of the joint precision fit (scope = the recipe), or the precision fit itself ("joint").
+struct SkippedFit {
+  Law law;
+  std::string scope;
+  std::string reason;                  // one line: "chinchilla fit of recipe X: needs at least 3 distinct N, ..."
+};
 struct FitPlan {
   std::string data_hash;
   std::string baseline;
+  std::vector<std::string> recipes;    // the recipes some fit uses (sorted); the others' runs are left out
   std::vector<PlannedFit> fits;        // chinchilla per recipe (sorted), then precision
+  std::vector<SkippedFit> skipped;     // by law, then scope
 };
 
-// Checks that every asked law can be fitted (fp4::UserError, one line naming the recipe and what is
-// missing, when not) and computes the hashes. Nothing is fitted.
+// Decides which fits the data allows (above; fp4::UserError, one line naming the recipe and what is
+// missing, where a named law or recipe cannot be fitted) and computes the hashes. Nothing is fitted.
 FitPlan plan_fits(const FitData& data, const FitRequest& request);
 
-// Fits everything `plan` lists. The returned fits have id 0 (not stored yet) and `created` now.
+// Fits everything `plan` lists, from the points of plan.recipes. The returned fits have id 0 (not
+// stored yet) and `created` now.
 std::vector<StoredFit> run_fits(const FitData& data, const FitRequest& request, const FitPlan& plan,
                                 const ProgressFn& progress = {});
 

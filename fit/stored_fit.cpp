@@ -216,7 +216,7 @@ json options_to_json(const StoredFit& fit) {
   return {{"law", fit.law},         {"n", o.n_kind},         {"huber_delta", o.huber_delta},
           {"bootstrap", o.bootstrap}, {"seed", o.seed},       {"gamma", o.gamma},
           {"targets", targets},     {"recipes", o.recipes},  {"baseline", o.baseline},
-          {"source", o.source},     {"data_hash", o.data_hash}};
+          {"source", o.source},     {"grid", o.grid},        {"data_hash", o.data_hash}};
 }
 
 json predictions_to_json(const StoredFit& fit) {
@@ -362,6 +362,7 @@ void read_options(StoredFit& fit, const json& j) {
   }
   o.baseline = read_string(j, "baseline");
   o.source = read_string(j, "source");
+  o.grid = read_string(j, "grid");
   o.data_hash = read_string(j, "data_hash");
 }
 

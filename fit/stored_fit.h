@@ -49,6 +49,8 @@ struct FitOptions {
   std::vector<std::string> recipes;      // the recipes of the data set, sorted
   std::string baseline;                  // the BF16 recipe among them ("" when none)
   std::string source;                    // "store" or "points"
+  std::string grid;                      // the study ([sweep] name) whose grid chose the runs;
+                                         // "" when every run of the store (--store) or a CSV was read
   std::string data_hash;                 // SHA-256 of the data set and the options every law of
                                          // this call shared: equal data_hash = pairable replicates
 };

@@ -9,6 +9,8 @@
 # only read); a crash, leak, timeout or sanitizer report is written to tests/fuzz/TARGET/crashes/,
 # to be fixed and kept there as a regression input (the normal build's ctest replays that directory).
 # Installs clang-14, libFuzzer (libclang-rt-14-dev) and OpenMP for clang (libomp-14-dev) if missing.
+# FP4LAB_BUILD_LOCK=FILE: configure and build under flock FILE (a machine shared by several builds);
+# the lock is released before fuzzing starts.
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 if [ $# -lt 2 ]; then
@@ -33,11 +35,13 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 "$root/scripts/setup-deps.sh" >/dev/null
 
+lock=()
+[ -n "${FP4LAB_BUILD_LOCK:-}" ] && lock=(flock "$FP4LAB_BUILD_LOCK")
 if [ ! -f "$build/CMakeCache.txt" ]; then
-  cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_C_COMPILER=clang-14 \
+  "${lock[@]}" cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_C_COMPILER=clang-14 \
     -DCMAKE_CXX_COMPILER=clang++-14 -DFP4LAB_CUDA=OFF -DFP4LAB_FUZZ=ON >/dev/null
 fi
-cmake --build "$build" --target "fp4lab_fuzz_$target"
+"${lock[@]}" cmake --build "$build" --target "fp4lab_fuzz_$target"
 
 corpus=$build/corpus/$target
 crashes=$root/tests/fuzz/$target/crashes

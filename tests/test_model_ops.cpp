@@ -1,4 +1,4 @@
-// Gradient checks of the model's operations (engine/model/ops.h) and of the bf16 linear layer.
+// Gradient checks of the model's operations (kernels/cpu/ops.h) and of the bf16 linear layer.
 //
 // Each op runs in double; a scalar loss L = Σ w ⊙ op(inputs) with fixed random weights w turns its
 // backward (fed dL/dout = w) into a gradient that is compared with central differences of L in
@@ -12,12 +12,12 @@
 
 #include <catch2/catch.hpp>
 
-#include "engine/model/ops.h"
 #include "engine/quantized_linear.h"
 #include "engine/recipe.h"
+#include "kernels/cpu/ops.h"
 #include "tests/test_model_helpers.h"
 
-using namespace fp4::model;
+using namespace fp4::cpu;
 using fp4test_model::check_gradient;
 using fp4test_model::Rng;
 using fp4test_model::uniform_vector;

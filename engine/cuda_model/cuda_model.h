@@ -41,6 +41,7 @@
 
 #include "engine/model/transformer.h"
 #include "kernels/cpu/quant_metrics.h"
+#include "kernels/cuda/cuda_common.cuh"  // DeviceArray, FP4_CUDA_CHECK
 #include "kernels/cuda/flash_attention.cuh"
 #include "kernels/cuda/gemm.cuh"
 #include "kernels/cuda/ops.cuh"
@@ -49,33 +50,7 @@
 
 namespace fp4::cuda_model {
 
-// A device array that grows on demand (reallocating drops the contents) and frees itself.
-template <typename T>
-class DeviceArray {
- public:
-  DeviceArray() = default;
-  ~DeviceArray() {
-    if (ptr_) cudaFree(ptr_);  // a destructor must not throw; nothing to do on failure
-  }
-  DeviceArray(const DeviceArray&) = delete;
-  DeviceArray& operator=(const DeviceArray&) = delete;
-
-  void reserve(size_t n) {
-    if (n <= capacity_) return;
-    if (ptr_) FP4_CUDA_CHECK(cudaFree(ptr_));
-    ptr_ = nullptr;
-    capacity_ = 0;
-    FP4_CUDA_CHECK(cudaMalloc(&ptr_, n * sizeof(T)));
-    capacity_ = n;
-  }
-  T* get() { return ptr_; }
-  const T* get() const { return ptr_; }
-  size_t capacity() const { return capacity_; }
-
- private:
-  T* ptr_ = nullptr;
-  size_t capacity_ = 0;
-};
+using cuda::DeviceArray;  // grows on demand (reserve), frees itself
 
 // ---- The shrinkage probe (NUMERICS.md §8; CudaModel::probe) ----
 

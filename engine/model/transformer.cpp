@@ -191,7 +191,7 @@ bool BasicModel<T>::block_linear_forward(const StepContext& ctx, int block, int 
     return engine::linear_forward(s, xb_.data(), wb, rows, k, n, y);
   } else {
     (void)ctx;
-    matmul<T>(false, true, rows, n, k, T(1), x, param(w), T(0), y);
+    cpu::matmul<T>(false, true, rows, n, k, T(1), x, param(w), T(0), y);
     return true;
   }
 }
@@ -215,8 +215,8 @@ bool BasicModel<T>::block_linear_backward(const StepContext& ctx, int block, int
     return engine::linear_backward(s, xb_.data(), wb, dyb_.data(), rows, k, n, dx, grads + w.offset);
   } else {
     (void)ctx;
-    matmul<T>(false, false, rows, k, n, T(1), dy, param(w), T(0), dx);
-    matmul<T>(true, false, n, k, rows, T(1), dy, x, T(1), grads + w.offset);
+    cpu::matmul<T>(false, false, rows, k, n, T(1), dy, param(w), T(0), dx);
+    cpu::matmul<T>(true, false, n, k, rows, T(1), dy, x, T(1), grads + w.offset);
     return true;
   }
 }
@@ -286,7 +286,7 @@ void BasicModel<T>::prepare(const Batch& batch) {
     inputs_[i] = static_cast<int32_t>(batch.inputs[i]);
     targets_[i] = static_cast<int32_t>(batch.targets[i]);
   }
-  if (rope_.seq_len != S) rope_ = rope_table<T>(S, config_.head_dim, config_.rope_base);
+  if (rope_.seq_len != S) rope_ = cpu::rope_table<T>(S, config_.head_dim, config_.rope_base);
 
   resid_.resize(L + 1);
   for (auto& x : resid_) x.resize(r * d);
@@ -331,41 +331,41 @@ double BasicModel<T>::run(const StepContext& ctx, T* g, T grad_scale, bool* fini
   bool ok = true;
 
   // ---- Forward ----
-  embedding_forward(param(views_[tok_emb_]), inputs_.data(), R, d, resid_[0].data());
+  cpu::embedding_forward(param(views_[tok_emb_]), inputs_.data(), R, d, resid_[0].data());
   store(resid_[0].data(), rd);
   for (int l = 0; l < L; ++l) {
     LayerActs& A = acts_[l];
     const BlockViews& w = blocks_[l];
     const T* x = resid_[l].data();
-    rmsnorm_forward(x, param(views_[w.attn_norm]), R, d, eps, A.h1.data(), A.rstd1.data());
+    cpu::rmsnorm_forward(x, param(views_[w.attn_norm]), R, d, eps, A.h1.data(), A.rstd1.data());
     store(A.h1.data(), rd);
     ok &= block_linear_forward(ctx, l, 0, A.h1.data(), R, A.qkv.data());
     store(A.qkv.data(), A.qkv.size());
-    rope_forward(A.qkv.data(), B, S, H, hd, 3 * d, rope_);      // q
-    rope_forward(A.qkv.data() + d, B, S, H, hd, 3 * d, rope_);  // k
+    cpu::rope_forward(A.qkv.data(), B, S, H, hd, 3 * d, rope_);      // q
+    cpu::rope_forward(A.qkv.data() + d, B, S, H, hd, 3 * d, rope_);  // k
     store(A.qkv.data(), A.qkv.size());
-    attention_forward(A.qkv.data(), B, S, H, hd, A.att.data(), A.lse.data());
+    cpu::attention_forward(A.qkv.data(), B, S, H, hd, A.att.data(), A.lse.data());
     store(A.att.data(), rd);
     ok &= block_linear_forward(ctx, l, 1, A.att.data(), R, tmp_.data());
     store(tmp_.data(), rd);
     add(x, tmp_.data(), A.x_mid.data(), rd);
     store(A.x_mid.data(), rd);
-    rmsnorm_forward(A.x_mid.data(), param(views_[w.mlp_norm]), R, d, eps, A.h2.data(), A.rstd2.data());
+    cpu::rmsnorm_forward(A.x_mid.data(), param(views_[w.mlp_norm]), R, d, eps, A.h2.data(), A.rstd2.data());
     store(A.h2.data(), rd);
     ok &= block_linear_forward(ctx, l, 2, A.h2.data(), R, A.u.data());
     store(A.u.data(), A.u.size());
-    swiglu_forward(A.u.data(), R, f, A.a.data());
+    cpu::swiglu_forward(A.u.data(), R, f, A.a.data());
     store(A.a.data(), A.a.size());
     ok &= block_linear_forward(ctx, l, 3, A.a.data(), R, tmp_.data());
     store(tmp_.data(), rd);
     add(A.x_mid.data(), tmp_.data(), resid_[l + 1].data(), rd);
     store(resid_[l + 1].data(), rd);
   }
-  rmsnorm_forward(resid_[L].data(), param(views_[final_norm_]), R, d, eps, hf_.data(), rstdf_.data());
+  cpu::rmsnorm_forward(resid_[L].data(), param(views_[final_norm_]), R, d, eps, hf_.data(), rstdf_.data());
   store(hf_.data(), rd);
-  matmul<T>(false, true, R, V, d, T(1), hf_.data(), head_w_.data(), T(0), logits_.data());
+  cpu::matmul<T>(false, true, R, V, d, T(1), hf_.data(), head_w_.data(), T(0), logits_.data());
   // With a backward pass the logits' buffer becomes their gradient (fused head + loss).
-  cross_entropy(logits_.data(), targets_.data(), R, V, loss_rows_.data(), g ? logits_.data() : nullptr,
+  cpu::cross_entropy(logits_.data(), targets_.data(), R, V, loss_rows_.data(), g ? logits_.data() : nullptr,
                 grad_scale / static_cast<T>(R));
   double loss_sum = 0.0;
   for (int i = 0; i < R; ++i) loss_sum += static_cast<double>(loss_rows_[i]);
@@ -377,10 +377,10 @@ double BasicModel<T>::run(const StepContext& ctx, T* g, T grad_scale, bool* fini
 
   // ---- Backward ----
   const T* dlogits = logits_.data();
-  matmul<T>(true, false, V, d, R, T(1), dlogits, hf_.data(), T(1), g + views_[lm_head_].offset);
-  matmul<T>(false, false, R, d, V, T(1), dlogits, head_w_.data(), T(0), dh_.data());
+  cpu::matmul<T>(true, false, V, d, R, T(1), dlogits, hf_.data(), T(1), g + views_[lm_head_].offset);
+  cpu::matmul<T>(false, false, R, d, V, T(1), dlogits, head_w_.data(), T(0), dh_.data());
   store(dh_.data(), rd);
-  rmsnorm_backward(resid_[L].data(), param(views_[final_norm_]), rstdf_.data(), dh_.data(), R, d,
+  cpu::rmsnorm_backward(resid_[L].data(), param(views_[final_norm_]), rstdf_.data(), dh_.data(), R, d,
                    dres_.data(), g + views_[final_norm_].offset);
   store(dres_.data(), rd);
   for (int l = L - 1; l >= 0; --l) {
@@ -389,30 +389,30 @@ double BasicModel<T>::run(const StepContext& ctx, T* g, T grad_scale, bool* fini
     // dres_ holds ∂loss/∂(block output). MLP branch: out = x_mid + mlp_out(swiglu(mlp_in(h2))).
     ok &= block_linear_backward(ctx, l, 3, A.a.data(), dres_.data(), R, da_.data(), g);
     store(da_.data(), da_.size());
-    swiglu_backward(A.u.data(), da_.data(), R, f, du_.data());
+    cpu::swiglu_backward(A.u.data(), da_.data(), R, f, du_.data());
     store(du_.data(), du_.size());
     ok &= block_linear_backward(ctx, l, 2, A.h2.data(), du_.data(), R, dh_.data(), g);
     store(dh_.data(), rd);
-    rmsnorm_backward(A.x_mid.data(), param(views_[w.mlp_norm]), A.rstd2.data(), dh_.data(), R, d,
+    cpu::rmsnorm_backward(A.x_mid.data(), param(views_[w.mlp_norm]), A.rstd2.data(), dh_.data(), R, d,
                      dtmp_.data(), g + views_[w.mlp_norm].offset);
     add(dres_.data(), dtmp_.data(), dres_.data(), rd);
     store(dres_.data(), rd);
     // dres_ holds ∂loss/∂x_mid. Attention branch: x_mid = x + attn_out(attention(rope(qkv(h1)))).
     ok &= block_linear_backward(ctx, l, 1, A.att.data(), dres_.data(), R, datt_.data(), g);
     store(datt_.data(), rd);
-    attention_backward(A.qkv.data(), A.lse.data(), datt_.data(), B, S, H, hd, dqkv_.data());
+    cpu::attention_backward(A.qkv.data(), A.lse.data(), datt_.data(), B, S, H, hd, dqkv_.data());
     store(dqkv_.data(), dqkv_.size());
-    rope_backward(dqkv_.data(), B, S, H, hd, 3 * d, rope_);
-    rope_backward(dqkv_.data() + d, B, S, H, hd, 3 * d, rope_);
+    cpu::rope_backward(dqkv_.data(), B, S, H, hd, 3 * d, rope_);
+    cpu::rope_backward(dqkv_.data() + d, B, S, H, hd, 3 * d, rope_);
     store(dqkv_.data(), dqkv_.size());
     ok &= block_linear_backward(ctx, l, 0, A.h1.data(), dqkv_.data(), R, dh_.data(), g);
     store(dh_.data(), rd);
-    rmsnorm_backward(resid_[l].data(), param(views_[w.attn_norm]), A.rstd1.data(), dh_.data(), R, d,
+    cpu::rmsnorm_backward(resid_[l].data(), param(views_[w.attn_norm]), A.rstd1.data(), dh_.data(), R, d,
                      dtmp_.data(), g + views_[w.attn_norm].offset);
     add(dres_.data(), dtmp_.data(), dres_.data(), rd);
     store(dres_.data(), rd);
   }
-  embedding_backward(inputs_.data(), dres_.data(), R, d, g + views_[tok_emb_].offset);
+  cpu::embedding_backward(inputs_.data(), dres_.data(), R, d, g + views_[tok_emb_].offset);
   *finite = ok;
   return loss_sum;
 }

@@ -34,7 +34,7 @@
 #include <vector>
 
 #include "engine/model/model_config.h"
-#include "engine/model/ops.h"
+#include "kernels/cpu/ops.h"
 #include "engine/quantized_linear.h"
 #include "engine/recipe.h"
 
@@ -209,7 +209,7 @@ class BasicModel {
   // Per-pass state, sized by prepare().
   int batch_ = 0, seq_ = 0, rows_ = 0;
   std::vector<int32_t> inputs_, targets_;
-  RopeTable<T> rope_;
+  cpu::RopeTable<T> rope_;
   std::vector<std::vector<T>> resid_;  // [i]: the residual stream entering block i; [L]: leaving
   std::vector<LayerActs> acts_;
   std::vector<T> hf_, rstdf_, logits_, loss_rows_, head_w_;

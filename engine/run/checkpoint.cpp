@@ -126,7 +126,8 @@ CheckpointState decode_checkpoint(std::string_view bytes, const std::string& nam
       if (dst == nullptr) throw bad("unknown array \"" + array + "\"");
       if (count > (payload.size() - at) / sizeof(float)) throw bad("array \"" + array + "\" runs past the payload");
       dst->resize(count);
-      std::memcpy(dst->data(), payload.data() + at, count * sizeof(float));
+      // An empty vector's data() may be null, and memcpy's arguments must not be, even for 0 bytes.
+      if (count > 0) std::memcpy(dst->data(), payload.data() + at, count * sizeof(float));
       at += count * sizeof(float);
     }
   } catch (const nlohmann::json::exception& e) {

@@ -32,8 +32,8 @@
 
 #include <cuda_runtime.h>
 
-#include "kernels/cuda/quantize.cuh"  // FP4_CUDA_CHECK, Workspace
-#include "kernels/numerics.h"         // bf16_t
+#include "kernels/cuda/cuda_common.cuh"  // FP4_CUDA_CHECK, Workspace
+#include "kernels/numerics.h"            // bf16_t
 
 namespace fp4::cuda {
 

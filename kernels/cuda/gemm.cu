@@ -13,7 +13,7 @@
 #include <stdexcept>
 #include <string>
 
-#include "kernels/cuda/quantize.cuh"  // FP4_CUDA_CHECK
+#include "kernels/cuda/cuda_common.cuh"  // FP4_CUDA_CHECK
 
 namespace fp4::cuda {
 
@@ -80,14 +80,13 @@ cublasLtMatrixLayout_t make_layout(cudaDataType_t type, int rows, int cols, int6
 
 struct Gemm::Impl {
   cublasLtHandle_t handle = nullptr;
-  void* workspace = nullptr;
+  DeviceArray<unsigned char> workspace;  // cuBLASLt's; none when workspace_bytes is 0
   size_t workspace_bytes = 0;
   std::map<PlanKey, std::unique_ptr<Plan>> plans;
 
   ~Impl() {
     plans.clear();
     if (handle) cublasLtDestroy(handle);
-    if (workspace) cudaFree(workspace);
   }
 
   const Plan& plan(const PlanKey& key);
@@ -239,12 +238,12 @@ void Gemm::Impl::run(const GemmShape& s, const float* alpha, const void* a, cons
                     alignment_of(a), alignment_of(b), alignment_of(c)};
   const Plan& p = plan(key);
   FP4_CUBLAS_CHECK(cublasLtMatmul(handle, p.desc, alpha, b, p.first, a, p.second, beta, c, p.out, c, p.out,
-                                  &p.algo, workspace, workspace_bytes, stream));
+                                  &p.algo, workspace.get(), workspace_bytes, stream));
 }
 
 Gemm::Gemm(size_t workspace_bytes) : impl_(std::make_unique<Impl>()) {
   FP4_CUBLAS_CHECK(cublasLtCreate(&impl_->handle));
-  if (workspace_bytes > 0) FP4_CUDA_CHECK(cudaMalloc(&impl_->workspace, workspace_bytes));
+  if (workspace_bytes > 0) impl_->workspace = DeviceArray<unsigned char>(workspace_bytes);
   impl_->workspace_bytes = workspace_bytes;
 }
 

@@ -1,4 +1,4 @@
-// ops.cuh — the CUDA counterparts of the transformer's non-GEMM operations (engine/model/ops.h is
+// ops.cuh — the CUDA counterparts of the transformer's non-GEMM operations (kernels/cpu/ops.h is
 // the CPU reference, with the formulas), the bf16 conversions, the residual add, AdamW and the
 // global gradient norm.
 //
@@ -33,8 +33,8 @@
 #include <vector>
 
 #include "kernels/adamw.h"
-#include "kernels/cuda/quantize.cuh"  // FP4_CUDA_CHECK, Workspace
-#include "kernels/numerics.h"         // bf16_t
+#include "kernels/cuda/cuda_common.cuh"  // FP4_CUDA_CHECK, Workspace
+#include "kernels/numerics.h"            // bf16_t
 
 namespace fp4::cuda {
 
@@ -90,24 +90,20 @@ void rmsnorm_backward(const float* x, const float* gain, const float* rstd, cons
 
 // ---- RoPE ------------------------------------------------------------------------------------
 // The cos/sin table of ops.h (pair i at position t rotates by t·base^(−2i/head_dim)), computed on
-// the host in double exactly as fp4::model::rope_table<float> does, rounded once to fp32 and
+// the host in double exactly as fp4::cpu::rope_table<float> does, rounded once to fp32 and
 // uploaded (synchronously) into device memory this object owns.
 class RopeTable {
  public:
   RopeTable(int seq_len, int head_dim, double base);
-  ~RopeTable();
-  RopeTable(const RopeTable&) = delete;
-  RopeTable& operator=(const RopeTable&) = delete;
 
   int seq_len() const { return seq_len_; }
   int head_dim() const { return head_dim_; }
-  const float* cos() const { return cos_; }  // device, [seq_len, head_dim/2]
-  const float* sin() const { return sin_; }
+  const float* cos() const { return cos_.get(); }  // device, [seq_len, head_dim/2]
+  const float* sin() const { return sin_.get(); }
 
  private:
   int seq_len_ = 0, head_dim_ = 0;
-  float* cos_ = nullptr;
-  float* sin_ = nullptr;
+  DeviceArray<float> cos_, sin_;
 };
 // Rotates in place the n_heads heads of rows b·T + t, row r at x + r·row_stride (q and k inside
 // the packed qkv buffer). The table must have seq_len() == seq_len and head_dim() == head_dim.
@@ -192,20 +188,17 @@ struct AdamWRange {
 class AdamWRanges {
  public:
   AdamWRanges(const std::vector<AdamWRange>& ranges, size_t n);
-  ~AdamWRanges();
-  AdamWRanges(const AdamWRanges&) = delete;
-  AdamWRanges& operator=(const AdamWRanges&) = delete;
 
   size_t size() const { return n_; }
   int count() const { return count_; }
-  const size_t* device_ends() const { return ends_; }       // end offset of each range
-  const uint8_t* device_decay() const { return decay_; }    // 1 where the range decays
+  const size_t* device_ends() const { return ends_.get(); }      // end offset of each range
+  const uint8_t* device_decay() const { return decay_.get(); }   // 1 where the range decays
 
  private:
   size_t n_ = 0;
   int count_ = 0;
-  size_t* ends_ = nullptr;
-  uint8_t* decay_ = nullptr;
+  DeviceArray<size_t> ends_;
+  DeviceArray<uint8_t> decay_;
 };
 // One AdamW update of the whole flat buffer (params, grads, m, v: ranges.size() floats each) in
 // one launch. grad_scale is the clip factor (1 leaves the gradients as they are).

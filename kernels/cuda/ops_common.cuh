@@ -10,7 +10,7 @@
 #include <string>
 
 #include "kernels/cuda/ops.cuh"  // StoreOut
-#include "kernels/cuda/quantize.cuh"
+#include "kernels/cuda/cuda_common.cuh"
 #include "kernels/numerics.h"
 
 namespace fp4::cuda::detail {

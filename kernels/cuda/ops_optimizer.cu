@@ -115,24 +115,8 @@ AdamWRanges::AdamWRanges(const std::vector<AdamWRange>& ranges, size_t n) : n_(n
   detail::require(next == n, "AdamWRanges",
                   "the ranges cover " + std::to_string(next) + " parameters, not " + std::to_string(n));
   count_ = static_cast<int>(ranges.size());
-  FP4_CUDA_CHECK(cudaMalloc(&ends_, ends.size() * sizeof(size_t)));
-  if (cudaError_t e = cudaMalloc(&decay_, decay.size()); e != cudaSuccess) {
-    cudaFree(ends_);
-    FP4_CUDA_CHECK(e);
-  }
-  try {
-    FP4_CUDA_CHECK(cudaMemcpy(ends_, ends.data(), ends.size() * sizeof(size_t), cudaMemcpyHostToDevice));
-    FP4_CUDA_CHECK(cudaMemcpy(decay_, decay.data(), decay.size(), cudaMemcpyHostToDevice));
-  } catch (...) {
-    cudaFree(ends_);
-    cudaFree(decay_);
-    throw;
-  }
-}
-
-AdamWRanges::~AdamWRanges() {
-  cudaFree(ends_);  // a destructor must not throw; nothing to do on failure
-  cudaFree(decay_);
+  ends_ = DeviceArray<size_t>(ends);
+  decay_ = DeviceArray<uint8_t>(decay);
 }
 
 void adamw_step(float* params, const float* grads, float* m, float* v, const AdamWRanges& ranges,

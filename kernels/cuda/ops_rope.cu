@@ -150,7 +150,7 @@ RopeTable::RopeTable(int seq_len, int head_dim, double base) : seq_len_(seq_len)
   const int half = head_dim / 2;
   const size_t n = static_cast<size_t>(seq_len) * half;
   std::vector<float> c(n), s(n);
-  // The reference's loop (engine/model/ops.cpp, rope_table), expression for expression, so the
+  // The reference's loop (kernels/cpu/ops.cpp, rope_table), expression for expression, so the
   // same libm gives the same bits.
   for (int i = 0; i < half; ++i) {
     const double inv_freq = std::pow(base, -2.0 * i / head_dim);
@@ -160,24 +160,8 @@ RopeTable::RopeTable(int seq_len, int head_dim, double base) : seq_len_(seq_len)
       s[static_cast<size_t>(pos) * half + i] = static_cast<float>(std::sin(angle));
     }
   }
-  FP4_CUDA_CHECK(cudaMalloc(&cos_, n * sizeof(float)));
-  if (cudaError_t e = cudaMalloc(&sin_, n * sizeof(float)); e != cudaSuccess) {
-    cudaFree(cos_);
-    FP4_CUDA_CHECK(e);
-  }
-  try {
-    FP4_CUDA_CHECK(cudaMemcpy(cos_, c.data(), n * sizeof(float), cudaMemcpyHostToDevice));
-    FP4_CUDA_CHECK(cudaMemcpy(sin_, s.data(), n * sizeof(float), cudaMemcpyHostToDevice));
-  } catch (...) {
-    cudaFree(cos_);
-    cudaFree(sin_);
-    throw;
-  }
-}
-
-RopeTable::~RopeTable() {
-  cudaFree(cos_);  // a destructor must not throw; nothing to do on failure
-  cudaFree(sin_);
+  cos_ = DeviceArray<float>(c);
+  sin_ = DeviceArray<float>(s);
 }
 
 void rope_forward(float* x, int batch, int seq_len, int n_heads, int head_dim, int row_stride,

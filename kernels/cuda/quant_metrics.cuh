@@ -23,7 +23,7 @@
 #include <cstdint>
 
 #include "kernels/cpu/quant_metrics.h"  // QuantMetricsSums (the host form), signed_code_bin
-#include "kernels/cuda/quantize.cuh"    // FP4_CUDA_CHECK, Workspace
+#include "kernels/cuda/cuda_common.cuh"  // FP4_CUDA_CHECK, Workspace
 #include "kernels/numerics.h"
 
 namespace fp4::cuda {

@@ -25,29 +25,6 @@ namespace detail {
 bool launch_fused_strips(const FusedArgs& a, int b, cudaStream_t stream);
 }  // namespace detail
 
-void throw_on_cuda_error(cudaError_t err, const char* what, const char* file, int line) {
-  if (err == cudaSuccess) return;
-  throw std::runtime_error(std::string(file) + ":" + std::to_string(line) + ": " + what + ": " +
-                           cudaGetErrorName(err) + ": " + cudaGetErrorString(err));
-}
-
-Workspace::~Workspace() {
-  if (ptr_ != nullptr) cudaFree(ptr_);  // a destructor must not throw; nothing to do on failure
-}
-
-void* Workspace::get(size_t bytes) {
-  if (bytes > bytes_) {
-    if (ptr_ != nullptr) {
-      FP4_CUDA_CHECK(cudaFree(ptr_));  // synchronizes: earlier users of the old buffer are done
-      ptr_ = nullptr;
-      bytes_ = 0;
-    }
-    FP4_CUDA_CHECK(cudaMalloc(&ptr_, bytes));
-    bytes_ = bytes;
-  }
-  return ptr_;
-}
-
 namespace {
 
 using namespace detail;

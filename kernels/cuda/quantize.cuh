@@ -16,17 +16,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "kernels/cuda/cuda_common.cuh"  // FP4_CUDA_CHECK, Workspace
 #include "kernels/numerics.h"
-
-namespace fp4::cuda {
-
-// Throws std::runtime_error("file:line: what: CUDA error text") when `err` is not cudaSuccess.
-void throw_on_cuda_error(cudaError_t err, const char* what, const char* file, int line);
-
-}  // namespace fp4::cuda
-
-// Every CUDA runtime call in the quantizer, its tests and its benchmark goes through this.
-#define FP4_CUDA_CHECK(expr) ::fp4::cuda::throw_on_cuda_error((expr), #expr, __FILE__, __LINE__)
 
 namespace fp4::cuda {
 
@@ -39,23 +30,6 @@ struct CopyOut {
   float* scales = nullptr;        // the scale grid, row-major; NaN for non-finite blocks
   float* tensor_scale = nullptr;  // one float: S_dec for e4m3x2, 1 otherwise
   float* amax = nullptr;          // one float: max |value| after the RHT over finite values
-};
-
-// Scratch device memory for the amax pass (per-CTA partial maxima and the tensor scales). One per
-// stream: calls that share a workspace must be ordered on one stream. Allocated on first use.
-class Workspace {
- public:
-  Workspace() = default;
-  ~Workspace();
-  Workspace(const Workspace&) = delete;
-  Workspace& operator=(const Workspace&) = delete;
-
-  // Device memory of at least `bytes` bytes (synchronous allocation the first time, or on growth).
-  void* get(size_t bytes);
-
- private:
-  void* ptr_ = nullptr;
-  size_t bytes_ = 0;
 };
 
 // Quantizes x (bf16 bits, [rows, cols] row-major, device memory) into up to two copies in one pass

@@ -11,17 +11,17 @@
 #include <string>
 #include <vector>
 
+#include "kernels/cuda/cuda_common.cuh"
 #include "kernels/cuda/quantize.cuh"
 #include "kernels/cuda/quantize_element.cuh"
 #include "kernels/cuda/quantize_kernels.cuh"
 #include "kernels/numerics.h"
-#include "tests/gpu/device_buffer.h"
 
 namespace {
 
 using namespace fp4;
 using namespace fp4::cuda::detail;
-using fp4::test::DeviceBuffer;
+using fp4::cuda::DeviceArray;
 
 // Mismatch count and the first mismatching input (as raw bits), on the device.
 struct Report {
@@ -267,22 +267,15 @@ __global__ void check_block_scale(const float* gmaxes, int n_gmax, const float* 
 
 class DeviceReport {
  public:
-  DeviceReport() {
-    FP4_CUDA_CHECK(cudaMalloc(&p_, sizeof(Report)));
-    FP4_CUDA_CHECK(cudaMemset(p_, 0, sizeof(Report)));
-  }
-  ~DeviceReport() { cudaFree(p_); }
-  Report* get() { return p_; }
+  DeviceReport() : report_(1) { report_.fill_bytes(0); }
+  Report* get() { return report_.get(); }
   Report read() {
     FP4_CUDA_CHECK(cudaGetLastError());
-    FP4_CUDA_CHECK(cudaDeviceSynchronize());
-    Report h{};
-    FP4_CUDA_CHECK(cudaMemcpy(&h, p_, sizeof h, cudaMemcpyDeviceToHost));
-    return h;
+    return report_.download()[0];  // after the device is idle
   }
 
  private:
-  Report* p_ = nullptr;
+  DeviceArray<Report> report_;
 };
 
 std::string describe(const Report& r) {
@@ -386,7 +379,7 @@ TEST_CASE("gpu element rounding: the fused kernels' block scales equal make_bloc
   // Every clip of both grids (gmax), and tensor scales from small, unit, large and odd tensor amaxes.
   const std::vector<float> gmaxes = {0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 5.0f, 6.0f, 7.0f};
   const std::vector<float> amax_ts = {1.0f, 3.7f, 1.0e-3f, 2.5e5f, 1.0e-30f, 6.0e30f};
-  DeviceBuffer<float> g(gmaxes.size()), t(amax_ts.size());
+  DeviceArray<float> g(gmaxes.size()), t(amax_ts.size());
   g.upload(gmaxes);
   t.upload(amax_ts);
   DeviceReport fp32, e4m3x2;

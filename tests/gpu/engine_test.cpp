@@ -30,6 +30,7 @@
 #include "engine/run/checkpoint.h"
 #include "engine/run/trainer.h"
 #include "kernels/cpu/gemm.h"
+#include "kernels/cuda/cuda_common.cuh"
 #include "tests/run_test_helpers.h"
 
 using fp4::bf16_t;
@@ -119,25 +120,15 @@ TEST_CASE("cuda gemm with fp32 operands matches kernels cpu gemm", "[gpu][engine
   // trans_a: A stored [k, m] (the LM head's dlogitsᵀ · hf), beta = 1.
   std::vector<float> want = c;
   fp4::cpu::gemm(true, false, m, n, k, 1.0f, a.data(), b.data(), 1.0f, want.data());
-  float *da = nullptr, *db = nullptr, *dc = nullptr;
-  FP4_CUDA_CHECK(cudaMalloc(&da, a.size() * 4));
-  FP4_CUDA_CHECK(cudaMalloc(&db, b.size() * 4));
-  FP4_CUDA_CHECK(cudaMalloc(&dc, c.size() * 4));
-  FP4_CUDA_CHECK(cudaMemcpy(da, a.data(), a.size() * 4, cudaMemcpyHostToDevice));
-  FP4_CUDA_CHECK(cudaMemcpy(db, b.data(), b.size() * 4, cudaMemcpyHostToDevice));
-  FP4_CUDA_CHECK(cudaMemcpy(dc, c.data(), c.size() * 4, cudaMemcpyHostToDevice));
+  fp4::cuda::DeviceArray<float> da(a), db(b), dc(c);
   fp4::cuda::Gemm gemm;
   fp4::cuda::GemmShape s;
   s.trans_a = true;
   s.m = m;
   s.n = n;
   s.k = k;
-  gemm.matmul(s, 1.0f, da, db, 1.0f, dc, nullptr);
-  std::vector<float> got(c.size());
-  FP4_CUDA_CHECK(cudaMemcpy(got.data(), dc, c.size() * 4, cudaMemcpyDeviceToHost));
-  cudaFree(da);
-  cudaFree(db);
-  cudaFree(dc);
+  gemm.matmul(s, 1.0f, da.get(), db.get(), 1.0f, dc.get(), nullptr);
+  const std::vector<float> got = dc.download();
   // fp32 products summed in another order: within a few ulp of the sum of |terms| (≤ k = 200).
   // TF32 (10-bit mantissas) would miss this by orders of magnitude.
   double worst = 0.0;
@@ -163,18 +154,12 @@ TEST_CASE("cuda model slot copies, as the model asks for them, match the CPU qua
   std::vector<bf16_t> x(static_cast<size_t>(rows) * cols);
   for (size_t i = 0; i < x.size(); ++i)
     x[i] = fp4::float_to_bf16(static_cast<float>(std::sin(0.7 * static_cast<double>(i)) * (1.0 + (i % 97) * 0.05)));
-  bf16_t* dx = nullptr;
-  bf16_t* dq[2] = {nullptr, nullptr};
-  float* dts = nullptr;
-  unsigned* flag = nullptr;
-  const size_t bytes = x.size() * sizeof(bf16_t);
-  FP4_CUDA_CHECK(cudaMalloc(&dx, bytes));
-  FP4_CUDA_CHECK(cudaMalloc(&dq[0], bytes));
-  FP4_CUDA_CHECK(cudaMalloc(&dq[1], bytes));
-  FP4_CUDA_CHECK(cudaMalloc(&dts, 2 * sizeof(float)));
-  FP4_CUDA_CHECK(cudaMalloc(&flag, sizeof(unsigned)));
-  FP4_CUDA_CHECK(cudaMemcpy(dx, x.data(), bytes, cudaMemcpyHostToDevice));
-  FP4_CUDA_CHECK(cudaMemset(flag, 0, sizeof(unsigned)));
+  fp4::cuda::DeviceArray<bf16_t> dx(x);
+  fp4::cuda::DeviceArray<bf16_t> dq[2] = {fp4::cuda::DeviceArray<bf16_t>(x.size()),
+                                          fp4::cuda::DeviceArray<bf16_t>(x.size())};
+  fp4::cuda::DeviceArray<float> dts(2);
+  fp4::cuda::DeviceArray<unsigned> flag(1);
+  flag.fill_bytes(0);
   fp4::cuda::Workspace ws;
   using fp4::engine::Slot;
   // (slot, slot or -1): pairs fused in one call, as CudaModel::linear_backward does.
@@ -188,30 +173,23 @@ TEST_CASE("cuda model slot copies, as the model asks for them, match the CPU qua
     const fp4::cuda::CopyOut *row = nullptr, *col = nullptr;
     for (size_t i = 0; i < slots.size(); ++i) {
       outs[i].spec = fp4::engine::site_slot_spec(site, slots[i]);
-      outs[i].dequant = dq[i];
-      outs[i].tensor_scale = dts + i;
+      outs[i].dequant = dq[i].get();
+      outs[i].tensor_scale = dts.get() + i;
       (outs[i].spec.along == fp4::BlockAlong::row ? row : col) = &outs[i];
     }
-    fp4::cuda::quantize_fused(dx, rows, cols, row, col, flag, ws, nullptr);
+    fp4::cuda::quantize_fused(dx.get(), rows, cols, row, col, flag.get(), ws, nullptr);
     FP4_CUDA_CHECK(cudaDeviceSynchronize());
     for (size_t i = 0; i < slots.size(); ++i) {
       INFO("slot " << fp4::engine::slot_name(slots[i]));
       const fp4::cpu::QuantizedTensor ref = fp4::engine::quantize_slot(site, slots[i], x.data(), rows, cols);
-      std::vector<bf16_t> got(x.size());
-      float ts = 0.0f;
-      FP4_CUDA_CHECK(cudaMemcpy(got.data(), dq[i], bytes, cudaMemcpyDeviceToHost));
-      FP4_CUDA_CHECK(cudaMemcpy(&ts, dts + i, sizeof(float), cudaMemcpyDeviceToHost));
+      const std::vector<bf16_t> got = dq[i].download();
+      const float ts = dts.download()[i];
       size_t differ = 0;
       for (size_t k = 0; k < got.size(); ++k) differ += got[k] != ref.dequant[k];
       CHECK(differ == 0);
       if (outs[i].spec.scale == fp4::ScaleMode::e4m3x2) CHECK(ts == ref.tensor_scale);
     }
   }
-  cudaFree(dx);
-  cudaFree(dq[0]);
-  cudaFree(dq[1]);
-  cudaFree(dts);
-  cudaFree(flag);
 }
 
 TEST_CASE("cuda model one micro-batch matches the CPU model loss and gradients", "[gpu][engine]") {

@@ -1,5 +1,5 @@
 // [gpu] The fused tensor-core attention (kernels/cuda/flash_attention.cuh) against the exact
-// reference, fp4::model::attention_forward/backward<double> (engine/model/ops.h), on inputs that
+// reference, fp4::cpu::attention_forward/backward<double> (kernels/cpu/ops.h), on inputs that
 // are bf16 values (so the reference sees exactly what the kernel sees).
 //
 // Tolerance. The kernel differs from exact arithmetic in two ways (flash_attention.cuh):
@@ -40,17 +40,17 @@
 #include <string>
 #include <vector>
 
-#include "engine/model/ops.h"
+#include "kernels/cpu/ops.h"
+#include "kernels/cuda/cuda_common.cuh"
 #include "kernels/cuda/flash_attention.cuh"
 #include "kernels/cuda/ops.cuh"
 #include "kernels/numerics.h"
-#include "tests/gpu/device_buffer.h"
 #include "tests/test_support.h"
 
 namespace {
 
 namespace cu = fp4::cuda;
-namespace model = fp4::model;
+namespace cpu = fp4::cpu;
 using fp4::bf16_t;
 
 constexpr int kHd = 64;
@@ -58,7 +58,7 @@ constexpr int kHd = 64;
 // lines of the 2026-12-01 run) are 2.8e-3 (out and gradients) and 2.2e-7 (lse) of max|ref|.
 constexpr double kGuard = 0x1p-6, kGuardLse = 0x1p-18;
 
-using fp4::test::DeviceBuffer;
+using fp4::cuda::DeviceArray;
 using fp4::test::same_bits;
 
 // n normal values times sigma, rounded to bf16: the bits and the same values in double.
@@ -190,10 +190,10 @@ struct GpuRun {
   std::vector<float> out, lse, dqkv;
 };
 
-GpuRun run_flash(const Shape& s, const DeviceBuffer<bf16_t>& qkv, const DeviceBuffer<bf16_t>& dout,
+GpuRun run_flash(const Shape& s, const DeviceArray<bf16_t>& qkv, const DeviceArray<bf16_t>& dout,
                  cu::Workspace& ws) {
   const size_t rows = static_cast<size_t>(s.batch) * s.seq, d = static_cast<size_t>(s.heads) * kHd;
-  DeviceBuffer<float> out(rows * d), lse(static_cast<size_t>(s.batch) * s.heads * s.seq), dqkv(rows * 3 * d);
+  DeviceArray<float> out(rows * d), lse(static_cast<size_t>(s.batch) * s.heads * s.seq), dqkv(rows * 3 * d);
   cu::flash_attention_forward(qkv.get(), s.batch, s.seq, s.heads, kHd, out.get(), lse.get(), nullptr);
   cu::flash_attention_backward(qkv.get(), out.get(), lse.get(), dout.get(), s.batch, s.seq, s.heads, kHd, dqkv.get(),
                                ws, nullptr);
@@ -227,12 +227,12 @@ TEST_CASE("flash attention matches the fp64 reference within the derived bf16 bo
     const Bf16Data qkv = normal_bf16(nq, 1000 + s.seq + s.heads, s.sigma), dout = normal_bf16(no, 2000 + s.seq, 1.0f);
 
     Exact ref{std::vector<double>(no), std::vector<double>(nl), std::vector<double>(nq)};
-    model::attention_forward(qkv.value.data(), s.batch, s.seq, s.heads, kHd, ref.out.data(), ref.lse.data());
-    model::attention_backward(qkv.value.data(), ref.lse.data(), dout.value.data(), s.batch, s.seq, s.heads, kHd,
+    cpu::attention_forward(qkv.value.data(), s.batch, s.seq, s.heads, kHd, ref.out.data(), ref.lse.data());
+    cpu::attention_backward(qkv.value.data(), ref.lse.data(), dout.value.data(), s.batch, s.seq, s.heads, kHd,
                               ref.dqkv.data());
     const Exact bound = flash_bounds(s, qkv.value, dout.value, ref);
 
-    DeviceBuffer<bf16_t> g_qkv(qkv.bits), g_dout(dout.bits);
+    DeviceArray<bf16_t> g_qkv(qkv.bits), g_dout(dout.bits);
     const GpuRun r = run_flash(s, g_qkv, g_dout, ws);
     require_within_bound(std::string(name) + " out", r.out, ref.out, bound.out, kGuard);
     require_within_bound(std::string(name) + " lse", r.lse, ref.lse, bound.lse, kGuardLse);
@@ -251,7 +251,7 @@ TEST_CASE("flash attention matches the fp64 reference within the derived bf16 bo
     }
 
     // The existing fp32 kernel (ops.cuh) on the same values, for scale: how far apart the two are.
-    DeviceBuffer<float> f_qkv(to_float(qkv.value)), f_dout(to_float(dout.value)), f_out(no), f_lse(nl), f_dqkv(nq);
+    DeviceArray<float> f_qkv(to_float(qkv.value)), f_dout(to_float(dout.value)), f_out(no), f_lse(nl), f_dqkv(nq);
     cu::attention_forward(f_qkv.get(), s.batch, s.seq, s.heads, kHd, f_out.get(), f_lse.get(), nullptr);
     cu::attention_backward(f_qkv.get(), f_lse.get(), f_dout.get(), s.batch, s.seq, s.heads, kHd, f_dqkv.get(), ws,
                            nullptr);
@@ -265,7 +265,7 @@ TEST_CASE("flash attention is deterministic run to run", "[gpu][flash]") {
   // The engine's shape, and one ending in a half query tile of the forward.
   for (const Shape& s : {Shape{4, 1024, 12, 1.0f}, Shape{3, 320, 5, 2.0f}}) {
     const size_t rows = static_cast<size_t>(s.batch) * s.seq, d = static_cast<size_t>(s.heads) * kHd;
-    DeviceBuffer<bf16_t> qkv(normal_bf16(rows * 3 * d, 7, s.sigma).bits), dout(normal_bf16(rows * d, 8, 1.0f).bits);
+    DeviceArray<bf16_t> qkv(normal_bf16(rows * 3 * d, 7, s.sigma).bits), dout(normal_bf16(rows * d, 8, 1.0f).bits);
     cu::Workspace ws;
     const GpuRun a = run_flash(s, qkv, dout, ws);
     const GpuRun b = run_flash(s, qkv, dout, ws);
@@ -279,8 +279,8 @@ TEST_CASE("flash attention is deterministic run to run", "[gpu][flash]") {
 }
 
 TEST_CASE("flash attention refuses shapes it does not support", "[gpu][flash]") {
-  DeviceBuffer<bf16_t> qkv(3 * 128 * 128), dout(128 * 128);
-  DeviceBuffer<float> out(128 * 128), lse(1024), dqkv(3 * 128 * 128);
+  DeviceArray<bf16_t> qkv(3 * 128 * 128), dout(128 * 128);
+  DeviceArray<float> out(128 * 128), lse(1024), dqkv(3 * 128 * 128);
   cu::Workspace ws;
   auto forward = [&](int batch, int seq, int heads, int hd) {
     cu::flash_attention_forward(qkv.get(), batch, seq, heads, hd, out.get(), lse.get(), nullptr);

@@ -1,5 +1,5 @@
 // [gpu] The CUDA training ops (kernels/cuda/ops.cuh) and the cuBLASLt GEMM (kernels/cuda/gemm.cuh)
-// against the CPU reference: fp4::model's ops<float> (engine/model/ops.h), fp4::run::AdamW
+// against the CPU reference: fp4::cpu's ops<float> (kernels/cpu/ops.h), fp4::run::AdamW
 // (engine/run/optimizer.h) and fp4::cpu::gemm (kernels/cpu/gemm.h).
 //
 // Where the GPU performs the reference's operations in the reference's order, the test demands
@@ -26,24 +26,24 @@
 #include <string>
 #include <vector>
 
-#include "engine/model/ops.h"
 #include "engine/run/optimizer.h"
 #include "kernels/cpu/gemm.h"
+#include "kernels/cpu/ops.h"
+#include "kernels/cuda/cuda_common.cuh"
 #include "kernels/cuda/flash_attention.cuh"
 #include "kernels/cuda/gemm.cuh"
 #include "kernels/cuda/ops.cuh"
 #include "kernels/numerics.h"
-#include "tests/gpu/device_buffer.h"
 
 namespace {
 
 namespace cu = fp4::cuda;
-namespace model = fp4::model;
+namespace cpu = fp4::cpu;
 using fp4::bf16_t;
 
 constexpr double kEps = 0x1p-23;  // fp32 machine epsilon
 
-using fp4::test::DeviceBuffer;
+using fp4::cuda::DeviceArray;
 
 std::vector<float> normal(size_t n, uint64_t seed, float stddev = 1.0f, float mean = 0.0f) {
   std::mt19937_64 rng(seed);
@@ -129,8 +129,8 @@ TEST_CASE("cuda bf16 conversions and the residual add match the CPU bit for bit"
   for (size_t i = 0; i < std::size(specials); ++i) x[i] = specials[i];
   const size_t n = x.size();
 
-  DeviceBuffer<float> dx(x), dy(n), dsum(n);
-  DeviceBuffer<bf16_t> db(n);
+  DeviceArray<float> dx(x), dy(n), dsum(n);
+  DeviceArray<bf16_t> db(n);
   cu::float_to_bf16(dx.get(), db.get(), n, nullptr);
   const std::vector<bf16_t> b = db.download();
   std::vector<float> want_b(n), got_b(n);
@@ -149,7 +149,7 @@ TEST_CASE("cuda bf16 conversions and the residual add match the CPU bit for bit"
   require_bits("round_to_bf16", dx.download(), want_r);
 
   const std::vector<float> a = normal(n, 3), c = normal(n, 4, 10.0f);
-  DeviceBuffer<float> da(a), dc(c);
+  DeviceArray<float> da(a), dc(c);
   cu::residual_add(da.get(), dc.get(), dsum.get(), n, nullptr);
   std::vector<float> want_sum(n);
   for (size_t i = 0; i < n; ++i) want_sum[i] = a[i] + c[i];
@@ -177,11 +177,11 @@ TEST_CASE("cuda embedding forward and backward match the CPU bit for bit", "[gpu
     const std::vector<float> dtable0 = normal(table.size(), 7, 0.1f);  // gradients accumulate
 
     std::vector<float> out(static_cast<size_t>(s.rows) * s.d), dtable = dtable0;
-    model::embedding_forward(table.data(), tokens.data(), s.rows, s.d, out.data());
-    model::embedding_backward(tokens.data(), dout.data(), s.rows, s.d, dtable.data());
+    cpu::embedding_forward(table.data(), tokens.data(), s.rows, s.d, out.data());
+    cpu::embedding_backward(tokens.data(), dout.data(), s.rows, s.d, dtable.data());
 
-    DeviceBuffer<float> g_table(table), g_out(out.size()), g_dout(dout), g_dtable(dtable0);
-    DeviceBuffer<int32_t> g_tokens(tokens);
+    DeviceArray<float> g_table(table), g_out(out.size()), g_dout(dout), g_dtable(dtable0);
+    DeviceArray<int32_t> g_tokens(tokens);
     cu::embedding_forward(g_table.get(), s.vocab, g_tokens.get(), s.rows, s.d, g_out.get(), nullptr);
     require_bits(name + " forward", g_out.download(), out);
     cu::embedding_backward(g_tokens.get(), g_dout.get(), s.rows, s.d, s.vocab, g_dtable.get(), ws, nullptr);
@@ -195,8 +195,8 @@ TEST_CASE("cuda embedding forward and backward match the CPU bit for bit", "[gpu
   // A token outside the vocabulary: a NaN row forward, ignored backward.
   const std::vector<int32_t> tokens = {1, 5, -1};
   const std::vector<float> table = normal(4 * 8, 8), dout = normal(3 * 8, 9);
-  DeviceBuffer<float> g_table(table), g_out(3 * 8), g_dout(dout);
-  DeviceBuffer<int32_t> g_tokens(tokens);
+  DeviceArray<float> g_table(table), g_out(3 * 8), g_dout(dout);
+  DeviceArray<int32_t> g_tokens(tokens);
   cu::embedding_forward(g_table.get(), 4, g_tokens.get(), 3, 8, g_out.get(), nullptr);
   const std::vector<float> out = g_out.download();
   for (int j = 0; j < 8; ++j) {
@@ -227,10 +227,10 @@ TEST_CASE("cuda rmsnorm matches the CPU: forward and dx bit for bit, dgain withi
     const std::vector<float> x = normal(n, 11, 2.0f, 0.1f), gain = normal(s.d, 12, 0.1f, 1.0f);
     const std::vector<float> dy = normal(n, 13), dgain0 = normal(s.d, 14, 0.5f);
     std::vector<float> y(n), rstd(s.rows), dx(n), dgain = dgain0;
-    model::rmsnorm_forward(x.data(), gain.data(), s.rows, s.d, eps, y.data(), rstd.data());
-    model::rmsnorm_backward(x.data(), gain.data(), rstd.data(), dy.data(), s.rows, s.d, dx.data(), dgain.data());
+    cpu::rmsnorm_forward(x.data(), gain.data(), s.rows, s.d, eps, y.data(), rstd.data());
+    cpu::rmsnorm_backward(x.data(), gain.data(), rstd.data(), dy.data(), s.rows, s.d, dx.data(), dgain.data());
 
-    DeviceBuffer<float> g_x(x), g_gain(gain), g_y(n), g_rstd(s.rows), g_dy(dy), g_dx(n), g_dgain(dgain0);
+    DeviceArray<float> g_x(x), g_gain(gain), g_y(n), g_rstd(s.rows), g_dy(dy), g_dx(n), g_dgain(dgain0);
     cu::rmsnorm_forward(g_x.get(), g_gain.get(), s.rows, s.d, eps, g_y.get(), g_rstd.get(), nullptr);
     const std::vector<float> y1 = g_y.download();
     require_bits(name + " y", y1, y);
@@ -273,7 +273,7 @@ TEST_CASE("cuda rope matches the CPU bit for bit, table included", "[gpu][ops]")
   const Shape shapes[] = {{2, 100, 12, 64, 10000.0}, {3, 17, 2, 32, 500000.0}, {1, 5, 1, 128, 10000.0}};
   for (const Shape& s : shapes) {
     const std::string name = shape_name("rope", {{"B", s.batch}, {"T", s.seq}, {"H", s.heads}, {"hd", s.hd}});
-    const model::RopeTable<float> table = model::rope_table<float>(s.seq, s.hd, s.base);
+    const cpu::RopeTable<float> table = cpu::rope_table<float>(s.seq, s.hd, s.base);
     const cu::RopeTable g_table(s.seq, s.hd, s.base);
     std::vector<float> c(table.cos.size()), sn(table.sin.size());
     FP4_CUDA_CHECK(cudaMemcpy(c.data(), g_table.cos(), c.size() * sizeof(float), cudaMemcpyDeviceToHost));
@@ -286,12 +286,12 @@ TEST_CASE("cuda rope matches the CPU bit for bit, table included", "[gpu][ops]")
     const size_t n = static_cast<size_t>(s.batch) * s.seq * stride;
     const std::vector<float> qkv0 = normal(n, 21);
     std::vector<float> fwd = qkv0, bwd = qkv0;
-    model::rope_forward(fwd.data(), s.batch, s.seq, s.heads, s.hd, stride, table);
-    model::rope_forward(fwd.data() + d, s.batch, s.seq, s.heads, s.hd, stride, table);
-    model::rope_backward(bwd.data(), s.batch, s.seq, s.heads, s.hd, stride, table);
-    model::rope_backward(bwd.data() + d, s.batch, s.seq, s.heads, s.hd, stride, table);
+    cpu::rope_forward(fwd.data(), s.batch, s.seq, s.heads, s.hd, stride, table);
+    cpu::rope_forward(fwd.data() + d, s.batch, s.seq, s.heads, s.hd, stride, table);
+    cpu::rope_backward(bwd.data(), s.batch, s.seq, s.heads, s.hd, stride, table);
+    cpu::rope_backward(bwd.data() + d, s.batch, s.seq, s.heads, s.hd, stride, table);
 
-    DeviceBuffer<float> g(qkv0);
+    DeviceArray<float> g(qkv0);
     cu::rope_forward(g.get(), s.batch, s.seq, s.heads, s.hd, stride, g_table, nullptr);
     cu::rope_forward(g.get() + d, s.batch, s.seq, s.heads, s.hd, stride, g_table, nullptr);
     const std::vector<float> f1 = g.download();
@@ -323,10 +323,10 @@ TEST_CASE("cuda swiglu matches the CPU within a few ulp", "[gpu][ops]") {
     u[2] = -1.2785f;  // near the zero of 1 + g·(1 − σ(g)): dgate cancels there
     const std::vector<float> da = normal(n, 32);
     std::vector<float> a(n), du(2 * n);
-    model::swiglu_forward(u.data(), s.rows, s.f, a.data());
-    model::swiglu_backward(u.data(), da.data(), s.rows, s.f, du.data());
+    cpu::swiglu_forward(u.data(), s.rows, s.f, a.data());
+    cpu::swiglu_backward(u.data(), da.data(), s.rows, s.f, du.data());
 
-    DeviceBuffer<float> g_u(u), g_a(n), g_da(da), g_du(2 * n);
+    DeviceArray<float> g_u(u), g_a(n), g_da(da), g_du(2 * n);
     cu::swiglu_forward(g_u.get(), s.rows, s.f, g_a.get(), nullptr);
     cu::swiglu_backward(g_u.get(), g_da.get(), s.rows, s.f, g_du.get(), nullptr);
     const std::vector<float> a1 = g_a.download(), du1 = g_du.download();
@@ -369,7 +369,7 @@ TEST_CASE("cuda cross-entropy matches the CPU within its bound, fused in place o
     for (int32_t& t : targets) t = static_cast<int32_t>(rng() % static_cast<uint64_t>(s.vocab));
     const float scale = 1.0f / static_cast<float>(s.rows);
     std::vector<float> loss(s.rows), dz(n);
-    model::cross_entropy(z.data(), targets.data(), s.rows, s.vocab, loss.data(), dz.data(), scale);
+    cpu::cross_entropy(z.data(), targets.data(), s.rows, s.vocab, loss.data(), dz.data(), scale);
 
     // The bound. S = Σ exp(z − m): the CPU's recursive sum of V terms and the GPU's online sums
     // (V/256 terms and rescalings per thread, then 13 combining levels), each term or rescale with
@@ -395,8 +395,8 @@ TEST_CASE("cuda cross-entropy matches the CPU within its bound, fused in place o
       }
     }
 
-    DeviceBuffer<float> g_z(z), g_loss(s.rows), g_dz(n);
-    DeviceBuffer<int32_t> g_t(targets);
+    DeviceArray<float> g_z(z), g_loss(s.rows), g_dz(n);
+    DeviceArray<int32_t> g_t(targets);
     cu::cross_entropy(g_z.get(), g_t.get(), s.rows, s.vocab, g_loss.get(), g_dz.get(), scale, nullptr);
     const std::vector<float> loss1 = g_loss.download(), dz1 = g_dz.download();
     require_within(name + " loss", loss1, to_double(loss), bl);
@@ -450,15 +450,15 @@ TEST_CASE("cuda attention matches the fp64 reference as closely as the CPU does"
     const std::vector<float> qkv = normal(nq, 51), dout = normal(no, 52);
 
     std::vector<float> out(no), lse(nl), dqkv(nq);
-    model::attention_forward(qkv.data(), s.batch, s.seq, s.heads, s.hd, out.data(), lse.data());
-    model::attention_backward(qkv.data(), lse.data(), dout.data(), s.batch, s.seq, s.heads, s.hd, dqkv.data());
+    cpu::attention_forward(qkv.data(), s.batch, s.seq, s.heads, s.hd, out.data(), lse.data());
+    cpu::attention_backward(qkv.data(), lse.data(), dout.data(), s.batch, s.seq, s.heads, s.hd, dqkv.data());
     AttentionRef ref{std::vector<double>(no), std::vector<double>(nl), std::vector<double>(nq)};
     const std::vector<double> qkv64 = to_double(qkv), dout64 = to_double(dout);
-    model::attention_forward(qkv64.data(), s.batch, s.seq, s.heads, s.hd, ref.out.data(), ref.lse.data());
-    model::attention_backward(qkv64.data(), ref.lse.data(), dout64.data(), s.batch, s.seq, s.heads, s.hd,
+    cpu::attention_forward(qkv64.data(), s.batch, s.seq, s.heads, s.hd, ref.out.data(), ref.lse.data());
+    cpu::attention_backward(qkv64.data(), ref.lse.data(), dout64.data(), s.batch, s.seq, s.heads, s.hd,
                               ref.dqkv.data());
 
-    DeviceBuffer<float> g_qkv(qkv), g_out(no), g_lse(nl), g_dout(dout), g_dqkv(nq);
+    DeviceArray<float> g_qkv(qkv), g_out(no), g_lse(nl), g_dout(dout), g_dqkv(nq);
     cu::attention_forward(g_qkv.get(), s.batch, s.seq, s.heads, s.hd, g_out.get(), g_lse.get(), nullptr);
     const std::vector<float> out1 = g_out.download(), lse1 = g_lse.download();
     require_as_accurate(name + " out", out1, out, ref.out);
@@ -483,8 +483,8 @@ TEST_CASE("cuda fp64 sums match the CPU gradient norm", "[gpu][ops]") {
   for (size_t n : {size_t{1}, size_t{100}, size_t{1000003}}) {
     std::vector<float> g = normal(n, 61, 1e-3f);
     for (size_t i = 0; i < n; i += 1001) g[i] *= 1e4f;
-    DeviceBuffer<float> dg(g);
-    DeviceBuffer<double> out(2);
+    DeviceArray<float> dg(g);
+    DeviceArray<double> out(2);
     cu::sum_squares_f64(dg.get(), n, out.get(), ws, nullptr);
     cu::sum_f64(dg.get(), n, out.get() + 1, ws, nullptr);
     const std::vector<double> r = out.download();
@@ -526,7 +526,7 @@ TEST_CASE("cuda AdamW matches the engine run AdamW bit for bit", "[gpu][ops]") {
     h.weight_decay = wd;
     std::vector<float> params = normal(n, 71, 0.02f);
     fp4::run::AdamW cpu(n);
-    DeviceBuffer<float> p(params), m(std::vector<float>(n, 0.0f)), v(std::vector<float>(n, 0.0f)), grads(n);
+    DeviceArray<float> p(params), m(std::vector<float>(n, 0.0f)), v(std::vector<float>(n, 0.0f)), grads(n);
     // Steps 1-3, then a jump to step 1000 (bias corrections near 1); a clip factor on step 2, and
     // gradients tiny enough on step 3 for ε to matter.
     const int64_t steps[] = {1, 2, 3, 1000};
@@ -578,7 +578,7 @@ void check_gemm(cu::Gemm& gemm, bool ta, bool tb, int m, int n, int k, float alp
     if (out_bf16) bound[i] += 0x1p-8 * (std::fabs(c[i]) + bound[i]);
   }
 
-  DeviceBuffer<bf16_t> ga(ab), gb(bb);
+  DeviceArray<bf16_t> ga(ab), gb(bb);
   cu::GemmShape shape;
   shape.trans_a = ta;
   shape.trans_b = tb;
@@ -588,14 +588,14 @@ void check_gemm(cu::Gemm& gemm, bool ta, bool tb, int m, int n, int k, float alp
   std::vector<float> got1, got2;
   for (int run = 0; run < 2; ++run) {
     if (out_bf16) {
-      DeviceBuffer<bf16_t> gc(cb);
+      DeviceArray<bf16_t> gc(cb);
       gemm.matmul(shape, alpha, ga.get(), gb.get(), beta, gc.get(), nullptr);
       const std::vector<bf16_t> r = gc.download();
       std::vector<float> f(nc);
       for (size_t i = 0; i < nc; ++i) f[i] = fp4::bf16_to_float(r[i]);
       (run == 0 ? got1 : got2) = f;
     } else {
-      DeviceBuffer<float> gc(c0);
+      DeviceArray<float> gc(c0);
       gemm.matmul(shape, alpha, ga.get(), gb.get(), beta, gc.get(), nullptr);
       (run == 0 ? got1 : got2) = gc.download();
     }
@@ -634,9 +634,9 @@ TEST_CASE("cuda gemm batched with strides and leading dimensions matches per-ite
   std::vector<bf16_t> abuf_b(abuf.size()), b_b(b.size());
   for (size_t i = 0; i < abuf.size(); ++i) abuf[i] = fp4::bf16_to_float(abuf_b[i] = fp4::float_to_bf16(abuf[i]));
   for (size_t i = 0; i < b.size(); ++i) b[i] = fp4::bf16_to_float(b_b[i] = fp4::float_to_bf16(b[i]));
-  DeviceBuffer<bf16_t> ga(abuf_b), gb(b_b);
+  DeviceArray<bf16_t> ga(abuf_b), gb(b_b);
   const std::vector<float> c_init(static_cast<size_t>(batch) * m * ldc, -7.0f);  // padding must survive
-  DeviceBuffer<float> gc(c_init);
+  DeviceArray<float> gc(c_init);
   cu::Gemm gemm;
   cu::GemmShape shape;
   shape.trans_b = true;
@@ -696,7 +696,7 @@ TEST_CASE("cuda gemm with device-side alpha and beta equals the host-scalar gemm
   cu::Gemm gemm;
   const float s_a = 0.0371f, s_b = 1.93f;
   const float host_alpha = s_a * s_b;
-  DeviceBuffer<float> scalars(std::vector<float>{s_a, s_b, 0.0f, 0.0f, 1.0f});
+  DeviceArray<float> scalars(std::vector<float>{s_a, s_b, 0.0f, 0.0f, 1.0f});
   cu::Gemm::scale_product(scalars.get() + 0, scalars.get() + 1, scalars.get() + 2, nullptr);
   const std::vector<float> sc = scalars.download();
   REQUIRE(bits(sc[2]) == bits(host_alpha));
@@ -714,8 +714,8 @@ TEST_CASE("cuda gemm with device-side alpha and beta equals the host-scalar gemm
     std::vector<bf16_t> ab(na), bb(nb);
     for (size_t i = 0; i < na; ++i) ab[i] = fp4::float_to_bf16(a[i]);
     for (size_t i = 0; i < nb; ++i) bb[i] = fp4::float_to_bf16(b[i]);
-    DeviceBuffer<bf16_t> ga(ab), gb(bb);
-    DeviceBuffer<float> host_c(c0), dev_c(c0);
+    DeviceArray<bf16_t> ga(ab), gb(bb);
+    DeviceArray<float> host_c(c0), dev_c(c0);
     gemm.gemm(c.ta, c.tb, c.m, c.n, c.k, host_alpha, ga.get(), gb.get(), c.beta, host_c.get(), nullptr);
     gemm.gemm_device_scalars(c.ta, c.tb, c.m, c.n, c.k, scalars.get() + 2, ga.get(), gb.get(),
                              scalars.get() + (c.beta != 0 ? 4 : 3), dev_c.get(), nullptr);
@@ -766,9 +766,9 @@ TEST_CASE("cuda gemm split-K in fp32 matches one fp32 gemm within the summation 
     std::vector<float> abs_a(a.size()), abs_b(b.size());
     for (size_t i = 0; i < a.size(); ++i) abs_a[i] = std::fabs(a[i]);
     for (size_t i = 0; i < b.size(); ++i) abs_b[i] = std::fabs(b[i]);
-    DeviceBuffer<float> ga(a), gb(b), gabs_a(abs_a), gabs_b(abs_b);
-    DeviceBuffer<float> plain(c0), split1(c0), split2(c0), mag(static_cast<size_t>(c.m * ldc));
-    DeviceBuffer<float> partials(static_cast<size_t>(c.chunks) * c.m * c.n);
+    DeviceArray<float> ga(a), gb(b), gabs_a(abs_a), gabs_b(abs_b);
+    DeviceArray<float> plain(c0), split1(c0), split2(c0), mag(static_cast<size_t>(c.m * ldc));
+    DeviceArray<float> partials(static_cast<size_t>(c.chunks) * c.m * c.n);
     cu::GemmShape shape;
     shape.trans_a = c.ta;
     shape.trans_b = c.tb;
@@ -857,8 +857,8 @@ TEST_CASE("cuda ops' fused bf16 stores equal separate rounding and conversion pa
     x[1] = INFINITY;
     x[2] = 3.3895314e38f;  // rounds to infinity
     x[3] = 1.0f + 0x1p-8f;  // a tie
-    DeviceBuffer<float> g(x);
-    DeviceBuffer<bf16_t> c(n);
+    DeviceArray<float> g(x);
+    DeviceArray<bf16_t> c(n);
     cu::round_to_bf16(g.get(), n, c.get(), nullptr);
     const std::vector<bf16_t> copy = c.download();
     require_stored("round_to_bf16 + copy", g.download(), &copy, x, true);
@@ -871,11 +871,11 @@ TEST_CASE("cuda ops' fused bf16 stores equal separate rounding and conversion pa
       s.bf16 = copy;
       return s;
     };
-    DeviceBuffer<bf16_t> c(2 * nf + 3 * n);  // wide enough for every copy below
+    DeviceArray<bf16_t> c(2 * nf + 3 * n);  // wide enough for every copy below
 
     // residual_add: out's store, b's pending store; also in place (out = a).
     const std::vector<float> a = normal(n, 102), b = normal(n, 103, 3.0f);
-    DeviceBuffer<float> g_a(a), g_b(b), g_b_in(round ? rounded(b) : b), g_out(n);
+    DeviceArray<float> g_a(a), g_b(b), g_b_in(round ? rounded(b) : b), g_out(n);
     cu::residual_add(g_a.get(), g_b_in.get(), g_out.get(), n, nullptr);
     const std::vector<float> sum = g_out.download();
     cu::residual_add(g_a.get(), g_b.get(), g_out.get(), n, nullptr, store(c.get()), round);
@@ -891,8 +891,8 @@ TEST_CASE("cuda ops' fused bf16 stores equal separate rounding and conversion pa
     for (int r = 0; r < rows; ++r) tokens[r] = (r * 7) % vocab;
     tokens[5] = vocab;
     const std::vector<float> table = normal(static_cast<size_t>(vocab) * d, 104);
-    DeviceBuffer<float> g_table(table), g_emb(n);
-    DeviceBuffer<int32_t> g_tokens(tokens);
+    DeviceArray<float> g_table(table), g_emb(n);
+    DeviceArray<int32_t> g_tokens(tokens);
     cu::embedding_forward(g_table.get(), vocab, g_tokens.get(), rows, d, g_emb.get(), nullptr);
     const std::vector<float> emb = g_emb.download();
     cu::embedding_forward(g_table.get(), vocab, g_tokens.get(), rows, d, g_emb.get(), nullptr, store(c.get()));
@@ -903,7 +903,7 @@ TEST_CASE("cuda ops' fused bf16 stores equal separate rounding and conversion pa
     // rmsnorm forward (y's store) and backward (dx's store, dy's pending store)
     const std::vector<float> x = normal(n, 105, 2.0f, 0.1f), gain = normal(d, 106, 0.1f, 1.0f);
     const std::vector<float> dy = normal(n, 107), dgain0 = normal(d, 108, 0.5f);
-    DeviceBuffer<float> g_x(x), g_gain(gain), g_y(n), g_rstd(rows), g_dy(dy), g_dy_in(round ? rounded(dy) : dy),
+    DeviceArray<float> g_x(x), g_gain(gain), g_y(n), g_rstd(rows), g_dy(dy), g_dy_in(round ? rounded(dy) : dy),
         g_dx(n), g_dgain(dgain0);
     cu::rmsnorm_forward(g_x.get(), g_gain.get(), rows, d, eps, g_y.get(), g_rstd.get(), nullptr);
     const std::vector<float> y = g_y.download(), rstd = g_rstd.download();
@@ -927,7 +927,7 @@ TEST_CASE("cuda ops' fused bf16 stores equal separate rounding and conversion pa
     // swiglu forward (a's store; u's store in place) and backward (du's store, da's pending store)
     std::vector<float> u = normal(2 * nf, 109, 3.0f);
     const std::vector<float> da = normal(nf, 110);
-    DeviceBuffer<float> g_u(u), g_u_in(round ? rounded(u) : u), g_sa(nf), g_da(da), g_da_in(round ? rounded(da) : da),
+    DeviceArray<float> g_u(u), g_u_in(round ? rounded(u) : u), g_sa(nf), g_da(da), g_da_in(round ? rounded(da) : da),
         g_du(2 * nf);
     cu::swiglu_forward(g_u_in.get(), rows, f, g_sa.get(), nullptr);
     const std::vector<float> act = g_sa.download();
@@ -965,8 +965,8 @@ TEST_CASE("cuda ops' fused bf16 stores equal separate rounding and conversion pa
       const std::vector<float> qkv = normal(nq, 111, 2.0f);
       for (const bool backward : {false, true}) {
         const auto rope = backward ? cu::rope_backward : cu::rope_forward;
-        DeviceBuffer<float> g(qkv);
-        DeviceBuffer<bf16_t> gc(nq);
+        DeviceArray<float> g(qkv);
+        DeviceArray<bf16_t> gc(nq);
         if (round) cu::round_to_bf16(g.get(), nq, nullptr);
         rope(g.get(), s.batch, s.seq, s.heads, s.hd, 3 * dm, tbl, nullptr);
         rope(g.get() + dm, s.batch, s.seq, s.heads, s.hd, 3 * dm, tbl, nullptr);
@@ -987,8 +987,8 @@ TEST_CASE("cuda ops' fused bf16 stores equal separate rounding and conversion pa
       const int batch = 2, seq = 128, heads = 2, hd = 64, dm = heads * hd;
       const size_t nq = static_cast<size_t>(batch) * seq * 3 * dm, no = static_cast<size_t>(batch) * seq * dm;
       const std::vector<float> qkv = normal(nq, 112);
-      DeviceBuffer<float> g_qkv(qkv), g_out(no), g_lse(static_cast<size_t>(batch) * heads * seq);
-      DeviceBuffer<bf16_t> g_qkvb(nq), gc(no);
+      DeviceArray<float> g_qkv(qkv), g_out(no), g_lse(static_cast<size_t>(batch) * heads * seq);
+      DeviceArray<bf16_t> g_qkvb(nq), gc(no);
       cu::float_to_bf16(g_qkv.get(), g_qkvb.get(), nq, nullptr);
       cu::flash_attention_forward(g_qkvb.get(), batch, seq, heads, hd, g_out.get(), g_lse.get(), nullptr);
       const std::vector<float> out = g_out.download(), lse = g_lse.download();
@@ -1015,14 +1015,14 @@ class OffsetBuffer {
   OffsetBuffer(const std::vector<T>& h, size_t offset) : OffsetBuffer(h.size(), offset) {
     FP4_CUDA_CHECK(cudaMemcpy(get(), h.data(), n_ * sizeof(T), cudaMemcpyHostToDevice));
   }
-  T* get() const { return buf_.get() + offset_; }
+  T* get() { return buf_.get() + offset_; }
   std::vector<T> download() const {
     const std::vector<T> all = buf_.download();
     return std::vector<T>(all.begin() + static_cast<std::ptrdiff_t>(offset_), all.end());
   }
 
  private:
-  DeviceBuffer<T> buf_;
+  DeviceArray<T> buf_;
   size_t n_, offset_;
 };
 
@@ -1073,9 +1073,9 @@ TEST_CASE("cuda element-wise ops give the same bits on their vector and scalar p
         const size_t n = static_cast<size_t>(rows) * d;
         const std::vector<float> x = normal(n, 211, 2.0f, 0.1f), gain = normal(d, 212, 0.1f, 1.0f), dy = normal(n, 213);
         std::vector<float> y(n), rstd(rows), dx(n), dgain(d, 0.0f);
-        model::rmsnorm_forward(x.data(), gain.data(), rows, d, 1e-5f, y.data(), rstd.data());
+        cpu::rmsnorm_forward(x.data(), gain.data(), rows, d, 1e-5f, y.data(), rstd.data());
         const std::vector<float> dy_in = stored(dy);
-        model::rmsnorm_backward(x.data(), gain.data(), rstd.data(), dy_in.data(), rows, d, dx.data(), dgain.data());
+        cpu::rmsnorm_backward(x.data(), gain.data(), rstd.data(), dy_in.data(), rows, d, dx.data(), dgain.data());
         // gain always misaligned (a parameter inside the flat buffer may be): the aligned run takes
         // the vector path with 4-byte gain loads.
         OffsetBuffer<float> g_x(x, off), g_gain(gain, 1), g_y(n, off), g_rstd(rows, off), g_dy(dy, off),
@@ -1155,7 +1155,7 @@ TEST_CASE("cuda rmsnorm dgain follows its documented summation order bit for bit
   const std::vector<float> dgain0 = normal(d, 244);
   cu::Workspace ws;
   for (const bool round : {false, true}) {
-    DeviceBuffer<float> g_x(x), g_gain(gain), g_y(n), g_rstd(rows), g_dy(dy), g_dx(n), g_dgain(dgain0);
+    DeviceArray<float> g_x(x), g_gain(gain), g_y(n), g_rstd(rows), g_dy(dy), g_dx(n), g_dgain(dgain0);
     cu::rmsnorm_forward(g_x.get(), g_gain.get(), rows, d, 1e-5f, g_y.get(), g_rstd.get(), nullptr);
     cu::rmsnorm_backward(g_x.get(), g_gain.get(), g_rstd.get(), g_dy.get(), rows, d, g_dx.get(), g_dgain.get(), ws,
                          nullptr, {}, round);
@@ -1191,9 +1191,9 @@ TEST_CASE("cuda ops at training sizes match the CPU, with their times", "[gpu][o
     for (int32_t& t : tokens) t = static_cast<int32_t>(std::min<double>(V - 1, std::floor(expo(rng))));
     const std::vector<float> dout = normal(nd, 302), dtable0 = normal(static_cast<size_t>(V) * d, 303);
     std::vector<float> dtable = dtable0;
-    model::embedding_backward(tokens.data(), dout.data(), rows, d, dtable.data());
-    DeviceBuffer<int32_t> g_tokens(tokens);
-    DeviceBuffer<float> g_dout(dout), g_dtable(dtable0);
+    cpu::embedding_backward(tokens.data(), dout.data(), rows, d, dtable.data());
+    DeviceArray<int32_t> g_tokens(tokens);
+    DeviceArray<float> g_dout(dout), g_dtable(dtable0);
     cu::embedding_backward(g_tokens.get(), g_dout.get(), rows, d, V, g_dtable.get(), ws, nullptr);
     require_bits("embedding backward rows=8192 d=768 vocab=256", g_dtable.download(), dtable);
     std::printf("[time] embedding_backward rows=%d d=%d: %.3f ms\n", rows, d, time_ms([&] {
@@ -1203,9 +1203,9 @@ TEST_CASE("cuda ops at training sizes match the CPU, with their times", "[gpu][o
   {  // RMSNorm forward and backward.
     const std::vector<float> x = normal(nd, 311), gain = normal(d, 312, 0.1f, 1.0f), dy = normal(nd, 313);
     std::vector<float> y(nd), rstd(rows), dx(nd), dgain(d, 0.0f);
-    model::rmsnorm_forward(x.data(), gain.data(), rows, d, 1e-5f, y.data(), rstd.data());
-    model::rmsnorm_backward(x.data(), gain.data(), rstd.data(), dy.data(), rows, d, dx.data(), dgain.data());
-    DeviceBuffer<float> g_x(x), g_gain(gain), g_y(nd), g_rstd(rows), g_dy(dy), g_dx(nd), g_dgain(d);
+    cpu::rmsnorm_forward(x.data(), gain.data(), rows, d, 1e-5f, y.data(), rstd.data());
+    cpu::rmsnorm_backward(x.data(), gain.data(), rstd.data(), dy.data(), rows, d, dx.data(), dgain.data());
+    DeviceArray<float> g_x(x), g_gain(gain), g_y(nd), g_rstd(rows), g_dy(dy), g_dx(nd), g_dgain(d);
     cu::rmsnorm_forward(g_x.get(), g_gain.get(), rows, d, 1e-5f, g_y.get(), g_rstd.get(), nullptr);
     cu::rmsnorm_backward(g_x.get(), g_gain.get(), g_rstd.get(), g_dy.get(), rows, d, g_dx.get(), g_dgain.get(), ws,
                          nullptr);
@@ -1222,9 +1222,9 @@ TEST_CASE("cuda ops at training sizes match the CPU, with their times", "[gpu][o
   {  // The element-wise ops as the bf16 training step calls them (stores fused, bf16 copies written).
     const int f = 2048;
     const size_t nf = static_cast<size_t>(rows) * f;
-    DeviceBuffer<float> qkv(normal(nd * 3, 331)), u(normal(2 * nf, 332)), a(nf), da(normal(nf, 333)), du(2 * nf),
+    DeviceArray<float> qkv(normal(nd * 3, 331)), u(normal(2 * nf, 332)), a(nf), da(normal(nf, 333)), du(2 * nf),
         xa(normal(nd, 334)), xb(normal(nd, 335)), xo(nd);
-    DeviceBuffer<bf16_t> copy(2 * nf);
+    DeviceArray<bf16_t> copy(2 * nf);
     const cu::RopeTable table(T, hd, 10000.0);
     const cu::StoreOut st{true, copy.get()};
     std::printf("[time] rope_forward_qkv B=%d T=%d H=%d hd=%d: %.3f ms\n", B, T, H, hd, time_ms([&] {
@@ -1249,20 +1249,20 @@ TEST_CASE("cuda ops at training sizes match the CPU, with their times", "[gpu][o
                  nl = static_cast<size_t>(b1) * h1 * T;
     const std::vector<float> qkv = normal(nq, 321), dout = normal(no, 322);
     std::vector<float> out(no), lse(nl), dqkv(nq);
-    model::attention_forward(qkv.data(), b1, T, h1, hd, out.data(), lse.data());
-    model::attention_backward(qkv.data(), lse.data(), dout.data(), b1, T, h1, hd, dqkv.data());
+    cpu::attention_forward(qkv.data(), b1, T, h1, hd, out.data(), lse.data());
+    cpu::attention_backward(qkv.data(), lse.data(), dout.data(), b1, T, h1, hd, dqkv.data());
     std::vector<double> out64(no), lse64(nl), dqkv64(nq);
     const std::vector<double> qkv64 = to_double(qkv), dout64 = to_double(dout);
-    model::attention_forward(qkv64.data(), b1, T, h1, hd, out64.data(), lse64.data());
-    model::attention_backward(qkv64.data(), lse64.data(), dout64.data(), b1, T, h1, hd, dqkv64.data());
-    DeviceBuffer<float> g_qkv(qkv), g_out(no), g_lse(nl), g_dout(dout), g_dqkv(nq);
+    cpu::attention_forward(qkv64.data(), b1, T, h1, hd, out64.data(), lse64.data());
+    cpu::attention_backward(qkv64.data(), lse64.data(), dout64.data(), b1, T, h1, hd, dqkv64.data());
+    DeviceArray<float> g_qkv(qkv), g_out(no), g_lse(nl), g_dout(dout), g_dqkv(nq);
     cu::attention_forward(g_qkv.get(), b1, T, h1, hd, g_out.get(), g_lse.get(), nullptr);
     cu::attention_backward(g_qkv.get(), g_lse.get(), g_dout.get(), b1, T, h1, hd, g_dqkv.get(), ws, nullptr);
     require_as_accurate("attention T=1024 out", g_out.download(), out, out64);
     require_as_accurate("attention T=1024 lse", g_lse.download(), lse, lse64);
     require_as_accurate("attention T=1024 dqkv", g_dqkv.download(), dqkv, dqkv64);
 
-    DeviceBuffer<float> f_qkv(normal(nd * 3, 323)), f_out(nd), f_lse(static_cast<size_t>(B) * H * T),
+    DeviceArray<float> f_qkv(normal(nd * 3, 323)), f_out(nd), f_lse(static_cast<size_t>(B) * H * T),
         f_dout(normal(nd, 324)), f_dqkv(nd * 3);
     std::printf("[time] attention_forward B=%d T=%d H=%d hd=%d: %.3f ms\n", B, T, H, hd, time_ms([&] {
       cu::attention_forward(f_qkv.get(), B, T, H, hd, f_out.get(), f_lse.get(), nullptr);
@@ -1274,20 +1274,20 @@ TEST_CASE("cuda ops at training sizes match the CPU, with their times", "[gpu][o
   {  // Cross-entropy over a byte vocabulary and a GPT-2-sized one; the qkv GEMM.
     for (int vocab : {V, 50257}) {
       const size_t n = static_cast<size_t>(rows) * vocab;
-      DeviceBuffer<float> z(n), loss(rows);
+      DeviceArray<float> z(n), loss(rows);
       FP4_CUDA_CHECK(cudaMemset(z.get(), 0, n * sizeof(float)));  // the values do not matter for the time
       std::vector<int32_t> targets(rows);
       for (int r = 0; r < rows; ++r) targets[r] = (r * 7919) % vocab;
-      DeviceBuffer<int32_t> t(targets);
+      DeviceArray<int32_t> t(targets);
       std::printf("[time] cross_entropy rows=%d vocab=%d (fused, in place): %.3f ms\n", rows, vocab, time_ms([&] {
         cu::cross_entropy(z.get(), t.get(), rows, vocab, loss.get(), z.get(), 1.0f / rows, nullptr);
       }));
     }
     cu::Gemm gemm;
-    DeviceBuffer<bf16_t> x(nd), w(static_cast<size_t>(3) * d * d);
+    DeviceArray<bf16_t> x(nd), w(static_cast<size_t>(3) * d * d);
     FP4_CUDA_CHECK(cudaMemset(x.get(), 0x3c, nd * sizeof(bf16_t)));
     FP4_CUDA_CHECK(cudaMemset(w.get(), 0x3c, static_cast<size_t>(3) * d * d * sizeof(bf16_t)));
-    DeviceBuffer<float> y(nd * 3);
+    DeviceArray<float> y(nd * 3);
     const double ms = time_ms([&] { gemm.gemm(false, true, rows, 3 * d, d, 1.0f, x.get(), w.get(), 0.0f, y.get(), nullptr); });
     std::printf("[time] gemm NT m=%d n=%d k=%d (qkv fprop): %.3f ms, %.1f TFLOP/s\n", rows, 3 * d, d, ms,
                 2.0 * rows * 3.0 * d * d / (ms * 1e-3) / 1e12);
@@ -1296,7 +1296,7 @@ TEST_CASE("cuda ops at training sizes match the CPU, with their times", "[gpu][o
 
 TEST_CASE("cuda ops reject bad shapes with std::invalid_argument", "[gpu][ops]") {
   cu::Workspace ws;
-  DeviceBuffer<float> buf(1024);
+  DeviceArray<float> buf(1024);
   CHECK_THROWS_AS(cu::attention_forward(buf.get(), 1, 4, 1, 130, buf.get(), buf.get(), nullptr), std::invalid_argument);
   CHECK_THROWS_AS(cu::attention_forward(buf.get(), 1, 4, 1, 63, buf.get(), buf.get(), nullptr), std::invalid_argument);
   CHECK_THROWS_AS(cu::rmsnorm_forward(buf.get(), buf.get(), 0, 8, 1e-5f, buf.get(), buf.get(), nullptr),
@@ -1311,7 +1311,7 @@ TEST_CASE("cuda ops reject bad shapes with std::invalid_argument", "[gpu][ops]")
   CHECK_THROWS_AS(cu::cross_entropy(buf.get(), nullptr, 0, 10, buf.get(), nullptr, 1.0f, nullptr),
                   std::invalid_argument);
   cu::Gemm gemm(0);
-  DeviceBuffer<bf16_t> h(1024);
+  DeviceArray<bf16_t> h(1024);
   CHECK_THROWS_AS(gemm.gemm(false, false, 0, 4, 4, 1.0f, h.get(), h.get(), 0.0f, buf.get(), nullptr),
                   std::invalid_argument);
   cu::GemmShape bad;

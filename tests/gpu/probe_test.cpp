@@ -33,14 +33,14 @@
 #include "engine/run/trainer.h"
 #include "kernels/cpu/quant_metrics.h"
 #include "kernels/cpu/quantize.h"
+#include "kernels/cuda/cuda_common.cuh"
 #include "kernels/cuda/quant_metrics.cuh"
-#include "tests/gpu/device_buffer.h"
 #include "tests/run_test_helpers.h"
 
 using fp4::bf16_t;
 using fp4::cpu::QuantMetrics;
 using fp4::engine::Slot;
-using fp4::test::DeviceBuffer;
+using fp4::cuda::DeviceArray;
 using nlohmann::json;
 
 namespace {
@@ -153,7 +153,7 @@ TEST_CASE("gpu slot metrics kernel matches cpu slot_metric_sums and repeats bit 
   std::vector<bf16_t> x = wavy_tensor(rows, cols);
   x[7] = fp4::float_to_bf16(std::nanf(""));
   x[static_cast<size_t>(33) * cols + 70] = fp4::float_to_bf16(INFINITY);
-  DeviceBuffer<bf16_t> dx(x);
+  DeviceArray<bf16_t> dx(x);
   // Row and column blocking, with and without the RHT, one- and two-level scales, 2D tiles, e8m0.
   std::vector<fp4::QuantSpec> specs(5);
   specs[0].rht = true;                                   // row, fp32, e2m1, RHT
@@ -175,10 +175,10 @@ TEST_CASE("gpu slot metrics kernel matches cpu slot_metric_sums and repeats bit 
     INFO(rows << "x" << cols << " along " << (spec.along == fp4::BlockAlong::row ? "rows" : "columns")
               << (spec.rht ? " rht" : "") << (spec.tile_2d ? " 2D" : "") << " scale " << static_cast<int>(spec.scale));
     const fp4::cpu::QuantizedTensor q = fp4::cpu::quantize(x.data(), rows, cols, spec);
-    DeviceBuffer<bf16_t> dq(q.dequant);
-    DeviceBuffer<uint8_t> dc(q.codes);
-    DeviceBuffer<float> dts(std::vector<float>{q.tensor_scale});
-    DeviceBuffer<fp4::cuda::DeviceMetricSums> out(2);
+    DeviceArray<bf16_t> dq(q.dequant);
+    DeviceArray<uint8_t> dc(q.codes);
+    DeviceArray<float> dts(std::vector<float>{q.tensor_scale});
+    DeviceArray<fp4::cuda::DeviceMetricSums> out(2);
     for (int k = 0; k < 2; ++k)
       fp4::cuda::slot_metric_sums(dx.get(), rows, cols, spec, dq.get(), dc.get(), dts.get(), out.get() + k, ws, nullptr);
     const std::vector<fp4::cuda::DeviceMetricSums> got = out.download();

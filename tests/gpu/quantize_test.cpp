@@ -17,14 +17,14 @@
 #include <vector>
 
 #include "kernels/cpu/quantize.h"
+#include "kernels/cuda/cuda_common.cuh"
 #include "kernels/cuda/quantize.cuh"
-#include "tests/gpu/device_buffer.h"
 
 namespace {
 
 using namespace fp4;
 
-using fp4::test::DeviceBuffer;
+using fp4::cuda::DeviceArray;
 
 // ---------------------------------------------------------------------------------------------
 // Inputs
@@ -174,12 +174,15 @@ struct GpuResult {
   bool nonfinite = false;
 };
 
+// A byte pattern no output produces, so an element a kernel failed to write shows up.
+constexpr unsigned char kPoison = 0xA5;
+
 // Device outputs of one copy, poisoned before the call.
 struct DeviceCopy {
-  DeviceBuffer<bf16_t> dequant;
-  DeviceBuffer<uint8_t> codes;
-  DeviceBuffer<float> scales;
-  DeviceBuffer<float> scalars;  // tensor_scale, amax
+  DeviceArray<bf16_t> dequant;
+  DeviceArray<uint8_t> codes;
+  DeviceArray<float> scales;
+  DeviceArray<float> scalars;  // tensor_scale, amax
   cpu::ScaleGrid grid;
 
   DeviceCopy(int rows, int cols, const QuantSpec& s)
@@ -189,13 +192,13 @@ struct DeviceCopy {
                                        cpu::scale_grid(rows, cols, s).cols)),
         scalars(2),
         grid(cpu::scale_grid(rows, cols, s)) {
-    dequant.poison();
-    codes.poison();
-    scales.poison();
-    scalars.poison();
+    dequant.fill_bytes(kPoison);
+    codes.fill_bytes(kPoison);
+    scales.fill_bytes(kPoison);
+    scalars.fill_bytes(kPoison);
   }
 
-  cuda::CopyOut out(const QuantSpec& s, bool want_amax, bool want_codes) const {
+  cuda::CopyOut out(const QuantSpec& s, bool want_amax, bool want_codes) {
     cuda::CopyOut o;
     o.spec = s;
     o.dequant = dequant.get();
@@ -228,9 +231,9 @@ cuda::Workspace& workspace() {
 // the fetched codes are then empty.
 GpuResult run_gpu(const std::vector<bf16_t>& x, int rows, int cols, const QuantSpec* row, const QuantSpec* col,
                   bool want_amax, bool want_codes = true) {
-  DeviceBuffer<bf16_t> dx(x.size());
+  DeviceArray<bf16_t> dx(x.size());
   dx.upload(x);
-  DeviceBuffer<unsigned> flag(1);
+  DeviceArray<unsigned> flag(1);
   FP4_CUDA_CHECK(cudaMemset(flag.get(), 0, sizeof(unsigned)));
   std::unique_ptr<DeviceCopy> drow, dcol;
   cuda::CopyOut orow, ocol;
@@ -515,7 +518,7 @@ TEST_CASE("gpu quantizer: bad shapes and specs are refused before anything runs"
   QuantSpec b24 = nv_row;
   b24.block = 24;
   CHECK_THROWS_WITH(run_gpu(x, 48, 80, &b24, nullptr, false), cpu::shape_error(48, 80, b24));
-  DeviceBuffer<bf16_t> dx(16);
+  DeviceArray<bf16_t> dx(16);
   cuda::Workspace ws;
   cuda::CopyOut empty;
   empty.spec = nv_row;

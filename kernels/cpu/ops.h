@@ -1,9 +1,10 @@
-// ops.h — the transformer's non-linear-layer operations, each with its hand-written backward.
+// ops.h — the transformer's non-linear-layer operations, each with its hand-written backward: the
+// CPU reference of kernels/cuda/ops.cuh.
 //
 // Every op is a template on the scalar type and is instantiated for float (the model) and double
 // (the gradient checks, which compare against central differences in double precision). Math is
 // done in the scalar type; rounding activations to bf16 for storage is the caller's business
-// (transformer.cpp), so these functions are the plain mathematical definitions.
+// (engine/model/transformer.cpp), so these functions are the plain mathematical definitions.
 //
 // Layouts are row-major. "rows" are tokens: B sequences of T tokens give B·T rows, sequence b's
 // token t at row b·T + t. Backward functions overwrite their input gradients (dx) and accumulate
@@ -16,7 +17,7 @@
 #include <cstdint>
 #include <vector>
 
-namespace fp4::model {
+namespace fp4::cpu {
 
 // Σ a[i]·b[i] in a fixed order: eight running sums (lane i mod 8), combined pairwise at the end.
 // Eight independent lanes let the compiler vectorize without reassociating anything, so the
@@ -116,4 +117,4 @@ template <typename T>
 void cross_entropy(const T* logits, const int32_t* targets, int rows, int vocab, T* loss, T* dlogits,
                    T scale);
 
-}  // namespace fp4::model
+}  // namespace fp4::cpu

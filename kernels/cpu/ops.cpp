@@ -1,6 +1,6 @@
 // ops.cpp — see ops.h. Each op is its formula written out; the only performance devices are
 // OpenMP over independent rows or (sequence, head) pairs and the lane-wise dot() of ops.h.
-#include "engine/model/ops.h"
+#include "kernels/cpu/ops.h"
 
 #include <cmath>
 #include <cstddef>
@@ -8,7 +8,7 @@
 
 #include "kernels/cpu/gemm.h"
 
-namespace fp4::model {
+namespace fp4::cpu {
 
 namespace {
 
@@ -332,4 +332,4 @@ FP4_MODEL_OPS(double)
 
 #undef FP4_MODEL_OPS
 
-}  // namespace fp4::model
+}  // namespace fp4::cpu
