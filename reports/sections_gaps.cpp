@@ -214,7 +214,9 @@ Section paper_subsection(ReportContext& ctx, const std::map<PointKey, ObservedPo
                                               "larger. Its gaps are not a prediction of ours at our scale, and ours are "
                                               "not a measurement at its scale: only the fitted laws, with their intervals, "
                                               "connect the two (the predictions at the fit's targets).",
-                                              fmt_count(largest_n), fmt_count(largest_d), fmt_count(1.5e9 / largest_n)))}});
+                                              fmt_count(largest_n), fmt_count(largest_d),
+                                              1.5e9 / largest_n >= 1000 ? fmt_count(1.5e9 / largest_n)
+                                                                        : fmt::format("{:.3g}", 1.5e9 / largest_n)))}});
   } else {
     s.blocks.push_back(Note{{text("No finished pair in this study yet, so no scale to compare with.")}});
   }
@@ -227,10 +229,12 @@ Section gap_section(ReportContext& ctx) {
   Section s{slug("Gap to BF16"), "Gap to BF16", {}, {}};
   s.blocks.push_back(Paragraph{{text("The BF16-relative gap of recipe r at a grid point is gap = L_r / L_bf16 − 1, from the "
                                      "final validation losses of a run and its BF16 twin (same model, D, seed and "
-                                     "batches); above 0 the 4-bit recipe trains worse. Observed gaps are the mean over "
-                                     "seeds ± their sample standard deviation (n − 1). The train-loss column is the "
-                                     "paper's measure: the gap of the two train losses' trailing means at the end of "
-                                     "training.")}});
+                                     "batches); above 0 the 4-bit recipe trains worse. The rows are the main grid's "
+                                     "points; each is observed over every seed the store holds of it (other grids of the "
+                                     "study, such as a noise floor, add seeds): the mean ± the sample standard deviation "
+                                     "(n − 1) over the seeds and the 95% Student-t interval of that mean. The train-loss "
+                                     "column is the paper's measure: the gap of the two train losses' trailing means at "
+                                     "the end of training.")}});
   int unfinished = 0, excluded = 0;
   const auto observed = observed_points(ctx, &unfinished, &excluded);
   const FitChoice fits = choose_fits(ctx.study);

@@ -18,6 +18,7 @@
 
 #include "fit/statistics.h"
 #include "fit/stored_fit.h"
+#include "reports/escape.h"
 #include "reports/format.h"
 #include "tests/report_test_helpers.h"
 
@@ -269,6 +270,26 @@ TEST_CASE("report of a study-shaped store: each section selects its runs and sho
     INFO(error);
     CHECK(md.find("](figures/" + name + ".svg)") != std::string::npos);
   }
+  // Every figure's data a click away: its caption ends with a link to its CSV sidecar, which exists
+  // (in the HTML and in the Markdown).
+  for (xmlNodePtr f : figures) {
+    std::vector<std::string> links;
+    for (xmlNodePtr n : dom.elements("a"))
+      for (xmlNodePtr up = n->parent; up != nullptr; up = up->parent)
+        if (up == f) links.push_back(HtmlDom::attributes(n)["href"]);
+    INFO(HtmlDom::attributes(f)["id"]);
+    REQUIRE(!links.empty());
+    CHECK(links.back().size() > 4);
+    CHECK(links.back().substr(links.back().size() - 4) == ".csv");
+    CHECK(fs::exists(out / links.back()));
+    CHECK(HtmlDom::text_of(f).find("Data: " + links.back()) != std::string::npos);
+    CHECK(md.find("Data: [" + fp4::reports::markdown_escape(links.back()) + "](" + links.back() + ")") != std::string::npos);
+  }
+  // Printable: the print styles keep a figure or table on one page and drop the screen's chrome.
+  CHECK(html.find("@media print") != std::string::npos);
+  CHECK(html.find("figure, .table-wrap, pre { break-inside: avoid; page-break-inside: avoid; }") != std::string::npos);
+  // The gap over training states its smoothing window.
+  CHECK(text.find("trailing mean over the last 5% of the run's steps (1 step here)") != std::string::npos);
   // Self-contained: no script, nothing loaded from elsewhere; links only to anchors and sidecars.
   CHECK(dom.elements("script").empty());
   CHECK(dom.elements("link").empty());
