@@ -21,6 +21,7 @@
 #include "base/format.h"
 #include "base/stop_signals.h"
 #include "base/user_error.h"
+#include "engine/run/config.h"
 #include "sweeps/gpu_list.h"
 #include "sweeps/lease_owner.h"
 #include "sweeps/mps_daemon.h"
@@ -362,6 +363,10 @@ int LocalExecutor::run() {
   bool any_gpu_run = false;
   for (const QueueItem& q : queue_) any_gpu_run |= is_gpu_run(*q.point);
   if (any_gpu_run) {
+    // The spec reads in any build (plans, reports and fits of GPU studies work without CUDA);
+    // training them needs a build with CUDA.
+    if (std::string e = run::device_error("cuda"); !e.empty())
+      throw UserError(spec_.file.string() + ": runs use " + e);
     const std::vector<std::string> gpus = visible_gpus(o_, spec_.executor);
     if (gpus.empty())
       throw UserError(spec_.file.string() + ": runs use device \"cuda\" but no GPU is visible: pass --gpus, "

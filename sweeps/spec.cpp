@@ -415,7 +415,6 @@ SweepSpec parse_sweep_spec(const std::string& text, const fs::path& file, const 
 
   check_keys(root, "", kTopLevelTables, errors);
   BaseConfig base;
-  base.device_must_run_here = check == DataCheck::run;
   read_sweep_section(optional_table(root, "sweep", errors), base_dir, spec, base, errors);
   read_data_section(optional_table(root, "data", errors), base_dir, check, base, errors);
   read_run_sections(root, base, errors);

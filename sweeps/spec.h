@@ -70,13 +70,10 @@ struct SweepSpec {
 
 // How far the spec's data source is checked when it is read.
 enum class DataCheck : uint8_t {
-  // plan, status, ingest, fit, report: a shard directory not built yet is assumed to hold bytes (a
-  // study can be planned before its data exists); one that is built is opened and checked. A
-  // device this build cannot run (device "cuda" on a CPU-only build) is accepted: the configs and
-  // run ids are those of a build that can, so a GPU study reads anywhere.
+  // plan, status, ingest: a shard directory not built yet is assumed to hold bytes (a study can be
+  // planned before its data exists); one that is built is opened and checked.
   plan,
-  // run, slurm: runs are about to start, so the source must open as their trainers will open it,
-  // on a device this build runs.
+  // run, slurm: runs are about to start, so the source must open as their trainers will open it.
   run,
 };
 

@@ -384,17 +384,7 @@ class PointBuilder {
   run::RunConfig resolve(const json& j, const std::map<std::string, Origin>& from_axes,
                          const std::string& point_text) const {
     try {
-      // A device this build lacks, where the spec is only read: resolved as if on the CPU (the
-      // device changes no other field), then named again, so the config and its id are the ones a
-      // build with that device resolves.
-      const bool elsewhere = !base_.device_must_run_here && j.contains("device") && j["device"].is_string() &&
-                             j["device"] == "cuda" && !run::device_error("cuda").empty();
-      if (!elsewhere) return run::config_from_json(j, errors_.file());
-      json here = j;
-      here["device"] = "cpu";
-      run::RunConfig c = run::config_from_json(here, errors_.file());
-      c.device = "cuda";
-      return c;
+      return run::config_from_json(j, errors_.file());
     } catch (const UserError& e) {
       fail_at_culprit(e.what(), from_axes, point_text);
     } catch (const json::exception& e) {

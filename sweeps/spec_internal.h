@@ -48,10 +48,6 @@ struct BaseConfig {
   uint32_t vocab_size = 256;              // the data's vocabulary, for the parameter counts
   uint64_t train_tokens = 0;              // the data's splits, where known (0: endless or not built)
   uint64_t validation_tokens = 0;
-  // Whether the named device must be one this build can run (DataCheck::run). Otherwise a spec for
-  // device "cuda" resolves on a CPU-only build to the same configs and ids a CUDA build gives, so
-  // plan, status, fit and report work on the committed study anywhere.
-  bool device_must_run_here = true;
 };
 
 // A custom recipe ([recipes.<name>]) in the form the run config's "recipe" field takes.

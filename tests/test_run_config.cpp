@@ -221,11 +221,15 @@ TEST_CASE("run config: bad values are refused, naming the field", "[run][config]
         "it measures one micro-batch of the held-out set");
   CHECK(error_of(with(minimal(), "/device"_json_pointer, "tpu")) ==
         "run.json: device must be \"cpu\" or \"cuda\", got \"tpu\"");
-#ifdef FP4LAB_HAVE_CUDA
+  // Read in every build (a CPU-only build plans, fits and reports GPU studies); the trainer and
+  // `sweep run` refuse it where CUDA is missing (tests/test_run_trainer.cpp, test_sweeps_run.cpp).
   CHECK(config_from_json(with(minimal(), "/device"_json_pointer, "cuda"), "run.json").device == "cuda");
+  CHECK(fp4::run::device_name_error("cuda").empty());
+  CHECK(fp4::run::device_name_error("tpu") == "device must be \"cpu\" or \"cuda\", got \"tpu\"");
+#ifdef FP4LAB_HAVE_CUDA
+  CHECK(fp4::run::device_error("cuda").empty());
 #else
-  CHECK(error_of(with(minimal(), "/device"_json_pointer, "cuda")).rfind(
-            "run.json: device \"cuda\": this fp4lab was built without CUDA; ", 0) == 0);
+  CHECK(fp4::run::device_error("cuda").rfind("device \"cuda\": this fp4lab was built without CUDA; ", 0) == 0);
 #endif
   CHECK(error_of(with(minimal(), "/storage"_json_pointer, "fp32")) == "run.json: storage must be \"bf16\", got \"fp32\"");
   CHECK(error_of(with(minimal(), "/recipe"_json_pointer, "fp3")).rfind("run.json: recipe: unknown recipe preset \"fp3\"", 0) == 0);

@@ -504,4 +504,31 @@ TEST_CASE("GPU UUIDs in CUDA_VISIBLE_DEVICES are slots too, handed on as written
   for (const auto& run : store->runs()) seen.insert(fp4::test::slurp(fs::path(run.dir) / "gpu.txt"));
   CHECK(seen == std::set<std::string>{uuid, "3"});
 }
+#else
+// A build without CUDA reads a GPU study (to plan, fit and report it) but refuses to run it: one
+// line before anything starts, exit 2, no run attempted.
+TEST_CASE("a build without CUDA plans a device cuda sweep and refuses to run it", "[sweeps][sweeps_run]") {
+  ScratchDir dir;
+  fp4::test::TinyGrid g;
+  g.grid = "seed = [0, 1]\ntokens = [1280]\n";
+  fs::path toml = fp4::test::write_tiny_grid(dir.path(), "nocuda", g);
+  std::string text = fp4::test::slurp(toml);
+  text.replace(text.find("[data]"), 0, "device = \"cuda\"\n");  // into [sweep]
+  fp4::test::spit(toml, text);
+  const auto sweep = [&](const std::string& verb) {
+    const std::string cmd = "'" + std::string(FP4LAB_BINARY) + "' sweep " + verb + " '" + toml.string() + "' >'" +
+                            (dir / (verb.substr(0, verb.find(' ')) + ".log")).string() + "' 2>&1";
+    return WEXITSTATUS(std::system(cmd.c_str()));
+  };
+  CHECK(sweep("plan") == 0);
+  CHECK(sweep("run --plain") == 2);
+  const std::string log = fp4::test::slurp(dir / "run.log");
+  INFO(log);
+  CHECK(log.find("runs use device \"cuda\": this fp4lab was built without CUDA; ") != std::string::npos);
+  CHECK(std::count(log.begin(), log.end(), '\n') == 1);
+  if (fs::exists(dir / "nocuda.db")) {
+    auto store = Store::open(dir / "nocuda.db", Store::Mode::read_only);
+    for (const auto& run : store->runs()) CHECK(run.attempts == 0);
+  }
+}
 #endif

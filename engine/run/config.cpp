@@ -348,17 +348,19 @@ void check_blocks(const Where& w, const RunConfig& c) {
 
 }  // namespace
 
+std::string device_name_error(const std::string& device) {
+  if (device == "cpu" || device == "cuda") return {};
+  return "device must be \"cpu\" or \"cuda\", got \"" + device + "\"";
+}
+
 std::string device_error(const std::string& device) {
-  if (device == "cpu") return {};
-  if (device == "cuda") {
-#ifdef FP4LAB_HAVE_CUDA
-    return {};
-#else
+  if (std::string e = device_name_error(device); !e.empty()) return e;
+#ifndef FP4LAB_HAVE_CUDA
+  if (device == "cuda")
     return "device \"cuda\": this fp4lab was built without CUDA; rebuild it with the CUDA toolkit "
            "(cmake -DFP4LAB_CUDA=ON) or train with device \"cpu\"";
 #endif
-  }
-  return "device must be \"cpu\" or \"cuda\", got \"" + device + "\"";
+  return {};
 }
 
 void set_device(RunConfig& c, const std::string& device, const std::string& where) {
@@ -452,7 +454,7 @@ RunConfig config_from_json(const nlohmann::json& j, const std::string& file) {
     c.device = j["device"].get<std::string>();
     c.device_named = true;
   }
-  if (std::string e = device_error(c.device); !e.empty()) throw UserError(w.file + ": " + e);
+  if (std::string e = device_name_error(c.device); !e.empty()) throw UserError(w.file + ": " + e);
   if (j.contains("storage")) {
     if (!j["storage"].is_string()) w.bad("storage", "must be a string, got " + j["storage"].dump());
     c.storage = j["storage"].get<std::string>();

@@ -99,9 +99,13 @@ struct RunConfig {
 // The order the trainer reads the training stream in (train.shuffle, train.data_seed, model.seq_len).
 data::StreamOrder train_stream_order(const RunConfig& c);
 
-// Empty when `device` can train in this build; otherwise the one-line reason, e.g.
-// "device must be \"cpu\" or \"cuda\", got \"tpu\"", or for "cuda" in a build without CUDA
-// "device \"cuda\": this fp4lab was built without CUDA; ...".
+// Empty when `device` names a device at all ("cpu" or "cuda"); otherwise the one-line reason,
+// "device must be \"cpu\" or \"cuda\", got \"tpu\"". A config is read with this check only, so that
+// a build without CUDA still plans, reports and fits a study that was trained on GPUs.
+std::string device_name_error(const std::string& device);
+// Empty when `device` can train in this build; otherwise the one-line reason: device_name_error's,
+// or for "cuda" in a build without CUDA "device \"cuda\": this fp4lab was built without CUDA; ...".
+// The trainer and `sweep run` check it before anything starts.
 std::string device_error(const std::string& device);
 // Sets c.device (part of the config and its hash) after checking it; `where` starts the message
 // ("--device"). Throws UserError.

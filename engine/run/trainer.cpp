@@ -454,6 +454,7 @@ TrainResult train(const TrainOptions& o) {
   // ---- Input checks: nothing is written into the directory until all of them pass.
   s.config = load_config(o.config);
   s.device_choice = pick_device(s.config, o.device);  // part of the config (and hash)
+  if (std::string e = device_error(s.config.device); !e.empty()) throw UserError(o.config.string() + ": " + e);
   s.hash = config_hash(s.config);
   const std::string dir = o.dir.string();
   // Lock the directory before reading anything in it, so what we read (status, checkpoints) cannot
@@ -510,7 +511,7 @@ TrainResult train(const TrainOptions& o) {
 #ifdef FP4LAB_HAVE_CUDA
       s.backend = cuda_model::make_cuda_backend(mc, s.config.recipe, std::move(bf16_layers));
 #else
-      throw UserError(device_error("cuda"));  // the config refuses it already
+      throw UserError(device_error("cuda"));  // refused above, before anything was written
 #endif
     } else {
       s.backend = make_cpu_backend(mc, s.config.recipe, std::move(bf16_layers));
