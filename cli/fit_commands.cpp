@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <string>
@@ -18,6 +19,7 @@
 #include "base/format.h"
 #include "base/user_error.h"
 #include "cli/commands.h"
+#include "cli/number_options.h"
 #include "fit/fit_data.h"
 #include "fit/fit_output.h"
 #include "fit/fitter.h"
@@ -231,16 +233,19 @@ void register_fit_commands(CLI::App& app) {
   cmd->add_option("--law", o->laws, "chinchilla and/or precision (default: [fit] law, else both where possible)")
       ->delimiter(',');
   cmd->add_option("--n", o->n_kind, "Which N: nonembedding (default) or total");
-  cmd->add_option("--bootstrap", o->bootstrap, "Bootstrap replicates (default 1000; 0: no intervals)");
-  cmd->add_option("--seed", o->seed, "The bootstrap's seed (default 0)");
-  cmd->add_option("--huber-delta", o->huber_delta, "δ of the Huber loss on log residuals (default 1e-3)");
+  cmd->add_option("--bootstrap", o->bootstrap, "Bootstrap replicates (default 1000; 0: no intervals)")
+      ->check(whole_number(0));
+  cmd->add_option("--seed", o->seed, "The bootstrap's seed (default 0)")->check(seed_number());
+  cmd->add_option("--huber-delta", o->huber_delta, "δ of the Huber loss on log residuals (default 1e-3)")
+      ->check(real_number(0, std::numeric_limits<double>::infinity(), true));
   cmd->add_flag("--gamma", o->gamma, "precision: fit Quartet's outer exponent gamma");
   cmd->add_option("--target", o->targets, "N,D to predict at (repeatable; default 1.5e9,1e11)");
   cmd->add_option("--recipe", o->recipes, "Fit only these recipes (repeatable or comma-separated)")->delimiter(',');
   cmd->add_option("--format", o->format, "table (default), json or csv");
   cmd->add_option("--out", o->out, "Write the output to this file (atomically) instead of stdout");
   cmd->add_flag("--refit", o->refit, "Fit again even when the store holds a fit of the same data and options");
-  cmd->add_option("--threads", o->threads, "Worker threads (default: one per core); results do not depend on it");
+  cmd->add_option("--threads", o->threads, "Worker threads (default 0: one per core); results do not depend on it")
+      ->check(whole_number(0, 4096));
   cmd->add_flag("--plain", o->plain, "Progress as plain lines even on a terminal");
   cmd->callback([o] { run_fit(*o); });
 }

@@ -1,10 +1,12 @@
 // report_commands.cpp — `fp4lab report STUDY.toml | --store FILE.db [--out DIR]` (docs/report.md).
 #include <iostream>
+#include <limits>
 #include <memory>
 #include <string>
 
 #include "base/user_error.h"
 #include "cli/commands.h"
+#include "cli/number_options.h"
 #include "reports/report.h"
 #include "sweeps/spec.h"
 #include "sweeps/store.h"
@@ -30,7 +32,7 @@ void register_report_commands(CLI::App& app) {
   report->add_option("--smooth-steps", o->smooth_steps,
                      "Trailing window (training steps) of the train-loss mean in the gap over training "
                      "(default 0: 5% of each run's steps)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(whole_number(0, std::numeric_limits<int>::max()));
   report->callback([o] {
     if (o->spec.empty() == o->store.empty())
       throw UserError("report: give exactly one of STUDY.toml or --store FILE.db");

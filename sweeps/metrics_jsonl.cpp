@@ -16,6 +16,7 @@
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <type_traits>
 
 #include "sweeps/store.h"
 
@@ -68,6 +69,22 @@ double value_field(const json& row, const char* name) {
   return v.get<double>();
 }
 
+// A probe row's fields (engine/run/probe_rows.h), each read as its type says.
+template <class Row>
+Row probe_row(const json& row) {
+  Row r;
+  Row::for_each_field(r, [&](const char* name, bool, auto& v) {
+    using V = std::decay_t<decltype(v)>;
+    if constexpr (std::is_same_v<V, std::string>)
+      v = text_field(row, name);
+    else if constexpr (std::is_same_v<V, double>)
+      v = value_field(row, name);
+    else
+      v = static_cast<V>(integer_field(row, name));
+  });
+  return r;
+}
+
 void parse_row(const json& row, MetricsBatch& out) {
   if (!row.is_object()) throw RowError("not a JSON object");
   const std::string kind = text_field(row, "kind");
@@ -85,31 +102,10 @@ void parse_row(const json& row, MetricsBatch& out) {
       m.value = m.is_nan ? kNaN : v.get<double>();
       out.metrics.push_back(std::move(m));
     }
-  } else if (kind == "probe") {
-    ProbeRow p;
-    p.step = integer_field(row, "step");
-    p.layer = static_cast<int>(integer_field(row, "layer"));
-    p.linear = text_field(row, "linear");
-    p.slot = text_field(row, "slot");
-    p.gemm = text_field(row, "gemm");
-    p.alpha = value_field(row, "alpha");
-    p.nmse = value_field(row, "nmse");
-    p.sqnr_db = value_field(row, "sqnr_db");
-    p.shrink = value_field(row, "shrink");
-    p.b_eff = value_field(row, "b_eff");
-    p.count = integer_field(row, "count");
-    p.nonfinite = integer_field(row, "nonfinite");
-    out.probes.push_back(std::move(p));
-  } else if (kind == "probe_gemm") {
-    ProbeGemmRow g;
-    g.step = integer_field(row, "step");
-    g.layer = static_cast<int>(integer_field(row, "layer"));
-    g.linear = text_field(row, "linear");
-    g.gemm = text_field(row, "gemm");
-    g.alpha_a = value_field(row, "alpha_a");
-    g.alpha_b = value_field(row, "alpha_b");
-    g.eta = value_field(row, "eta");
-    out.probe_gemms.push_back(std::move(g));
+  } else if (kind == ProbeRow::kKind) {
+    out.probes.push_back(probe_row<ProbeRow>(row));
+  } else if (kind == ProbeGemmRow::kKind) {
+    out.probe_gemms.push_back(probe_row<ProbeGemmRow>(row));
   } else if (kind == "run") {
     out.run_info = row;  // per process; the last one describes the current process
   }

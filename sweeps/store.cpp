@@ -9,6 +9,10 @@
 #include <limits>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
+#include <vector>
+
+#include <fmt/format.h>
 
 #include "base/clock.h"
 #include "base/user_error.h"
@@ -70,6 +74,41 @@ std::vector<RunRecord> read_runs(Statement& s) {
 std::optional<double> finite_or_null(double v) {
   if (!std::isfinite(v)) return std::nullopt;
   return v;
+}
+
+// The upsert of one kind of probe row into `table`: (run, the row's fields) as columns, the key
+// (run and the row's key fields) deciding which row a re-done step replaces.
+template <class Row>
+std::string probe_upsert_sql(const char* table) {
+  std::vector<std::string> columns{"run"}, keys{"run"}, updates;
+  Row r;
+  Row::for_each_field(r, [&](const char* name, bool key, const auto&) {
+    columns.push_back(name);
+    if (key)
+      keys.push_back(name);
+    else
+      updates.push_back(fmt::format("{0} = excluded.{0}", name));
+  });
+  std::vector<std::string> params;
+  for (size_t i = 1; i <= columns.size(); ++i) params.push_back(fmt::format("?{}", i));
+  return fmt::format("INSERT INTO {} ({}) VALUES ({}) ON CONFLICT ({}) DO UPDATE SET {}", table,
+                     fmt::join(columns, ", "), fmt::join(params, ", "), fmt::join(keys, ", "),
+                     fmt::join(updates, ", "));
+}
+
+// Binds (run_id, the row's fields) to probe_upsert_sql's parameters; a non-finite real is NULL.
+template <class Row>
+Statement& bind_probe_row(Statement& st, const std::string& run_id, const Row& r) {
+  st.reset();
+  int index = 1;
+  st.bind(index++, run_id);
+  Row::for_each_field(r, [&](const char*, bool, const auto& v) {
+    if constexpr (std::is_same_v<std::decay_t<decltype(v)>, double>)
+      st.bind(index++, finite_or_null(v));
+    else
+      st.bind(index++, v);
+  });
+  return st;
 }
 
 double nan_if_null(const Statement& s, int column) {
@@ -455,47 +494,10 @@ void Store::ingest(const std::string& run_id, const MetricsBatch& batch, int64_t
     metric.run();
   }
 
-  Statement probe(db_, path_,
-                  "INSERT INTO probes (run, step, layer, linear, slot, gemm, alpha, nmse, sqnr_db, shrink, b_eff, "
-                  "count, nonfinite) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13) "
-                  "ON CONFLICT (run, step, layer, linear, slot) DO UPDATE SET gemm = excluded.gemm, "
-                  "alpha = excluded.alpha, nmse = excluded.nmse, sqnr_db = excluded.sqnr_db, "
-                  "shrink = excluded.shrink, b_eff = excluded.b_eff, count = excluded.count, "
-                  "nonfinite = excluded.nonfinite");
-  for (const ProbeRow& p : batch.probes) {
-    probe.reset();
-    probe.bind(1, run_id)
-        .bind(2, p.step)
-        .bind(3, p.layer)
-        .bind(4, p.linear)
-        .bind(5, p.slot)
-        .bind(6, p.gemm)
-        .bind(7, finite_or_null(p.alpha))
-        .bind(8, finite_or_null(p.nmse))
-        .bind(9, finite_or_null(p.sqnr_db))
-        .bind(10, finite_or_null(p.shrink))
-        .bind(11, finite_or_null(p.b_eff))
-        .bind(12, p.count)
-        .bind(13, p.nonfinite);
-    probe.run();
-  }
-
-  Statement gemm(db_, path_,
-                 "INSERT INTO probe_gemms (run, step, layer, linear, gemm, alpha_a, alpha_b, eta) "
-                 "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8) ON CONFLICT (run, step, layer, linear, gemm) DO UPDATE "
-                 "SET alpha_a = excluded.alpha_a, alpha_b = excluded.alpha_b, eta = excluded.eta");
-  for (const ProbeGemmRow& g : batch.probe_gemms) {
-    gemm.reset();
-    gemm.bind(1, run_id)
-        .bind(2, g.step)
-        .bind(3, g.layer)
-        .bind(4, g.linear)
-        .bind(5, g.gemm)
-        .bind(6, finite_or_null(g.alpha_a))
-        .bind(7, finite_or_null(g.alpha_b))
-        .bind(8, finite_or_null(g.eta));
-    gemm.run();
-  }
+  Statement probe(db_, path_, probe_upsert_sql<ProbeRow>("probes"));
+  for (const ProbeRow& p : batch.probes) bind_probe_row(probe, run_id, p).run();
+  Statement gemm(db_, path_, probe_upsert_sql<ProbeGemmRow>("probe_gemms"));
+  for (const ProbeGemmRow& g : batch.probe_gemms) bind_probe_row(gemm, run_id, g).run();
 
   tx.commit();
 }

@@ -21,6 +21,7 @@
 #include <nlohmann/json.hpp>
 
 #include "base/user_error.h"
+#include "engine/run/probe_rows.h"
 #include "sweeps/spec.h"
 
 struct sqlite3;
@@ -78,19 +79,9 @@ struct MetricRow {
   double value = 0;               // meaningless when is_nan
   bool is_nan = false;
 };
-struct ProbeRow {                 // kind "probe": one quantized slot at one step
-  int64_t step = 0;
-  int layer = 0;
-  std::string linear, slot, gemm;
-  double alpha = 0, nmse = 0, sqnr_db = 0, shrink = 0, b_eff = 0;
-  int64_t count = 0, nonfinite = 0;
-};
-struct ProbeGemmRow {             // kind "probe_gemm"
-  int64_t step = 0;
-  int layer = 0;
-  std::string linear, gemm;
-  double alpha_a = 0, alpha_b = 0, eta = 0;
-};
+// The probe's rows, as the trainer writes them (their fields are listed once, there).
+using ProbeRow = run::SlotProbeRow;       // kind "probe": one quantized slot at one step
+using ProbeGemmRow = run::GemmProbeRow;   // kind "probe_gemm"
 // What ingesting a slice of metrics.jsonl produced.
 struct MetricsBatch {
   std::vector<MetricRow> metrics;

@@ -96,9 +96,27 @@ TEST_CASE("numeric options say what they take, in words", "[cli]") {
   refused("quant probe --seed -3", dir, "--seed: expected a whole number from 0 to 2^64 - 1, got \"-3\"");
   refused("quant probe --outlier-rate 2", dir, "--outlier-rate: expected a number from 0 to 1, got \"2\"");
   refused("quant probe --nu nan", dir, "--nu: expected a number from 0.5 to 1000000000, got \"nan\"");
+  refused("fit --points p.csv --bootstrap abc", dir, "--bootstrap: expected a whole number 0 or more, got \"abc\"");
+  refused("fit --points p.csv --seed -1", dir, "--seed: expected a whole number from 0 to 2^64 - 1, got \"-1\"");
+  refused("fit --points p.csv --huber-delta 0", dir, "--huber-delta: expected a number greater than 0, got \"0\"");
+  refused("fit --points p.csv --threads -5", dir, "--threads: expected a whole number from 0 to 4096, got \"-5\"");
+  refused("report --store s.db --smooth-steps -1", dir, "--smooth-steps: expected a whole number from 0 to 2147483647");
+  refused("report --store s.db --smooth-steps abc", dir, "--smooth-steps: expected a whole number");
   // No message carries a type's whole range (CLI11's own checks printed 309 digits).
   const auto r = fp4::test::run_fp4lab("sweep run --jobs 0 " + toml, dir);
   CHECK(r.err.size() < 200);
+}
+
+TEST_CASE("a run config's bad numbers and repeated keys end in one line with exit 2", "[cli][run]") {
+  ScratchDir dir;
+  const auto config = [&](const std::string& train) {
+    fp4::test::spit(dir / "run.json", R"({"model": {"preset": "d1"}, "data": "synthetic:markov", "train": {)" + train +
+                                          R"(}, "device": "cpu"})");
+    return "train --print-config --config " + shell_quote((dir / "run.json").string());
+  };
+  refused(config(R"("steps": 2, "lr": 1e400)"), dir, std::vector<std::string>{"train.lr", "1e400"});
+  refused(config(R"("steps": 2, "lr": 0.001, "lr": 5)"), dir, std::vector<std::string>{"train.lr", "given twice"});
+  refused(config(R"("steps": 99999999999999999999)"), dir, "train.steps");
 }
 
 TEST_CASE("train --print-config refuses the options it would ignore", "[cli][run]") {

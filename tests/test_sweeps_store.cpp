@@ -17,6 +17,7 @@
 #include <limits>
 #include <random>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -479,6 +480,56 @@ TEST_CASE("sweeps store: ingest upserts, keeps NaN as is_nan, and round-trips do
   SECTION("ingesting unknown runs is an error") {
     CHECK_THROWS_AS(store->ingest("id-nope", batch_of(train_row(1, "1")), 0), std::runtime_error);
   }
+}
+
+namespace {
+
+// The columns PRAGMA table_info reports for `table`: "name TYPE notnull pk" each.
+std::vector<std::string> table_columns(sqlite3* db, const std::string& table) {
+  sqlite3_stmt* s = nullptr;
+  REQUIRE(sqlite3_prepare_v2(db, ("PRAGMA table_info(" + table + ")").c_str(), -1, &s, nullptr) == SQLITE_OK);
+  std::vector<std::string> out;
+  while (sqlite3_step(s) == SQLITE_ROW)
+    out.push_back(std::string(reinterpret_cast<const char*>(sqlite3_column_text(s, 1))) + " " +
+                  reinterpret_cast<const char*>(sqlite3_column_text(s, 2)) + " " +
+                  std::to_string(sqlite3_column_int(s, 3)) + " " + std::to_string(sqlite3_column_int(s, 5)));
+  sqlite3_finalize(s);
+  return out;
+}
+
+// The same, as a probe row's field list (engine/run/probe_rows.h) says they must be: the run, then
+// every field (integers INTEGER NOT NULL, text TEXT NOT NULL, reals REAL that may be NULL), the run
+// and the key fields forming the primary key in order.
+template <class Row>
+std::vector<std::string> columns_of_row() {
+  std::vector<std::string> out{"run TEXT 1 1"};
+  int key = 1;
+  Row r;
+  Row::for_each_field(r, [&](const char* name, bool is_key, const auto& v) {
+    using V = std::decay_t<decltype(v)>;
+    const std::string type = std::is_same_v<V, double> ? "REAL 0" : std::is_same_v<V, std::string> ? "TEXT 1" : "INTEGER 1";
+    out.push_back(std::string(name) + " " + type + " " + std::to_string(is_key ? ++key : 0));
+  });
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("sweeps store: the probe tables have exactly the probe rows' fields as columns", "[sweeps][sweeps_store]") {
+  // The schema's CREATE TABLE is a migration (store_schema.cpp) and stays as written; this holds
+  // it to the one list of fields the trainer writes and the ingest reads and inserts.
+  ScratchDir dir;
+  auto store = Store::open(dir / "study.db", Store::Mode::read_write);
+  CHECK(table_columns(store->handle(), "probes") == columns_of_row<fp4::sweeps::ProbeRow>());
+  CHECK(table_columns(store->handle(), "probe_gemms") == columns_of_row<fp4::sweeps::ProbeGemmRow>());
+  // Every field a trainer's row carries comes back out of the store.
+  const std::string row =
+      R"({"kind":"probe","step":7,"tokens":700,"layer":2,"linear":"qkv","slot":"fprop_x","gemm":"fprop","alpha":0.5,"nmse":0.25,"sqnr_db":6.0,"shrink":-0.125,"b_eff":0.75,"count":64,"nonfinite":3})"
+      "\n";
+  store->record_grid(spec_of("g", dir.path(), {point("r", "ufp4", "m0")}));
+  store->ingest("id-r", batch_of(row), 0);
+  CHECK(query_one(store->handle(), "SELECT step || layer || linear || slot || gemm || alpha || nmse || sqnr_db || shrink || "
+                                   "b_eff || count || nonfinite FROM probes") == "72qkvfprop_xfprop0.50.256.0-0.1250.75643");
 }
 
 TEST_CASE("sweeps store: ingesting a growing metrics.jsonl is idempotent and advances the offset",

@@ -11,6 +11,7 @@
 #include <optional>
 #include <span>
 #include <stdexcept>
+#include <type_traits>
 #include <vector>
 
 #include <fmt/format.h>
@@ -31,6 +32,7 @@
 #include "engine/run/memory_need.h"
 #include "engine/run/metrics.h"
 #include "engine/run/optimizer.h"
+#include "engine/run/probe_rows.h"
 #include "engine/run/run_dir.h"
 #include "engine/run/schedule.h"
 
@@ -139,6 +141,20 @@ const char* gemm_name(int g) {
   return names[g];
 }
 
+// A probe row (engine/run/probe_rows.h) as metrics.jsonl carries it: its kind, the tokens seen at
+// its step, and its fields, a non-finite real as null.
+template <class Row>
+json probe_row_json(const Row& r, int64_t tokens) {
+  json row{{"kind", Row::kKind}, {"tokens", tokens}};
+  Row::for_each_field(r, [&](const char* name, bool, const auto& v) {
+    if constexpr (std::is_same_v<std::decay_t<decltype(v)>, double>)
+      row[name] = finite_or_null(v);
+    else
+      row[name] = v;
+  });
+  return row;
+}
+
 // The backend's probe (TrainBackend::probe: a forward and backward that measures every quantized
 // slot, on the CPU or on the GPU) on the first micro-batch of the held-out set (fixed, so probes at
 // different steps measure the same inputs). Writes a "probe" row per quantized slot and a
@@ -147,22 +163,21 @@ void run_probe(TrainBackend& m, const EvalSet& e, int micro_batch, const model::
                MetricsWriter& metrics, int64_t step, int64_t tokens) {
   const std::vector<SlotProbe> measured = m.probe(e.tokens.view(0, std::min(micro_batch, e.tokens.batch)), ctx);
 
-  const auto base = [&](const char* kind, uint32_t linear_id) {
-    return json{{"kind", kind}, {"step", step}, {"tokens", tokens}, {"layer", linear_id / 4},
-                {"linear", linear_name(static_cast<int>(linear_id % 4))}};
-  };
   for (const SlotProbe& x : measured) {
-    json row = base("probe", x.linear_id);
-    row["slot"] = engine::slot_name(x.slot);
-    row["gemm"] = gemm_name(static_cast<int>(engine::slot_gemm(x.slot)));
-    row["alpha"] = finite_or_null(x.metrics.alpha);
-    row["nmse"] = finite_or_null(x.metrics.nmse);
-    row["sqnr_db"] = finite_or_null(x.metrics.sqnr_db);
-    row["shrink"] = finite_or_null(x.metrics.shrink);
-    row["b_eff"] = finite_or_null(x.metrics.b_eff);
-    row["count"] = x.metrics.count;
-    row["nonfinite"] = x.metrics.nonfinite;
-    metrics.write(row);
+    SlotProbeRow r;
+    r.step = step;
+    r.layer = static_cast<int>(x.linear_id / 4);
+    r.linear = linear_name(static_cast<int>(x.linear_id % 4));
+    r.slot = engine::slot_name(x.slot);
+    r.gemm = gemm_name(static_cast<int>(engine::slot_gemm(x.slot)));
+    r.alpha = x.metrics.alpha;
+    r.nmse = x.metrics.nmse;
+    r.sqnr_db = x.metrics.sqnr_db;
+    r.shrink = x.metrics.shrink;
+    r.b_eff = x.metrics.b_eff;
+    r.count = x.metrics.count;
+    r.nonfinite = x.metrics.nonfinite;
+    metrics.write(probe_row_json(r, tokens));
   }
   // eta = alpha_A · alpha_B for each GEMM whose two operands were both measured.
   for (size_t i = 0; i < measured.size(); ++i) {
@@ -170,12 +185,15 @@ void run_probe(TrainBackend& m, const EvalSet& e, int micro_batch, const model::
     if (slot_a % 2 != 0) continue;  // A operands are the even slots (fprop_x, dgrad_dy, wgrad_dy)
     for (size_t j = 0; j < measured.size(); ++j) {
       if (measured[j].linear_id != measured[i].linear_id || static_cast<int>(measured[j].slot) != slot_a + 1) continue;
-      json row = base("probe_gemm", measured[i].linear_id);
-      row["gemm"] = gemm_name(slot_a / 2);
-      row["alpha_a"] = finite_or_null(measured[i].metrics.alpha);
-      row["alpha_b"] = finite_or_null(measured[j].metrics.alpha);
-      row["eta"] = finite_or_null(measured[i].metrics.alpha * measured[j].metrics.alpha);
-      metrics.write(row);
+      GemmProbeRow g;
+      g.step = step;
+      g.layer = static_cast<int>(measured[i].linear_id / 4);
+      g.linear = linear_name(static_cast<int>(measured[i].linear_id % 4));
+      g.gemm = gemm_name(slot_a / 2);
+      g.alpha_a = measured[i].metrics.alpha;
+      g.alpha_b = measured[j].metrics.alpha;
+      g.eta = measured[i].metrics.alpha * measured[j].metrics.alpha;
+      metrics.write(probe_row_json(g, tokens));
       break;
     }
   }
