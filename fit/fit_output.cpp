@@ -30,6 +30,40 @@ std::string pct_interval(const Interval& ci) {
   return ci.known() ? fmt::format("[{}, {}]", pct(ci.lo), pct(ci.hi)) : "-";
 }
 
+// "recipe comparisons" of a precision fit: each pair's paired difference of gaps, observed and fitted.
+void table_comparisons(std::string& out, const StoredFit& f) {
+  if (f.options.baseline.empty()) return;
+  if (f.comparisons.empty()) {
+    std::vector<std::string> quantized;
+    for (const RecipeGap& g : f.gaps) quantized.push_back(g.recipe);
+    if (quantized.size() >= 2)
+      out += "  recipe comparisons: not in this stored fit (an older fp4lab wrote it; --refit adds them)\n";
+    else
+      out += fmt::format("  recipe comparisons: none (one quantized recipe, {}: nothing to compare it with)\n",
+                         quantized.empty() ? std::string("-") : quantized[0]);
+    return;
+  }
+  out += fmt::format("  recipe comparisons: d = gap_A - gap_B = (L_A - L_B)/L_{}, runs paired by grid point and "
+                     "seed; negative: A closer to {}\n",
+                     f.options.baseline, f.options.baseline);
+  for (const RecipeComparison& c : f.comparisons) {
+    const ObservedDifference& o = c.observed;
+    out += fmt::format("    {} - {}: observed {} 95% {} (Student-t over {} matched points, a grid point and seed "
+                       "each); {} closer at {} of {}\n",
+                       c.recipe, c.against, pct(o.mean), pct_interval(o.ci), o.points, c.recipe, o.wins, o.points);
+    out += fmt::format("      {:<10} {:>6} {:>5} {:>9}  {}\n", "N", "points", "wins", "observed", "95% interval (points)");
+    for (const ObservedDifference& b : c.observed_by_n)
+      out += fmt::format("      {:<10} {:>6} {:>5} {:>9}  {}\n", num(b.n, "{:.4g}"), b.points, b.wins, pct(b.mean),
+                         pct_interval(b.ci));
+    for (const FittedGap& t : c.targets)
+      out += fmt::format("      predicted at N = {}, D = {}: {} 95% {}\n", num(t.n, "{:.3g}"), num(t.d, "{:.3g}"),
+                         pct(t.gap.value), pct_interval(t.gap.ci));
+    out += fmt::format("      trend of d: {} per tenfold compute (C = 6ND), 95% {} over {} matched points "
+                       "(--format csv lists d per grid point, observed and fitted)\n",
+                       pct(c.slope.per_decade.value), pct_interval(c.slope.per_decade.ci), c.slope.points);
+  }
+}
+
 void table_one(std::string& out, const StoredFit& f, const std::string& note) {
   const bool precision = f.law == "precision";
   out += fmt::format("{} fit{}: {} — {} points, objective {} (sum of Huber_δ, δ = {}), {} starts ({} usable), "
@@ -93,6 +127,7 @@ void table_one(std::string& out, const StoredFit& f, const std::string& note) {
     out += fmt::format("    trend: {} per tenfold compute (C = 6ND), 95% {} over {} matched runs\n",
                        pct(g.slope.per_decade.value), pct_interval(g.slope.per_decade.ci), g.slope.points);
   }
+  if (precision) table_comparisons(out, f);
   if (f.held_out.done) {
     for (const HeldOutRecipe& h : f.held_out.recipes)
       out += fmt::format("  held out N = {}: {} mean |error| {:.3f}%, max {:.3f}% over {} run{} (refit without them)\n",
@@ -139,6 +174,23 @@ void csv_one(std::string& out, const StoredFit& f) {
     for (const FittedGap& x : g.fitted) csv_row(out, f, "fitted_gap", "gap", g.recipe, x.n, x.d, x.gap.value, x.gap.ci, "");
     csv_row(out, f, "gap_slope", "per_decade", g.recipe, kNaN, kNaN, g.slope.per_decade.value, g.slope.per_decade.ci,
             fmt::format("points={}", g.slope.points));
+  }
+  // Comparisons: recipe = A, name = B, the value gap_A - gap_B.
+  for (const RecipeComparison& c : f.comparisons) {
+    auto counts = [](const ObservedDifference& o) { return fmt::format("points={} wins={}", o.points, o.wins); };
+    csv_row(out, f, "compare_observed", c.against, c.recipe, kNaN, kNaN, c.observed.mean, c.observed.ci,
+            counts(c.observed));
+    for (const ObservedDifference& b : c.observed_by_n)
+      csv_row(out, f, "compare_observed_n", c.against, c.recipe, b.n, kNaN, b.mean, b.ci, counts(b));
+    for (const ObservedGap& p : c.observed_points)
+      csv_row(out, f, "compare_observed_point", c.against, c.recipe, p.n, p.d, p.mean, p.ci,
+              fmt::format("seeds={}", p.seeds));
+    for (const FittedGap& x : c.fitted)
+      csv_row(out, f, "compare_fitted", c.against, c.recipe, x.n, x.d, x.gap.value, x.gap.ci, "");
+    for (const FittedGap& x : c.targets)
+      csv_row(out, f, "compare_target", c.against, c.recipe, x.n, x.d, x.gap.value, x.gap.ci, "");
+    csv_row(out, f, "compare_slope", c.against, c.recipe, kNaN, kNaN, c.slope.per_decade.value, c.slope.per_decade.ci,
+            fmt::format("points={}", c.slope.points));
   }
   for (const Residual& r : f.residuals)
     csv_row(out, f, "residual", r.run_name, r.recipe, r.n, r.d, r.log_residual, {}, fmt::format("observed={} fitted={}",

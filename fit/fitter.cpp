@@ -29,7 +29,7 @@ namespace {
 
 // Bumped whenever the method changes what a fit returns, so that stored fits of an older method are
 // not reused for new requests (it is part of every input hash).
-constexpr const char* kMethodVersion = "fp4lab-fit-2";
+constexpr const char* kMethodVersion = "fp4lab-fit-3";
 
 // The fewest distinct values a law needs to identify its parameters (docs/fit.md "Data needed"):
 // A, α need three N (two differences for two unknowns), likewise B, β three D; a quantized recipe's
@@ -506,6 +506,73 @@ std::vector<std::pair<std::pair<double, double>, std::vector<double>>> by_grid_p
   return {m.begin(), m.end()};
 }
 
+// ---- Two quantized recipes against each other ------------------------------------------------
+
+// A pair of quantized recipes compared as gap_a - gap_b: a is the later name in sorted order.
+struct RecipePair {
+  std::string a, b;
+};
+std::vector<RecipePair> recipe_pairs(const std::vector<std::string>& quantized_sorted) {
+  std::vector<RecipePair> out;
+  for (size_t j = 1; j < quantized_sorted.size(); ++j)
+    for (size_t i = 0; i < j; ++i) out.push_back({quantized_sorted[j], quantized_sorted[i]});
+  return out;
+}
+
+// The groups matched in both `a` and `b` (runs of a, b and the baseline), with `gap` holding the
+// paired difference gap_a - gap_b = (L_a - L_b) / L_baseline; in a's order.
+std::vector<MatchedRun> paired_differences(const std::vector<MatchedRun>& a, const std::vector<MatchedRun>& b) {
+  std::map<size_t, double> gap_b;
+  for (const MatchedRun& m : b) gap_b.emplace(m.group, m.gap);
+  std::vector<MatchedRun> out;
+  for (const MatchedRun& m : a)
+    if (const auto it = gap_b.find(m.group); it != gap_b.end()) out.push_back({m.group, m.n, m.d, m.gap - it->second});
+  return out;
+}
+
+// The mean of paired differences with its Student-t interval, points as the unit; n names the size
+// (NaN over every size).
+ObservedDifference observed_difference(const std::vector<double>& differences, double n) {
+  const MeanSpread m = mean_spread(differences);
+  ObservedDifference o;
+  o.n = n;
+  o.points = static_cast<int64_t>(differences.size());
+  o.wins = std::count_if(differences.begin(), differences.end(), [](double x) { return x < 0; });
+  o.mean = m.mean;
+  o.sd = m.sd;
+  o.ci = m.ci;
+  return o;
+}
+
+// Everything a precision fit reports about a against b: observed from the paired runs, fitted and
+// predicted from the fit's point estimate and replicates (`fit` already holds both).
+RecipeComparison compare_recipes(const StoredFit& fit, const RecipePair& pair, const std::vector<MatchedRun>& paired,
+                                 const std::vector<double>& replicate_slopes) {
+  RecipeComparison c;
+  c.recipe = pair.a;
+  c.against = pair.b;
+  c.baseline = fit.options.baseline;
+  std::vector<double> all;
+  std::map<double, std::vector<double>> by_n;
+  for (const MatchedRun& m : paired) {
+    all.push_back(m.gap);
+    by_n[m.n].push_back(m.gap);
+  }
+  c.observed = observed_difference(all, kNaN);
+  for (const auto& [n, values] : by_n) c.observed_by_n.push_back(observed_difference(values, n));
+  for (const auto& [nd, values] : by_grid_point(paired)) {
+    const MeanSpread m = mean_spread(values);
+    c.observed_points.push_back(
+        {nd.first, nd.second, static_cast<int64_t>(values.size()), m.mean, m.sd, m.min, m.max, m.ci});
+    c.fitted.push_back({nd.first, nd.second, predicted_gap_difference_interval(fit, pair.a, pair.b, nd.first, nd.second)});
+  }
+  for (const Target& t : fit.options.targets)
+    c.targets.push_back({t.n, t.d, predicted_gap_difference_interval(fit, pair.a, pair.b, t.n, t.d)});
+  c.slope.points = static_cast<int64_t>(paired.size());
+  c.slope.per_decade = {gap_slope(paired, nullptr), percentile_interval(replicate_slopes)};
+  return c;
+}
+
 // ---- Assembling a fit -----------------------------------------------------------------------
 
 std::vector<ParameterEstimate> parameter_estimates(const Law law, const LawParameters& point,
@@ -628,11 +695,23 @@ std::vector<StoredFit> run_fits(const FitData& all_data, const FitRequest& reque
   std::map<std::string, std::vector<MatchedRun>> matched;
   for (const std::string& r : quantized) matched[r] = matched_runs(data, group_of, r, baseline);
 
+  // The pairs of the joint fit's quantized recipes, each with its paired runs.
+  std::vector<RecipePair> pairs;
+  std::vector<std::vector<MatchedRun>> paired;
+  for (const RecordSpec& spec : specs)
+    if (spec.law == Law::precision) {
+      std::vector<std::string> q = spec.layout.quantized;
+      std::sort(q.begin(), q.end());
+      pairs = recipe_pairs(q);
+    }
+  for (const RecipePair& pr : pairs) paired.push_back(paired_differences(matched.at(pr.a), matched.at(pr.b)));
+
   const size_t replicates = static_cast<size_t>(request.bootstrap);
   std::vector<std::vector<std::optional<std::vector<double>>>> boot(
       specs.size(), std::vector<std::optional<std::vector<double>>>(replicates));
   std::map<std::string, std::vector<double>> boot_slopes;
   for (const std::string& r : quantized) boot_slopes[r].assign(replicates, kNaN);
+  std::vector<std::vector<double>> boot_pair_slopes(pairs.size(), std::vector<double>(replicates, kNaN));
   {
     std::atomic<size_t> done{0};
     const SolveSettings settings = replicate_settings();
@@ -649,6 +728,7 @@ std::vector<StoredFit> run_fits(const FitData& all_data, const FitRequest& reque
         if (o.usable) boot[s][k] = std::move(o.x);
       }
       for (const std::string& r : quantized) boot_slopes.at(r)[k] = gap_slope(matched.at(r), &counts);
+      for (size_t q = 0; q < pairs.size(); ++q) boot_pair_slopes[q][k] = gap_slope(paired[q], &counts);
       progress.tick("bootstrap", done, replicates);
     });
   }
@@ -820,6 +900,9 @@ std::vector<StoredFit> run_fits(const FitData& all_data, const FitRequest& reque
         g.slope.per_decade = {gap_slope(matched[r], nullptr), percentile_interval(boot_slopes[r])};
         f.gaps.push_back(std::move(g));
       }
+    if (spec.law == Law::precision && has_gap)
+      for (size_t q = 0; q < pairs.size(); ++q)
+        f.comparisons.push_back(compare_recipes(f, pairs[q], paired[q], boot_pair_slopes[q]));
     f.fp4lab_version = FP4LAB_VERSION;
     f.created = created;
     fits.push_back(std::move(f));

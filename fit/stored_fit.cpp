@@ -219,6 +219,23 @@ json options_to_json(const StoredFit& fit) {
           {"source", o.source},     {"grid", o.grid},        {"data_hash", o.data_hash}};
 }
 
+json observed_gap_json(const ObservedGap& o) {
+  return {{"n", o.n}, {"d", o.d}, {"seeds", o.seeds}, {"mean", number(o.mean)}, {"sd", number(o.sd)},
+          {"min", number(o.min)}, {"max", number(o.max)}, {"lo", number(o.ci.lo)}, {"hi", number(o.ci.hi)}};
+}
+json fitted_gap_json(const FittedGap& f) {
+  return {{"n", f.n}, {"d", f.d}, {"value", number(f.gap.value)}, {"lo", number(f.gap.ci.lo)},
+          {"hi", number(f.gap.ci.hi)}};
+}
+json slope_json(const GapSlope& s) {
+  return {{"per_decade", number(s.per_decade.value)}, {"lo", number(s.per_decade.ci.lo)},
+          {"hi", number(s.per_decade.ci.hi)}, {"points", s.points}};
+}
+json observed_difference_json(const ObservedDifference& o) {
+  return {{"n", number(o.n)},       {"points", o.points}, {"wins", o.wins},        {"mean", number(o.mean)},
+          {"sd", number(o.sd)},     {"lo", number(o.ci.lo)}, {"hi", number(o.ci.hi)}};
+}
+
 json predictions_to_json(const StoredFit& fit) {
   json targets = json::array();
   for (const TargetPrediction& p : fit.predictions)
@@ -227,22 +244,32 @@ json predictions_to_json(const StoredFit& fit) {
   json gaps = json::array();
   for (const RecipeGap& g : fit.gaps) {
     json observed = json::array(), fitted = json::array();
-    for (const ObservedGap& o : g.observed)
-      observed.push_back({{"n", o.n}, {"d", o.d}, {"seeds", o.seeds}, {"mean", number(o.mean)}, {"sd", number(o.sd)},
-                          {"min", number(o.min)}, {"max", number(o.max)}, {"lo", number(o.ci.lo)},
-                          {"hi", number(o.ci.hi)}});
-    for (const FittedGap& f : g.fitted)
-      fitted.push_back({{"n", f.n}, {"d", f.d}, {"value", number(f.gap.value)}, {"lo", number(f.gap.ci.lo)},
-                        {"hi", number(f.gap.ci.hi)}});
+    for (const ObservedGap& o : g.observed) observed.push_back(observed_gap_json(o));
+    for (const FittedGap& f : g.fitted) fitted.push_back(fitted_gap_json(f));
     gaps.push_back({{"recipe", g.recipe},
                     {"baseline", g.baseline},
                     {"observed", observed},
                     {"fitted", fitted},
-                    {"slope",
-                     {{"per_decade", number(g.slope.per_decade.value)}, {"lo", number(g.slope.per_decade.ci.lo)},
-                      {"hi", number(g.slope.per_decade.ci.hi)}, {"points", g.slope.points}}}});
+                    {"slope", slope_json(g.slope)}});
   }
-  return {{"targets", targets}, {"gaps", gaps}};
+  json comparisons = json::array();
+  for (const RecipeComparison& c : fit.comparisons) {
+    json by_n = json::array(), points = json::array(), fitted = json::array(), at_targets = json::array();
+    for (const ObservedDifference& o : c.observed_by_n) by_n.push_back(observed_difference_json(o));
+    for (const ObservedGap& o : c.observed_points) points.push_back(observed_gap_json(o));
+    for (const FittedGap& f : c.fitted) fitted.push_back(fitted_gap_json(f));
+    for (const FittedGap& f : c.targets) at_targets.push_back(fitted_gap_json(f));
+    comparisons.push_back({{"recipe", c.recipe},
+                           {"against", c.against},
+                           {"baseline", c.baseline},
+                           {"observed", observed_difference_json(c.observed)},
+                           {"observed_by_n", by_n},
+                           {"observed_points", points},
+                           {"fitted", fitted},
+                           {"targets", at_targets},
+                           {"slope", slope_json(c.slope)}});
+  }
+  return {{"targets", targets}, {"gaps", gaps}, {"comparisons", comparisons}};
 }
 
 // ---- JSON to columns ------------------------------------------------------------------------
@@ -366,6 +393,22 @@ void read_options(StoredFit& fit, const json& j) {
   o.data_hash = read_string(j, "data_hash");
 }
 
+ObservedGap read_observed_gap(const json& o) {
+  return {read_number(o, "n"), read_number(o, "d"), read_integer(o, "seeds"), read_number(o, "mean"),
+          read_number(o, "sd"), read_number(o, "min"), read_number(o, "max"),
+          {read_number(o, "lo"), read_number(o, "hi")}};
+}
+FittedGap read_fitted_gap(const json& f) {
+  return {read_number(f, "n"), read_number(f, "d"), {read_number(f, "value"), {read_number(f, "lo"), read_number(f, "hi")}}};
+}
+GapSlope read_slope(const json& s) {
+  return {{read_number(s, "per_decade"), {read_number(s, "lo"), read_number(s, "hi")}}, read_integer(s, "points")};
+}
+ObservedDifference read_observed_difference(const json& o) {
+  return {read_number(o, "n"),    read_integer(o, "points"), read_integer(o, "wins"),
+          read_number(o, "mean"), read_number(o, "sd"),      {read_number(o, "lo"), read_number(o, "hi")}};
+}
+
 void read_predictions(StoredFit& fit, const json& j) {
   for (const json& t : read_array(j, "targets"))
     fit.predictions.push_back({{read_number(t, "n"), read_number(t, "d")}, read_string(t, "recipe"),
@@ -374,17 +417,24 @@ void read_predictions(StoredFit& fit, const json& j) {
     RecipeGap rg;
     rg.recipe = read_string(g, "recipe");
     rg.baseline = read_string(g, "baseline");
-    for (const json& o : read_array(g, "observed"))
-      rg.observed.push_back({read_number(o, "n"), read_number(o, "d"), read_integer(o, "seeds"),
-                             read_number(o, "mean"), read_number(o, "sd"), read_number(o, "min"),
-                             read_number(o, "max"), {read_number(o, "lo"), read_number(o, "hi")}});
-    for (const json& f : read_array(g, "fitted"))
-      rg.fitted.push_back({read_number(f, "n"), read_number(f, "d"),
-                           {read_number(f, "value"), {read_number(f, "lo"), read_number(f, "hi")}}});
-    const json& s = read_object(g, "slope");
-    rg.slope.per_decade = {read_number(s, "per_decade"), {read_number(s, "lo"), read_number(s, "hi")}};
-    rg.slope.points = read_integer(s, "points");
+    for (const json& o : read_array(g, "observed")) rg.observed.push_back(read_observed_gap(o));
+    for (const json& f : read_array(g, "fitted")) rg.fitted.push_back(read_fitted_gap(f));
+    rg.slope = read_slope(read_object(g, "slope"));
     fit.gaps.push_back(std::move(rg));
+  }
+  // Absent in fits stored before comparisons existed: read as none.
+  for (const json& c : read_array(j, "comparisons")) {
+    RecipeComparison rc;
+    rc.recipe = read_string(c, "recipe");
+    rc.against = read_string(c, "against");
+    rc.baseline = read_string(c, "baseline");
+    rc.observed = read_observed_difference(read_object(c, "observed"));
+    for (const json& o : read_array(c, "observed_by_n")) rc.observed_by_n.push_back(read_observed_difference(o));
+    for (const json& o : read_array(c, "observed_points")) rc.observed_points.push_back(read_observed_gap(o));
+    for (const json& f : read_array(c, "fitted")) rc.fitted.push_back(read_fitted_gap(f));
+    for (const json& f : read_array(c, "targets")) rc.targets.push_back(read_fitted_gap(f));
+    rc.slope = read_slope(read_object(c, "slope"));
+    fit.comparisons.push_back(std::move(rc));
   }
 }
 
@@ -516,21 +566,44 @@ Estimate predicted_loss_interval(const StoredFit& fit, const std::string& recipe
   return e;
 }
 
-Estimate predicted_gap_interval(const StoredFit& fit, const std::string& recipe, double n, double d) {
+namespace {
+
+// A quantity of a precision fit's parameters: its value at the point estimate and the percentile
+// interval of its values over the stored replicates.
+template <typename F>
+Estimate replicated_estimate(const StoredFit& fit, const F& value_of) {
+  Estimate e;
+  e.value = value_of(fit.point);
+  std::vector<double> values;
+  values.reserve(fit.samples.size());
+  for (const BootstrapSample& s : fit.samples) values.push_back(value_of(s.params));
+  e.ci = percentile_interval(std::move(values));
+  return e;
+}
+
+// gap_recipe = L_recipe / L_baseline - 1 under one set of a precision fit's parameters.
+double gap_under(const StoredFit& fit, const LawParameters& p, const std::string& recipe, double n, double d) {
+  return predicted_loss(fit, p, recipe, n, d) / predicted_loss(fit, p, baseline_of(fit), n, d) - 1;
+}
+
+void require_precision(const StoredFit& fit) {
   if (!is_precision(fit))
     throw std::invalid_argument("fit " + std::to_string(fit.id) +
                                 " is a chinchilla fit: take the gap from it and the baseline's chinchilla fit");
-  const std::string& base = baseline_of(fit);
-  auto gap = [&](const LawParameters& p) {
-    return predicted_loss(fit, p, recipe, n, d) / predicted_loss(fit, p, base, n, d) - 1;
-  };
-  Estimate e;
-  e.value = gap(fit.point);
-  std::vector<double> values;
-  values.reserve(fit.samples.size());
-  for (const BootstrapSample& s : fit.samples) values.push_back(gap(s.params));
-  e.ci = percentile_interval(std::move(values));
-  return e;
+}
+
+}  // namespace
+
+Estimate predicted_gap_interval(const StoredFit& fit, const std::string& recipe, double n, double d) {
+  require_precision(fit);
+  return replicated_estimate(fit, [&](const LawParameters& p) { return gap_under(fit, p, recipe, n, d); });
+}
+
+Estimate predicted_gap_difference_interval(const StoredFit& fit, const std::string& a, const std::string& b,
+                                           double n, double d) {
+  require_precision(fit);
+  return replicated_estimate(
+      fit, [&](const LawParameters& p) { return gap_under(fit, p, a, n, d) - gap_under(fit, p, b, n, d); });
 }
 
 Estimate predicted_gap_interval(const StoredFit& recipe_fit, const StoredFit& baseline_fit, double n, double d) {

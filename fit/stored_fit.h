@@ -147,6 +147,27 @@ struct RecipeGap {
   GapSlope slope;
 };
 
+// Two quantized recipes against each other (SCIENCE.md claim 3: "does A train closer to BF16 than
+// B"), from one precision fit: the difference d = gap_A - gap_B = (L_A - L_B) / L_bf16 of runs that
+// share N, D, seed and batches (the store's match key), so d is paired. Negative: A closer to BF16.
+// One comparison per pair of quantized recipes, A the later name in sorted order.
+struct ObservedDifference {              // the mean of d over matched points (a grid point and seed each)
+  double n = kNaN;                       // the model size of a per-size summary; NaN over every size
+  int64_t points = 0;                    // matched points: groups with runs of A, B and the baseline
+  int64_t wins = 0;                      // points where A is closer to BF16 than B (d < 0)
+  double mean = kNaN, sd = kNaN;         // sd: sample standard deviation over points (NaN for one)
+  Interval ci;                           // 95% Student-t interval of the mean, points as the unit (NaN for one)
+};
+struct RecipeComparison {
+  std::string recipe, against, baseline; // d = gap_recipe - gap_against, both against baseline
+  ObservedDifference observed;           // over every matched point
+  std::vector<ObservedDifference> observed_by_n;  // per model size (over its D values and seeds), by N
+  std::vector<ObservedGap> observed_points;       // per grid point (N, D), over its seeds; mean etc. are of d
+  std::vector<FittedGap> fitted;         // the law's d at the same grid points, bootstrap interval
+  std::vector<FittedGap> targets;        // the law's d at the fit's targets, bootstrap interval
+  GapSlope slope;                        // least-squares slope of d against log10(6·N·D), bootstrap interval
+};
+
 struct StoredFit {
   int64_t id = 0;                        // the row id in `fits`
   std::string law;                       // "chinchilla" | "precision"
@@ -168,6 +189,9 @@ struct StoredFit {
 
   std::vector<TargetPrediction> predictions;  // target-major, recipe-minor
   std::vector<RecipeGap> gaps;           // per quantized recipe (empty without a baseline)
+  // Precision only: every pair of quantized recipes (empty with fewer than two, and in fits stored
+  // by an fp4lab before comparisons existed).
+  std::vector<RecipeComparison> comparisons;
 
   std::string fp4lab_version;
   double created = 0;                    // Unix seconds
@@ -211,5 +235,12 @@ Estimate predicted_loss_interval(const StoredFit& fit, const std::string& recipe
 //   come from one call (same options.data_hash), else std::invalid_argument.
 Estimate predicted_gap_interval(const StoredFit& precision_fit, const std::string& recipe, double n, double d);
 Estimate predicted_gap_interval(const StoredFit& recipe_fit, const StoredFit& baseline_fit, double n, double d);
+
+// The difference of two recipes' gaps gap_a - gap_b = (L_a - L_b) / L_baseline at (n, d) inside one
+// precision fit: the point estimate's difference, and the percentile 95% interval of the difference
+// taken replicate by replicate (not a difference of the two gaps' intervals). The value equals
+// predicted_gap_interval(fit, a, n, d).value - predicted_gap_interval(fit, b, n, d).value exactly.
+Estimate predicted_gap_difference_interval(const StoredFit& precision_fit, const std::string& a, const std::string& b,
+                                           double n, double d);
 
 }  // namespace fp4::fit

@@ -92,6 +92,17 @@ StoredFit sample_precision_fit() {
   g.fitted = {{100, 1000, {0.011, {0.009, 0.013}}}};
   g.slope = {{-0.001, {-0.003, 0.001}}, 6};
   f.gaps = {g};
+  fp4::fit::RecipeComparison c;
+  c.recipe = "ufp4";
+  c.against = "e2m1";
+  c.baseline = "bf16";
+  c.observed = {fp4::fit::kNaN, 15, 12, -0.0024, 0.002, {-0.0035, -0.0013}};
+  c.observed_by_n = {{100, 3, 3, -0.003, 0.001, {-0.0055, -0.0005}}, {200, 1, 0, 0.001, fp4::fit::kNaN, {}}};
+  c.observed_points = {{100, 1000, 1, -0.003, fp4::fit::kNaN, -0.003, -0.003, {}}};
+  c.fitted = {{100, 1000, {-0.0028, {-0.004, -0.0015}}}};
+  c.targets = {{1.5e9, 1e11, {-0.002, {-0.005, 0.001}}}};
+  c.slope = {{0.0002, {-0.001, 0.0015}}, 15};
+  f.comparisons = {c};
   f.fp4lab_version = "0.1.0";
   f.created = 1700000000.5;
   return f;
@@ -172,6 +183,35 @@ void check_same(const StoredFit& a, const StoredFit& b) {
   CHECK(a.gaps[0].fitted[0].gap.value == b.gaps[0].fitted[0].gap.value);
   CHECK(a.gaps[0].slope.per_decade.ci.hi == b.gaps[0].slope.per_decade.ci.hi);
   CHECK(a.gaps[0].slope.points == b.gaps[0].slope.points);
+  REQUIRE(a.comparisons.size() == b.comparisons.size());
+  for (size_t i = 0; i < a.comparisons.size(); ++i) {
+    const auto &x = a.comparisons[i], &y = b.comparisons[i];
+    CHECK(x.recipe == y.recipe);
+    CHECK(x.against == y.against);
+    CHECK(x.baseline == y.baseline);
+    CHECK(std::isnan(x.observed.n) == std::isnan(y.observed.n));
+    CHECK(x.observed.points == y.observed.points);
+    CHECK(x.observed.wins == y.observed.wins);
+    CHECK(x.observed.mean == y.observed.mean);
+    CHECK(x.observed.sd == y.observed.sd);
+    CHECK(x.observed.ci.lo == y.observed.ci.lo);
+    CHECK(x.observed.ci.hi == y.observed.ci.hi);
+    REQUIRE(x.observed_by_n.size() == y.observed_by_n.size());
+    CHECK(x.observed_by_n[0].n == y.observed_by_n[0].n);
+    CHECK(x.observed_by_n[0].ci.hi == y.observed_by_n[0].ci.hi);
+    CHECK(x.observed_by_n[1].wins == y.observed_by_n[1].wins);
+    CHECK_FALSE(y.observed_by_n[1].ci.known());
+    REQUIRE(x.observed_points.size() == y.observed_points.size());
+    CHECK(x.observed_points[0].d == y.observed_points[0].d);
+    CHECK(x.observed_points[0].mean == y.observed_points[0].mean);
+    REQUIRE(x.fitted.size() == y.fitted.size());
+    CHECK(x.fitted[0].gap.ci.lo == y.fitted[0].gap.ci.lo);
+    REQUIRE(x.targets.size() == y.targets.size());
+    CHECK(x.targets[0].n == y.targets[0].n);
+    CHECK(x.targets[0].gap.value == y.targets[0].gap.value);
+    CHECK(x.slope.per_decade.ci.hi == y.slope.per_decade.ci.hi);
+    CHECK(x.slope.points == y.slope.points);
+  }
   CHECK(a.fp4lab_version == b.fp4lab_version);
   CHECK(a.created == b.created);
 }
@@ -288,6 +328,16 @@ TEST_CASE("stored fit: predicted loss and its band at any (N, D), from the point
   CHECK(gap.value == Approx(37.5 / 5.5 - 1));
   CHECK(gap.ci.known());
   CHECK(gap.ci.lo < gap.ci.hi);
+  // A difference of gaps against the baseline itself (gap 0) is the gap, replicate by replicate.
+  const Estimate diff = fp4::fit::predicted_gap_difference_interval(f, "ufp4", "bf16", 100, 1000);
+  CHECK(diff.value == gap.value);
+  CHECK(diff.ci.lo == gap.ci.lo);
+  CHECK(diff.ci.hi == gap.ci.hi);
+  const Estimate none = fp4::fit::predicted_gap_difference_interval(f, "ufp4", "ufp4", 100, 1000);
+  CHECK(none.value == 0);
+  CHECK(none.ci.lo == 0);
+  CHECK(none.ci.hi == 0);
+  CHECK_THROWS_AS(fp4::fit::predicted_gap_difference_interval(f, "ufp4", "nvfp4", 100, 1000), std::invalid_argument);
 
   // Chinchilla fits: the scope is the only recipe; no replicates, no band.
   StoredFit c;
@@ -299,6 +349,7 @@ TEST_CASE("stored fit: predicted loss and its band at any (N, D), from the point
   CHECK_THROWS_AS(fp4::fit::predicted_loss(c, "bf16", 100, 1000), std::invalid_argument);
   CHECK_FALSE(fp4::fit::predicted_loss_interval(c, "ufp4", 100, 1000).ci.known());
   CHECK_THROWS_AS(fp4::fit::predicted_gap_interval(c, "ufp4", 100, 1000), std::invalid_argument);
+  CHECK_THROWS_AS(fp4::fit::predicted_gap_difference_interval(c, "ufp4", "bf16", 100, 1000), std::invalid_argument);
 }
 
 TEST_CASE("stored fit: a gap between two chinchilla fits pairs replicates by index, from one call only",
@@ -338,6 +389,17 @@ TEST_CASE("stored fit: rows missing keys read as defaults; malformed rows name t
   CHECK(f.parameter("a")->value == 0.5);
   CHECK(std::isnan(f.objective));
   CHECK(f.optimizer.best_start == -1);
+
+  // A precision fit stored before comparisons existed: its predictions have no "comparisons" key.
+  fp4::sweeps::FitRecord old = fp4::fit::to_record(sample_precision_fit());
+  auto predictions = nlohmann::json::parse(old.predictions_json);
+  REQUIRE(predictions.contains("comparisons"));
+  predictions.erase("comparisons");
+  old.predictions_json = predictions.dump();
+  const StoredFit before = fp4::fit::from_record(old);
+  CHECK(before.comparisons.empty());
+  CHECK(before.gaps.size() == 1);
+  CHECK(before.predictions.size() == 2);
 
   r.intervals_json = "{not json";
   CHECK_THROWS_WITH(fp4::fit::from_record(r), Catch::Contains("fits row 7") && Catch::Contains("intervals_json"));
@@ -398,7 +460,7 @@ TEST_CASE("stored fit: every query in docs/fit.md runs and finds the stored valu
       sql = rest;
     }
   }
-  CHECK(statements == 4);
+  CHECK(statements == 5);
   // The rho query: bf16 and ufp4, with ufp4's rho_N interval [0.4, 0.8].
   sqlite3_stmt* s = nullptr;
   REQUIRE(sqlite3_prepare_v2(db,
