@@ -54,7 +54,7 @@ void register_report_commands(CLI::App& app) {
     r.smooth_steps = o->smooth_steps;
     r.spec_argument = o->spec;
     r.store_argument = o->store;
-    const reports::ReportFiles files = reports::write_report(store.get(), spec.get(), r);
+    const reports::ReportFiles files = reports::write_report(store.get(), reports::find_study_specs(spec.get()), r);
     std::cout << files.html.string() << "\n";
   });
 }

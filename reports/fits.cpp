@@ -6,13 +6,30 @@
 
 namespace fp4::reports {
 
+bool fits_main_grid(const fit::StoredFit& f, const Study& st) {
+  if (f.residuals.empty()) return false;
+  for (const fit::Residual& r : f.residuals)
+    if (r.run_id.empty() || !st.main_ids.count(r.run_id)) return false;
+  return true;
+}
+
 FitChoice choose_fits(const Study& st) {
+  // (law, scope) → (the latest of the main grid, the latest at all); st.fits is by id.
+  std::map<std::pair<std::string, std::string>, std::pair<const fit::StoredFit*, const fit::StoredFit*>> latest;
+  for (const fit::StoredFit& f : st.fits) {
+    if (f.law != "precision" && f.law != "chinchilla") continue;
+    auto& [of_main, any] = latest[{f.law, f.scope}];
+    if (any == nullptr || f.id > any->id) any = &f;
+    if (fits_main_grid(f, st) && (of_main == nullptr || f.id > of_main->id)) of_main = &f;
+  }
   FitChoice c;
-  for (const fit::StoredFit& f : st.fits) {  // read_fits: the latest per (law, scope)
-    if (f.law == "precision") {
-      if (c.precision == nullptr || f.id > c.precision->id) c.precision = &f;
-    } else if (f.law == "chinchilla") {
-      c.chinchilla[f.scope] = &f;
+  for (const auto& [key, pick] : latest) {
+    const fit::StoredFit* f = pick.first != nullptr ? pick.first : pick.second;
+    if (pick.first == nullptr) c.foreign.push_back(f);
+    if (key.first == "precision") {
+      if (c.precision == nullptr || f->id > c.precision->id) c.precision = f;
+    } else {
+      c.chinchilla[key.second] = f;
     }
   }
   return c;

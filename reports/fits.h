@@ -11,12 +11,20 @@
 
 namespace fp4::reports {
 
+// The fits a report draws: for each (law, scope) the latest fit of the main grid's runs (every
+// fitted run one of the main grid's), else the latest at all, counted in `foreign`: a fit made of
+// other runs (another grid's `fp4lab fit`, or a fit of the whole store) is shown with a note
+// rather than hidden.
 struct FitChoice {
-  const fit::StoredFit* precision = nullptr;                     // the latest joint precision fit
-  std::map<std::string, const fit::StoredFit*> chinchilla;       // recipe → its latest chinchilla fit
+  const fit::StoredFit* precision = nullptr;                     // the joint precision fit
+  std::map<std::string, const fit::StoredFit*> chinchilla;       // recipe → its chinchilla fit
+  std::vector<const fit::StoredFit*> foreign;                    // chosen fits with runs outside the main grid
   bool any() const { return precision != nullptr || !chinchilla.empty(); }
 };
 FitChoice choose_fits(const Study& study);
+
+// Whether every run `f` fitted is one of the main grid's (a fit of --points rows is not).
+bool fits_main_grid(const fit::StoredFit& f, const Study& study);
 
 // The law drawn for a recipe: its own chinchilla fit, else the precision fit if it knows the
 // recipe; null when neither.

@@ -29,7 +29,12 @@ std::string inline_md(const Inline& content) {
     switch (s.kind) {
       case Span::Kind::text: out += markdown_escape(s.text); break;
       case Span::Kind::code: out += markdown_code(s.text); break;
-      case Span::Kind::strong: out += fmt::format("**{}**", markdown_escape(s.text)); break;
+      case Span::Kind::strong: {
+        // GFM closes ** only after a non-space character: "Scale: " keeps its space outside.
+        const size_t end = s.text.find_last_not_of(' ') + 1;  // 0 when blank
+        out += end == 0 ? s.text : fmt::format("**{}**{}", markdown_escape(s.text.substr(0, end)), s.text.substr(end));
+        break;
+      }
       case Span::Kind::link: out += fmt::format("[{}]({})", markdown_escape(s.text), link_target(s.href)); break;
     }
   }

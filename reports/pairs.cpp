@@ -4,21 +4,45 @@
 #include <cmath>
 #include <limits>
 #include <map>
+#include <set>
 
 namespace fp4::reports {
 
-Twins bf16_twins(const Study& st) {
+Twins bf16_twins(const Study& st, bool main_points_only) {
   std::map<std::string, const StudyRun*> baseline_of;
-  for (const StudyRun& r : st.runs)
+  std::set<std::string> main_keys;
+  for (const StudyRun& r : st.runs) {
     if (r.record.baseline) baseline_of.emplace(r.record.match_key, &r);
+    if (st.in_main(r)) main_keys.insert(r.replicate_key);
+  }
   Twins t;
   for (const StudyRun& r : st.runs) {
     if (r.record.baseline) continue;
+    if (main_points_only && !main_keys.count(r.replicate_key)) continue;
     const auto it = baseline_of.find(r.record.match_key);
     if (it == baseline_of.end()) t.without.push_back(&r);
     else t.pairs.push_back({&r, it->second});
   }
   return t;
+}
+
+bool finished_with_loss(const StudyRun& r) {
+  return r.record.state == sweeps::RunState::succeeded && r.final_loss.has_value();
+}
+
+PairedDifference paired_difference(const std::vector<const StudyRun*>& a, const std::vector<const StudyRun*>& b) {
+  std::map<uint64_t, double> by_seed;
+  for (const StudyRun* r : b)
+    if (finished_with_loss(*r)) by_seed.emplace(r->record.seed, *r->final_loss);
+  PairedDifference d;
+  std::map<uint64_t, double> diffs;
+  for (const StudyRun* r : a)
+    if (finished_with_loss(*r))
+      if (const auto it = by_seed.find(r->record.seed); it != by_seed.end())
+        diffs.emplace(r->record.seed, *r->final_loss / it->second - 1);
+  for (const auto& [seed, v] : diffs) d.values.push_back(v);
+  d.diff = spread(d.values);
+  return d;
 }
 
 int smoothing_window(const ReportOptions& o, int64_t steps) {

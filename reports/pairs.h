@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "reports/report.h"
+#include "reports/stats.h"
 #include "reports/study.h"
 
 namespace fp4::reports {
@@ -20,7 +21,21 @@ struct Twins {
   std::vector<TwinPair> pairs;              // quantized runs with a twin, in run order
   std::vector<const StudyRun*> without;     // quantized runs whose twin is not in the store
 };
-Twins bf16_twins(const Study& study);
+// Every quantized run of the store, or only those at the main grid's points (the main grid's runs
+// and their other seeds: what the gap figures and table show).
+Twins bf16_twins(const Study& study, bool main_points_only);
+
+// Runs that finished with a finite final loss (succeeded).
+bool finished_with_loss(const StudyRun& r);
+
+// The relative difference L_a / L_b − 1 of two sets of replicates (runs of one grid point under
+// several seeds), paired by seed: each seed's two runs share their initial weights and batches, so
+// the difference carries less noise than the two means. Finished runs only; `pairs` counts them.
+struct PairedDifference {
+  Spread diff;                              // over the pairs: mean, sd, 95% t interval
+  std::vector<double> values;               // by seed
+};
+PairedDifference paired_difference(const std::vector<const StudyRun*>& a, const std::vector<const StudyRun*>& b);
 
 // The trailing window in steps: the option, or 5% of the run's steps (at least 1).
 int smoothing_window(const ReportOptions& options, int64_t steps);

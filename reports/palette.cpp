@@ -11,6 +11,10 @@ namespace {
 // Okabe & Ito (2008), without the yellow (too light for lines on white).
 const std::vector<std::string> kColors = {"#000000", "#D55E00", "#0072B2", "#009E73",
                                           "#CC79A7", "#E69F00", "#56B4E9"};
+// Beyond them, for custom recipes (an ablation grid has ten): Paul Tol's "muted" qualitative set,
+// also colour-blind safe, without its grey (the colour of an unknown recipe) and its pale sand.
+const std::vector<std::string> kMoreColors = {"#882255", "#117733", "#332288", "#CC6677", "#44AA99",
+                                              "#999933", "#AA4499", "#88CCEE"};
 // The presets' fixed slots, in NUMERICS.md §5's order.
 const std::vector<std::string> kPresetOrder = {"bf16", "e2m1", "ufp4", "nvfp4", "mxfp4", "ufp4-e4m3"};
 const std::vector<int> kPoints = {7, 5, 9, 11, 13, 15, 6, 4, 8};
@@ -31,18 +35,19 @@ Palette::Palette(const std::vector<std::string>& recipes) {
       styles_[kPresetOrder[i]] = {kColors[i % kColors.size()], 1, kPoints[i % kPoints.size()]};
       used.insert(i % kColors.size());
     }
-  std::vector<size_t> free;
+  std::vector<std::string> free;
   for (size_t c = 0; c < kColors.size(); ++c)
-    if (!used.count(c)) free.push_back(c);
+    if (!used.count(c)) free.push_back(kColors[c]);
+  free.insert(free.end(), kMoreColors.begin(), kMoreColors.end());
   for (size_t k = 0; k < custom.size(); ++k) {
     const std::string& r = custom[k];
     RecipeStyle st;
     if (k < free.size()) {
-      st.color = kColors[free[k]];
-    } else {
+      st.color = free[k];
+    } else {  // more recipes than colours: the custom colours again, with another dash type
       const size_t j = k - free.size();
-      st.color = kColors[j % kColors.size()];
-      st.dash = 2 + static_cast<int>(j / kColors.size());
+      st.color = free[j % free.size()];
+      st.dash = 2 + static_cast<int>(j / free.size());
     }
     st.point = kPoints[order_.size() % kPoints.size()];
     styles_[r] = st;

@@ -1,7 +1,8 @@
 // palette.h — one colour (and line style) per recipe, the same in every figure and table of a
 // report. Colours are Okabe & Ito's colour-blind-safe set; the presets keep fixed colours across
 // reports (bf16 black, e2m1 vermillion, ufp4 blue, ...), custom recipes take the remaining ones in
-// name order, and beyond seven recipes the colours repeat with another dash type and point shape.
+// name order, then Paul Tol's muted set (also colour-blind safe), and beyond those the custom
+// colours repeat with another dash type and point shape.
 #pragma once
 
 #include <map>

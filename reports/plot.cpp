@@ -165,6 +165,7 @@ void axis_commands(std::string& s, const char* name, const Axis& a, std::pair<do
     std::vector<Tick> ticks;
     for (const auto& [v, label] : a.categories) ticks.push_back({v, label, false});
     s += tics_command(name, ticks);
+    if (a.slanted) s += fmt::format("set {}tics rotate by 30 right\n", name);
   } else {
     s += tics_command(name, axis_ticks(range.first, range.second, a.log, a.format));
   }
@@ -263,6 +264,7 @@ std::string gnuplot_script(const Plot& plot) {
       s += "set xtics\nset ytics\n";
       continue;
     }
+    s += "set xtics norotate\n";
     axis_commands(s, "x", panel.x, *xr);
     axis_commands(s, "y", panel.y, *yr);
     for (double y : panel.y_lines)

@@ -35,6 +35,7 @@ struct Axis {
   std::optional<double> min, max; // default: the data's range, padded
   // A categorical axis: labels at these positions (then the range is [first - 0.5, last + 0.5]).
   std::vector<std::pair<double, std::string>> categories;
+  bool slanted = false;           // categorical labels drawn at a slant (many or long names)
 };
 
 struct Panel {

@@ -61,4 +61,21 @@ std::string describe(const RecipeTraits& t) {
   return s;
 }
 
+AblationRole ablation_role(const RecipeTraits& t) {
+  AblationRole r;
+  if (!t.quantized || !t.uniform || t.bf16_layers || t.scale != "fp32" || t.block != 16) return r;
+  if (t.grid == "e1m2" && t.clip == 7 && (t.sr_dy_only || t.sr.empty())) {
+    r.member = true;
+    r.family = "uniform grid (claim 4)";
+    for (const auto& row : paper::ablation_rows())
+      if (row.rht == t.rht && row.sr_dy == t.sr_dy_only) r.paper_row = &row;
+    r.anchor = r.paper_row != nullptr && r.paper_row == &paper::ablation_rows()[4];
+  } else if (t.grid == "e2m1" && t.sr_dy_only && (t.clip == 2 || t.clip == 3 || t.clip == 4 || t.clip == 6)) {
+    r.member = true;
+    r.family = "E2M1 (claims 2, 5)";
+    r.anchor = t.clip == 6 && t.rht == std::vector<std::string>{"wgrad"};
+  }
+  return r;
+}
+
 }  // namespace fp4::reports

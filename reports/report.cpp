@@ -64,11 +64,11 @@ std::filesystem::path default_report_dir(const sweeps::SweepSpec* spec, const st
   return store.parent_path() / (store.stem().string() + "-report");
 }
 
-ReportFiles write_report(const sweeps::Store* store, const sweeps::SweepSpec* spec, const ReportOptions& options) {
+ReportFiles write_report(const sweeps::Store* store, const StudySpecs& specs, const ReportOptions& options) {
   if (options.out_dir.empty()) throw std::logic_error("write_report: no output directory");
   // Before anything else: without gnuplot there is no report, and the user can fix that.
   const std::filesystem::path gnuplot = find_gnuplot(options.gnuplot);
-  const Study study = load_study(store, spec);
+  const Study study = load_study(store, specs);
   ReportContext ctx(study, options, gnuplot);
 
   Document doc;
@@ -76,7 +76,7 @@ ReportFiles write_report(const sweeps::Store* store, const sweeps::SweepSpec* sp
   doc.subtitle = {text("What was run, what each 4-bit recipe costs against BF16, the fitted laws with their 95% "
                        "intervals, and the UFP4 paper's numbers beside ours. Written by fp4lab " FP4LAB_VERSION
                        " from the store ")};
-  doc.subtitle.push_back(code(study.store_path.empty() ? std::string("(none yet)") : study.store_path.string()));
+  doc.subtitle.push_back(code(study.store_path.empty() ? std::string("(none yet)") : study.store_display));
   doc.subtitle.push_back(text("."));
   doc.sections.push_back(study_section(ctx));
   doc.sections.push_back(runs_section(ctx));
@@ -84,6 +84,7 @@ ReportFiles write_report(const sweeps::Store* store, const sweeps::SweepSpec* sp
   doc.sections.push_back(scaling_section(ctx));
   doc.sections.push_back(gap_section(ctx));
   doc.sections.push_back(precision_section(ctx));
+  doc.sections.push_back(noise_section(ctx));
   doc.sections.push_back(ablation_section(ctx));
   doc.sections.push_back(probe_section(ctx));
   doc.sections.push_back(excluded_section(ctx));

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "reports/study.h"
 #include "sweeps/spec.h"
 #include "sweeps/store.h"
 
@@ -33,9 +34,10 @@ struct ReportFiles {
   std::vector<std::filesystem::path> written;  // every file, report.html last
 };
 
-// `store` may be null when `spec` names a store that does not exist yet (nothing has run).
+// `store` may be null when the specs name a store that does not exist yet (nothing has run);
+// `specs` is find_study_specs(the TOML given), or empty with --store (reports/study.h).
 // Throws fp4::UserError when gnuplot is missing or the output directory cannot be made.
-ReportFiles write_report(const sweeps::Store* store, const sweeps::SweepSpec* spec, const ReportOptions& options);
+ReportFiles write_report(const sweeps::Store* store, const StudySpecs& specs, const ReportOptions& options);
 
 // The default output directory: <TOML directory>/<sweep name>-report, or <store directory>/<store
 // stem>-report.

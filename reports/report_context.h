@@ -55,6 +55,7 @@ Section curves_section(ReportContext& ctx);
 Section scaling_section(ReportContext& ctx);
 Section gap_section(ReportContext& ctx);
 Section precision_section(ReportContext& ctx);
+Section noise_section(ReportContext& ctx);
 Section ablation_section(ReportContext& ctx);
 Section probe_section(ReportContext& ctx);
 Section excluded_section(ReportContext& ctx);

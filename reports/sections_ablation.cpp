@@ -1,8 +1,12 @@
-// sections_ablation.cpp — the ablations of SCIENCE.md claims 4 and 5, when the study has them:
-// mean final loss per ablation recipe at its grid point beside the paper's Table 2 value, with the
-// noise floor (the seed spread) so a reader sees which differences are real.
+// sections_ablation.cpp — the ablations of SCIENCE.md claims 4 and 5, when the study has them: at
+// each grid point where ablation recipes ran beside their family's full recipe (runs that differ
+// only in recipe and seed), the mean final loss of each recipe with its seed spread (the noise
+// floor), its difference to the full recipe paired seed by seed with a 95% interval, beside the
+// paper's Table 2, so a reader sees which differences are real.
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 #include <optional>
@@ -11,6 +15,7 @@
 
 #include "reports/escape.h"
 #include "reports/format.h"
+#include "reports/pairs.h"
 #include "reports/paper.h"
 #include "reports/recipe_traits.h"
 #include "reports/report_context.h"
@@ -20,145 +25,197 @@ namespace fp4::reports {
 
 namespace {
 
-// What a recipe is in the ablation's terms.
-struct AblationRole {
-  bool member = false;                          // belongs to an ablation family
-  bool anchor = false;                          // the full recipe the others are compared with
-  const paper::AblationRow* paper_row = nullptr;  // its row of the paper's Table 2, if any
-  std::string family;                           // "uniform grid (claim 4)" or "E2M1 clip (claim 5)"
-};
+std::string num(double v) { return std::isfinite(v) ? fmt::format("{:.17g}", v) : std::string(); }
 
-AblationRole role_of(const RecipeTraits& t) {
-  AblationRole r;
-  if (!t.quantized || !t.uniform || t.bf16_layers || t.scale != "fp32" || t.block != 16) return r;
-  if (t.grid == "e1m2" && t.clip == 7 && (t.sr_dy_only || t.sr.empty())) {
-    r.member = true;
-    r.family = "uniform grid (claim 4)";
-    for (const auto& row : paper::ablation_rows())
-      if (row.rht == t.rht && row.sr_dy == t.sr_dy_only) r.paper_row = &row;
-    r.anchor = r.paper_row != nullptr && r.paper_row == &paper::ablation_rows()[4];
-  } else if (t.grid == "e2m1" && t.sr_dy_only && (t.clip == 2 || t.clip == 3 || t.clip == 4 || t.clip == 6)) {
-    r.member = true;
-    r.family = "E2M1 clip (claim 5)";
-    r.anchor = t.clip == 6 && t.rht == std::vector<std::string>{"wgrad"};
-  }
-  return r;
+// "+0.512% [+0.31%, +0.70%]", or the mean alone with fewer than two pairs.
+std::string percent_with_interval(const Spread& s) {
+  if (s.n == 0) return "—";
+  std::string out = fmt_percent(s.mean);
+  if (s.has_interval()) out += " [" + fmt_percent(s.lo) + ", " + fmt_percent(s.hi) + "]";
+  return out;
 }
+
+// What the paired interval says about a recipe against its family's full recipe.
+std::string reading(const Spread& d) {
+  if (d.n == 0) return "no paired seeds";
+  if (!d.has_interval()) return "one seed: no interval";
+  return d.sign() > 0 ? "worse (interval above 0)" : d.sign() < 0 ? "better (interval below 0)" : "not resolved (interval holds 0)";
+}
+
+// Finished runs of one comparison group (same config but recipe and seed), by recipe.
+using Group = std::map<std::string, std::vector<const StudyRun*>>;
+
+// "first-study-ablation, first-study" — the grids that declare a group's runs.
+std::string grids_of(const Group& g) {
+  std::set<std::string> names;
+  for (const auto& [recipe, runs] : g)
+    for (const StudyRun* r : runs) names.insert(r->grids.begin(), r->grids.end());
+  return names.empty() ? std::string("no grid") : fmt::format("{}", fmt::join(names, ", "));
+}
+
+// How far the grids declaring ablation recipes have got.
+Note progress_note(const Study& st, const std::vector<const DeclaredGrid*>& grids) {
+  std::map<std::string, const StudyRun*> run_of;
+  for (const StudyRun& r : st.runs) run_of[r.record.id] = &r;
+  std::vector<std::string> parts;
+  for (const DeclaredGrid* g : grids) {
+    int done = 0;
+    for (const std::string& id : g->ids)
+      if (const auto it = run_of.find(id); it != run_of.end() && finished_with_loss(*it->second)) ++done;
+    parts.push_back(fmt::format("{} ({}): {} of {} runs finished", g->name, g->file, done, g->ids.size()));
+  }
+  return Note{{strong("Not finished: "), text(fmt::format("{}.", fmt::join(parts, "; ")))}};
+}
+
+const std::vector<std::string> kCsvHeader = {
+    "grids", "model", "n_params_nonembedding", "tokens", "recipe", "setting", "family", "seeds", "loss_mean", "loss_sd",
+    "delta_pairs", "delta_vs_full", "delta_lo", "delta_hi", "gap_vs_bf16", "gap_lo", "gap_hi", "paper_row", "paper_loss"};
 
 }  // namespace
 
 Section ablation_section(ReportContext& ctx) {
   const Study& st = ctx.study;
   Section s{slug("Ablations"), "Ablations", {}, {}};
-  // One role per recipe label, from its first run's resolved recipe.
   std::map<std::string, RecipeTraits> traits;
-  for (const StudyRun& r : st.runs) traits.emplace(r.record.recipe, recipe_traits(r.recipe));
   std::map<std::string, AblationRole> roles;
-  bool any_variant = false;
-  for (const auto& [name, t] : traits) {
-    roles[name] = role_of(t);
-    any_variant = any_variant || (roles[name].member && !roles[name].anchor);
-  }
-
-  // The noise floor: the seed spread of the final loss, relative, pooled over every grid point that
-  // has two or more finished seeds.
-  std::map<std::tuple<std::string, std::string, int64_t>, std::vector<double>> by_point;
   for (const StudyRun& r : st.runs)
-    if (r.record.state == sweeps::RunState::succeeded && r.final_loss)
-      by_point[{r.record.recipe, r.record.model, r.record.tokens}].push_back(*r.final_loss);
-  double ss = 0;
-  int groups = 0;
-  for (const auto& [k, losses] : by_point) {
-    const Spread sp = spread(losses);
-    if (sp.n >= 2) {
-      ss += (sp.sd / sp.mean) * (sp.sd / sp.mean);
-      ++groups;
-    }
-  }
-  // NaN when no grid point has two seeds.
-  const double noise = groups > 0 ? std::sqrt(ss / groups) : std::nan("");
+    if (traits.emplace(r.record.recipe, recipe_traits(r.recipe)).second)
+      roles[r.record.recipe] = ablation_role(traits[r.record.recipe]);
+  const std::vector<const DeclaredGrid*> declared = st.grids_with(&DeclaredGrid::ablation);
 
-  if (!any_variant) {
-    s.blocks.push_back(Paragraph{{text("This study has no ablation recipes: none of its recipes is a variant of UFP4's RHT "
-                                       "scope or stochastic rounding (claim 4) or an E2M1 grid with a tighter clip (claim "
-                                       "5). Declare them as custom recipes, e.g. "),
-                                  code("[recipes.ufp4-no-rht] base = \"ufp4\" rht = []"),
-                                  text(", to get the table beside the paper's.")}});
+  // Groups of runs comparable seed by seed; a table for each that holds an ablation variant and the
+  // full recipe of its family.
+  std::map<std::string, Group> groups;
+  for (const StudyRun& r : st.runs)
+    if (finished_with_loss(r)) groups[r.comparison_key][r.record.recipe].push_back(&r);
+  std::vector<const Group*> shown;
+  for (const auto& [key, g] : groups) {
+    std::set<std::string> anchors, variants;
+    for (const auto& [recipe, runs] : g) {
+      const AblationRole& role = roles[recipe];
+      if (role.member) (role.anchor ? anchors : variants).insert(role.family);
+    }
+    bool comparable = false;
+    for (const std::string& f : variants) comparable = comparable || anchors.count(f);
+    if (comparable) shown.push_back(&g);
+  }
+  // Most seeds first (the ablation grid before a one-seed grid that happens to compare recipes).
+  std::stable_sort(shown.begin(), shown.end(), [](const Group* a, const Group* b) {
+    size_t na = 0, nb = 0;
+    for (const auto& [r, runs] : *a) na = std::max(na, runs.size());
+    for (const auto& [r, runs] : *b) nb = std::max(nb, runs.size());
+    return na > nb;
+  });
+
+  if (shown.empty()) {
+    if (!declared.empty()) {
+      s.blocks.push_back(Paragraph{{text("The study declares ablation recipes, but no grid point has finished runs of an "
+                                         "ablation recipe and of its family's full recipe yet, so there is no ablation "
+                                         "table.")}});
+      s.blocks.push_back(progress_note(st, declared));
+    } else {
+      s.blocks.push_back(Paragraph{{text("This study has no ablation recipes: none of its recipes is a variant of UFP4's "
+                                         "RHT scope or stochastic rounding (claim 4) or of the E2M1 reference's RHT scope "
+                                         "or clip (claims 2 and 5). Declare them as custom recipes, e.g. "),
+                                    code("[recipes.ufp4-rht-none] base = \"ufp4\" rht = []"),
+                                    text(", to get the table beside the paper's.")}});
+    }
+    ctx.csv("ablation.csv", kCsvHeader, {});
     return s;
   }
-  s.blocks.push_back(Paragraph{{text("Mean final validation loss per ablation recipe at each grid point where the study ran "
-                                     "them, against the full recipe of its family (UFP4 for the uniform-grid ablation of "
-                                     "claim 4, the E2M1 reference for the clip ablation of claim 5), beside the paper's "
-                                     "Table 2 on Dense 1.5B (mean LM loss; the paper gives no numbers for claim 5, only "
-                                     "that every clip is worse than the reference). Differences smaller than about twice "
-                                     "the noise floor are not distinguishable from seed noise.")}});
-  if (std::isfinite(noise))
-    s.blocks.push_back(Note{{strong("Noise floor: "),
-                             text(fmt::format("the seed spread of the final loss is {:.3f}% (sample sd over seeds, "
-                                              "relative, pooled over the {} grid points with two or more finished seeds).",
-                                              100 * noise, groups))}});
-  else
-    s.blocks.push_back(Note{{strong("Noise floor unknown: "),
-                             text("no grid point of this study has two finished seeds, so the seed spread is not "
-                                  "measured here (SCIENCE.md's measurement at d4, 52M tokens: about 0.2–0.3%). Treat "
-                                  "differences below that as noise.")}});
+  s.blocks.push_back(Paragraph{
+      {text("At each grid point where ablation recipes ran beside the full recipe of their family (UFP4 for the uniform "
+            "grid of claim 4; the E2M1 reference, RHT on wgrad only, for E2M1's RHT scope and clip of claims 2 and 5), "
+            "from runs that differ only in recipe and seed: the mean final validation loss of each recipe ± its seed "
+            "spread (sample sd: the noise floor at this point), and its difference to the full recipe paired seed by "
+            "seed (L_r / L_full − 1 for each seed, whose two runs share initial weights and batches) with the 95% "
+            "Student-t interval over the seeds. A difference is real when its interval excludes 0. Beside it, the "
+            "paper's Table 2 on Dense 1.5B (mean LM loss; the paper gives no numbers for claim 5, only that every "
+            "restricted E2M1 is worse than the reference).")}});
+  if (std::any_of(declared.begin(), declared.end(), [&](const DeclaredGrid* g) {
+        for (const std::string& id : g->ids)
+          if (const StudyRun* r = st.run(id); r == nullptr || !finished_with_loss(*r)) return true;
+        return false;
+      }))
+    s.blocks.push_back(progress_note(st, declared));
 
-  std::map<std::pair<int64_t, int64_t>, std::map<std::string, std::vector<double>>> points;  // (N, D) → recipe → losses
-  std::map<std::pair<int64_t, int64_t>, std::string> model_of;
-  for (const StudyRun& r : st.runs)
-    if (roles[r.record.recipe].member && r.record.state == sweeps::RunState::succeeded && r.final_loss) {
-      points[{r.record.n_params_nonembedding, r.record.tokens}][r.record.recipe].push_back(*r.final_loss);
-      model_of[{r.record.n_params_nonembedding, r.record.tokens}] = r.record.model;
-    }
   std::vector<std::vector<std::string>> csv;
-  int tables = 0;
-  for (const auto& [point, recipes] : points) {
-    bool has_variant = false;
-    for (const auto& [name, losses] : recipes) has_variant = has_variant || !roles[name].anchor;
-    if (recipes.size() < 2 || !has_variant) continue;
+  for (const Group* gp : shown) {
+    const Group& g = *gp;
+    const StudyRun* example = g.begin()->second.front();
+    size_t max_seeds = 0;
+    for (const auto& [recipe, runs] : g) max_seeds = std::max(max_seeds, runs.size());
     Table t;
-    t.caption = fmt::format("Ablation at {} (N = {}), D = {}", one_line(model_of[point]), fmt_count(static_cast<double>(point.first)),
-                            fmt_count(static_cast<double>(point.second)));
-    t.header = {"recipe", "setting", "family", "seeds", "loss (mean ± sd)", "Δ vs full", "beyond 2× noise",
-                "paper row", "paper loss", "paper Δ vs all three"};
-    t.numeric = {false, false, false, true, true, true, false, false, true, true};
-    for (const std::string& recipe : ctx.palette.order()) {
-      const auto it = recipes.find(recipe);
-      if (it == recipes.end()) continue;
+    t.caption = fmt::format("Ablation at {} (N = {}), D = {}: grid {}, up to {} seed{}", one_line(example->record.model),
+                            fmt_count(static_cast<double>(example->record.n_params_nonembedding)),
+                            fmt_count(static_cast<double>(example->record.tokens)), grids_of(g), max_seeds,
+                            max_seeds == 1 ? "" : "s");
+    t.header = {"recipe", "setting", "family", "seeds", "loss (mean ± sd)", "seed sd (rel.)", "Δ vs full, paired [95%]",
+                "reading", "gap to BF16, paired [95%]", "paper row", "paper loss", "paper Δ vs all three"};
+    t.numeric = {false, false, false, true, true, true, true, false, true, false, true, true};
+    const auto bf16 = std::find_if(g.begin(), g.end(), [](const auto& kv) { return kv.second.front()->record.baseline; });
+    std::vector<double> rel_sds;
+    // BF16, then each family's full recipe and its variants in the paper's row order, then the rest.
+    std::vector<std::string> order;
+    for (const std::string& recipe : ctx.palette.order())
+      if (g.count(recipe)) order.push_back(recipe);
+    auto rank = [&](const std::string& recipe) {
+      const AblationRole& r = roles[recipe];
+      const int family = g.at(recipe).front()->record.baseline ? 0 : !r.member ? 3 : r.family.rfind("uniform", 0) == 0 ? 1 : 2;
+      const long row = r.paper_row ? r.paper_row - paper::ablation_rows().data() : 99;
+      return std::make_tuple(family, r.anchor ? 0 : 1, row);
+    };
+    std::stable_sort(order.begin(), order.end(), [&](const std::string& a, const std::string& b) { return rank(a) < rank(b); });
+    for (const std::string& recipe : order) {
+      const auto it = g.find(recipe);
       const AblationRole& role = roles[recipe];
-      const Spread sp = spread(it->second);
-      // The anchor of the same family at this grid point.
-      std::optional<double> anchor;
-      for (const auto& [other, losses] : recipes)
-        if (roles[other].anchor && roles[other].family == role.family) anchor = spread(losses).mean;
-      const double delta = anchor ? sp.mean / *anchor - 1 : std::nan("");
-      std::string beyond;
-      if (anchor && !role.anchor) beyond = std::isfinite(noise) ? (std::fabs(delta) > 2 * noise ? "yes" : "no") : "unknown";
+      std::vector<double> losses;
+      for (const StudyRun* r : it->second) losses.push_back(*r->final_loss);
+      const Spread sp = spread(losses);
+      if (sp.n >= 2) rel_sds.push_back(sp.sd / sp.mean);
+      // The full recipe of the same family at this grid point.
+      const std::vector<const StudyRun*>* anchor = nullptr;
+      for (const auto& [other, runs] : g)
+        if (roles[other].anchor && role.member && roles[other].family == role.family) anchor = &runs;
+      const bool compared = anchor != nullptr && !role.anchor;
+      const Spread delta = compared ? paired_difference(it->second, *anchor).diff : Spread{};
+      const bool has_gap = bf16 != g.end() && !it->second.front()->record.baseline;
+      const Spread gap = has_gap ? paired_difference(it->second, bf16->second).diff : Spread{};
       const double paper_full = paper::ablation_rows()[4].loss;
-      t.rows.push_back({ctx.recipe_cell(recipe), {describe(traits[recipe])}, {role.family}, {std::to_string(sp.n)},
+      const std::string setting = describe(traits[recipe]);
+      t.rows.push_back({ctx.recipe_cell(recipe), {setting}, {role.member ? role.family : ""}, {std::to_string(sp.n)},
                         {sp.n > 1 ? fmt_loss(sp.mean) + " ± " + fmt::format("{:.4f}", sp.sd) : fmt_loss(sp.mean)},
-                        {role.anchor ? "(full)" : fmt_percent(delta)}, {beyond},
+                        {sp.n > 1 ? fmt::format("{:.3f}%", 100 * sp.sd / sp.mean) : "—"},
+                        {role.anchor ? "(full)" : compared ? percent_with_interval(delta) : "—"},
+                        {compared ? reading(delta) : ""}, {has_gap ? percent_with_interval(gap) : "—"},
                         {role.paper_row ? role.paper_row->label : ""},
                         {role.paper_row ? fmt::format("{:.5f}", role.paper_row->loss) : ""},
                         {role.paper_row ? fmt_percent(role.paper_row->loss / paper_full - 1) : ""}});
-      csv.push_back({std::to_string(point.first), std::to_string(point.second), csv_field(recipe),
-                     csv_field(describe(traits[recipe])), csv_field(role.family), std::to_string(sp.n),
-                     fmt::format("{:.17g}", sp.mean), sp.n > 1 ? fmt::format("{:.17g}", sp.sd) : "",
-                     std::isfinite(delta) ? fmt::format("{:.17g}", delta) : "",
+      csv.push_back({csv_field(grids_of(g)), csv_field(example->record.model),
+                     std::to_string(example->record.n_params_nonembedding), std::to_string(example->record.tokens),
+                     csv_field(recipe), csv_field(setting), csv_field(role.member ? role.family : ""),
+                     std::to_string(sp.n), num(sp.mean), num(sp.sd), compared ? std::to_string(delta.n) : "",
+                     compared ? num(delta.mean) : "", compared ? num(delta.lo) : "", compared ? num(delta.hi) : "",
+                     has_gap ? num(gap.mean) : "", has_gap ? num(gap.lo) : "", has_gap ? num(gap.hi) : "",
                      role.paper_row ? csv_field(role.paper_row->label) : "",
-                     role.paper_row ? fmt::format("{:.17g}", role.paper_row->loss) : ""});
+                     role.paper_row ? num(role.paper_row->loss) : ""});
     }
     t.csv = "ablation.csv";
     s.blocks.push_back(std::move(t));
-    ++tables;
+    double ss = 0;
+    for (double v : rel_sds) ss += v * v;
+    if (!rel_sds.empty())
+      s.blocks.push_back(Note{{strong("Noise floor here: "),
+                               text(fmt::format("the seed spread of the final loss is {:.3f}% (relative sample sd, root "
+                                                "mean square over the {} recipes with two or more seeds). The paired "
+                                                "differences beside it are tighter when the recipes' seeds move together.",
+                                                100 * std::sqrt(ss / static_cast<double>(rel_sds.size())), rel_sds.size()))}});
+    else
+      s.blocks.push_back(Note{{strong("Noise floor unknown here: "),
+                               text("one seed per recipe at this grid point, so no difference has an interval; SCIENCE.md "
+                                    "puts the seed spread at about 0.2–0.3% of the loss at this scale.")}});
   }
-  ctx.csv("ablation.csv",
-          {"n_params_nonembedding", "tokens", "recipe", "setting", "family", "seeds", "loss_mean", "loss_sd",
-           "delta_vs_full", "paper_row", "paper_loss"},
-          csv);
-  if (tables == 0)
-    s.blocks.push_back(Note{{text("The study declares ablation recipes, but no grid point has finished runs of an "
-                                  "ablation recipe and of its family's full recipe yet.")}});
+  ctx.csv("ablation.csv", kCsvHeader, csv);
   return s;
 }
 

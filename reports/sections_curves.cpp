@@ -92,8 +92,8 @@ Figure loss_curve_figure(ReportContext& ctx, const std::vector<const StudyRun*>&
   Inline caption = {text("Validation loss (mean cross-entropy on the fixed held-out set) at each evaluation against the "
                          "training tokens seen, both axes logarithmic; one panel per model size, one colour per recipe")};
   if (dashes.size() > 1) caption.push_back(text(", one line style per training length D"));
-  caption.push_back(text(". Every run with evaluations is drawn, including runs not finished yet. Each run's last point "
-                         "is its final loss (the Runs table)."));
+  caption.push_back(text(". Every run of the main grid with evaluations is drawn, including runs not finished yet. Each "
+                         "run's last point is its final loss (the Runs table)."));
   return ctx.figure("loss-curves", "Validation loss over training", caption, plot, "curves.csv");
 }
 
@@ -103,17 +103,20 @@ Section curves_section(ReportContext& ctx) {
   const Study& st = ctx.study;
   Section s{slug("Loss curves"), "Loss curves", {}, {}};
   std::vector<const StudyRun*> with_eval;
-  for (const StudyRun& r : st.runs)
-    if (const auto it = st.curves.find(r.record.id); it != st.curves.end() && it->second.count("eval/loss"))
-      with_eval.push_back(&r);
+  for (const StudyRun* r : st.main_runs())
+    if (const auto it = st.curves.find(r->record.id); it != st.curves.end() && it->second.count("eval/loss"))
+      with_eval.push_back(r);
+  if (!st.main_label.empty())
+    s.blocks.push_back(Paragraph{{text("The runs of the main grid, " + st.main_label +
+                                       "; the gap over training averages every seed the store holds of its points.")}});
   if (with_eval.empty()) {
-    s.blocks.push_back(Note{{text("No run has an evaluation yet: no loss curves to draw.")}});
+    s.blocks.push_back(Note{{text("No run of the main grid has an evaluation yet: no loss curves to draw.")}});
   } else {
     s.blocks.push_back(loss_curve_figure(ctx, with_eval));
   }
 
   // The gap over training, averaged over seeds per (recipe, model, D).
-  const Twins twins = bf16_twins(st);
+  const Twins twins = bf16_twins(st, true);
   struct Key {
     std::string recipe, model;
     int64_t n, d;
@@ -188,7 +191,8 @@ Section curves_section(ReportContext& ctx) {
              "from each run and its BF16 twin (same model, D, seed and batches). Both train losses are smoothed by a "
              "trailing mean over the last "),
         strong(ctx.options.smooth_steps > 0 ? std::to_string(ctx.options.smooth_steps) + " steps"
-                                            : "5% of the run's steps (" + fmt::format("{}", fmt::join(ws, ", ")) + " steps here)"),
+                                            : "5% of the run's steps (" + fmt::format("{}", fmt::join(ws, ", ")) +
+                                                  (ws.size() == 1 && ws[0] == "1" ? " step here)" : " steps here)")),
         text(" before dividing (the paper averages the last 1000 steps); where a recipe has several seeds the line is "
              "their mean. Above 0 the 4-bit recipe trains worse than BF16; the dashed line is no gap.")};
     s.blocks.push_back(ctx.figure("gap-over-training", "Gap to BF16 over training", caption, plot, data));

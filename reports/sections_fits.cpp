@@ -28,10 +28,11 @@ std::string with_interval(double value, const fit::Interval& ci, int significant
   return s;
 }
 
-std::vector<const StudyRun*> finished_with_loss(const Study& st) {
+// The main grid's runs that finished with a finite loss: the points of the scaling figures.
+std::vector<const StudyRun*> main_finished_runs(const Study& st) {
   std::vector<const StudyRun*> out;
-  for (const StudyRun& r : st.runs)
-    if (r.record.state == sweeps::RunState::succeeded && r.final_loss) out.push_back(&r);
+  for (const StudyRun* r : st.main_runs())
+    if (r->record.state == sweeps::RunState::succeeded && r->final_loss) out.push_back(r);
   return out;
 }
 
@@ -126,7 +127,7 @@ Figure loss_vs_n(ReportContext& ctx, const FitChoice& fits, const std::vector<co
     plot.panels.push_back(std::move(p));
   }
   const std::string data = ctx.csv("fitted_curves.csv", {"law", "scope", "recipe", "tokens", "n", "loss", "lo", "hi"}, csv);
-  Inline caption = {text("Final validation loss of every finished run (points) against the model size N, one panel per "
+  Inline caption = {text("Final validation loss of every finished run of the main grid (points) against the model size N, one panel per "
                          "training length D, both axes logarithmic. ")};
   if (fits.any())
     caption.push_back(text("Lines: each recipe's fitted law at that D (its own chinchilla fit, else the joint precision "
@@ -156,7 +157,7 @@ Figure loss_vs_compute(ReportContext& ctx, const std::vector<const StudyRun*>& r
   }
   plot.panels.push_back(std::move(p));
   return ctx.figure("loss-vs-compute", "Final loss against compute",
-                    {text("Final validation loss of every finished run against its training compute C = 6·N·D, both axes "
+                    {text("Final validation loss of every finished run of the main grid against its training compute C = 6·N·D, both axes "
                           "logarithmic, one colour per recipe. At equal compute a lower point is the better recipe.")},
                     plot, "final_losses.csv");
 }
@@ -264,10 +265,10 @@ Section scaling_section(ReportContext& ctx) {
   const Study& st = ctx.study;
   const FitChoice fits = choose_fits(st);
   Section s{slug("Scaling"), "Scaling", {}, {}};
-  const auto runs = finished_with_loss(st);
+  const auto runs = main_finished_runs(st);
   if (!fits.any()) s.blocks.push_back(no_fits_note(ctx, fits));
   if (runs.empty()) {
-    s.blocks.push_back(Note{{text("No run has finished with a finite final loss yet: nothing to scale.")}});
+    s.blocks.push_back(Note{{text("No run of the main grid has finished with a finite final loss yet: nothing to scale.")}});
     return s;
   }
   s.blocks.push_back(loss_vs_n(ctx, fits, runs));
@@ -288,10 +289,24 @@ Section scaling_section(ReportContext& ctx) {
   params.blocks.push_back(parameter_table(ctx, fits));
   params.blocks.push_back(residual_figure(ctx, fits));
   std::set<std::string> excluded;
-  for (const fit::StoredFit& f : st.fits)
-    for (const fit::ExcludedRun& e : f.excluded) excluded.insert(e.run_name + " (" + e.reason + ")");
+  std::vector<const fit::StoredFit*> chosen;
+  for (const auto& [recipe, f] : fits.chinchilla) chosen.push_back(f);
+  if (fits.precision != nullptr) chosen.push_back(fits.precision);
+  for (const fit::StoredFit* f : chosen)
+    for (const fit::ExcludedRun& e : f->excluded) excluded.insert(e.run_name + " (" + e.reason + ")");
   if (!excluded.empty())
     params.blocks.push_back(Note{{strong("Not fitted: "), text(fmt::format("{}", fmt::join(excluded, "; "))), text(".")}});
+  for (const fit::StoredFit* f : fits.foreign) {
+    int outside = 0;
+    for (const fit::Residual& r : f->residuals)
+      if (r.run_id.empty() || !st.main_ids.count(r.run_id)) ++outside;
+    params.blocks.push_back(
+        Note{{strong("Not a fit of the main grid: "),
+              text(fmt::format("the {} fit ({}) was made of {} points, {} of them not runs of the main grid {}; no fit of "
+                               "exactly the main grid's runs is stored. It is shown as stored; ",
+                               f->law, f->scope, f->residuals.size(), outside, st.main_label.empty() ? "" : "(" + st.main_label + ")")),
+              code("fp4lab fit STUDY.toml"), text(" fits the main grid.")}});
+  }
   s.subsections.push_back(std::move(params));
   Section held{slug("Held-out check"), "Held-out check", held_out_blocks(ctx, fits), {}};
   s.subsections.push_back(std::move(held));

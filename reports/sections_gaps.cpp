@@ -26,7 +26,10 @@ namespace {
 struct PointKey {
   std::string recipe, model;
   int64_t n = 0, d = 0;
-  bool operator<(const PointKey& o) const { return std::tie(recipe, n, d, model) < std::tie(o.recipe, o.n, o.d, o.model); }
+  std::string replicate_key;  // the point itself (two points may share recipe, model, N and D)
+  bool operator<(const PointKey& o) const {
+    return std::tie(recipe, n, d, model, replicate_key) < std::tie(o.recipe, o.n, o.d, o.model, o.replicate_key);
+  }
 };
 
 struct ObservedPoint {
@@ -35,16 +38,28 @@ struct ObservedPoint {
   const StudyRun* example = nullptr;  // one of its runs: N and D as the fits count them
 };
 
-// The finished pairs of the bf16_gap view, by grid point; unfinished ones are counted apart.
+// The replicate keys of the main grid's quantized points: the gap table's rows.
+std::set<std::string> main_points(const Study& st) {
+  std::set<std::string> keys;
+  for (const StudyRun* r : st.main_runs())
+    if (!r->record.baseline) keys.insert(r->replicate_key);
+  return keys;
+}
+
+// The finished pairs of the bf16_gap view at the main grid's points, every seed the store holds of
+// them (the noise floor's seeds too), by point; unfinished and excluded ones are counted apart.
 std::map<PointKey, ObservedPoint> observed_points(const ReportContext& ctx, int* unfinished, int* excluded) {
   const Study& st = ctx.study;
+  const std::set<std::string> keys = main_points(st);
   std::map<std::string, const TwinPair*> pair_of;
-  const Twins twins = bf16_twins(st);
+  const Twins twins = bf16_twins(st, true);
   for (const TwinPair& p : twins.pairs) pair_of[p.run->record.id] = &p;
   std::map<PointKey, ObservedPoint> out;
   *unfinished = *excluded = 0;
   auto left_out = [](const std::string& state) { return state == "failed" || state == "diverged"; };
   for (const GapRow& g : st.gaps) {
+    const StudyRun* run = st.run(g.id);
+    if (run == nullptr || !keys.count(run->replicate_key)) continue;
     if (left_out(g.state) || left_out(g.bf16_state)) {
       ++*excluded;
       continue;
@@ -53,12 +68,12 @@ std::map<PointKey, ObservedPoint> observed_points(const ReportContext& ctx, int*
       ++*unfinished;
       continue;
     }
-    ObservedPoint& p = out[{g.recipe, g.model, g.n_params_nonembedding, g.tokens}];
+    ObservedPoint& p = out[{g.recipe, g.model, g.n_params_nonembedding, g.tokens, run->replicate_key}];
     p.gaps.push_back(g.gap);
     p.losses.push_back(g.loss);
     p.bf16_losses.push_back(g.bf16_loss);
     p.runs.push_back(g.name);
-    if (p.example == nullptr) p.example = st.run(g.id);
+    if (p.example == nullptr || st.in_main(*run)) p.example = run;
     // The paper's measure: the train losses' trailing means at the last step.
     if (const auto it = pair_of.find(g.id); it != pair_of.end()) {
       const GapCurve c = train_gap_curve(st, *it->second, smoothing_window(ctx.options, it->second->run->steps));
@@ -199,7 +214,9 @@ Section paper_subsection(ReportContext& ctx, const std::map<PointKey, ObservedPo
                                               "larger. Its gaps are not a prediction of ours at our scale, and ours are "
                                               "not a measurement at its scale: only the fitted laws, with their intervals, "
                                               "connect the two (the predictions at the fit's targets).",
-                                              fmt_count(largest_n), fmt_count(largest_d), fmt_count(1.5e9 / largest_n)))}});
+                                              fmt_count(largest_n), fmt_count(largest_d),
+                                              1.5e9 / largest_n >= 1000 ? fmt_count(1.5e9 / largest_n)
+                                                                        : fmt::format("{:.3g}", 1.5e9 / largest_n)))}});
   } else {
     s.blocks.push_back(Note{{text("No finished pair in this study yet, so no scale to compare with.")}});
   }
@@ -212,10 +229,12 @@ Section gap_section(ReportContext& ctx) {
   Section s{slug("Gap to BF16"), "Gap to BF16", {}, {}};
   s.blocks.push_back(Paragraph{{text("The BF16-relative gap of recipe r at a grid point is gap = L_r / L_bf16 − 1, from the "
                                      "final validation losses of a run and its BF16 twin (same model, D, seed and "
-                                     "batches); above 0 the 4-bit recipe trains worse. Observed gaps are the mean over "
-                                     "seeds ± their sample standard deviation (n − 1). The train-loss column is the "
-                                     "paper's measure: the gap of the two train losses' trailing means at the end of "
-                                     "training.")}});
+                                     "batches); above 0 the 4-bit recipe trains worse. The rows are the main grid's "
+                                     "points; each is observed over every seed the store holds of it (other grids of the "
+                                     "study, such as a noise floor, add seeds): the mean ± the sample standard deviation "
+                                     "(n − 1) over the seeds and the 95% Student-t interval of that mean. The train-loss "
+                                     "column is the paper's measure: the gap of the two train losses' trailing means at "
+                                     "the end of training.")}});
   int unfinished = 0, excluded = 0;
   const auto observed = observed_points(ctx, &unfinished, &excluded);
   const FitChoice fits = choose_fits(ctx.study);
@@ -223,9 +242,9 @@ Section gap_section(ReportContext& ctx) {
   Table t;
   t.id = "gap-table";
   t.caption = "Observed gap per recipe and grid point";
-  t.header = {"recipe", "model", "N", "D", "seeds", "loss", "BF16 loss", "gap (mean ± sd)", "range", "train-loss gap",
-              "fitted gap [95%]"};
-  t.numeric = {false, false, true, true, true, true, true, true, true, true, true};
+  t.header = {"recipe", "model", "N", "D", "seeds", "loss", "BF16 loss", "gap (mean ± sd)", "95% interval (seeds)",
+              "range", "train-loss gap", "fitted gap [95%]"};
+  t.numeric = {false, false, true, true, true, true, true, true, true, true, true, true};
   std::vector<std::vector<std::string>> csv;
   for (const std::string& recipe : ctx.palette.order())
     for (const auto& [k, p] : observed) {
@@ -238,17 +257,18 @@ Section gap_section(ReportContext& ctx) {
       t.rows.push_back({ctx.recipe_cell(k.recipe), {k.model}, {fmt_count(static_cast<double>(k.n))},
                         {fmt_count(static_cast<double>(k.d))}, {std::to_string(g.n)}, {fmt_loss(l.mean)},
                         {fmt_loss(b.mean)}, {mean_sd_percent(g)},
+                        {g.has_interval() ? "[" + fmt_percent(g.lo) + ", " + fmt_percent(g.hi) + "]" : "—"},
                         {g.n > 1 ? fmt_percent(g.min) + " … " + fmt_percent(g.max) : "—"}, {fmt_percent(tg.mean)},
                         {fitted ? gap_with_interval(*fitted) : "—"}});
       csv.push_back({csv_field(k.recipe), csv_field(k.model), std::to_string(k.n), std::to_string(k.d),
                      std::to_string(g.n), num(l.mean), num(b.mean), num(g.mean), num(g.sd), num(g.min), num(g.max),
                      num(tg.mean), fitted ? csv_field(law) : "", fitted ? num(fitted->value) : "",
-                     fitted ? num(fitted->ci.lo) : "", fitted ? num(fitted->ci.hi) : ""});
+                     fitted ? num(fitted->ci.lo) : "", fitted ? num(fitted->ci.hi) : "", num(g.lo), num(g.hi)});
     }
   t.csv = ctx.csv("gaps.csv",
                   {"recipe", "model", "n_params_nonembedding", "tokens", "seeds", "loss_mean", "bf16_loss_mean",
                    "gap_mean", "gap_sd", "gap_min", "gap_max", "train_gap_mean", "fitted_law", "fitted_gap",
-                   "fitted_gap_lo", "fitted_gap_hi"},
+                   "fitted_gap_lo", "fitted_gap_hi", "gap_seeds_lo", "gap_seeds_hi"},
                   csv);
   if (!laws.empty())
     t.caption += fmt::format(" (fitted: the {} law{})", fmt::join(laws, " and "), laws.size() == 1 ? "" : "s");
@@ -266,7 +286,7 @@ Section gap_section(ReportContext& ctx) {
     s.blocks.push_back(Note{{text(fmt::format("{} pair{} where the run or its BF16 twin diverged or failed {} left out (see "
                                               "Excluded and missing runs).",
                                               excluded, excluded == 1 ? "" : "s", excluded == 1 ? "is" : "are"))}});
-  const Twins twins = bf16_twins(ctx.study);
+  const Twins twins = bf16_twins(ctx.study, true);
   if (!twins.without.empty())
     s.blocks.push_back(Note{{text(fmt::format("{} quantized run{} without a BF16 twin in the store ha{} no gap (see Loss "
                                               "curves).",

@@ -11,6 +11,7 @@
 
 #include "reports/escape.h"
 #include "reports/format.h"
+#include "reports/recipe_traits.h"
 #include "reports/report_context.h"
 #include "reports/stats.h"
 
@@ -42,10 +43,22 @@ std::map<std::string, int64_t> last_steps(const std::vector<Row>& rows) {
 Section probe_section(ReportContext& ctx) {
   const Study& st = ctx.study;
   Section s{slug("Quantization probes"), "Quantization probes", {}, {}};
+  const std::vector<const DeclaredGrid*> probe_grids = st.grids_with(&DeclaredGrid::probes);
   if (st.probes.empty() && st.probe_gemms.empty()) {
-    s.blocks.push_back(Paragraph{{text("No run of this study has probe rows (the run config's "), code("probe.every"),
-                                  text(" is 0, or only BF16 ran). Set "), code("[probe] every = N"),
-                                  text(" in the TOML to measure alpha and eta over depth (docs/train.md).")}});
+    if (probe_grids.empty()) {
+      s.blocks.push_back(Paragraph{{text("No run of this study has probe rows (the run config's "), code("probe.every"),
+                                    text(" is 0, or only BF16 ran). Set "), code("[probe] every = N"),
+                                    text(" in the TOML to measure alpha and eta over depth (docs/train.md).")}});
+    } else {
+      for (const DeclaredGrid* g : probe_grids) {
+        int started = 0;
+        for (const std::string& id : g->ids) started += st.curves.count(id) ? 1 : 0;
+        s.blocks.push_back(Note{{strong("Not run yet: "),
+                                 text(fmt::format("the grid {} ({}) probes {} runs; none has probe rows in the store yet "
+                                                  "({} of them have reported any metric).",
+                                                  g->name, g->file, g->ids.size(), started))}});
+      }
+    }
     return s;
   }
   s.blocks.push_back(Paragraph{{text("The probe quantizes each operand slot of each linear layer as the recipe does and "
@@ -54,6 +67,24 @@ Section probe_section(ReportContext& ctx) {
                                      "alpha_A · alpha_B. Shown at each run's last probed step, averaged over the runs of a "
                                      "recipe and model size (seeds, lengths). SCIENCE.md claim 2: the shrinkage compounds, "
                                      "∏ eta ≈ exp(−Σ δ_k) over the network's GEMMs.")}});
+  {
+    std::set<std::string> probed;
+    for (const ProbeSlotRow& p : st.probes) probed.insert(p.run_id);
+    const std::map<std::string, PointFacts> facts = st.points();
+    for (const DeclaredGrid* g : probe_grids) {
+      size_t have = 0, want = 0;
+      for (const std::string& id : g->ids) {
+        const auto f = facts.find(id);
+        if (f == facts.end() || f->second.probe_every == 0 || !recipe_traits(f->second.recipe_json).quantized) continue;
+        ++want;
+        have += probed.count(id);
+      }
+      if (have < want)
+        s.blocks.push_back(Note{{strong("Not finished: "),
+                                 text(fmt::format("{} of the {} probed runs of the grid {} ({}) have probe rows so far.",
+                                                  have, want, g->name, g->file))}});
+    }
+  }
   // (recipe, model) → slot or gemm → depth → values.
   using Curves = std::map<std::pair<std::string, std::string>, std::map<std::string, std::map<double, std::vector<double>>>>;
   std::map<std::string, const StudyRun*> run_of;

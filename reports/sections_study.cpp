@@ -39,6 +39,9 @@ int64_t last_train_step(const Study& st, const std::string& id) {
 }
 
 
+// The metrics curves.csv holds.
+bool is_curve_key(const std::string& key) { return key == "train/loss" || key == "eval/loss" || key == "eval/bpb"; }
+
 Table grid_table(const Study& st) {
   Table t;
   t.caption = "Grids recorded in the store";
@@ -53,6 +56,41 @@ Table grid_table(const Study& st) {
     }
     t.rows.push_back({{g.name}, {g.file}, {axes.empty() ? "one point (no axes)" : fmt::format("{}", fmt::join(axes, " × "))},
                       {std::to_string(g.runs)}, {fmt_utc(g.created)}});
+  }
+  return t;
+}
+
+// What each grid of the study brings to the report.
+std::string uses_of(const DeclaredGrid& g) {
+  std::vector<std::string> uses;
+  if (g.main) uses.push_back("main grid: loss curves, scaling, fits, gap table");
+  if (g.seeds_of_main) uses.push_back("more seeds of the main grid's points (gap table)");
+  if (g.noise_floor) uses.push_back("noise floor");
+  if (g.ablation) uses.push_back("ablations");
+  if (g.probes) uses.push_back("probes");
+  return uses.empty() ? std::string("the runs table") : fmt::format("{}", fmt::join(uses, "; "));
+}
+
+Table study_grids_table(const Study& st) {
+  std::map<std::string, const StudyRun*> run_of;
+  for (const StudyRun& r : st.runs) run_of[r.record.id] = &r;
+  Table t;
+  t.caption = "The study's grids and what each brings to this report";
+  t.header = {"grid", "TOML file", "used for", "points", "in the store", "succeeded", "diverged or failed", "no outcome yet"};
+  t.numeric = {false, false, false, true, true, true, true, true};
+  for (const DeclaredGrid& g : st.declared) {
+    int stored = 0, done = 0, out = 0;
+    for (const std::string& id : g.ids) {
+      const auto it = run_of.find(id);
+      if (it == run_of.end()) continue;
+      ++stored;
+      if (finished(it->second->record.state)) ++done;
+      else if (excluded(it->second->record.state)) ++out;
+    }
+    const int open = static_cast<int>(g.ids.size()) - done - out;
+    t.rows.push_back({{g.name}, {g.file}, {uses_of(g)}, {std::to_string(g.ids.size())}, {std::to_string(stored)},
+                      {std::to_string(done)}, {std::to_string(out)},
+                      {open == 0 ? "0" : fmt::format("{}{}", open, stored == 0 ? " (not run yet)" : "")}});
   }
   return t;
 }
@@ -162,9 +200,18 @@ std::vector<Block> reproduce_blocks(const ReportContext& ctx) {
   const std::string study_arg = !ctx.options.spec_argument.empty()
                                     ? shell_word(ctx.options.spec_argument)
                                     : "--store " + shell_word(ctx.options.store_argument);
-  std::set<std::string> files;
-  for (const StudyGrid& g : st.grids) files.insert(g.file);
-  if (!ctx.options.spec_argument.empty()) files.insert(ctx.options.spec_argument);
+  // The study's grids, the main one first, then any other grid the store recorded.
+  std::vector<std::string> files;
+  auto add = [&](const std::string& f) {
+    if (!f.empty() && std::find(files.begin(), files.end(), f) == files.end()) files.push_back(f);
+  };
+  if (!ctx.options.spec_argument.empty()) add(ctx.options.spec_argument);
+  for (const DeclaredGrid& g : st.declared) add(g.file);
+  std::set<std::string> declared_texts, recorded;
+  for (const DeclaredGrid& g : st.declared) declared_texts.insert(g.text_hash);
+  for (const StudyGrid& g : st.grids)
+    if (!declared_texts.count(g.text_hash)) recorded.insert(g.file);
+  for (const std::string& f : recorded) add(f);
   for (const std::string& f : files) sh += "build/cli/fp4lab sweep run " + shell_word(f) + "\n";
   sh += "build/cli/fp4lab fit " + study_arg + "\n";
   sh += "build/cli/fp4lab report " + study_arg + "\n";
@@ -197,7 +244,7 @@ Section study_section(ReportContext& ctx) {
   s.blocks.push_back(Paragraph{{text("Study "), strong(st.name), text(fmt::format(
                                     ": {} runs declared, {} finished, {} excluded (diverged or failed), {} not finished. ",
                                     total, done, out, left)),
-                                text("Store "), code(st.store_path.empty() ? "(not created yet)" : st.store_path.string()),
+                                text("Store "), code(st.store_path.empty() ? "(not created yet)" : st.store_display),
                                 text(st.store_path.empty() ? "." : fmt::format(" (schema version {}).", st.schema_version))}});
   if (total == 0)
     s.blocks.push_back(Note{{strong("Nothing to report yet."),
@@ -213,6 +260,17 @@ Section study_section(ReportContext& ctx) {
                              link("Excluded and missing runs", "#" + slug("Excluded and missing runs")), text(".")}});
 
   Section grid{slug("Grid"), "Grid", {}, {}};
+  if (!st.declared.empty()) {
+    grid.blocks.push_back(Paragraph{
+        {text(st.spec_file.empty()
+                  ? "The grids the store recorded; the main grid is the one with a [fit] table (every grid when none "
+                    "has one)."
+                  : "The TOML given is the main grid; the study's other grids are the TOML files beside it that name "
+                    "the same store. A point declared by two grids is one run.")}});
+    grid.blocks.push_back(study_grids_table(st));
+  }
+  for (const std::string& why : st.unreadable_specs)
+    grid.blocks.push_back(Note{{strong("Not read as a grid of this study: "), text(why)}});
   if (st.grids.empty()) grid.blocks.push_back(Note{{text("No grid is recorded in the store yet.")}});
   else grid.blocks.push_back(grid_table(st));
   grid.blocks.push_back(state_table(st));
@@ -238,43 +296,48 @@ Section runs_section(ReportContext& ctx) {
   Section s{slug("Runs"), "Runs", {}, {}};
   std::vector<std::vector<std::string>> csv;
   Table t;
-  t.header = {"run", "recipe", "model", "N (non-emb.)", "D (tokens)", "seed", "state", "steps", "final val. loss"};
-  t.numeric = {false, false, false, true, true, true, false, true, true};
+  t.header = {"run", "recipe", "model", "N (non-emb.)", "D (tokens)", "seed", "state", "steps", "final val. loss", "grids"};
+  t.numeric = {false, false, false, true, true, true, false, true, true, false};
   for (const StudyRun& r : st.runs) {
     const auto& rec = r.record;
     const int64_t done = last_train_step(st, rec.id);
     t.rows.push_back({{rec.name}, ctx.recipe_cell(rec.recipe), {rec.model}, {fmt_count(static_cast<double>(rec.n_params_nonembedding))},
                       {fmt_count(static_cast<double>(rec.tokens))}, {std::to_string(rec.seed)},
                       {sweeps::run_state_name(rec.state)}, {fmt::format("{}/{}", done, r.steps)},
-                      {r.final_loss ? fmt_loss(*r.final_loss) : (r.final_is_nan ? "not finite" : "—")}});
+                      {r.final_loss ? fmt_loss(*r.final_loss) : (r.final_is_nan ? "not finite" : "—")},
+                      {r.grids.empty() ? "—" : fmt::format("{}", fmt::join(r.grids, ", "))}});
     csv.push_back({csv_field(rec.name), rec.id, csv_field(rec.recipe), rec.baseline ? "1" : "0", csv_field(rec.model),
                    std::to_string(rec.n_params), std::to_string(rec.n_params_nonembedding), std::to_string(rec.tokens),
                    fmt::format("{:.17g}", rec.flops_per_token), std::to_string(rec.seed), sweeps::run_state_name(rec.state),
                    std::to_string(r.steps), std::to_string(done), r.final_step >= 0 ? std::to_string(r.final_step) : "",
-                   r.final_loss ? fmt::format("{:.17g}", *r.final_loss) : (r.final_is_nan ? "nan" : "")});
+                   r.final_loss ? fmt::format("{:.17g}", *r.final_loss) : (r.final_is_nan ? "nan" : ""),
+                   csv_field(fmt::format("{}", fmt::join(r.grids, ";")))});
   }
   t.csv = ctx.csv("final_losses.csv",
                   {"run", "run_id", "recipe", "baseline", "model", "n_params", "n_params_nonembedding", "tokens",
-                   "flops_per_token", "seed", "state", "steps", "steps_done", "final_step", "final_loss"},
+                   "flops_per_token", "seed", "state", "steps", "steps_done", "final_step", "final_loss", "grids"},
                   csv);
   t.caption = "Every run in the store; the final validation loss is the last evaluation (nats/token)";
   if (st.runs.empty()) s.blocks.push_back(Note{{text("The store holds no runs yet.")}});
   else s.blocks.push_back(std::move(t));
 
-  // Every metric row of every run: the data of the curve figures.
+  // The loss curves of every run: the data of the curve figures. (The other metrics, learning rate,
+  // gradient norm, throughput, stay in the store: a study's sidecars stay a few MB.)
   std::vector<std::vector<std::string>> curves;
   for (const StudyRun& r : st.runs) {
     const auto it = st.curves.find(r.record.id);
     if (it == st.curves.end()) continue;
     for (const auto& [key, rows] : it->second)
-      for (const auto& m : rows)
+      if (is_curve_key(key))
+        for (const auto& m : rows)
         curves.push_back({csv_field(r.record.name), r.record.id, std::to_string(m.step), std::to_string(m.tokens),
                           csv_field(key), m.is_nan ? "nan" : fmt::format("{:.17g}", m.value)});
   }
   ctx.csv("curves.csv", {"run", "run_id", "step", "tokens", "key", "value"}, curves);
-  s.blocks.push_back(Paragraph{{text("Every metric of every run (train and validation loss, learning rate, gradient norm, "
-                                     "throughput) is in "),
-                                link("curves.csv", "curves.csv"), text(", one row per run, key and step.")}});
+  s.blocks.push_back(Paragraph{{text("The train and validation losses of every run at every step they were measured are in "),
+                                link("curves.csv", "curves.csv"),
+                                text(" (keys train/loss, eval/loss, eval/bpb); the other metrics (learning rate, gradient "
+                                     "norm, throughput) are in the store's metrics table.")}});
   return s;
 }
 

@@ -5,11 +5,13 @@
 #include <cmath>
 #include <limits>
 
+#include "fit/statistics.h"
+
 namespace fp4::reports {
 
 Spread spread(const std::vector<double>& values) {
   constexpr double nan = std::numeric_limits<double>::quiet_NaN();
-  Spread s{0, nan, nan, nan, nan};
+  Spread s{0, nan, nan, nan, nan, nan, nan};
   double sum = 0;
   for (double v : values)
     if (!std::isnan(v)) {
@@ -25,6 +27,9 @@ Spread spread(const std::vector<double>& values) {
     for (double v : values)
       if (!std::isnan(v)) ss += (v - s.mean) * (v - s.mean);
     s.sd = std::sqrt(ss / (s.n - 1));
+    const double half = fit::student_t975(s.n - 1) * s.sd / std::sqrt(static_cast<double>(s.n));
+    s.lo = s.mean - half;
+    s.hi = s.mean + half;
   }
   return s;
 }

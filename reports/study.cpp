@@ -2,6 +2,8 @@
 // what the Store API already offers (runs, attempts) is read through it.
 #include "reports/study.h"
 
+#include "reports/recipe_traits.h"
+
 #include <sqlite3.h>
 
 #include <algorithm>
@@ -81,6 +83,7 @@ std::vector<StudyGrid> read_grids(const sweeps::Store& store) {
     auto it = std::find_if(grids.begin(), grids.end(), [&](const StudyGrid& g) { return g.id == id; });
     if (it == grids.end()) continue;
     ++it->runs;
+    it->run_ids.push_back(links.text(1));
     const nlohmann::json axes = parse_json_or(links.text(2), nlohmann::json::object());
     if (!axes.is_object()) continue;
     for (const auto& [axis, value] : axes.items()) {
@@ -107,7 +110,62 @@ std::string reported_fingerprint(const std::string& dir) {
   return "";
 }
 
+nlohmann::json without_seeds(nlohmann::json c) {
+  if (c.is_object() && c.contains("train") && c["train"].is_object()) {
+    nlohmann::json& t = c["train"];
+    const bool same = t.contains("data_seed") && t.contains("seed") && t["data_seed"] == t["seed"];
+    t.erase("seed");
+    if (same) t.erase("data_seed");
+  }
+  return c;
+}
+
+int64_t probe_every_of(const nlohmann::json& config) {
+  if (!config.is_object() || !config.contains("probe") || !config["probe"].is_object()) return 0;
+  const auto& every = config["probe"]["every"];
+  return every.is_number_integer() ? every.get<int64_t>() : 0;
+}
+
+// The same file, however it was named (one of them may not exist yet).
+bool same_file(const std::filesystem::path& a, const std::filesystem::path& b) {
+  std::error_code ea, eb;
+  const auto ca = std::filesystem::weakly_canonical(a, ea), cb = std::filesystem::weakly_canonical(b, eb);
+  return !ea && !eb ? ca == cb : a.lexically_normal() == b.lexically_normal();
+}
+
 }  // namespace
+
+std::string replicate_key(const nlohmann::json& config) { return without_seeds(config).dump(); }
+
+std::string comparison_key(const nlohmann::json& config) {
+  nlohmann::json c = without_seeds(config);
+  if (c.is_object()) c.erase("recipe");
+  return c.dump();
+}
+
+StudySpecs find_study_specs(const sweeps::SweepSpec* main) {
+  StudySpecs out;
+  out.main = main;
+  if (main == nullptr) return out;
+  // Named as the main TOML is: "results/first-study/ablation.toml" beside "results/first-study/study.toml".
+  const std::filesystem::path dir = main->file.parent_path();
+  std::vector<std::filesystem::path> files;
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(dir.empty() ? "." : dir, ec)) {
+    const std::filesystem::path file = dir / e.path().filename();
+    if (file.extension() == ".toml" && e.is_regular_file(ec) && !same_file(file, main->file)) files.push_back(file);
+  }
+  std::sort(files.begin(), files.end());
+  for (const auto& f : files) {
+    try {
+      sweeps::SweepSpec s = sweeps::load_sweep_spec(f);
+      if (same_file(s.store, main->store)) out.others.push_back(std::move(s));
+    } catch (const std::exception& e) {
+      out.unreadable.push_back(e.what());
+    }
+  }
+  return out;
+}
 
 const StudyRun* Study::run(const std::string& id) const {
   for (const StudyRun& r : runs)
@@ -118,23 +176,97 @@ const StudyRun* Study::run(const std::string& id) const {
 std::vector<std::string> Study::recipes() const {
   std::set<std::string> s;
   for (const StudyRun& r : runs) s.insert(r.record.recipe);
+  for (const UnrecordedPoint& p : unrecorded) s.insert(p.recipe);
   return {s.begin(), s.end()};
 }
 
-Study load_study(const sweeps::Store* store, const sweeps::SweepSpec* spec) {
+std::vector<const StudyRun*> Study::main_runs() const {
+  std::vector<const StudyRun*> out;
+  for (const StudyRun& r : runs)
+    if (in_main(r)) out.push_back(&r);
+  return out;
+}
+
+std::vector<const StudyRun*> Study::replicates(const StudyRun& r) const {
+  std::vector<const StudyRun*> out;
+  for (const StudyRun& o : runs)
+    if (o.replicate_key == r.replicate_key) out.push_back(&o);
+  std::stable_sort(out.begin(), out.end(), [](const StudyRun* a, const StudyRun* b) { return a->record.seed < b->record.seed; });
+  return out;
+}
+
+std::map<std::string, PointFacts> Study::points() const {
+  std::map<std::string, PointFacts> out;
+  for (const StudyRun& r : runs)
+    out[r.record.id] = {r.record.id, r.record.name, r.record.recipe, r.record.model, r.recipe, r.probe_every,
+                        r.record.seed, r.replicate_key, r.comparison_key, &r};
+  for (const UnrecordedPoint& u : unrecorded)
+    out.emplace(u.id, PointFacts{u.id, u.name, u.recipe, u.model, u.recipe_json, u.probe_every, u.seed,
+                                 u.replicate_key, u.comparison_key, nullptr});
+  return out;
+}
+
+std::vector<const DeclaredGrid*> Study::grids_with(bool DeclaredGrid::*flag) const {
+  std::vector<const DeclaredGrid*> out;
+  for (const DeclaredGrid& g : declared)
+    if (g.*flag) out.push_back(&g);
+  return out;
+}
+
+namespace {
+
+// What each declared grid brings to the report, from its points' configs.
+void mark_grids(Study& st) {
+  const std::map<std::string, PointFacts> facts = st.points();
+  std::map<std::string, std::set<std::string>> main_keys;  // replicate key → main ids
+  for (const std::string& id : st.main_ids)
+    if (const auto f = facts.find(id); f != facts.end()) main_keys[f->second.replicate_key].insert(id);
+  for (DeclaredGrid& g : st.declared) {
+    std::map<std::string, int> per_key;
+    for (const std::string& id : g.ids) {
+      const auto f = facts.find(id);
+      if (f == facts.end()) continue;
+      const PointFacts& p = f->second;
+      if (++per_key[p.replicate_key] == 2) g.noise_floor = true;
+      if (!g.main)
+        if (const auto m = main_keys.find(p.replicate_key); m != main_keys.end() && !m->second.count(id))
+          g.seeds_of_main = true;
+      const AblationRole role = ablation_role(recipe_traits(p.recipe_json));
+      g.ablation = g.ablation || (role.member && !role.anchor);
+      g.probes = g.probes || p.probe_every > 0;
+    }
+  }
+}
+
+}  // namespace
+
+Study load_study(const sweeps::Store* store, const StudySpecs& specs) {
   Study st;
+  const sweeps::SweepSpec* spec = specs.main;
   if (spec != nullptr) {
     st.name = spec->name;
     st.spec_file = spec->file;
   }
+  st.unreadable_specs = specs.unreadable;
   if (store != nullptr) {
     st.store_path = store->path();
+    st.store_display = st.store_path.string();
+    std::error_code ec;
+    const auto abs = std::filesystem::absolute(st.store_path, ec);
+    const auto cwd = std::filesystem::current_path(ec);
+    if (!ec) {
+      const auto rel = abs.lexically_normal().lexically_relative(cwd);
+      if (!rel.empty() && *rel.begin() != "..") st.store_display = rel.string();
+    }
     st.schema_version = store->schema_version();
     st.grids = read_grids(*store);
     std::map<std::string, std::vector<std::string>> grids_of_run;
     {
       Query q(*store, "SELECT gr.run, g.name FROM grid_runs AS gr JOIN grids AS g ON g.id = gr.grid ORDER BY g.id");
-      while (q.next()) grids_of_run[q.text(0)].push_back(q.text(1));
+      while (q.next()) {
+        auto& names = grids_of_run[q.text(0)];
+        if (std::find(names.begin(), names.end(), q.text(1)) == names.end()) names.push_back(q.text(1));
+      }
     }
     for (sweeps::RunRecord& rec : store->runs()) {
       StudyRun r;
@@ -147,6 +279,9 @@ Study load_study(const sweeps::Store* store, const sweeps::SweepSpec* spec) {
         if (config.contains("data") && config["data"].is_string()) r.data_source = config["data"].get<std::string>();
         if (config.contains("recipe")) r.recipe = config["recipe"];
       }
+      r.probe_every = probe_every_of(config);
+      r.replicate_key = replicate_key(config);
+      r.comparison_key = comparison_key(config);
       r.data_fingerprint = reported_fingerprint(rec.dir);
       r.grids = grids_of_run[rec.id];
       r.record = std::move(rec);
@@ -243,20 +378,71 @@ Study load_study(const sweeps::Store* store, const sweeps::SweepSpec* spec) {
     std::sort(st.attempts.begin(), st.attempts.end(), [](const auto& a, const auto& b) { return a.id < b.id; });
     // A fit row that cannot be read costs the fitted sections, not the report.
     try {
-      st.fits = fit::read_fits(*store);
+      st.fits = fit::read_all_fits(*store);
     } catch (const std::exception& e) {
       st.fits_error = e.what();
     }
   }
   if (st.name.empty() && !st.grids.empty()) st.name = st.grids.front().name;
   if (st.name.empty() && !st.store_path.empty()) st.name = st.store_path.stem().string();
-  if (spec != nullptr) {
-    std::set<std::string> known;
-    for (const StudyRun& r : st.runs) known.insert(r.record.id);
-    for (const sweeps::GridPoint& p : spec->points)
-      if (!known.count(p.id))
-        st.unrecorded.push_back({p.name, p.recipe_label, p.model_label, p.n_params_nonembedding, p.tokens, p.seed});
+  // The study's grids: its TOMLs (the main one first), else the grids the store recorded.
+  std::vector<const sweeps::SweepSpec*> all_specs;
+  if (spec != nullptr) all_specs.push_back(spec);
+  for (const sweeps::SweepSpec& o : specs.others) all_specs.push_back(&o);
+  std::set<std::string> known;
+  for (const StudyRun& r : st.runs) known.insert(r.record.id);
+  for (const sweeps::SweepSpec* s : all_specs) {
+    DeclaredGrid g;
+    g.name = s->name;
+    g.file = s->file.string();
+    g.main = s == spec;
+    g.text_hash = s->text_hash;
+    for (const sweeps::GridPoint& p : s->points) {
+      g.ids.push_back(p.id);
+      if (known.insert(p.id).second) {
+        UnrecordedPoint u;
+        u.id = p.id;
+        u.name = p.name;
+        u.recipe = p.recipe_label;
+        u.model = p.model_label;
+        u.grid = s->name;
+        u.n_params_nonembedding = p.n_params_nonembedding;
+        u.tokens = p.tokens;
+        u.seed = p.seed;
+        if (p.config.is_object() && p.config.contains("recipe")) u.recipe_json = p.config["recipe"];
+        u.probe_every = probe_every_of(p.config);
+        u.replicate_key = replicate_key(p.config);
+        u.comparison_key = comparison_key(p.config);
+        st.unrecorded.push_back(std::move(u));
+      }
+    }
+    st.declared.push_back(std::move(g));
   }
+  if (all_specs.empty()) {
+    for (const StudyGrid& sg : st.grids) {
+      DeclaredGrid g;
+      g.name = sg.name;
+      g.file = sg.file;
+      g.text_hash = sg.text_hash;
+      g.ids = sg.run_ids;
+      g.main = !sg.fit.empty() && !sg.fit.is_null();
+      st.declared.push_back(std::move(g));
+    }
+    const bool any_main = std::any_of(st.declared.begin(), st.declared.end(), [](const DeclaredGrid& g) { return g.main; });
+    if (!any_main)
+      for (DeclaredGrid& g : st.declared) g.main = true;
+  }
+  std::vector<std::string> main_names;
+  for (const DeclaredGrid& g : st.declared)
+    if (g.main) {
+      st.main_ids.insert(g.ids.begin(), g.ids.end());
+      if (std::find(main_names.begin(), main_names.end(), g.name + " (" + g.file + ")") == main_names.end())
+        main_names.push_back(g.name + " (" + g.file + ")");
+    }
+  if (spec == nullptr && st.grids.empty())  // an empty store: no grid to restrict to
+    for (const StudyRun& r : st.runs) st.main_ids.insert(r.record.id);
+  for (const std::string& n : main_names) st.main_label += (st.main_label.empty() ? "" : ", ") + n;
+  mark_grids(st);
   return st;
 }
 

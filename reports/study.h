@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -29,7 +30,42 @@ struct StudyGrid {
   std::vector<std::string> axis_names;                  // declaration order
   std::map<std::string, std::vector<std::string>> axis_values;  // distinct values, in grid order
   int64_t runs = 0;                                     // points recorded
+  std::vector<std::string> run_ids;                     // those points' run ids, grid order
   double created = 0;
+};
+
+// The TOML files of a study: the one given, and every other TOML in its directory whose [sweep]
+// store is the same file (a study's main grid, its noise floor, ablation and probe grids share one
+// store: results/first-study/). With --store there are none, and the study is the grids the store
+// recorded.
+struct StudySpecs {
+  const sweeps::SweepSpec* main = nullptr;
+  std::vector<sweeps::SweepSpec> others;                // by file name
+  std::vector<std::string> unreadable;                  // "file: why" of TOMLs beside it that did not parse
+};
+// Finds the others beside `main` (an unreadable TOML is listed, not fatal: it may not be a sweep).
+StudySpecs find_study_specs(const sweeps::SweepSpec* main);
+
+// What groups runs, from a resolved run config: the config without its seeds (runs that differ
+// only in their seed are replicates of one grid point: the spread over seeds), and without its
+// seeds and its recipe (runs that can be compared pairwise, seed by seed, on the same batches).
+// train.data_seed is dropped with train.seed when the two are equal (the default: the run seed
+// drives the data order), and kept when it was set apart.
+std::string replicate_key(const nlohmann::json& config);
+std::string comparison_key(const nlohmann::json& config);
+
+// One grid of the study: a TOML of StudySpecs (declared points, recorded or not), or, with
+// --store, a grid the store recorded.
+struct DeclaredGrid {
+  std::string name, file;
+  bool main = false;                                    // the grid the figures, fits and gap table are of
+  std::vector<std::string> ids;                         // its points' run ids, grid order
+  std::string text_hash;                                // of its TOML text ("" when unknown)
+  // What its points bring to the report (from their configs, whether they ran or not):
+  bool seeds_of_main = false;    // not main, and some point is a main point's replicate (another seed)
+  bool noise_floor = false;      // two or more of its own points are replicates of one point
+  bool ablation = false;         // some point's recipe is an ablation variant (recipe_traits.h)
+  bool probes = false;           // some point has probe.every > 0
 };
 
 struct StudyRun {
@@ -43,13 +79,28 @@ struct StudyRun {
   bool final_is_nan = false;
   std::vector<std::string> grids;       // the grids that declare it
   nlohmann::json recipe;                // the config's resolved recipe
+  int64_t probe_every = 0;              // the config's probe.every
+  std::string replicate_key, comparison_key;
 };
 
 // A grid point that the TOML declares and the store does not hold yet (never recorded).
 struct UnrecordedPoint {
-  std::string name, recipe, model;
+  std::string id, name, recipe, model, grid;
   int64_t n_params_nonembedding = 0, tokens = 0;
   uint64_t seed = 0;
+  nlohmann::json recipe_json;           // the config's resolved recipe
+  int64_t probe_every = 0;
+  std::string replicate_key, comparison_key;
+};
+
+// What the report needs of any point of the study, recorded in the store or not.
+struct PointFacts {
+  std::string id, name, recipe, model;
+  nlohmann::json recipe_json;
+  int64_t probe_every = 0;
+  uint64_t seed = 0;
+  std::string replicate_key, comparison_key;
+  const StudyRun* run = nullptr;        // null: not in the store yet
 };
 
 // One row of the bf16_gap view (docs/sweeps.md).
@@ -72,27 +123,48 @@ struct ProbeGemmRow {
 struct Study {
   std::string name;                     // the TOML's [sweep] name, else the first grid's, else the store's stem
   std::filesystem::path store_path;     // empty when the store does not exist yet
+  // The store's path as the report prints it: relative to the working directory when it lies
+  // under it (the report of a study committed to a repository, written from its root, names no
+  // machine's directories), else absolute.
+  std::string store_display;
   std::filesystem::path spec_file;      // the TOML given, if any
   int schema_version = 0;
   std::vector<StudyGrid> grids;         // by id (recording order)
+  std::vector<DeclaredGrid> declared;   // the study's grids: the main one first
+  std::vector<std::string> unreadable_specs;
   std::vector<StudyRun> runs;           // by name
-  std::vector<UnrecordedPoint> unrecorded;
+  std::vector<UnrecordedPoint> unrecorded;  // of every declared grid, each once
+  // The main grid's run ids: the TOML given; with --store, the grids with a [fit] table (every
+  // run when none has one). The loss curves, the scaling figures, the fits and the gap table are
+  // of these runs; the other grids add seeds (noise floor), ablations and probes.
+  std::set<std::string> main_ids;
+  std::string main_label;               // "first-study (results/first-study/study.toml)"
   // run id → metric key → rows by step.
   std::map<std::string, std::map<std::string, std::vector<sweeps::MetricRow>>> curves;
   std::vector<GapRow> gaps;
   std::vector<ProbeSlotRow> probes;
   std::vector<ProbeGemmRow> probe_gemms;
   std::vector<sweeps::Store::AttemptRecord> attempts;  // every attempt, by id
-  std::vector<fit::StoredFit> fits;     // the latest fit of each (law, scope): fit::read_fits
+  std::vector<fit::StoredFit> fits;     // every stored fit, by id: fit::read_all_fits (reports/fits.h chooses)
   std::string fits_error;               // why the fits could not be read ("" when they could)
 
   const StudyRun* run(const std::string& id) const;
-  // Recipe labels of the runs, sorted.
+  bool in_main(const StudyRun& r) const { return main_ids.count(r.record.id) != 0; }
+  // The main grid's runs, in run order.
+  std::vector<const StudyRun*> main_runs() const;
+  // The runs of the store that replicate `r` (same config but the seed), `r` included, by seed.
+  std::vector<const StudyRun*> replicates(const StudyRun& r) const;
+  // Every run of the store and every point not recorded yet, by id.
+  std::map<std::string, PointFacts> points() const;
+  // The declared grids with `flag` set (a member pointer of DeclaredGrid).
+  std::vector<const DeclaredGrid*> grids_with(bool DeclaredGrid::*flag) const;
+  // Recipe labels of the runs and of the points not recorded yet, sorted.
   std::vector<std::string> recipes() const;
 };
 
-// Reads a study. `store` may be null (a TOML whose sweep has not run yet); `spec`, when given,
-// adds its name and the points it declares that the store does not hold yet.
-Study load_study(const sweeps::Store* store, const sweeps::SweepSpec* spec);
+// Reads a study. `store` may be null (a TOML whose sweep has not run yet); the specs, when given,
+// add the study's name (the main TOML's), its grids and the points they declare that the store
+// does not hold yet.
+Study load_study(const sweeps::Store* store, const StudySpecs& specs);
 
 }  // namespace fp4::reports

@@ -31,39 +31,67 @@ namespace fp4::test {
 
 // ---- Studies ------------------------------------------------------------------------------------
 
-// The tiny real study of the report tests: two grids in one store, run on the CPU by the fp4lab
-// binary (d1 and a 2-block d_model-64 model × 256 and 512 tokens × bf16, e2m1, ufp4 and the
-// ablation recipe ufp4-no-rht, seed 0, an evaluation every step, probes every 2 steps; plus seeds
-// 1 and 2 of d1 at 256 tokens for bf16 and ufp4: the noise floor). 20 runs of 2 or 4 steps of 128
-// tokens: a few seconds on two cores.
+// The tiny real study of the report tests, the shape of results/first-study/ at toy size: four
+// TOML files beside each other naming one store, run on the CPU by the fp4lab binary.
+//   study.toml        the main grid: d1 and a 2-block d_model-64 model (L2-d64) × 256 and 512 tokens
+//                     × bf16, e2m1, ufp4, nvfp4, seed 0, with a [fit] table (16 runs)
+//   noise-floor.toml  d1 × both lengths × the four recipes × seeds 0, 1, 2 (24; 8 shared)
+//   ablation.toml     L2-d64 × 256 tokens × bf16, ufp4, ufp4-rht-none, ufp4-no-sr, e2m1, e2m1-clip3
+//                     ([recipes.*] tables as ablation.toml's) × seeds 0, 1, 2 (18; 3 shared)
+//   probes.toml       L2-d64 × 512 tokens × e2m1, e2m1-rht-all, ufp4-rht-none, ufp4, probes every 2
+//                     steps (4; a config of their own: none shared)
+// 51 runs of 2 or 4 steps of 128 tokens, an evaluation every step: a few seconds on two cores.
 struct TinyStudy {
-  std::filesystem::path toml, noise_toml, store;
+  std::filesystem::path toml, noise_toml, ablation_toml, probes_toml, store;
+  std::vector<std::filesystem::path> tomls() const { return {toml, noise_toml, ablation_toml, probes_toml}; }
 };
-inline std::string tiny_study_base() {
-  return "[data]\n"
+inline std::string tiny_study_base(const std::string& name, int probe_every) {
+  return "[sweep]\nname = \"" + name + "\"\nstore = \"tiny.db\"\n"
+         "[data]\n"
          "source = \"synthetic:markov?order=1&vocab=64&branch=4&seed=1\"\n"
          "[model]\nseq_len = 32\n"
          "[train]\nbatch_tokens = 128\nmicro_batch = 2\nlr = 3e-3\n"
          "[eval]\nevery = 1\ntokens = 128\n"
-         "[probe]\nevery = 2\n"
+         "[probe]\nevery = " + std::to_string(probe_every) + "\n"
          "[checkpoint]\nevery = 100\n"
-         "[executor]\ncpu_jobs = 2\nthreads_per_job = 1\n"
-         "[recipes.ufp4-no-rht]\nbase = \"ufp4\"\nrht = []\n";
+         "[executor]\ncpu_jobs = 2\nthreads_per_job = 1\n";
+}
+// Writes the four TOML files (nothing runs).
+inline TinyStudy write_tiny_study(const std::filesystem::path& dir) {
+  TinyStudy s;
+  s.toml = dir / "study.toml";
+  s.noise_toml = dir / "noise-floor.toml";
+  s.ablation_toml = dir / "ablation.toml";
+  s.probes_toml = dir / "probes.toml";
+  s.store = dir / "tiny.db";
+  const std::string recipes4 = "recipe = [\"bf16\", \"e2m1\", \"ufp4\", \"nvfp4\"]\n";
+  spit(s.toml, tiny_study_base("tiny", 0) +
+                   "[grid]\nmodel = [\"d1\", {n_layers = 2, d_model = 64}]\ntokens = [256, 512]\n" + recipes4 +
+                   "seed = [0]\n[fit]\nlaw = [\"chinchilla\", \"precision\"]\n");
+  spit(s.noise_toml, tiny_study_base("tiny-noise", 0) + "[grid]\nmodel = [\"d1\"]\ntokens = [256, 512]\n" + recipes4 +
+                         "seed = [0, 1, 2]\n");
+  spit(s.ablation_toml,
+       tiny_study_base("tiny-ablation", 0) +
+           "[grid]\nmodel = [{n_layers = 2, d_model = 64}]\ntokens = [256]\n"
+           "recipe = [\"bf16\", \"ufp4\", \"ufp4-rht-none\", \"ufp4-no-sr\", \"e2m1\", \"e2m1-clip3\"]\nseed = [0, 1, 2]\n"
+           "[recipes.ufp4-rht-none]\nbase = \"ufp4\"\nrht = []\n"
+           "[recipes.ufp4-no-sr]\nbase = \"ufp4\"\nsr = []\n"
+           "[recipes.e2m1-clip3]\nbase = \"e2m1\"\nclip = 3.0\nrht = [\"fprop\", \"dgrad\", \"wgrad\"]\n");
+  spit(s.probes_toml, tiny_study_base("tiny-probes", 2) +
+                          "[grid]\nmodel = [{n_layers = 2, d_model = 64}]\ntokens = [512]\n"
+                          "recipe = [\"e2m1\", \"e2m1-rht-all\", \"ufp4-rht-none\", \"ufp4\"]\nseed = [0]\n"
+                          "[recipes.e2m1-rht-all]\nbase = \"e2m1\"\nrht = [\"fprop\", \"dgrad\", \"wgrad\"]\n"
+                          "[recipes.ufp4-rht-none]\nbase = \"ufp4\"\nrht = []\n");
+  return s;
+}
+// `fp4lab sweep run` of one of its TOML files, run in the study's directory.
+inline void run_tiny_grid(const std::filesystem::path& toml) {
+  const CliRun r = run_fp4lab("sweep run --plain '" + toml.string() + "'", toml.parent_path());
+  if (r.exit_code != 0) throw std::runtime_error("sweep run " + toml.string() + " failed: " + r.err);
 }
 inline TinyStudy make_tiny_study(const std::filesystem::path& dir) {
-  TinyStudy s;
-  s.toml = dir / "tiny.toml";
-  s.noise_toml = dir / "tiny-noise.toml";
-  s.store = dir / "tiny.db";
-  spit(s.toml, "[sweep]\nname = \"tiny\"\nstore = \"tiny.db\"\n" + tiny_study_base() +
-                   "[grid]\nmodel = [\"d1\", {n_layers = 2, d_model = 64}]\ntokens = [256, 512]\n"
-                   "recipe = [\"bf16\", \"e2m1\", \"ufp4\", \"ufp4-no-rht\"]\nseed = [0]\n");
-  spit(s.noise_toml, "[sweep]\nname = \"tiny-noise\"\nstore = \"tiny.db\"\n" + tiny_study_base() +
-                         "[grid]\nmodel = [\"d1\"]\ntokens = [256]\nrecipe = [\"bf16\", \"ufp4\"]\nseed = [1, 2]\n");
-  for (const auto& toml : {s.toml, s.noise_toml}) {
-    const CliRun r = run_fp4lab("sweep run --plain '" + toml.string() + "'", dir);
-    if (r.exit_code != 0) throw std::runtime_error("sweep run " + toml.string() + " failed: " + r.err);
-  }
+  TinyStudy s = write_tiny_study(dir);
+  for (const auto& toml : s.tomls()) run_tiny_grid(toml);
   return s;
 }
 

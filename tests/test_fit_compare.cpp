@@ -12,10 +12,14 @@
 #include <string>
 #include <vector>
 
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
 #include "fit/fit_output.h"
 #include "fit/fitter.h"
 #include "fit/synthetic_data.h"
 #include "sweeps/store.h"
+#include "tests/test_support.h"
 
 using fp4::fit::FitData;
 using fp4::fit::FitRequest;
@@ -250,4 +254,29 @@ TEST_CASE("fit compare: one quantized recipe has nothing to compare, says so in 
   const auto fits = fp4::fit::run_fits(data, chin, fp4::fit::plan_fits(data, chin));
   REQUIRE(fits.size() == 2);
   CHECK(count_of(fp4::fit::format_fits(fits, fp4::fit::OutputFormat::table), "recipe comparisons") == 0);
+}
+
+TEST_CASE("fp4lab fit: --format json carries the comparisons of a points file with two 4-bit recipes",
+          "[fit][fit_compare]") {
+  fp4::test::ScratchDir dir;
+  // Row k of each recipe at (n, d) is one matched point: two seeds per grid point, 30 in all.
+  const FitData data = data_with_gaps({{"e2m1", 0.007}, {"ufp4", 0.004}}, 15);
+  std::string csv = "recipe,n,d,loss\n";
+  for (const auto& p : data.points) csv += fmt::format("{},{},{},{:.17g}\n", p.recipe, p.n, p.d, p.loss);
+  fp4::test::spit(dir / "points.csv", csv);
+  const auto r = fp4::test::run_fp4lab(
+      "fit --points '" + (dir / "points.csv").string() + "' --law precision --bootstrap 20 --format json", dir);
+  INFO(r.err);
+  REQUIRE(r.exit_code == 0);
+  const auto fits = nlohmann::json::parse(r.out);
+  REQUIRE(fits.size() == 1);
+  const auto& comparisons = fits[0]["predictions"]["comparisons"];
+  REQUIRE(comparisons.size() == 1);
+  CHECK(comparisons[0]["recipe"] == "ufp4");
+  CHECK(comparisons[0]["against"] == "e2m1");
+  CHECK(comparisons[0]["observed"]["points"] == 30);
+  CHECK(comparisons[0]["observed"]["hi"].get<double>() < 0);
+  CHECK(comparisons[0]["observed_by_n"].size() == 5);
+  CHECK(comparisons[0]["targets"].size() == 1);
+  CHECK(comparisons[0]["slope"]["points"] == 30);
 }

@@ -165,7 +165,7 @@ TEST_CASE("report in a real browser: every figure renders and no request leaves 
   const fs::path report = dir / "tiny-report" / "report.html";
   const std::string html = fp4::test::slurp(report);
   const size_t figures = fp4::test::inline_svgs(html).size();
-  REQUIRE(figures == 6);
+  REQUIRE(figures == 7);  // loss curves, gap over training, loss vs N and vs C, noise floor, probe alpha and eta
 
   // 1. The browser's DOM of the report: every figure is an SVG element with its drawing, no script.
   const BrowserRun dom_run = run_chromium(chromium, dir.path(), {"--dump-dom"}, "file://" + report.string());
@@ -234,6 +234,22 @@ TEST_CASE("report in a real browser: every figure renders and no request leaves 
   const auto leaked = page_requests(netlog, &all);
   INFO("every URL request in the net log: " << fmt::format("{}", fmt::join(all, " ")));
   CHECK(leaked.empty());
+
+  // 4. Printed (Chromium applies the print styles): a PDF of several pages, the figures in it as
+  // vector drawings (an SVG prints as paths, not as an image).
+  const fs::path pdf = dir / "report.pdf";
+  const BrowserRun print = run_chromium(chromium, dir.path(), {"--print-to-pdf=" + pdf.string(), "--no-pdf-header-footer"},
+                                        "file://" + report.string());
+  INFO(print.out.substr(0, 2000));
+  REQUIRE(print.exit_code == 0);
+  const std::string pdf_bytes = fp4::test::slurp(pdf);
+  REQUIRE(pdf_bytes.rfind("%PDF-", 0) == 0);
+  size_t pages = 0;
+  for (size_t at = pdf_bytes.find("/Type /Page"); at != std::string::npos; at = pdf_bytes.find("/Type /Page", at + 1))
+    pages += pdf_bytes.compare(at, 12, "/Type /Pages") != 0;
+  INFO(pages << " pages, " << pdf_bytes.size() << " bytes");
+  CHECK(pages >= static_cast<size_t>(figures) / 2);
+  CHECK(pdf_bytes.find("/Subtype /Image") == std::string::npos);
 
   // The net log check can fail: a page with one remote image (and no policy) is caught.
   const fs::path control = dir / "control.html";

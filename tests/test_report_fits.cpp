@@ -117,6 +117,9 @@ TEST_CASE("report with stored fits: laws, bands, parameters, residuals, fitted a
   HtmlDom dom(html);
   const std::string text = dom.text();
   CHECK(text.find("No fits in the store.") == std::string::npos);
+  // These fits name no runs (as a fit of --points rows does): drawn, with a note saying so.
+  CHECK(text.find("Not a fit of the main grid: the chinchilla fit (ufp4) was made of 1 points, 1 of them not runs of "
+                  "the main grid") != std::string::npos);
   for (const char* figure : {"loss-vs-n", "residuals", "precision-law"}) {
     INFO(figure);
     CHECK(html.find("<figure id=\"figure-" + std::string(figure) + "\">") != std::string::npos);
@@ -175,7 +178,7 @@ TEST_CASE("report with stored fits: laws, bands, parameters, residuals, fitted a
     const double n = row[2] == "50k" ? 5e4 : row[2] == "100k" ? 1e5 : 2e5;
     const auto e = fp4::fit::predicted_gap_interval(fits[2], "ufp4", n, 1e5);
     INFO(row[2]);
-    CHECK(row[10] == fp4::reports::fmt_percent(e.value) + " [" + fp4::reports::fmt_percent(e.ci.lo) + ", " +
+    CHECK(row[11] == fp4::reports::fmt_percent(e.value) + " [" + fp4::reports::fmt_percent(e.ci.lo) + ", " +
                          fp4::reports::fmt_percent(e.ci.hi) + "]");
   }
   // Predictions at the target, with the paper's Dense 1.5B gap for ufp4 beside ours.
@@ -233,6 +236,7 @@ TEST_CASE("report after fp4lab fit on a real tiny study shows the stored fits' o
   REQUIRE(r.exit_code == 0);
   const fs::path out = dir / "tinyfit-report";
   HtmlDom dom(fp4::test::slurp(out / "report.html"));
+  CHECK(dom.text().find("Not a fit of the main grid") == std::string::npos);  // fp4lab fit fitted exactly these runs
 
   auto store = fp4::sweeps::Store::open(dir / "tinyfit.db", fp4::sweeps::Store::Mode::read_only);
   const auto fits = fp4::fit::read_fits(*store);
@@ -280,7 +284,7 @@ TEST_CASE("report after fp4lab fit on a real tiny study shows the stored fits' o
     bool found = false;
     for (const auto& row : gaps.rows)
       found = found || (row[2] == fp4::reports::fmt_count(static_cast<double>(run_record.n_params_nonembedding)) &&
-                        row[3] == fp4::reports::fmt_count(static_cast<double>(run_record.tokens)) && row[10] == cell);
+                        row[3] == fp4::reports::fmt_count(static_cast<double>(run_record.tokens)) && row[11] == cell);
     INFO(run_record.name << " " << cell);
     CHECK(found);
   }

@@ -37,8 +37,8 @@ Rendered render(const std::string& args, const ScratchDir& dir) {
     INFO(error);
   }
   // Every section is there whatever is missing.
-  for (const char* id : {"study", "runs", "loss-curves", "scaling", "gap-to-bf16", "precision-law", "ablations",
-                         "quantization-probes", "excluded-and-missing-runs"})
+  for (const char* id : {"study", "runs", "loss-curves", "scaling", "gap-to-bf16", "precision-law", "noise-floor",
+                         "ablations", "quantization-probes", "excluded-and-missing-runs"})
     CHECK(out.html.find("<section id=\"" + std::string(id) + "\">") != std::string::npos);
   return out;
 }
@@ -53,7 +53,7 @@ TEST_CASE("report of an empty store says there is nothing yet", "[report][report
   const Rendered r = render("--store '" + h.store_path().string() + "'", dir);
   CHECK(r.text.find("Nothing to report yet.") != std::string::npos);
   CHECK(r.text.find("The store holds no runs yet.") != std::string::npos);
-  CHECK(r.text.find("No run has an evaluation yet") != std::string::npos);
+  CHECK(r.text.find("No run of the main grid has an evaluation yet") != std::string::npos);
   CHECK(r.text.find("No finished quantized run has a finished BF16 twin yet") != std::string::npos);
   CHECK(r.text.find("No attempt has started") != std::string::npos);
   CHECK(r.figures == 0);

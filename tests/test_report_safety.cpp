@@ -7,6 +7,7 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <sstream>
 
 #include "reports/escape.h"
 #include "sweeps/slurm.h"
@@ -187,4 +188,52 @@ TEST_CASE("report escaping: each format's special characters", "[report][report_
   CHECK(csv_field("a,b") == "\"a,b\"");
   CHECK(csv_field("say \"hi\"\n") == "\"say \"\"hi\"\"\n\"");
   CHECK(one_line("a\nb\tc\x1b") == "a b c ");
+}
+
+TEST_CASE("report: gnuplot is a child of fp4lab with no arguments and the whole figure on its standard input",
+          "[report][report_safety]") {
+  // A stand-in `gnuplot` first on PATH records how it was started (its parent's name, its
+  // arguments) and what it read, then hands the same input to the real gnuplot.
+  ScratchDir dir;
+  std::string real;
+  for (const char* d : {"/usr/bin", "/usr/local/bin", "/bin"})
+    if (fs::exists(fs::path(d) / "gnuplot")) real = (fs::path(d) / "gnuplot").string();
+  REQUIRE(!real.empty());
+  fs::create_directories(dir / "bin");
+  const fs::path log = dir / "calls.txt", input = dir / "stdin.txt";
+  fp4::test::spit(dir / "bin" / "gnuplot",
+                  "#!/bin/sh\n"
+                  "printf 'parent=%s args=%s\\n' \"$(cat /proc/$PPID/comm)\" \"$#\" >> '" + log.string() + "'\n"
+                  "tee -a '" + input.string() + "' | '" + real + "'\n");
+  fs::permissions(dir / "bin" / "gnuplot", fs::perms::owner_all);
+  fp4::test::HandStudy h(dir.path(), "child");
+  const auto b = h.add("b", "bf16", "m", 50000, 100000, 0, "m1");
+  const auto q = h.add("q", kEvilRecipe, "m", 50000, 100000, 0, "m1");
+  h.record();
+  h.train(b, [](int64_t s) { return 3.0 - 0.05 * s; }, RunState::succeeded);
+  h.train(q, [](int64_t s) { return 3.01 - 0.05 * s; }, RunState::succeeded);
+  h.close();
+  const std::string cmd = "env PATH='" + (dir / "bin").string() + ":/usr/bin:/bin' '" + std::string(FP4LAB_BINARY) +
+                          "' report --store '" + h.store_path().string() + "' --out '" + (dir / "out").string() +
+                          "' >'" + (dir / "o.txt").string() + "' 2>'" + (dir / "e.txt").string() + "'";
+  const int status = std::system(cmd.c_str());
+  INFO(fp4::test::slurp(dir / "e.txt"));
+  REQUIRE(WEXITSTATUS(status) == 0);
+  const size_t figures = fp4::test::inline_svgs(fp4::test::slurp(dir / "out" / "report.html")).size();
+  CHECK(figures >= 3);
+  // One start per figure, each by fp4lab itself (no shell between) with no argument at all.
+  std::istringstream calls(fp4::test::slurp(log));
+  size_t n = 0;
+  for (std::string line; std::getline(calls, line); ++n) CHECK(line == "parent=fp4lab args=0");
+  CHECK(n == figures);
+  // Each figure's whole script, its data as datablocks, came through standard input, the names in it
+  // as gnuplot's single-quoted literals.
+  const std::string scripts = fp4::test::slurp(input);
+  size_t terminals = 0;
+  for (size_t at = scripts.find("set terminal svg"); at != std::string::npos; at = scripts.find("set terminal svg", at + 1))
+    ++terminals;
+  CHECK(terminals == figures);
+  CHECK(scripts.find("$p0s0 << EOD\n") != std::string::npos);
+  CHECK(scripts.find(fp4::reports::gnuplot_quote(kEvilRecipe)) != std::string::npos);
+  CHECK_FALSE(fs::exists(dir / "PWNED3"));
 }
