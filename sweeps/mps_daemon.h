@@ -1,8 +1,7 @@
 // mps_daemon.h — an NVIDIA MPS control daemon for the runs that share a GPU (`sweep run` with
 // [executor] runs_per_gpu > 1). Without MPS, the processes on one GPU take turns (time slicing),
 // so small runs that each leave most of the GPU idle gain little from sharing it; under MPS their
-// kernels run at the same time (issue 15 measured 1.8x for three d4 runs against 1.38x for four
-// d2 runs without it).
+// kernels run at the same time (bench/RESULTS.md, "Runs sharing a GPU", has the figures).
 //
 // The daemon is this orchestrator's own: its pipe and log directories are private (a fresh
 // directory under the system temp dir), handed to every child through CUDA_MPS_PIPE_DIRECTORY and
