@@ -2,6 +2,7 @@
 #include "engine/recipe.h"
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
 #include <optional>
 #include <set>
@@ -42,9 +43,19 @@ bool parse_bool(const nlohmann::json& v, const std::string& where, const char* k
   if (!v.is_boolean()) bad(where, std::string(key) + " must be true or false, got " + v.dump());
   return v.get<bool>();
 }
+// A float field (clip): a number a float can hold; converting a larger one is undefined behaviour.
 float parse_number(const nlohmann::json& v, const std::string& where, const char* key) {
   if (!v.is_number()) bad(where, std::string(key) + " must be a number, got " + v.dump());
-  return v.get<float>();
+  const double d = v.get<double>();
+  if (!(std::fabs(d) <= std::numeric_limits<float>::max()))
+    bad(where, std::string(key) + " is out of range, got " + v.dump());
+  return static_cast<float>(d);
+}
+// The block size: exactly 16 or 32 (a fraction or a value beyond int is refused, never truncated).
+int parse_block(const nlohmann::json& v, const std::string& where) {
+  if (!v.is_number() || (v.get<double>() != 16 && v.get<double>() != 32))
+    bad(where, "block must be 16 or 32, got " + v.dump());
+  return static_cast<int>(v.get<double>());
 }
 
 SlotRecipe quantized_slot(Grid grid, ScaleMode scale, int block) {
@@ -253,7 +264,7 @@ Recipe recipe_from_json(const nlohmann::json& j) {
     }
     if (j.contains("clip")) s.clip = parse_number(j["clip"], r.name, "clip");
     if (j.contains("scale")) s.scale = parse_scale(j["scale"], r.name);
-    if (j.contains("block")) s.block = static_cast<int>(parse_number(j["block"], r.name, "block"));
+    if (j.contains("block")) s.block = parse_block(j["block"], r.name);
     if (j.contains("weight_block_2d"))
       s.weight_block_2d = parse_bool(j["weight_block_2d"], r.name, "weight_block_2d") &&
                           slot_operand(slot) == Operand::w;
@@ -281,7 +292,8 @@ Recipe recipe_from_json(const nlohmann::json& j) {
     if (!j["bf16_layers"].is_array()) bad(r.name, "bf16_layers must be a list");
     r.bf16_layers.clear();
     for (const auto& e : j["bf16_layers"]) {
-      if (e.is_number_integer()) r.bf16_layers.push_back(std::to_string(e.get<int>()));
+      // An integer as written (2^32 must not wrap to block 0): resolution reads and range-checks it.
+      if (e.is_number_integer()) r.bf16_layers.push_back(e.dump());
       else if (e.is_string()) r.bf16_layers.push_back(e.get<std::string>());
       else bad(r.name, "bf16_layers entries are block indices or \"first:k\" / \"last:k\"");
     }
@@ -307,7 +319,7 @@ Recipe recipe_from_json(const nlohmann::json& j) {
       }
       if (o.contains("clip")) s.clip = parse_number(o["clip"], where, "clip");
       if (o.contains("scale")) s.scale = parse_scale(o["scale"], where);
-      if (o.contains("block")) s.block = static_cast<int>(parse_number(o["block"], where, "block"));
+      if (o.contains("block")) s.block = parse_block(o["block"], where);
       if (o.contains("weight_block_2d")) s.weight_block_2d = parse_bool(o["weight_block_2d"], where, "weight_block_2d");
       if (o.contains("rht")) s.rht = parse_bool(o["rht"], where, "rht");
       if (o.contains("rht_signs")) s.rht_signs = parse_signs(o["rht_signs"], where);

@@ -156,6 +156,31 @@ TEST_CASE("run config: bf16_layers counts and indices beyond int are values, not
   CHECK(e.find("bf16_layers entry 99999999999 is out of range: the model has 1 blocks") != std::string::npos);
 }
 
+TEST_CASE("run config: a recipe's block, clip and bf16_layers numbers are checked, never converted out of range",
+          "[run][config]") {
+  // Found by the run_config fuzzer (tests/fuzz/run_config/crashes/): a slot's block of 1.8e21 was
+  // cast to int (undefined behaviour), a block of 16.5 became 16, a clip beyond float's range was
+  // converted, and a bf16_layers integer was cut to int (2^32 kept block 0 in bf16).
+  const auto recipe_error = [](const json& recipe) {
+    return error_of(with(minimal(), "/recipe"_json_pointer, recipe));
+  };
+  CHECK(recipe_error(json{{"base", "nvfp4"}, {"slots", {{"fprop_w", {{"block", json::parse("1844674407370955161616")}}}}}})
+            .rfind("run.json: recipe: recipe nvfp4 slot fprop_w: block must be 16 or 32, got 1.8446744073709552e+21", 0) == 0);
+  CHECK(recipe_error(json{{"base", "ufp4"}, {"block", 16.5}})
+            .find("block must be 16 or 32, got 16.5") != std::string::npos);
+  CHECK(recipe_error(json{{"base", "ufp4"}, {"block", -2147483648.0}})
+            .find("block must be 16 or 32") != std::string::npos);
+  CHECK(recipe_error(json{{"base", "ufp4"}, {"clip", 1e300}}).find("clip is out of range, got 1e+300") !=
+        std::string::npos);
+  CHECK(recipe_error(json{{"base", "ufp4"}, {"bf16_layers", {4294967296LL}}})
+            .find("bf16_layers entry 4294967296 is out of range") != std::string::npos);
+  CHECK(recipe_error(json{{"base", "ufp4"}, {"bf16_layers", {json::parse("18446744073709551615")}}})
+            .find("bf16_layers entry 18446744073709551615 is out of range") != std::string::npos);
+  // The same values in range still work.
+  json ok = with(minimal(), "/recipe"_json_pointer, json{{"base", "mxfp4"}, {"block", 32.0}, {"bf16_layers", {0}}});
+  CHECK_NOTHROW(config_from_json(ok, "run.json"));
+}
+
 TEST_CASE("run config: unknown keys are refused, naming the key", "[run][config]") {
   json j = minimal();
   j["trian"] = json::object();
