@@ -38,7 +38,8 @@ void write_status(const std::filesystem::path& path, nlohmann::json status);
 nlohmann::json read_status(const std::filesystem::path& path);
 
 // train.log: one line per event, "YYYY-MM-DDTHH:MM:SSZ message", flushed at once. With `echo`,
-// the same line also goes to stderr (the terminal, or the executor's log).
+// the same line also goes to stderr (the terminal, or the executor's log). An empty path writes
+// nothing anywhere: the log of a rank other than 0 of a multi-GPU run (rank 0 writes the run's).
 class TrainLog {
  public:
   TrainLog(const std::filesystem::path& path, bool echo);
