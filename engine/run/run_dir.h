@@ -6,6 +6,7 @@
 //   DIR/checkpoints/     step_<10 digits>.ckpt, the newest two (checkpoint.h)
 //   DIR/status.json      written once the run has an outcome: succeeded, diverged or failed
 //   DIR/train.log        human-readable progress, appended across resumes
+//   DIR/rendezvous.json  multi-GPU runs only: where the ranks meet (ranks.h)
 #pragma once
 
 #include <cstdio>
