@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <set>
 
 namespace fp4::reports {
 
@@ -13,23 +14,70 @@ bool fits_main_grid(const fit::StoredFit& f, const Study& st) {
   return true;
 }
 
+std::string fit_grid_label(const fit::StoredFit& f) {
+  if (f.options.source == "points") return "--points rows";
+  if (f.options.grid.empty()) return "every run of the store (fp4lab fit --store)";
+  return f.options.grid;
+}
+
+const ChosenFit* FitChoice::about(const fit::StoredFit* f) const {
+  for (const ChosenFit& c : chosen)
+    if (c.fit == f) return &c;
+  return nullptr;
+}
+
+namespace {
+
+FitRank rank_of(const fit::StoredFit& f, const Study& st, const std::set<std::string>& main_grids) {
+  const bool of_main_grid = f.options.source != "points" && main_grids.count(f.options.grid) != 0;
+  const bool main_runs = fits_main_grid(f, st);
+  if (of_main_grid && main_runs) return FitRank::main_grid;
+  if (main_runs) return FitRank::main_runs;
+  if (of_main_grid) return FitRank::grid_changed;
+  return FitRank::other;
+}
+
+// Main-grid runs the fit left out because they had not finished, and that have finished since.
+int finished_since(const fit::StoredFit& f, const Study& st) {
+  int n = 0;
+  for (const fit::ExcludedRun& e : f.excluded) {
+    const bool unfinished = e.reason.rfind("not in the store", 0) == 0 || e.state == "pending" ||
+                            e.state == "running" || e.state == "orphaned";
+    if (!unfinished || e.run_id.empty() || !st.main_ids.count(e.run_id)) continue;
+    if (const StudyRun* r = st.run(e.run_id); r != nullptr && r->record.state == sweeps::RunState::succeeded) ++n;
+  }
+  return n;
+}
+
+}  // namespace
+
 FitChoice choose_fits(const Study& st) {
-  // (law, scope) → (the latest of the main grid, the latest at all); st.fits is by id.
-  std::map<std::pair<std::string, std::string>, std::pair<const fit::StoredFit*, const fit::StoredFit*>> latest;
+  FitChoice c;
+  std::set<std::string> main_grids;
+  for (const DeclaredGrid& g : st.declared)
+    if (g.main && main_grids.insert(g.name).second) c.main_grids.push_back(g.name);
+  // (law, scope) → the best (lowest rank, then highest id) and how many fits it has; st.fits is by id.
+  std::map<std::pair<std::string, std::string>, std::pair<ChosenFit, int>> best;
   for (const fit::StoredFit& f : st.fits) {
     if (f.law != "precision" && f.law != "chinchilla") continue;
-    auto& [of_main, any] = latest[{f.law, f.scope}];
-    if (any == nullptr || f.id > any->id) any = &f;
-    if (fits_main_grid(f, st) && (of_main == nullptr || f.id > of_main->id)) of_main = &f;
+    const FitRank rank = rank_of(f, st, main_grids);
+    auto [it, fresh] = best.try_emplace({f.law, f.scope}, ChosenFit{&f, rank, 0, 0, 0}, 0);
+    ++it->second.second;
+    ChosenFit& b = it->second.first;
+    if (!fresh && (rank < b.rank || (rank == b.rank && f.id > b.fit->id))) b = ChosenFit{&f, rank, 0, 0, 0};
   }
-  FitChoice c;
-  for (const auto& [key, pick] : latest) {
-    const fit::StoredFit* f = pick.first != nullptr ? pick.first : pick.second;
-    if (pick.first == nullptr) c.foreign.push_back(f);
+  for (auto& [key, entry] : best) {
+    ChosenFit ch = entry.first;
+    ch.passed_over = entry.second - 1;
+    for (const fit::Residual& r : ch.fit->residuals)
+      if (r.run_id.empty() || !st.main_ids.count(r.run_id)) ++ch.runs_outside;
+    if (ch.fit->residuals.empty()) ch.runs_outside = 0;
+    ch.finished_since = finished_since(*ch.fit, st);
+    c.chosen.push_back(ch);
     if (key.first == "precision") {
-      if (c.precision == nullptr || f->id > c.precision->id) c.precision = f;
+      if (c.precision == nullptr || ch.fit->id > c.precision->id) c.precision = ch.fit;
     } else {
-      c.chinchilla[key.second] = f;
+      c.chinchilla[key.second] = ch.fit;
     }
   }
   return c;

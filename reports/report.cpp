@@ -83,6 +83,7 @@ ReportFiles write_report(const sweeps::Store* store, const StudySpecs& specs, co
   doc.sections.push_back(curves_section(ctx));
   doc.sections.push_back(scaling_section(ctx));
   doc.sections.push_back(gap_section(ctx));
+  doc.sections.push_back(comparison_section(ctx));
   doc.sections.push_back(precision_section(ctx));
   doc.sections.push_back(noise_section(ctx));
   doc.sections.push_back(ablation_section(ctx));

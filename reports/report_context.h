@@ -54,6 +54,7 @@ Section runs_section(ReportContext& ctx);
 Section curves_section(ReportContext& ctx);
 Section scaling_section(ReportContext& ctx);
 Section gap_section(ReportContext& ctx);
+Section comparison_section(ReportContext& ctx);
 Section precision_section(ReportContext& ctx);
 Section noise_section(ReportContext& ctx);
 Section ablation_section(ReportContext& ctx);

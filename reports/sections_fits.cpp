@@ -197,6 +197,48 @@ Figure residual_figure(ReportContext& ctx, const FitChoice& fits) {
                     plot, data);
 }
 
+std::string rank_reading(const ChosenFit& c, const FitChoice& fits) {
+  switch (c.rank) {
+    case FitRank::main_grid:
+      return "the main grid's fit (fp4lab fit STUDY.toml)";
+    case FitRank::main_runs:
+      return "of the main grid's runs only, though not fitted as the grid" +
+             std::string(fits.main_grids.empty() ? "" : " " + fits.main_grids.front());
+    case FitRank::grid_changed:
+      return "names the main grid, but of runs it no longer declares";
+    case FitRank::other:
+      break;
+  }
+  return "not of the main grid's runs";
+}
+
+// Which stored row each fitted number of the report comes from: a store can hold fits of several
+// grids and several fits of one, so the reader needs the id, the grid and the input hash to find
+// it (docs/fit.md's queries) and the date to see whether it is older than the runs.
+Table shown_fits_table(ReportContext& ctx, const FitChoice& fits) {
+  Table t;
+  t.caption = "The stored fits this report shows";
+  t.header = {"fit", "law", "scope", "grid", "points", "input hash", "fitted", "fp4lab", "why this one", "not shown"};
+  t.numeric = {true, false, false, false, true, false, false, false, false, true};
+  std::vector<std::vector<std::string>> csv;
+  for (const ChosenFit& c : fits.chosen) {
+    const fit::StoredFit& f = *c.fit;
+    t.rows.push_back({{std::to_string(f.id)}, {f.law}, f.law == "chinchilla" ? ctx.recipe_cell(f.scope) : Cell(f.scope),
+                      {fit_grid_label(f)}, {std::to_string(f.n_points)}, {f.input_hash.substr(0, 16)},
+                      {fmt_utc(f.created)}, {f.fp4lab_version.empty() ? "—" : f.fp4lab_version}, {rank_reading(c, fits)},
+                      {c.passed_over == 0 ? "0" : fmt::format("{} other{}", c.passed_over, c.passed_over == 1 ? "" : "s")}});
+    csv.push_back({std::to_string(f.id), csv_field(f.law), csv_field(f.scope), csv_field(f.options.grid),
+                   csv_field(f.options.source), std::to_string(f.n_points), csv_field(f.input_hash),
+                   csv_field(f.options.data_hash), num(f.created), csv_field(fmt_utc(f.created)),
+                   csv_field(f.fp4lab_version), std::to_string(static_cast<int>(c.rank)), std::to_string(c.passed_over)});
+  }
+  t.csv = ctx.csv("fits_shown.csv",
+                  {"fit_id", "law", "scope", "grid", "source", "n_points", "input_hash", "data_hash", "created",
+                   "created_utc", "fp4lab_version", "rank", "passed_over"},
+                  csv);
+  return t;
+}
+
 Table parameter_table(ReportContext& ctx, const FitChoice& fits) {
   Table t;
   t.caption = "Fitted parameters: point estimate [95% bootstrap interval]";
@@ -286,6 +328,13 @@ Section scaling_section(ReportContext& ctx) {
                                           "with rho = 1 for BF16 (SCIENCE.md, docs/fit.md). Intervals are the 2.5th and "
                                           "97.5th percentiles over the bootstrap replicates (resampled runs); the objective "
                                           "is the summed Huber loss of log L at the point estimate.")}});
+  params.blocks.push_back(Paragraph{{text("A store shared by several TOMLs can hold fits of several grids, and several "
+                                          "fits of one. For each law and scope the report shows the latest fit that "
+                                          "fp4lab fit made of the main grid (its TOML's [sweep] name, only its runs), else "
+                                          "the latest of the main grid's runs only, else the latest at all with a note; "
+                                          "the table names each one (its id in the store's fits table, the grid that "
+                                          "chose its runs, its input hash and when it was fitted).")}});
+  params.blocks.push_back(shown_fits_table(ctx, fits));
   params.blocks.push_back(parameter_table(ctx, fits));
   params.blocks.push_back(residual_figure(ctx, fits));
   std::set<std::string> excluded;
@@ -296,16 +345,26 @@ Section scaling_section(ReportContext& ctx) {
     for (const fit::ExcludedRun& e : f->excluded) excluded.insert(e.run_name + " (" + e.reason + ")");
   if (!excluded.empty())
     params.blocks.push_back(Note{{strong("Not fitted: "), text(fmt::format("{}", fmt::join(excluded, "; "))), text(".")}});
-  for (const fit::StoredFit* f : fits.foreign) {
-    int outside = 0;
-    for (const fit::Residual& r : f->residuals)
-      if (r.run_id.empty() || !st.main_ids.count(r.run_id)) ++outside;
-    params.blocks.push_back(
-        Note{{strong("Not a fit of the main grid: "),
-              text(fmt::format("the {} fit ({}) was made of {} points, {} of them not runs of the main grid {}; no fit of "
-                               "exactly the main grid's runs is stored. It is shown as stored; ",
-                               f->law, f->scope, f->residuals.size(), outside, st.main_label.empty() ? "" : "(" + st.main_label + ")")),
-              code("fp4lab fit STUDY.toml"), text(" fits the main grid.")}});
+  for (const ChosenFit& c : fits.chosen) {
+    const fit::StoredFit& f = *c.fit;
+    if (c.rank == FitRank::grid_changed || c.rank == FitRank::other)
+      params.blocks.push_back(Note{
+          {strong("Not a fit of the main grid: "),
+           text(fmt::format("the {} fit ({}) was made of {} points, {} of them not runs of the main grid {}{}; no fit of "
+                            "exactly the main grid's runs is stored. It is shown as stored; ",
+                            f.law, f.scope, f.residuals.size(), c.runs_outside,
+                            st.main_label.empty() ? "" : "(" + st.main_label + ")",
+                            c.rank == FitRank::grid_changed ? " (it names the main grid, whose TOML has changed since)"
+                                                            : ", fitted on " + fit_grid_label(f))),
+           code("fp4lab fit STUDY.toml"), text(" fits the main grid.")}});
+    if (c.finished_since > 0)
+      params.blocks.push_back(
+          Note{{strong("Older than the runs: "),
+                text(fmt::format("the {} fit ({}), fit {}, left out {} run{} of the main grid that had not finished "
+                                 "then and {} succeeded since; ",
+                                 f.law, f.scope, f.id, c.finished_since, c.finished_since == 1 ? "" : "s",
+                                 c.finished_since == 1 ? "has" : "have")),
+                code("fp4lab fit STUDY.toml"), text(" fits them too.")}});
   }
   s.subsections.push_back(std::move(params));
   Section held{slug("Held-out check"), "Held-out check", held_out_blocks(ctx, fits), {}};

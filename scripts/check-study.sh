@@ -18,8 +18,9 @@
 # with fits.txt to its printed digits. Two things differ by design and are left out of the
 # comparison: the fit ids in the headings ("chinchilla fit 3:") and the line under each heading that
 # says where the fit is stored. Then, when a committed report directory exists, it writes the report
-# again and compares every committed CSV byte for byte (fits.csv's fit_id column aside). Nothing is
-# timed: the outcome does not depend on the machine's speed.
+# again and compares every committed CSV byte for byte (aside from the columns that say which fit
+# row and when: fit_id, created, created_utc, passed_over). Nothing is timed: the outcome does not
+# depend on the machine's speed.
 #
 # Skipped (exit 77, with the reason): no study.toml, no committed store, no fits.txt yet. A build
 # without CUDA reads a study whose runs name device "cuda" like any other.
@@ -90,12 +91,13 @@ fi
 
 # The report's data, when a report is committed.
 normalize_csv() {
-  # fits.csv's first column is the fit id, which a refit changes.
-  if [ "$(head -n1 "$1" | cut -d, -f1)" = "fit_id" ]; then
-    awk 'BEGIN { FS = OFS = "," } NR > 1 { $1 = "ID" } { print }' "$1"
-  else
-    cat "$1"
-  fi
+  # The columns that record the store's history rather than the data: the fit id (fit_id), when
+  # the fit was made (created, created_utc) and how many other fits of its law and scope the store
+  # holds (passed_over); a refit changes all of them. Found by the header's names.
+  awk 'BEGIN { FS = OFS = "," }
+       NR == 1 { for (i = 1; i <= NF; i++) if ($i == "fit_id" || $i == "created" || $i == "created_utc" || $i == "passed_over") mask[i] = 1 }
+       NR > 1 { for (i in mask) $i = "(" i ")" }
+       { print }' "$1"
 }
 for committed in "${reports[@]}"; do
   [ -d "$committed" ] || continue

@@ -213,8 +213,9 @@ TEST_CASE("report with stored fits: laws, bands, parameters, residuals, fitted a
 }
 
 TEST_CASE("report after fp4lab fit on a real tiny study shows the stored fits' own numbers", "[report][report_fits]") {
-  // 3 widths × 3 lengths × bf16, ufp4: the fewest runs both laws accept. The fits of such tiny runs
-  // are poorly determined; the test checks that the report shows what the fitter stored, whatever it is.
+  // 3 widths × 3 lengths × bf16, e2m1, ufp4: the fewest runs both laws accept, with two 4-bit recipes
+  // to compare. The fits of such tiny runs are poorly determined; the test checks that the report
+  // shows what the fitter stored, whatever it is.
   ScratchDir dir;
   fp4::test::spit(dir / "fit.toml",
                   "[sweep]\nname = \"tinyfit\"\n"
@@ -223,7 +224,7 @@ TEST_CASE("report after fp4lab fit on a real tiny study shows the stored fits' o
                   "[eval]\nevery = 100\ntokens = 128\n[checkpoint]\nevery = 100\n"
                   "[executor]\ncpu_jobs = 2\nthreads_per_job = 1\n[fit]\nbootstrap = 20\n"
                   "[grid]\nmodel = [{n_layers = 1, d_model = 64}, {n_layers = 2, d_model = 64}, {n_layers = 3, d_model = 64}]\n"
-                  "tokens = [256, 384, 512]\nrecipe = [\"bf16\", \"ufp4\"]\nseed = [0]\n");
+                  "tokens = [256, 384, 512]\nrecipe = [\"bf16\", \"e2m1\", \"ufp4\"]\nseed = [0]\n");
   const std::string toml = "'" + (dir / "fit.toml").string() + "'";
   auto run = fp4::test::run_fp4lab("sweep run --plain " + toml, dir.path());
   INFO(run.err);
@@ -240,7 +241,7 @@ TEST_CASE("report after fp4lab fit on a real tiny study shows the stored fits' o
 
   auto store = fp4::sweeps::Store::open(dir / "tinyfit.db", fp4::sweeps::Store::Mode::read_only);
   const auto fits = fp4::fit::read_fits(*store);
-  REQUIRE(fits.size() == 3);  // chinchilla bf16, chinchilla ufp4, precision joint
+  REQUIRE(fits.size() == 4);  // chinchilla bf16, e2m1, ufp4, precision joint
   const auto tables = dom.tables();
   auto table = [&](const std::string& prefix) -> const HtmlDom::TableData& {
     for (const auto& t : tables)
@@ -274,20 +275,79 @@ TEST_CASE("report after fp4lab fit on a real tiny study shows the stored fits' o
     if (f.law == "precision") precision = &f;
   REQUIRE(precision != nullptr);
   const auto& gaps = table("Observed gap");
-  REQUIRE(gaps.rows.size() == 9);
+  REQUIRE(gaps.rows.size() == 18);
   for (const auto& run_record : store->runs()) {
-    if (run_record.recipe != "ufp4") continue;
-    const auto e = fp4::fit::predicted_gap_interval(*precision, "ufp4", static_cast<double>(run_record.n_params_nonembedding),
+    if (run_record.baseline) continue;
+    const auto e = fp4::fit::predicted_gap_interval(*precision, run_record.recipe, static_cast<double>(run_record.n_params_nonembedding),
                                                     static_cast<double>(run_record.tokens));
     std::string cell = fp4::reports::fmt_percent(e.value);
     if (e.ci.known()) cell += " [" + fp4::reports::fmt_percent(e.ci.lo) + ", " + fp4::reports::fmt_percent(e.ci.hi) + "]";
     bool found = false;
     for (const auto& row : gaps.rows)
-      found = found || (row[2] == fp4::reports::fmt_count(static_cast<double>(run_record.n_params_nonembedding)) &&
+      found = found || (row[0] == run_record.recipe && row[2] == fp4::reports::fmt_count(static_cast<double>(run_record.n_params_nonembedding)) &&
                         row[3] == fp4::reports::fmt_count(static_cast<double>(run_record.tokens)) && row[11] == cell);
     INFO(run_record.name << " " << cell);
     CHECK(found);
   }
+  // Recipe against recipe: the one pair's stored numbers, overall, per size and per grid point, and
+  // the CSV sidecar with every number exactly as stored.
+  REQUIRE(precision->comparisons.size() == 1);
+  const auto& c = precision->comparisons[0];
+  CHECK(c.recipe == "ufp4");
+  CHECK(c.against == "e2m1");
+  REQUIRE(c.observed.points == 9);
+  auto pp = [](double v) { return fmt::format("{:+.3f} pp", 100 * v); };
+  const auto& cmp = table("Paired difference of gaps");
+  REQUIRE(cmp.rows.size() == 1);
+  CHECK(cmp.rows[0][0] == "ufp4 − e2m1");
+  CHECK(cmp.rows[0][1] == "9");
+  CHECK(cmp.rows[0][2] == std::to_string(c.observed.wins));
+  CHECK(cmp.rows[0][3] == pp(c.observed.mean) + fmt::format(" ± {:.3f}", 100 * c.observed.sd));
+  CHECK(cmp.rows[0][4] == "[" + pp(c.observed.ci.lo) + ", " + pp(c.observed.ci.hi) + "]");
+  REQUIRE(c.targets.size() == 1);
+  std::string at_target = "1.5B, 100B: " + pp(c.targets[0].gap.value);
+  if (c.targets[0].gap.ci.known()) at_target += " [" + pp(c.targets[0].gap.ci.lo) + ", " + pp(c.targets[0].gap.ci.hi) + "]";
+  CHECK(cmp.rows[0][6] == at_target);
+  // The predicted d is the difference of the two printed predicted gaps (docs/fit.md).
+  const auto d = fp4::fit::predicted_gap_difference_interval(*precision, "ufp4", "e2m1", 1.5e9, 1e11);
+  CHECK(d.value == c.targets[0].gap.value);
+  CHECK(table("The same per model size").rows.size() == 3);
+  const auto& per_point = table("Per grid point");
+  REQUIRE(per_point.rows.size() == 9);
+  for (size_t i = 0; i < c.observed_points.size(); ++i) {
+    INFO(i);
+    CHECK(per_point.rows[i][1] == fp4::reports::fmt_count(c.observed_points[i].n));
+    CHECK(per_point.rows[i][2] == fp4::reports::fmt_count(c.observed_points[i].d));
+    CHECK(per_point.rows[i][4] == pp(c.observed_points[i].mean));
+  }
+  // The observed d per grid point is the paired difference of the two recipes' bf16_gap rows.
+  for (const auto& p : c.observed_points) {
+    double gap_a = std::nan(""), gap_b = std::nan("");
+    for (const auto& g : precision->gaps)
+      for (const auto& o : g.observed)
+        if (o.n == p.n && o.d == p.d) (g.recipe == "ufp4" ? gap_a : gap_b) = o.mean;
+    CHECK(p.mean == Approx(gap_a - gap_b).margin(1e-15));
+  }
+  const auto cmp_csv = fp4::test::read_csv(fp4::test::slurp(out / "comparisons.csv"));
+  REQUIRE(cmp_csv.size() == 1 + 1 + 3 + 9 + 9 + 1 + 1);  // header, overall, sizes, points, fitted, target, slope
+  for (size_t i = 1; i < cmp_csv.size(); ++i) {
+    const auto& row = cmp_csv[i];
+    CHECK(row[0] == std::to_string(precision->id));
+    if (row[4] == "observed") CHECK(std::strtod(row[9].c_str(), nullptr) == c.observed.mean);
+    if (row[4] == "slope") CHECK(std::strtod(row[9].c_str(), nullptr) == c.slope.per_decade.value);
+    if (row[4] == "fitted")
+      for (const auto& g : c.fitted)
+        if (std::strtod(row[5].c_str(), nullptr) == g.n && std::strtod(row[6].c_str(), nullptr) == g.d)
+          CHECK(std::strtod(row[9].c_str(), nullptr) == g.gap.value);
+  }
+  // Every fit shown is the main grid's, fp4lab fit's own.
+  const auto& shown = table("The stored fits this report shows");
+  REQUIRE(shown.rows.size() == fits.size());
+  for (const auto& row : shown.rows) {
+    CHECK(row[3] == "tinyfit");
+    CHECK(row[8] == "the main grid's fit (fp4lab fit STUDY.toml)");
+  }
+
   // Every stored prediction at the target is listed; the residuals figure and CSV hold every fitted point.
   size_t predictions = 0, residuals = 0;
   for (const auto& f : fits) {
@@ -302,4 +362,197 @@ TEST_CASE("report after fp4lab fit on a real tiny study shows the stored fits' o
     CHECK(fp4::test::xml_well_formed(fp4::test::slurp(out / "figures" / (std::string(figure) + ".svg")), &error));
     INFO(error);
   }
+}
+
+namespace {
+
+// A precision fit of the hand study's runs `ids` as `fp4lab fit` of grid `grid` stores it, with one
+// recipe comparison (ufp4 − e2m1) whose numbers are set by `k` so that fits can be told apart.
+fp4::fit::StoredFit grid_fit(const std::string& grid, double k, const std::vector<fp4::sweeps::GridPoint>& points,
+                             double created) {
+  fp4::fit::StoredFit f = make_fit("precision", "joint", 1.0 + 0.01 * k);
+  f.input_hash = fmt::format("{:064x}", static_cast<uint64_t>(1000 + k));
+  f.options.grid = grid;
+  f.options.source = "store";
+  f.options.recipes = {"bf16", "e2m1", "ufp4"};
+  f.created = created;
+  f.fp4lab_version = "0.1.0";
+  f.residuals.clear();
+  for (const auto& p : points)
+    f.residuals.push_back({p.id, p.name, p.recipe_label, static_cast<double>(p.n_params_nonembedding),
+                           static_cast<double>(p.tokens), 3.0, 3.0, 0.0});
+  f.n_points = static_cast<int64_t>(f.residuals.size());
+  // The law knows e2m1 too (it is drawn), a little worse than ufp4.
+  f.point.rho_n["e2m1"] = 0.85;
+  f.point.rho_d["e2m1"] = 0.9;
+  for (auto& sample : f.samples) {
+    sample.params.rho_n["e2m1"] = 0.85;
+    sample.params.rho_d["e2m1"] = 0.9;
+  }
+  fp4::fit::RecipeComparison c;
+  c.recipe = "ufp4";
+  c.against = "e2m1";
+  c.baseline = "bf16";
+  c.observed = {std::nan(""), 3, 2, -0.0024 - 0.001 * k, 0.0021, {-0.0076 - 0.001 * k, 0.0028 - 0.001 * k}};
+  for (int64_t n : {50000, 100000, 200000}) {
+    const double dn = static_cast<double>(n);
+    c.observed_by_n.push_back({dn, 1, n == 50000 ? 0 : 1, -1e-3 * static_cast<double>(n / 50000) - 0.001 * k,
+                               std::nan(""), {}});
+    fp4::fit::ObservedGap g;
+    g.n = dn;
+    g.d = 1e5;
+    g.seeds = 1;
+    g.mean = g.min = g.max = -1e-3 * static_cast<double>(n / 50000) - 0.001 * k;
+    c.observed_points.push_back(g);
+    c.fitted.push_back({dn, 1e5, {-0.0015 - 0.001 * k, {-0.003, 0.0002}}});
+  }
+  c.targets.push_back({1.5e9, 1e11, {-0.0011 - 0.001 * k, {-0.0025, 0.0002}}});
+  c.slope = {{0.0001 + 0.001 * k, {-0.0006, 0.0009}}, 3};
+  f.comparisons.push_back(c);
+  return f;
+}
+
+}  // namespace
+
+TEST_CASE("report of a store with fits of several grids shows the main grid's fits and names them",
+          "[report][report_fits]") {
+  // One store that several TOMLs wrote (as results/first-study/'s four do): the main grid's precision
+  // fit, then later fits of the same law over the same runs chosen by other grids (a noise-floor
+  // TOML's name, and fp4lab fit --store's ""), and a chinchilla fit of bf16 that only another grid made.
+  ScratchDir dir;
+  fp4::test::HandStudy h(dir.path(), "fitted");
+  std::vector<fp4::sweeps::GridPoint> points;
+  for (int64_t n : {50000, 100000, 200000})
+    for (const char* recipe : {"bf16", "e2m1", "ufp4"})
+      points.push_back(h.add(fmt::format("n{}-{}", n, recipe), recipe, fmt::format("m{}", n), n, 100000, 0,
+                             fmt::format("m{}", n)));
+  h.record();
+  for (const auto& p : points)
+    h.train(p, [&](int64_t s) { return 3.0 + 0.01 * (10 - s); }, RunState::succeeded);
+  auto main_fit = grid_fit("fitted", 0, points, 1764640000);      // 2025-12-02 01:46 UTC
+  // Fitted while one run had not run yet (it has since): the report says the fit is older than the runs.
+  main_fit.residuals.pop_back();
+  main_fit.n_points = static_cast<int64_t>(main_fit.residuals.size());
+  main_fit.excluded.push_back({points.back().id, points.back().name, "ufp4", "", "not in the store: not run yet"});
+  auto noise_fit = grid_fit("fitted-noise", 1, points, 1764650000);
+  auto store_fit = grid_fit("", 2, points, 1764660000);
+  auto bf16_fit = make_fit("chinchilla", "bf16", 1.0);
+  bf16_fit.options.grid = "fitted-noise";
+  bf16_fit.options.source = "store";
+  bf16_fit.residuals.clear();
+  for (const auto& p : points)
+    if (p.baseline)
+      bf16_fit.residuals.push_back({p.id, p.name, "bf16", static_cast<double>(p.n_params_nonembedding), 1e5, 3.0, 3.0, 0.0});
+  for (auto* f : {&main_fit, &noise_fit, &store_fit, &bf16_fit}) f->id = fp4::fit::insert_fit(h.store(), *f);
+  h.close();
+
+  const fs::path out = dir / "out";
+  const auto r = fp4::test::run_report("--store '" + h.store_path().string() + "' --out '" + out.string() + "'", dir.path());
+  INFO(r.err);
+  REQUIRE(r.exit_code == 0);
+  const std::string html = fp4::test::slurp(out / "report.html");
+  const std::string md = fp4::test::slurp(out / "report.md");
+  HtmlDom dom(html);
+  const auto tables = dom.tables();
+  auto table = [&](const std::string& prefix) -> const HtmlDom::TableData& {
+    for (const auto& t : tables)
+      if (t.caption.rfind(prefix, 0) == 0) return t;
+    FAIL("no table " << prefix);
+    return tables.front();
+  };
+
+  // The parameters are the main grid's fit's (E = 1.8), not the later ones' (1.818, 1.836).
+  const auto& params = table("Fitted parameters");
+  REQUIRE(params.rows.size() == 2);
+  for (const auto& row : params.rows)
+    if (row[0] == "precision") CHECK(row[3].rfind(fp4::reports::fmt_number(1.8, 4) + " [", 0) == 0);
+  // Which fits are shown: id, grid, input hash, date, why, how many were passed over.
+  const auto& shown = table("The stored fits this report shows");
+  REQUIRE(shown.rows.size() == 2);
+  for (const auto& row : shown.rows) {
+    INFO(row[1]);
+    if (row[1] == "precision") {
+      CHECK(row[0] == std::to_string(main_fit.id));
+      CHECK(row[3] == "fitted");
+      CHECK(row[5] == main_fit.input_hash.substr(0, 16));
+      CHECK(row[6] == fp4::reports::fmt_utc(main_fit.created));
+      CHECK(row[6] == "2025-12-02 01:46 UTC");
+      CHECK(row[8] == "the main grid's fit (fp4lab fit STUDY.toml)");
+      CHECK(row[9] == "2 others");
+    } else {
+      CHECK(row[0] == std::to_string(bf16_fit.id));
+      CHECK(row[3] == "fitted-noise");
+      CHECK(row[8].rfind("of the main grid's runs only", 0) == 0);
+      CHECK(row[9] == "0");
+    }
+  }
+  const auto shown_csv = fp4::test::read_csv(fp4::test::slurp(out / "fits_shown.csv"));
+  REQUIRE(shown_csv.size() == 3);
+  CHECK(shown_csv[0][0] == "fit_id");
+  bool precision_row = false;
+  for (const auto& row : shown_csv)
+    if (row[1] == "precision") {
+      precision_row = true;
+      CHECK(row[0] == std::to_string(main_fit.id));
+      CHECK(row[3] == "fitted");
+      CHECK(row[6] == main_fit.input_hash);
+      CHECK(std::strtod(row[8].c_str(), nullptr) == main_fit.created);
+    }
+  CHECK(precision_row);
+  // Neither fit is foreign: no note says so.
+  CHECK(dom.text().find("Not a fit of the main grid") == std::string::npos);
+  CHECK(dom.text().find(fmt::format("Older than the runs: the precision fit (joint), fit {}, left out 1 run of the main "
+                                    "grid that had not finished then and has succeeded since; fp4lab fit STUDY.toml "
+                                    "fits them too.",
+                                    main_fit.id)) != std::string::npos);
+
+  // Recipe against recipe: the main grid's fit's stored comparison, in HTML, Markdown and CSV.
+  const auto& cmp = table("Paired difference of gaps");
+  REQUIRE(cmp.rows.size() == 1);
+  const auto& c = main_fit.comparisons[0];
+  CHECK(cmp.rows[0][0] == "ufp4 − e2m1");
+  CHECK(cmp.rows[0][1] == "3");
+  CHECK(cmp.rows[0][2] == "2");
+  CHECK(cmp.rows[0][3] == "-0.240 pp ± 0.210");
+  CHECK(cmp.rows[0][4] == "[-0.760 pp, +0.280 pp]");
+  CHECK(cmp.rows[0][5] == "no difference resolved (holds 0)");
+  CHECK(cmp.rows[0][6] == "1.5B, 100B: -0.110 pp [-0.250 pp, +0.020 pp]");
+  CHECK(cmp.rows[0][7] == "+0.010 pp [-0.060 pp, +0.090 pp]");
+  const auto& by_n = table("The same per model size");
+  REQUIRE(by_n.rows.size() == 3);
+  CHECK(by_n.rows[2][1] == "200k");
+  CHECK(by_n.rows[2][4] == "-0.400 pp");
+  const auto& per_point = table("Per grid point");
+  REQUIRE(per_point.rows.size() == 3);
+  CHECK(per_point.rows[0][4] == "-0.100 pp");
+  CHECK(per_point.rows[0][6] == "-0.150 pp [-0.300 pp, +0.020 pp]");
+  CHECK(md.find("# Recipe against recipe\n") != std::string::npos);
+  CHECK(md.find("| ufp4 − e2m1 | 3 | 2 | \\-0.240 pp ± 0.210 |") != std::string::npos);
+  const auto rows = fp4::test::read_csv(fp4::test::slurp(out / "comparisons.csv"));
+  REQUIRE(!rows.empty());
+  CHECK(rows[0] == std::vector<std::string>{"fit_id", "recipe", "against", "baseline", "kind", "n", "d", "count", "wins",
+                                            "value", "sd", "lo", "hi"});
+  std::map<std::string, int> kinds;
+  for (size_t i = 1; i < rows.size(); ++i) {
+    const auto& row = rows[i];
+    ++kinds[row[4]];
+    CHECK(row[0] == std::to_string(main_fit.id));
+    CHECK(row[1] == "ufp4");
+    CHECK(row[2] == "e2m1");
+    const double value = std::strtod(row[9].c_str(), nullptr);
+    if (row[4] == "observed") {
+      CHECK(value == c.observed.mean);  // %.17g round-trips
+      CHECK(std::strtod(row[11].c_str(), nullptr) == c.observed.ci.lo);
+      CHECK(std::strtod(row[12].c_str(), nullptr) == c.observed.ci.hi);
+      CHECK(row[7] == "3");
+      CHECK(row[8] == "2");
+    }
+    if (row[4] == "target") {
+      CHECK(value == c.targets[0].gap.value);
+      CHECK(std::strtod(row[5].c_str(), nullptr) == 1.5e9);
+    }
+    if (row[4] == "slope") CHECK(value == c.slope.per_decade.value);
+  }
+  CHECK(kinds == std::map<std::string, int>{{"observed", 1}, {"observed_n", 3}, {"observed_point", 3}, {"fitted", 3},
+                                            {"target", 1}, {"slope", 1}});
 }

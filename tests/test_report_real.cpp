@@ -229,6 +229,7 @@ TEST_CASE("report of a study-shaped store: each section selects its runs and sho
            {"reproduce", "Reproduce"}, {"runs", "Runs"}, {"loss-curves", "Loss curves"}, {"scaling", "Scaling"},
            {"gap-to-bf16", "Gap to BF16"}, {"predicted-at-the-fits-targets", "Predicted at the fit's targets"},
            {"the-papers-reported-gaps", "The paper's reported gaps"}, {"gap-against-compute", "Gap against compute"},
+           {"recipe-against-recipe", "Recipe against recipe"},
            {"precision-law", "Precision law"}, {"noise-floor", "Noise floor"},
            {"ablations", "Ablations"}, {"quantization-probes", "Quantization probes"},
            {"excluded-and-missing-runs", "Excluded and missing runs"}}) {
@@ -544,6 +545,8 @@ TEST_CASE("report of a study-shaped store: each section selects its runs and sho
   CHECK(text.find("1.2570%") != std::string::npos);                 // the paper's numbers
   CHECK(text.find("This study is not finished") == std::string::npos);
   CHECK(text.find("No fits in the store.") != std::string::npos);
+  CHECK(text.find("No fits in the store: run fp4lab fit STUDY.toml (law \"precision\", the default) to compare every "
+                  "pair of 4-bit recipes.") != std::string::npos);
   CHECK(text.find("No run diverged or failed.") != std::string::npos);
   CHECK(text.find("nothing is missing") != std::string::npos);
 
@@ -556,17 +559,23 @@ TEST_CASE("report of a study-shaped store: each section selects its runs and sho
   // No temporary file left behind by the atomic writes.
   for (const auto& e : fs::recursive_directory_iterator(out)) CHECK(e.path().filename().string().find(".tmp") == std::string::npos);
 
-  // ---- The fits drawn: the main grid's, not a later fit of other runs with the same law and scope.
+  // ---- The fits drawn: of the main grid ("tiny", as fp4lab fit study.toml writes it), not a later
+  // fit of the same law and scope made of other runs, or of the same runs chosen by another grid.
   store.reset();
+  int64_t main_fit_id = 0;
+  std::string main_fit_hash;
   {
     auto rw = Store::open(study.store, Store::Mode::read_write);
-    auto bf16_fit = [&](double e, bool with_other_runs) {
+    auto bf16_fit = [&](double e, const std::string& grid, bool with_other_runs, bool only_d1) {
       fp4::fit::StoredFit f;
       f.law = "chinchilla";
       f.scope = "bf16";
       f.input_hash = fmt::format("test-{}", e);
       f.options.recipes = {"bf16"};
       f.options.data_hash = f.input_hash;
+      f.options.grid = grid;
+      f.options.source = "store";
+      f.created = 1764640000 + e;
       f.point.E = e;
       f.point.A = 400;
       f.point.B = 2000;
@@ -579,20 +588,49 @@ TEST_CASE("report of a study-shaped store: each section selects its runs and sho
         f.parameters.push_back(p);
       }
       for (const auto& [id, k] : runs)
-        if (k.rec.baseline && (main_ids.count(id) || (with_other_runs && k.grids.count("tiny-ablation"))))
+        if (k.rec.baseline && (main_ids.count(id) || (with_other_runs && k.grids.count("tiny-ablation"))) &&
+            (!only_d1 || k.rec.model == "d1"))
           f.residuals.push_back({id, k.rec.name, "bf16", static_cast<double>(k.rec.n_params_nonembedding),
                                  static_cast<double>(k.rec.tokens), k.loss, k.loss, 0.0});
       f.n_points = static_cast<int64_t>(f.residuals.size());
       return f;
     };
-    fp4::fit::insert_fit(*rw, bf16_fit(1.111, false));
-    fp4::fit::insert_fit(*rw, bf16_fit(2.222, true));  // later, but of the main grid and the ablation grid's runs
+    fp4::fit::insert_fit(*rw, bf16_fit(1.111, "", false, false));  // fp4lab fit --store of the main runs
+    const auto main_fit = bf16_fit(3.333, "tiny", false, false);    // fp4lab fit study.toml
+    main_fit_id = fp4::fit::insert_fit(*rw, main_fit);
+    main_fit_hash = main_fit.input_hash;
+    fp4::fit::insert_fit(*rw, bf16_fit(2.222, "", true, false));  // later, of the main and the ablation grid's runs
+    fp4::fit::insert_fit(*rw, bf16_fit(4.444, "tiny-noise", false, true));  // later, main runs chosen by another grid
   }
   const Report fitted = render(study, dir.path(), "fitted");
   const auto* params = table_with_caption(fitted.tables, "Fitted parameters");
   REQUIRE(params != nullptr);
   REQUIRE(params->rows.size() == 1);
-  CHECK(params->rows[0][column(*params, "E")] == "1.111");
+  CHECK(params->rows[0][column(*params, "E")] == "3.333");
   CHECK(params->rows[0][column(*params, "points")] == "4");
   CHECK(fitted.text.find("Not a fit of the main grid") == std::string::npos);
+  const auto* shown = table_with_caption(fitted.tables, "The stored fits this report shows");
+  REQUIRE(shown != nullptr);
+  REQUIRE(shown->rows.size() == 1);
+  CHECK(shown->rows[0][column(*shown, "fit")] == std::to_string(main_fit_id));
+  CHECK(shown->rows[0][column(*shown, "grid")] == "tiny");
+  CHECK(shown->rows[0][column(*shown, "input hash")] == main_fit_hash.substr(0, 16));
+  CHECK(shown->rows[0][column(*shown, "fitted")] == fp4::reports::fmt_utc(1764640000 + 3.333));
+  CHECK(shown->rows[0][column(*shown, "not shown")] == "3 others");
+  // No precision fit: the comparisons say where they come from.
+  CHECK(fitted.text.find("No precision-law fit is stored, and the comparisons come from it") != std::string::npos);
+
+  // Only a fit of some of the main grid's runs, chosen by another grid: shown, and the table says so.
+  {
+    auto rw = Store::open(study.store, Store::Mode::read_write);
+    char* error = nullptr;
+    REQUIRE(sqlite3_exec(rw->handle(), "DELETE FROM fits WHERE json_extract(options_json, '$.grid') <> 'tiny-noise'",
+                         nullptr, nullptr, &error) == SQLITE_OK);
+  }
+  const Report subset = render(study, dir.path(), "subset");
+  const auto* only = table_with_caption(subset.tables, "The stored fits this report shows");
+  REQUIRE(only != nullptr);
+  REQUIRE(only->rows.size() == 1);
+  CHECK(only->rows[0][column(*only, "grid")] == "tiny-noise");
+  CHECK(only->rows[0][column(*only, "why this one")] == "of the main grid's runs only, though not fitted as the grid tiny");
 }
