@@ -3,6 +3,9 @@
 // work are refused at their file:line:col, and the Slurm job asks for that many GPUs per task.
 #include <catch2/catch.hpp>
 
+#include <cstdlib>
+#include <filesystem>
+#include <set>
 #include <sstream>
 #include <string>
 
@@ -82,3 +85,45 @@ TEST_CASE("sweeps: the Slurm job asks for gpus_per_run GPUs per task", "[sweeps]
     CHECK_THAT(script, Catch::Contains("#SBATCH --gpus-per-task=\"" + std::to_string(n) + "\"\n"));
   }
 }
+
+#ifdef FP4LAB_HAVE_CUDA
+// gpus_per_run = 2 over 5 visible GPUs: two slots of two GPUs each (the fifth idle, said so), each
+// run's child sees its group through CUDA_VISIBLE_DEVICES and its run.json asks for 2 GPUs. A
+// stand-in trainer records what it was given, so this runs on any machine with a CUDA build.
+TEST_CASE("sweeps: gpus_per_run gives each run a group of GPUs of its own", "[sweeps][gpus]") {
+  fp4::test::ScratchDir dir;
+  fp4::test::TinyGrid g;
+  g.grid = "seed = [0, 1, 2, 3]\ntokens = [1280]\n";
+  g.executor = "gpus_per_run = 2\n";
+  const std::filesystem::path toml = fp4::test::write_tiny_grid(dir.path(), "groups", g);
+  std::string text = fp4::test::slurp(toml);
+  text.replace(text.find("[data]"), 0, "device = \"cuda\"\n");  // into [sweep]
+  fp4::test::spit(toml, text);
+  const std::filesystem::path fake = dir / "fake-trainer.sh";
+  // argv: train --config DIR/run.json --dir DIR --resume --quiet
+  fp4::test::spit(fake,
+                  "#!/bin/sh\n"
+                  "printf '%s' \"$CUDA_VISIBLE_DEVICES\" > \"$5/gpu.txt\"\n"
+                  "sleep 0.3\n"
+                  "printf '{\"state\": \"succeeded\", \"step\": 10}' > \"$5/status.json\"\n");
+  std::filesystem::permissions(fake, std::filesystem::perms::owner_all);
+  const std::string cmd = "FP4LAB_TRAINER='" + fake.string() + "' '" + FP4LAB_BINARY +
+                          "' sweep run --plain --gpus 0,1,2,3,4 '" + toml.string() + "' >'" +
+                          (dir / "groups.log").string() + "' 2>&1";
+  const int status = std::system(cmd.c_str());
+  const std::string log = fp4::test::slurp(dir / "groups.log");
+  INFO(log);
+  CHECK(WEXITSTATUS(status) == 0);
+  CHECK_THAT(log, Catch::Contains("note: 5 GPU(s) visible, runs take 2 each: 1 stay idle"));
+  std::set<std::string> seen;
+  int runs = 0;
+  for (const auto& d : std::filesystem::directory_iterator(dir / "groups-runs")) {
+    if (!std::filesystem::is_directory(d.path())) continue;
+    ++runs;
+    seen.insert(fp4::test::slurp(d.path() / "gpu.txt"));
+    CHECK_THAT(fp4::test::slurp(d.path() / "run.json"), Catch::Contains("\"gpus\": 2"));
+  }
+  CHECK(runs == 4);
+  CHECK(seen == std::set<std::string>{"0,1", "2,3"});
+}
+#endif
