@@ -11,12 +11,16 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <cstdint>
 #include <filesystem>
 #include <functional>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -174,6 +178,34 @@ inline CliRun run_report(const std::string& args, const std::filesystem::path& d
   return run_fp4lab("report " + args, dir);
 }
 
+// The CSV files docs/report.md's "The data files" table documents.
+inline std::set<std::string> documented_csv_files() {
+  const std::string doc = slurp(std::filesystem::path(FP4LAB_SOURCE_DIR) / "docs/report.md");
+  const size_t from = doc.find("## The data files"), to = doc.find("\n## ", from + 1);
+  std::set<std::string> out;
+  if (from == std::string::npos) return out;
+  const std::string table = doc.substr(from, to == std::string::npos ? std::string::npos : to - from);
+  for (size_t at = table.find("\n| `"); at != std::string::npos; at = table.find("\n| `", at + 1)) {
+    const size_t cell_end = table.find(" |", at + 3);
+    const std::string cell = table.substr(at + 3, cell_end - at - 3);  // "`a.csv`, `b.csv`"
+    for (size_t q = cell.find('`'); q != std::string::npos; q = cell.find('`', cell.find('`', q + 1) + 1)) {
+      const size_t e = cell.find('`', q + 1);
+      if (e == std::string::npos) break;
+      out.insert(cell.substr(q + 1, e - q - 1));
+    }
+  }
+  return out;
+}
+// Every CSV file a report wrote into `out` is documented in docs/report.md.
+inline std::vector<std::string> undocumented_csv_files(const std::filesystem::path& out) {
+  const std::set<std::string> documented = documented_csv_files();
+  std::vector<std::string> missing;
+  for (const auto& e : std::filesystem::directory_iterator(out))
+    if (e.path().extension() == ".csv" && !documented.count(e.path().filename().string()))
+      missing.push_back(e.path().filename().string());
+  return missing;
+}
+
 // ---- XML and HTML -------------------------------------------------------------------------------
 
 // Whether `text` is well-formed XML; the parser's first complaint in `error` if not. No network,
@@ -316,6 +348,84 @@ inline std::vector<std::vector<std::string>> read_csv(const std::string& text) {
   }
   if (rows.back().size() == 1 && rows.back()[0].empty()) rows.pop_back();
   return rows;
+}
+
+// ---- Axes ---------------------------------------------------------------------------------------
+
+// A tick label gnuplot drew (the report's tick labels are grey, rgb(68,68,68)): where, how it is
+// anchored ("middle": an x axis, "end": a y axis), its text and the number it says ("20M" is 2e7,
+// "+0.5%" is 0.5; NaN when it is not a number).
+struct TickLabel {
+  double x = 0, y = 0, value = std::nan("");
+  std::string anchor, text;
+};
+inline double tick_value(std::string t) {
+  for (size_t at; (at = t.find("\xe2\x88\x92")) != std::string::npos;) t.replace(at, 3, "-");  // U+2212
+  double scale = 1;
+  if (!t.empty() && t.back() == '%') t.pop_back();
+  if (!t.empty()) {
+    const char s = t.back();
+    scale = s == 'k' ? 1e3 : s == 'M' ? 1e6 : s == 'B' ? 1e9 : s == 'T' ? 1e12 : 1;
+    if (scale != 1) t.pop_back();
+  }
+  char* end = nullptr;
+  const double v = std::strtod(t.c_str(), &end);
+  return !t.empty() && end == t.c_str() + t.size() ? v * scale : std::nan("");
+}
+inline std::vector<TickLabel> svg_tick_labels(const std::string& svg) {
+  std::vector<TickLabel> out;
+  const std::string open = "<g transform=\"translate(";
+  for (size_t at = svg.find(open); at != std::string::npos; at = svg.find(open, at + 1)) {
+    const size_t head_end = svg.find('>', at);
+    if (head_end == std::string::npos) break;
+    const std::string head = svg.substr(at, head_end - at);
+    if (head.find("fill=\"rgb(68,68,68)\"") == std::string::npos || head.find("rotate") != std::string::npos) continue;
+    TickLabel t;
+    if (std::sscanf(head.c_str() + open.size(), "%lf,%lf", &t.x, &t.y) != 2) continue;
+    const size_t a = head.find("text-anchor=\"");
+    if (a == std::string::npos) continue;
+    t.anchor = head.substr(a + 13, head.find('"', a + 13) - a - 13);
+    const size_t text_at = svg.find("<text>", head_end), text_end = svg.find("</text>", head_end);
+    if (text_at == std::string::npos || text_end == std::string::npos || text_end < text_at) continue;
+    t.text = svg.substr(text_at + 6, text_end - text_at - 6);
+    t.value = tick_value(t.text);
+    if (!t.text.empty() && !std::isnan(t.value)) out.push_back(t);
+  }
+  return out;
+}
+// The figure's axes as gnuplot drew them: each axis is the run of labelled ticks along one line
+// (x axes: a common y, values rising to the right; y axes: a common x, values rising upwards),
+// as (position along the axis, value) pairs. Panels side by side or stacked give one axis each.
+inline std::vector<std::vector<std::pair<double, double>>> svg_axes(const std::string& svg, bool x_axes) {
+  std::map<long, std::vector<std::pair<double, double>>> lines;  // the common coordinate (0.01 px) → ticks
+  for (const TickLabel& t : svg_tick_labels(svg))
+    if (t.anchor == (x_axes ? "middle" : "end"))
+      lines[std::lround(100 * (x_axes ? t.y : t.x))].push_back({x_axes ? t.x : -t.y, t.value});
+  std::vector<std::vector<std::pair<double, double>>> axes;
+  for (auto& [line, ticks] : lines) {
+    std::sort(ticks.begin(), ticks.end());
+    axes.emplace_back();
+    for (const auto& tick : ticks) {
+      if (!axes.back().empty() && tick.second <= axes.back().back().second) axes.emplace_back();  // the next panel
+      axes.back().push_back(tick);
+    }
+  }
+  return axes;
+}
+// The largest distance (px) of an axis's ticks from the straight line through its first and last
+// tick, with positions against log10(value) (`log`) or against the value: about 0 for the scale
+// gnuplot drew, pixels for the other. NaN when the axis has fewer than 3 ticks (or, on log, one ≤ 0).
+inline double axis_misfit(const std::vector<std::pair<double, double>>& ticks, bool log) {
+  if (ticks.size() < 3) return std::nan("");
+  auto coord = [&](double v) { return log ? std::log10(v) : v; };
+  for (const auto& t : ticks)
+    if (log && !(t.second > 0)) return std::nan("");
+  const auto& a = ticks.front();
+  const auto& b = ticks.back();
+  const double slope = (b.first - a.first) / (coord(b.second) - coord(a.second));
+  double worst = 0;
+  for (const auto& t : ticks) worst = std::max(worst, std::fabs(a.first + slope * (coord(t.second) - coord(a.second)) - t.first));
+  return worst;
 }
 
 // ---- PNG ----------------------------------------------------------------------------------------

@@ -555,4 +555,7 @@ TEST_CASE("report of a store with fits of several grids shows the main grid's fi
   }
   CHECK(kinds == std::map<std::string, int>{{"observed", 1}, {"observed_n", 3}, {"observed_point", 3}, {"fitted", 3},
                                             {"target", 1}, {"slope", 1}});
+  // Every sidecar written is documented (docs/report.md, "The data files").
+  CHECK(fp4::test::documented_csv_files().size() >= 18);
+  CHECK(fp4::test::undocumented_csv_files(out).empty());
 }

@@ -271,6 +271,34 @@ TEST_CASE("report of a study-shaped store: each section selects its runs and sho
     INFO(error);
     CHECK(md.find("](figures/" + name + ".svg)") != std::string::npos);
   }
+  // Log axes where the issue asks for them: the tick labels gnuplot drew on the loss curves (both
+  // axes), on the final loss against N and against compute (both), and on the gap over training's
+  // tokens axis lie on a log10 scale, within half a pixel; the gap axis is linear, and the same
+  // measure says so (it tells the two scales apart wherever an axis spans more than a factor 3).
+  {
+    struct AxisScale {
+      const char* figure;
+      bool x, log;
+    };
+    for (const AxisScale& a : std::vector<AxisScale>{{"loss-curves", true, true},     {"loss-curves", false, true},
+                                                     {"loss-vs-n", true, true},       {"loss-vs-n", false, true},
+                                                     {"loss-vs-compute", true, true}, {"loss-vs-compute", false, true},
+                                                     {"gap-over-training", true, true},
+                                                     {"gap-over-training", false, false}}) {
+      INFO(a.figure << (a.x ? " x" : " y") << " axes");
+      const std::string svg = fp4::test::slurp(out / "figures" / (std::string(a.figure) + ".svg"));
+      int measured = 0;
+      for (const auto& axis : fp4::test::svg_axes(svg, a.x)) {
+        const double misfit = fp4::test::axis_misfit(axis, a.log);
+        if (std::isnan(misfit)) continue;
+        ++measured;
+        CHECK(misfit < 0.5);
+        const double other = fp4::test::axis_misfit(axis, !a.log);
+        if (axis.front().second > 0 && axis.back().second > 3 * axis.front().second) CHECK(other > 2);
+      }
+      CHECK(measured > 0);
+    }
+  }
   // Every figure's data a click away: its caption ends with a link to its CSV sidecar, which exists
   // (in the HTML and in the Markdown).
   for (xmlNodePtr f : figures) {
@@ -307,6 +335,7 @@ TEST_CASE("report of a study-shaped store: each section selects its runs and sho
                 fs::exists(out / value))));
     }
   CHECK(html.find("url(http") == std::string::npos);
+  CHECK(fp4::test::undocumented_csv_files(out).empty());  // docs/report.md names every sidecar
   CHECK(html.find("@import") == std::string::npos);
 
   // ---- Runs: every run of every grid, with the store's final loss (CSV bit for bit) and grids.
@@ -540,6 +569,31 @@ TEST_CASE("report of a study-shaped store: each section selects its runs and sho
   const auto attempts = store->attempts(first.id);
   REQUIRE(!attempts.empty());
   CHECK(text.find(attempts[0].provenance.git_commit) != std::string::npos);
+  // Provenance: the commit with its dirty flag, fp4lab's version, no GPU for a CPU study, the CUDA
+  // version, the date of the first attempt.
+  CHECK(text.find(attempts[0].provenance.git_commit +
+                  (attempts[0].provenance.git_dirty ? " (dirty: uncommitted changes)" : " (clean)")) != std::string::npos);
+  const auto* provenance = table_with_caption(tables, "Provenance of the");
+  REQUIRE(provenance != nullptr);
+  std::map<std::string, std::string> recorded;
+  for (const auto& row : provenance->rows) recorded[row.at(0)] = row.at(1);
+  CHECK(recorded["fp4lab version"].rfind(attempts[0].provenance.fp4lab_version + " (", 0) == 0);
+  CHECK(recorded["GPUs"] == "none (CPU runs)");
+  // (A CUDA build records its CUDA version for CPU runs too.)
+  const std::string cuda = attempts[0].provenance.cuda_version;
+  CHECK(recorded["CUDA"].rfind(cuda.empty() ? "none (CPU runs)" : cuda + " (", 0) == 0);
+  double first_start = 0;
+  for (const auto& [id, k] : runs)
+    for (const auto& a : store->attempts(id))
+      if (a.start > 0 && (first_start == 0 || a.start < first_start)) first_start = a.start;
+  CHECK(text.find("first attempt started " + fp4::reports::fmt_utc(first_start)) != std::string::npos);
+  // The paper's gaps beside ours, with the scale difference stated from the main grid's largest model.
+  double largest_n = 0;
+  for (const std::string& id : main_ids)
+    largest_n = std::max(largest_n, static_cast<double>(runs.at(id).rec.n_params_nonembedding));
+  CHECK(text.find("Scale: this study's largest model has " + fp4::reports::fmt_count(largest_n) +
+                  " non-embedding parameters") != std::string::npos);
+  CHECK(text.find("Reported by the UFP4 paper, not measured here") != std::string::npos);
   for (const auto& toml : study.tomls()) CHECK(text.find("fp4lab sweep run " + toml.string()) != std::string::npos);
   CHECK(text.find("[recipes.e2m1-clip3]") != std::string::npos);  // the TOML text, stored byte for byte
   CHECK(text.find("1.2570%") != std::string::npos);                 // the paper's numbers

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <sstream>
 
+#include "fit/stored_fit.h"
 #include "reports/escape.h"
 #include "sweeps/slurm.h"
 #include "tests/report_test_helpers.h"
@@ -29,6 +30,7 @@ const std::string kEvilModel = "m<i>od&el\n'`touch PWNED4`' @x";
 const std::string kEvilRun = "run <img src=x onerror=alert(1)> \" ' & \n|a|b|";
 const std::string kEvilError = "error: <script>document.write(1)</script> & \"oops\"\nsecond line `touch PWNED5`";
 const std::string kEvilLinear = "lin'ear<svg onload=alert(1)>";
+const std::string kEvilOther = "o<u>ther\n'`touch PWNED7`' |x| %s";
 
 }  // namespace
 
@@ -57,6 +59,37 @@ TEST_CASE("report safety: hostile names are escaped for HTML, Markdown, CSV and 
       probes.probes.push_back({10, layer, kEvilLinear, std::string(gemm) + "_x", gemm, 0.99, 0.01, 20, -0.01, 0.9, 64, 0});
     }
   h.store().ingest(q1.id, probes, 0);
+  // A precision fit of the grid named kEvil that compares the hostile recipe with another: the
+  // names reach the fitted laws' figure, the table of the fits shown and Recipe against recipe.
+  {
+    fp4::fit::StoredFit f;
+    f.law = "precision";
+    f.scope = "joint";
+    f.input_hash = std::string(64, 'a');
+    f.options.recipes = {"bf16", kEvilRecipe, kEvilOther};
+    f.options.baseline = "bf16";
+    f.options.bootstrap = 0;
+    f.options.grid = kEvil;
+    f.options.source = "store";
+    f.point.E = 1.5;
+    f.point.A = 400;
+    f.point.B = 2000;
+    f.point.alpha = 0.35;
+    f.point.beta = 0.37;
+    f.point.rho_n = {{"bf16", 1.0}, {kEvilRecipe, 0.9}, {kEvilOther, 0.8}};
+    f.point.rho_d = {{"bf16", 1.0}, {kEvilRecipe, 0.95}, {kEvilOther, 0.9}};
+    for (const auto& p : {b1, q1, b2, q2})
+      f.residuals.push_back({p.id, p.name, p.recipe_label, static_cast<double>(p.n_params_nonembedding), 1e5, 3, 3, 0});
+    f.n_points = 4;
+    fp4::fit::RecipeComparison c;
+    c.recipe = kEvilRecipe;
+    c.against = kEvilOther;
+    c.baseline = "bf16";
+    c.observed = {std::nan(""), 2, 1, -0.001, 0.002, {-0.02, 0.018}};
+    c.targets.push_back({1.5e9, 1e11, {-0.0011, {}}});
+    f.comparisons.push_back(c);
+    fp4::fit::insert_fit(h.store(), f);
+  }
   h.close();
 
   const fp4::test::CliRun r = fp4::test::run_report("--store '" + h.store_path().string() + "' --out '" + (dir / "out").string() + "'", dir.path());
@@ -173,6 +206,25 @@ TEST_CASE("report safety: hostile names are escaped for HTML, Markdown, CSV and 
     for (const auto& row : t.rows)
       error_listed = error_listed || (row.size() == 5 && row[4] == fp4::reports::one_line(kEvilError));
   CHECK(error_listed);
+
+  // The fit's names: its grid and the compared recipes, as text in the tables, exact in the CSV.
+  CHECK(dom.elements("u").empty());
+  bool grid_shown = false, pair_shown = false;
+  for (const auto& t : dom.tables())
+    for (const auto& row : t.rows) {
+      if (t.caption.rfind("The stored fits this report shows", 0) == 0) grid_shown = grid_shown || row.at(3) == fp4::reports::one_line(kEvil);
+      if (t.caption.rfind("Paired difference of gaps", 0) == 0)
+        pair_shown = pair_shown || row.at(0) == kEvilRecipe + " − " + fp4::reports::one_line(kEvilOther);
+    }
+  CHECK(grid_shown);
+  CHECK(pair_shown);
+  const auto shown = fp4::test::read_csv(fp4::test::slurp(out / "fits_shown.csv"));
+  REQUIRE(shown.size() == 2);
+  CHECK(shown[1][3] == kEvil);
+  const auto compared = fp4::test::read_csv(fp4::test::slurp(out / "comparisons.csv"));
+  REQUIRE(compared.size() >= 2);
+  CHECK(compared[1][1] == kEvilRecipe);
+  CHECK(compared[1][2] == kEvilOther);
 }
 
 TEST_CASE("report escaping: each format's special characters", "[report][report_safety]") {
