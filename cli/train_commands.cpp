@@ -5,8 +5,11 @@
 // SIGTERM/SIGINT stopped it (a checkpoint was written; --resume continues). main() maps
 // exceptions to 1 and 2; the others leave through std::exit once the trainer has closed every
 // file it opened.
+#include <signal.h>
+
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <iostream>
 #include <memory>
 #include <string>
@@ -16,6 +19,8 @@
 #include "cli/commands.h"
 #include "cli/number_options.h"
 #include "engine/run/config.h"
+#include "engine/run/rank_launcher.h"
+#include "engine/run/ranks.h"
 #include "engine/run/run_dir.h"
 #include "engine/run/trainer.h"
 
@@ -31,12 +36,37 @@ struct TrainCliOptions {
   bool print_config = false;
   int64_t stop_after = -1;
   std::string device;  // empty: the config's, or picked (run::pick_device)
+  int64_t gpus = 0;    // 0: the config's
 };
+
+// `fp4lab train --gpus N` (N > 1) without RANK in the environment: N rank processes of this same
+// command, started and watched by the launcher; this process ends as the run did.
+[[noreturn]] void launch(const TrainCliOptions& o, int gpus) {
+  run::LaunchRequest r;
+  r.world = gpus;
+  r.argv = {std::filesystem::read_symlink("/proc/self/exe").string(), "train", "--config", o.config, "--dir", o.dir,
+            "--gpus", std::to_string(gpus)};
+  if (o.resume) r.argv.push_back("--resume");
+  if (o.quiet) r.argv.push_back("--quiet");
+  if (!o.device.empty()) r.argv.insert(r.argv.end(), {"--device", o.device});
+  if (o.stop_after > 0) r.argv.insert(r.argv.end(), {"--stop-after", std::to_string(o.stop_after)});
+  const run::LaunchOutcome out = run::launch_ranks(r);
+  if (!out.message.empty()) std::fprintf(stderr, "fp4lab: %s\n", out.message.c_str());
+  std::fflush(stdout);
+  std::fflush(stderr);
+  if (out.signaled) {
+    ::signal(out.code, SIG_DFL);
+    ::raise(out.code);
+    std::_Exit(128 + out.code);
+  }
+  std::exit(out.code);
+}
 
 void run_train(const TrainCliOptions& o) {
   if (o.print_config) {
     run::RunConfig c = run::load_config(o.config);
     run::pick_device(c, o.device);  // as the run would: the printed config names it
+    if (o.gpus > 0) run::set_gpus(c, o.gpus, "--gpus");
     std::cout << run::config_to_json(c).dump(2) << "\n";
     std::cerr << "config hash " << run::config_hash(c) << "\n";
     return;
@@ -48,7 +78,14 @@ void run_train(const TrainCliOptions& o) {
   t.resume = o.resume;
   t.stop_after = o.stop_after;
   t.device = o.device;
+  t.gpus = o.gpus;
   t.echo = !o.quiet;
+  t.rank = run::rank_from_environment();
+  if (t.rank && !t.rank->writer()) t.echo = false;  // rank 0 speaks for the run
+  if (!t.rank) {
+    const run::RunConfig planned = run::planned_config(t);  // every input check, before any process starts
+    if (planned.gpus > 1) launch(o, planned.gpus);
+  }
   int code = 0;
   try {
     code = run::exit_code(run::train(t));
@@ -81,6 +118,12 @@ void register_train_commands(CLI::App& app) {
                   "cpu or cuda: overrides the config's device (it is part of the config, so of its hash: "
                   "resume with the same --device). Without it, and without a device in the config: cuda "
                   "when this build has CUDA and a GPU is visible, else cpu");
+  cmd->add_option("--gpus", o->gpus,
+                  "Train on N GPUs of this host (data parallelism, one process per GPU; overrides the config's "
+                  "gpus, which is part of its hash when not 1: resume with the same --gpus). RANK, WORLD_SIZE and "
+                  "LOCAL_RANK in the environment make this process one rank (torchrun); without them fp4lab starts "
+                  "the N ranks itself (docs/train.md, \"Several GPUs\")")
+      ->check(whole_number(1));
   cmd->add_flag("--quiet", o->quiet, "Write progress to train.log only, not to stderr");
   CLI::Option* print = cmd->add_flag("--print-config", o->print_config,
                                      "Print the fully resolved config (every default written out) and its hash, "

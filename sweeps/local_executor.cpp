@@ -41,7 +41,7 @@ namespace {
 // ---- Slots ---------------------------------------------------------------------------------------
 struct Slot {
   bool gpu = false;
-  std::string device;    // the GPU (index or UUID) for CUDA_VISIBLE_DEVICES
+  std::string device;    // CUDA_VISIBLE_DEVICES: one GPU (index or UUID), or gpus_per_run of them ("0,1")
   bool busy = false;
 };
 
@@ -371,8 +371,26 @@ int LocalExecutor::run() {
     if (gpus.empty())
       throw UserError(spec_.file.string() + ": runs use device \"cuda\" but no GPU is visible: pass --gpus, "
                       "set CUDA_VISIBLE_DEVICES, or use [sweep] device = \"cpu\"");
-    for (const std::string& g : gpus)
-      for (int k = 0; k < spec_.executor.runs_per_gpu; ++k) slots_.push_back({true, g, false});
+    const int per_run = spec_.executor.gpus_per_run;
+    if (per_run > 1) {
+      // A multi-GPU run takes a group of GPUs to itself: the visible GPUs in consecutive groups of
+      // gpus_per_run, each group one slot (its CUDA_VISIBLE_DEVICES lists the group).
+      if (static_cast<int>(gpus.size()) < per_run)
+        throw UserError(fmt::format("{}: executor.gpus_per_run = {} but {} GPU(s) are visible ({}): pass --gpus "
+                                    "with at least {} GPUs or lower gpus_per_run",
+                                    spec_.file.string(), per_run, gpus.size(), fmt::join(gpus, ","), per_run));
+      for (size_t first = 0; first + per_run <= gpus.size(); first += per_run) {
+        std::vector<std::string> group(gpus.begin() + static_cast<std::ptrdiff_t>(first),
+                                       gpus.begin() + static_cast<std::ptrdiff_t>(first + per_run));
+        slots_.push_back({true, fmt::format("{}", fmt::join(group, ",")), false});
+      }
+      if (gpus.size() % per_run != 0)
+        say(fmt::format("note: {} GPU(s) visible, runs take {} each: {} stay idle", gpus.size(), per_run,
+                        gpus.size() % per_run));
+    } else {
+      for (const std::string& g : gpus)
+        for (int k = 0; k < spec_.executor.runs_per_gpu; ++k) slots_.push_back({true, g, false});
+    }
     if (spec_.executor.runs_per_gpu > 1 && spec_.executor.mps == "auto")
       mps_ = std::make_unique<MpsDaemon>([this](const std::string& line) { say(line); });
   }

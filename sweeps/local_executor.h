@@ -2,7 +2,8 @@
 //
 // Every run is a child process (`fp4lab train --config DIR/run.json --dir DIR --resume --quiet`,
 // exec'd with an argument vector, working directory = the TOML file's directory) on a slot: a GPU
-// (runs_per_gpu runs may share one) for runs whose device is "cuda", a CPU job otherwise. The
+// (runs_per_gpu runs may share one), or a group of [executor] gpus_per_run GPUs for a multi-GPU
+// run (the visible GPUs in consecutive groups), for runs whose device is "cuda"; a CPU job otherwise. The
 // orchestrator holds a lease on each run it executes (store.h), ingests metrics.jsonl into the
 // store while the run progresses and once it ends, kills a child whose heartbeat falls silent for
 // [executor] heartbeat_timeout_s (hung), and records the outcome:

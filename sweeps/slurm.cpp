@@ -127,7 +127,8 @@ int write_slurm_job(const SweepSpec& spec, const SlurmOptions& o, std::ostream& 
   s += "#SBATCH --requeue\n";
   s += "#SBATCH --signal=B:TERM@120\n";
   s += "#SBATCH --ntasks=1\n";
-  if (gpu) s += "#SBATCH --gpus-per-task=1\n";
+  // A multi-GPU run is one task (fp4lab train starts its ranks itself) holding gpus_per_run GPUs.
+  if (gpu) s += fmt::format("#SBATCH --gpus-per-task={}\n", sbatch_quote(std::to_string(spec.executor.gpus_per_run)));
   else if (spec.executor.threads_per_job > 0)
     s += fmt::format("#SBATCH --cpus-per-task={}\n", spec.executor.threads_per_job);
   for (const std::string& opt : extra) s += "#SBATCH " + opt + "\n";

@@ -284,7 +284,7 @@ ExecutorSpec read_executor(const toml::table* t, const SpecErrors& errors) {
   ExecutorSpec ex;
   if (t == nullptr) return ex;
   check_keys(*t, "executor",
-             {"gpus", "runs_per_gpu", "cpu_jobs", "threads_per_job", "max_attempts", "order", "heartbeat_timeout_s",
+             {"gpus", "runs_per_gpu", "gpus_per_run", "cpu_jobs", "threads_per_job", "max_attempts", "order", "heartbeat_timeout_s",
               "mps"},
              errors);
   if (const toml::node* n = t->get("gpus")) {
@@ -302,6 +302,15 @@ ExecutorSpec read_executor(const toml::table* t, const SpecErrors& errors) {
     }
   }
   if (const toml::node* n = t->get("runs_per_gpu")) ex.runs_per_gpu = read_small_int(*n, "executor.runs_per_gpu", 1, errors);
+  if (const toml::node* n = t->get("gpus_per_run")) {
+    ex.gpus_per_run = read_small_int(*n, "executor.gpus_per_run", 1, errors);
+    if (ex.gpus_per_run > run::kMaxGpus)
+      errors.fail(loc_of(*n), "executor.gpus_per_run", fmt::format("must be at most {}, got {}", run::kMaxGpus, describe(*n)));
+    if (ex.gpus_per_run > 1 && ex.runs_per_gpu > 1)
+      errors.fail(loc_of(*n), "executor.gpus_per_run",
+                  "cannot be combined with executor.runs_per_gpu > 1 (a multi-GPU run has its GPUs to itself): "
+                  "set one of them to 1");
+  }
   if (const toml::node* n = t->get("cpu_jobs")) ex.cpu_jobs = read_small_int(*n, "executor.cpu_jobs", 1, errors);
   if (const toml::node* n = t->get("threads_per_job"))
     ex.threads_per_job = read_small_int(*n, "executor.threads_per_job", 0, errors);
@@ -420,6 +429,13 @@ SweepSpec parse_sweep_spec(const std::string& text, const fs::path& file, const 
   read_run_sections(root, base, errors);
   const std::map<std::string, RecipeDef> recipes = read_recipes(optional_table(root, "recipes", errors), errors);
   spec.executor = read_executor(optional_table(root, "executor", errors), errors);
+  if (spec.executor.gpus_per_run != 1) {
+    // The run's GPU count is part of its config (other N, other bits: the all-reduce's order), so
+    // it is written into every point; at 1 it is left out and every run id stays what it was.
+    base.config["gpus"] = spec.executor.gpus_per_run;
+    const toml::table* ex = root["executor"].as_table();
+    base.origins["gpus"] = Origin{loc_of(*ex->get("gpus_per_run")), "executor.gpus_per_run"};
+  }
   spec.fit = read_fit(optional_table(root, "fit", errors), errors);
 
   const toml::table* grid = optional_table(root, "grid", errors);

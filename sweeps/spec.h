@@ -25,6 +25,8 @@ namespace fp4::sweeps {
 struct ExecutorSpec {
   std::vector<std::string> gpus;  // indices or UUIDs (gpu_list.h); empty: from --gpus or CUDA_VISIBLE_DEVICES
   int runs_per_gpu = 1;           // several small runs may share one GPU
+  int gpus_per_run = 1;           // data parallelism: each run trains on this many GPUs of one host
+                                  // (written into every run's config as "gpus" when not 1)
   int cpu_jobs = 1;               // concurrent runs when runs use the CPU
   int threads_per_job = 0;        // OMP_NUM_THREADS per CPU run; 0: cores / cpu_jobs (at least 1)
   int max_attempts = 3;           // attempt cap for --retry-failed

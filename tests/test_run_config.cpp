@@ -261,3 +261,37 @@ TEST_CASE("run config: a dimension that is not a multiple of the recipe's block 
   j["recipe"] = json{{"base", "e2m1"}, {"bf16_layers", {5}}};
   CHECK(error_of(j).rfind("run.json: recipe.bf16_layers: bf16_layers entry 5 is out of range", 0) == 0);
 }
+
+TEST_CASE("run config: gpus is part of the identity only when it is not 1", "[run][config][gpus]") {
+  const RunConfig plain = config_from_json(minimal(), "run.json");
+  CHECK(plain.gpus == 1);
+  CHECK_FALSE(config_to_json(plain).contains("gpus"));
+  // Naming 1 is the default: the same canonical bytes, so the same run id as before the field.
+  const RunConfig one = config_from_json(with(minimal(), "/gpus"_json_pointer, 1), "run.json");
+  CHECK(fp4::run::config_canonical(one) == fp4::run::config_canonical(plain));
+  json cuda = with(minimal(), "/device"_json_pointer, "cuda");
+  const RunConfig two = config_from_json(with(cuda, "/gpus"_json_pointer, 2), "run.json");
+  CHECK(two.gpus == 2);
+  CHECK(config_to_json(two)["gpus"] == 2);
+  CHECK(config_hash(two) != config_hash(config_from_json(cuda, "run.json")));
+  CHECK(config_hash(config_from_json(config_to_json(two), "config.json")) == config_hash(two));
+  // Without a device the trainer picks one; gpus > 1 is checked again once it has.
+  CHECK(config_from_json(with(minimal(), "/gpus"_json_pointer, 2), "run.json").gpus == 2);
+}
+
+TEST_CASE("run config: gpus is refused in one line when it cannot work", "[run][config][gpus]") {
+  json cuda = with(minimal(), "/device"_json_pointer, "cuda");  // 2 micro-steps per step
+  CHECK_THAT(error_of(with(cuda, "/gpus"_json_pointer, 0)), Catch::Contains("gpus must be between 1 and"));
+  CHECK_THAT(error_of(with(cuda, "/gpus"_json_pointer, -2)), Catch::Contains("gpus must be between 1 and"));
+  CHECK_THAT(error_of(with(cuda, "/gpus"_json_pointer, 1.5)), Catch::Contains("gpus must be a whole number"));
+  CHECK_THAT(error_of(with(cuda, "/gpus"_json_pointer, "2")), Catch::Contains("gpus must be a whole number"));
+  const json cpu = with(with(minimal(), "/device"_json_pointer, "cpu"), "/gpus"_json_pointer, 2);
+  CHECK_THAT(error_of(cpu), Catch::Contains("gpus = 2 needs device \"cuda\""));
+  const std::string e = error_of(with(cuda, "/gpus"_json_pointer, 4));
+  CHECK_THAT(e, Catch::Contains("gpus = 4 does not divide the 2 micro-steps"));
+  CHECK_THAT(e, Catch::Contains("multiple of 1024"));  // 4 × 4 × 64
+  RunConfig c = config_from_json(cuda, "run.json");
+  CHECK_THROWS_WITH(fp4::run::set_gpus(c, 3, "--gpus"), Catch::StartsWith("--gpus: gpus = 3 does not divide"));
+  fp4::run::set_gpus(c, 2, "--gpus");
+  CHECK(c.gpus == 2);
+}

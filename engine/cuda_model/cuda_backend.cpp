@@ -3,10 +3,19 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
+#include <span>
+#include <string>
 #include <stdexcept>
 #include <utility>
 
+#include <fmt/format.h>
+
+#include "base/user_error.h"
 #include "engine/cuda_model/cuda_model.h"
+#ifdef FP4LAB_HAVE_NCCL
+#include "engine/cuda_model/nccl_comm.h"
+#endif
 
 namespace fp4::cuda_model {
 
@@ -92,6 +101,22 @@ class CudaBackend final : public run::TrainBackend {
     return peak_;
   }
 
+#ifdef FP4LAB_HAVE_NCCL
+  void connect_ranks(const std::string& nccl_id, int world, int rank, double timeout_s) override {
+    comm_ = std::make_unique<NcclComm>(nccl_id, world, rank, timeout_s);
+  }
+  void all_reduce(std::span<double> scalars) override {
+    if (!comm_) throw std::logic_error("cuda backend: all_reduce before connect_ranks");
+    scalars_.reserve(std::max<size_t>(1, scalars.size()));
+    FP4_CUDA_CHECK(cudaMemcpyAsync(scalars_.get(), scalars.data(), scalars.size_bytes(), cudaMemcpyHostToDevice,
+                                   stream()));
+    comm_->all_reduce(model_.grads(), n_params(), scalars_.get(), scalars.size(), stream());
+    FP4_CUDA_CHECK(cudaMemcpyAsync(scalars.data(), scalars_.get(), scalars.size_bytes(), cudaMemcpyDeviceToHost,
+                                   stream()));
+    FP4_CUDA_CHECK(cudaStreamSynchronize(stream()));
+  }
+#endif
+
  private:
   cudaStream_t stream() const { return model_.stream(); }
   void zero_moments() {
@@ -113,6 +138,10 @@ class CudaBackend final : public run::TrainBackend {
   DeviceArray<double> norm_;
   cuda::Workspace ws_;
   int64_t peak_ = 0;
+#ifdef FP4LAB_HAVE_NCCL
+  std::unique_ptr<NcclComm> comm_;     // data parallelism only (connect_ranks)
+  DeviceArray<double> scalars_;        // all_reduce's fp64 values
+#endif
 };
 
 }  // namespace
@@ -124,6 +153,41 @@ bool cuda_device_visible() {
     return false;
   }
   return devices > 0;
+}
+
+int cuda_device_count() {
+  int devices = 0;
+  if (cudaGetDeviceCount(&devices) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  return devices;
+}
+
+void select_cuda_device(int index) {
+  const int n = cuda_device_count();
+  if (index < 0 || index >= n)
+    throw UserError(fmt::format("LOCAL_RANK={}: this process sees {} GPU(s) (CUDA_VISIBLE_DEVICES={}); a rank "
+                                "trains on GPU LOCAL_RANK, so give it a GPU of that index or run fewer ranks",
+                                index, n, std::getenv("CUDA_VISIBLE_DEVICES") ? std::getenv("CUDA_VISIBLE_DEVICES")
+                                                                              : "unset"));
+  FP4_CUDA_CHECK(cudaSetDevice(index));
+}
+
+bool nccl_built() {
+#ifdef FP4LAB_HAVE_NCCL
+  return true;
+#else
+  return false;
+#endif
+}
+
+std::string nccl_unique_id() {
+#ifdef FP4LAB_HAVE_NCCL
+  return NcclComm::unique_id_hex();
+#else
+  throw std::logic_error("nccl_unique_id: this fp4lab was built without NCCL");
+#endif
 }
 
 double cuda_free_memory() {

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "engine/run/backend.h"
@@ -13,6 +14,15 @@ namespace fp4::cuda_model {
 // Whether a CUDA device is visible to this process (cudaGetDeviceCount finds one): the trainer's
 // pick when neither the config nor --device names a device.
 bool cuda_device_visible();
+// How many CUDA devices this process sees (0 when it cannot ask).
+int cuda_device_count();
+// cudaSetDevice(index) for a rank of a data-parallel run (LOCAL_RANK), before any other CUDA
+// call of the run; UserError when the process sees no GPU of that index.
+void select_cuda_device(int index);
+// Whether this build has NCCL (FP4LAB_HAVE_NCCL), so data parallelism; and rank 0's draw of the
+// run's NCCL unique id, as hex (std::logic_error without NCCL).
+bool nccl_built();
+std::string nccl_unique_id();
 // Bytes free on the current device (cudaMemGetInfo), 0 when it cannot be asked.
 double cuda_free_memory();
 

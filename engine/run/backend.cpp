@@ -3,6 +3,7 @@
 #include "engine/run/backend.h"
 
 #include <stdexcept>
+#include <string>
 #include <utility>
 
 #include "engine/quantized_linear.h"
@@ -14,6 +15,13 @@ std::vector<ParamRange> param_ranges(const std::vector<model::ParamView>& views)
   for (const model::ParamView& v : views)
     r.push_back({static_cast<size_t>(v.offset), static_cast<size_t>(v.size), v.kind != model::ParamKind::norm_gain});
   return r;
+}
+
+void TrainBackend::connect_ranks(const std::string&, int, int, double) {
+  throw std::logic_error(std::string("the ") + device() + " backend has no data parallelism");
+}
+void TrainBackend::all_reduce(std::span<double>) {
+  throw std::logic_error(std::string("the ") + device() + " backend has no data parallelism");
 }
 
 namespace {

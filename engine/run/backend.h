@@ -10,6 +10,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <span>
+#include <string>
 #include <vector>
 
 #include "engine/model/transformer.h"
@@ -67,6 +69,15 @@ class TrainBackend {
 
   // Device memory high-water mark in bytes, or -1 where it means nothing (the CPU).
   virtual int64_t peak_device_bytes() { return -1; }
+
+  // Data parallelism over the GPUs of one host (docs/train.md, "Several GPUs"). connect_ranks
+  // joins the communicator of `world` ranks whose NCCL unique id (hex) rank 0 drew, giving up after
+  // timeout_s; afterwards all_reduce sums the gradient buffer (fp32) and `scalars` (fp64) over all
+  // ranks in place, so every rank holds the same sums. A rank that dies, or a collective that does
+  // not complete within timeout_s, aborts the communicator and throws std::runtime_error.
+  // Backends without it (the CPU's) throw std::logic_error: the config refuses such runs first.
+  virtual void connect_ranks(const std::string& nccl_id, int world, int rank, double timeout_s);
+  virtual void all_reduce(std::span<double> scalars);
 };
 
 // The decay ranges AdamW needs: one per tensor, norm gains exempt.

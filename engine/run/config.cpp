@@ -368,6 +368,27 @@ void set_device(RunConfig& c, const std::string& device, const std::string& wher
   c.device = device;
 }
 
+std::string gpus_error(const RunConfig& c, int64_t gpus) {
+  if (gpus < 1 || gpus > kMaxGpus)
+    return fmt::format("gpus must be between 1 and {}, got {}", kMaxGpus, gpus);
+  if (gpus == 1) return {};
+  if (c.device != "cuda")
+    return fmt::format("gpus = {} needs device \"cuda\" (data parallelism runs one process per GPU), "
+                       "the device is \"{}\": set device \"cuda\" or train on 1 GPU", gpus, c.device);
+  if (c.grad_accum() % gpus != 0)
+    return fmt::format("gpus = {} does not divide the {} micro-steps of a step (train.batch_tokens {} / "
+                       "(train.micro_batch {} × model.seq_len {})): every GPU takes whole micro-batches, so make "
+                       "train.batch_tokens a multiple of {} or choose gpus dividing {}",
+                       gpus, c.grad_accum(), c.train.batch_tokens, c.train.micro_batch, c.model.seq_len,
+                       gpus * c.tokens_per_micro_step(), c.grad_accum());
+  return {};
+}
+
+void set_gpus(RunConfig& c, int64_t gpus, const std::string& where) {
+  if (std::string e = gpus_error(c, gpus); !e.empty()) throw UserError(where + ": " + e);
+  c.gpus = static_cast<int>(gpus);
+}
+
 const char* schedule_name(Schedule s) { return s == Schedule::cosine ? "cosine" : "wsd"; }
 const char* shuffle_name(Shuffle s) { return s == Shuffle::sequences ? "sequences" : "none"; }
 
@@ -402,7 +423,7 @@ RunConfig config_from_json(const nlohmann::json& j, const std::string& file) {
   const Where w{file};
   if (!j.is_object()) throw UserError(file + ": the config must be a JSON object, got " + j.dump());
   static const std::set<std::string> top = {"model", "recipe", "data", "train", "eval",
-                                            "probe", "checkpoint", "device", "storage"};
+                                            "probe", "checkpoint", "device", "storage", "gpus"};
   for (auto it = j.begin(); it != j.end(); ++it)
     if (!top.count(it.key()))
       w.bad(it.key(), fmt::format("is not a known key (the config has: {})", fmt::join(top, ", ")));
@@ -460,6 +481,19 @@ RunConfig config_from_json(const nlohmann::json& j, const std::string& file) {
     c.storage = j["storage"].get<std::string>();
   }
   if (c.storage != "bf16") w.bad("storage", "must be \"bf16\", got \"" + c.storage + "\"");
+  if (j.contains("gpus")) {
+    const json& g = j["gpus"];
+    if (!g.is_number_integer() && !(g.is_number_float() && g.get<double>() == std::floor(g.get<double>()) &&
+                                    std::fabs(g.get<double>()) < 1e9))
+      w.bad("gpus", "must be a whole number of GPUs, got " + g.dump());
+    const int64_t n = g.is_number_float() ? static_cast<int64_t>(g.get<double>()) : g.get<int64_t>();
+    // A config that names no device leaves the choice to the trainer (pick_device), which checks
+    // the device again once it is known.
+    RunConfig probe = c;
+    if (!c.device_named) probe.device = "cuda";
+    if (std::string e = gpus_error(probe, n); !e.empty()) throw UserError(w.file + ": " + e);
+    c.gpus = static_cast<int>(n);
+  }
 
   check_blocks(w, c);
   return c;
@@ -529,6 +563,7 @@ nlohmann::json config_to_json(const RunConfig& c) {
   j["checkpoint"] = {{"every", c.checkpoint.every}};
   j["device"] = c.device;
   j["storage"] = c.storage;
+  if (c.gpus != 1) j["gpus"] = c.gpus;  // absent at 1: the run ids of 1-GPU runs predate the field
   return j;
 }
 

@@ -85,6 +85,11 @@ struct RunConfig {
   CheckpointConfig checkpoint;
   std::string device = "cpu";
   std::string storage = "bf16";
+  // Data parallelism: the number of GPUs of one host the run trains on, one rank process each
+  // (docs/train.md, "Several GPUs"). Part of the run's identity only when it is not 1 (the
+  // all-reduce's summation order makes other N other bits), so every run id made before the field
+  // existed is unchanged: config_to_json writes "gpus" only when it is not 1.
+  int gpus = 1;
   // Whether the source named "device" (set by config_from_json; not part of the JSON form, so not
   // of the hash): when it did not, the trainer picks one (run::pick_device).
   bool device_named = false;
@@ -110,6 +115,15 @@ std::string device_error(const std::string& device);
 // Sets c.device (part of the config and its hash) after checking it; `where` starts the message
 // ("--device"). Throws UserError.
 void set_device(RunConfig& c, const std::string& device, const std::string& where);
+
+// The most GPUs a run may name: far beyond any one host, refused as a typo.
+constexpr int kMaxGpus = 1024;
+// Empty when `gpus` GPUs can train config `c` as far as the config can tell (N >= 1, device
+// "cuda" when N > 1, and the micro-steps of one optimizer step a multiple of N, so that every rank
+// takes whole micro-batches); otherwise the one-line reason, without the file name.
+std::string gpus_error(const RunConfig& c, int64_t gpus);
+// Sets c.gpus after gpus_error's checks; `where` starts the message ("--gpus"). Throws UserError.
+void set_gpus(RunConfig& c, int64_t gpus, const std::string& where);
 
 // Parses, validates and resolves. `file` names the source in messages ("run.json").
 RunConfig config_from_json(const nlohmann::json& j, const std::string& file);

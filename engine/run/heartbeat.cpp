@@ -16,11 +16,13 @@ namespace fp4::run {
 
 Heartbeat::Heartbeat(std::filesystem::path path, double interval_s)
     : path_(std::move(path)), interval_s_(interval_s) {
+  if (path_.empty()) return;
   beat();
   thread_ = std::thread([this] { loop(); });
 }
 
 Heartbeat::~Heartbeat() {
+  if (path_.empty()) return;
   {
     std::lock_guard<std::mutex> lock(mu_);
     stop_ = true;
@@ -42,6 +44,7 @@ std::string host_json() {
 }  // namespace
 
 void Heartbeat::beat() {
+  if (path_.empty()) return;
   static const std::string host = host_json();
   const std::string line =
       fmt::format("{{\"pid\": {}, \"host\": {}, \"step\": {}, \"time\": {:.3f}, \"phase\": \"{}\"}}\n",

@@ -20,7 +20,8 @@ namespace fp4::run {
 class Heartbeat {
  public:
   // Writes the first beat at once, then one every `interval_s` seconds until destroyed, and a
-  // last one with phase "exited" on destruction.
+  // last one with phase "exited" on destruction. An empty path beats nowhere (the ranks other than
+  // 0 of a multi-GPU run: rank 0's heartbeat is the run's).
   Heartbeat(std::filesystem::path path, double interval_s = 5.0);
   ~Heartbeat();
   Heartbeat(const Heartbeat&) = delete;

@@ -16,6 +16,7 @@ nlohmann::json finite_or_null(double v) {
 }
 
 MetricsWriter::MetricsWriter(const std::filesystem::path& path) : path_(path) {
+  if (path.empty()) return;  // a rank other than 0 of a multi-GPU run: rank 0 writes the rows
   std::error_code ec;
   const auto size = std::filesystem::file_size(path, ec);
   if (!ec && size > 0) {
@@ -42,12 +43,14 @@ MetricsWriter::~MetricsWriter() {
 }
 
 void MetricsWriter::write(const nlohmann::json& row) {
+  if (f_ == nullptr) return;
   const std::string line = row.dump() + "\n";
   if (std::fwrite(line.data(), 1, line.size(), f_) != line.size() || std::fflush(f_) != 0)
     throw std::runtime_error("cannot write " + path_.string() + ": " + std::strerror(errno));
 }
 
 void MetricsWriter::sync() {
+  if (f_ == nullptr) return;
   if (std::fflush(f_) != 0 || ::fsync(fileno(f_)) != 0)
     throw std::runtime_error("cannot fsync " + path_.string() + ": " + std::strerror(errno));
 }

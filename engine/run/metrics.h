@@ -22,6 +22,7 @@ class MetricsWriter {
  public:
   // Opens `path` for appending (creating it). A last line without its newline (the process died
   // while writing it) is cut off first, so the next row starts on a line of its own.
+  // An empty path writes nothing (the ranks other than 0 of a multi-GPU run).
   explicit MetricsWriter(const std::filesystem::path& path);
   ~MetricsWriter();
   MetricsWriter(const MetricsWriter&) = delete;

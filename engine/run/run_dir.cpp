@@ -27,6 +27,7 @@ nlohmann::json read_status(const std::filesystem::path& path) {
 }
 
 TrainLog::TrainLog(const std::filesystem::path& path, bool echo) : echo_(echo) {
+  if (path.empty()) return;  // a rank other than 0 of a multi-GPU run: nothing is written
   f_ = std::fopen(path.c_str(), "ab");
   if (f_ == nullptr) throw std::runtime_error("cannot open " + path.string() + ": " + std::strerror(errno));
 }
@@ -36,12 +37,14 @@ TrainLog::~TrainLog() {
 }
 
 void TrainLog::line(const std::string& message) {
+  if (f_ == nullptr) return;
   std::fprintf(f_, "%s %s\n", utc_timestamp().c_str(), message.c_str());
   std::fflush(f_);
   if (echo_) std::fprintf(stderr, "%s\n", message.c_str());
 }
 
 void TrainLog::warn(const std::string& message) {
+  if (f_ == nullptr) return;
   const bool echo = echo_;
   echo_ = false;
   line("warning: " + message);

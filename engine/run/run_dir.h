@@ -6,6 +6,7 @@
 //   DIR/checkpoints/     step_<10 digits>.ckpt, the newest two (checkpoint.h)
 //   DIR/status.json      written once the run has an outcome: succeeded, diverged or failed
 //   DIR/train.log        human-readable progress, appended across resumes
+//   DIR/rendezvous.json  multi-GPU runs only: where the ranks meet (ranks.h)
 #pragma once
 
 #include <cstdio>
@@ -38,7 +39,8 @@ void write_status(const std::filesystem::path& path, nlohmann::json status);
 nlohmann::json read_status(const std::filesystem::path& path);
 
 // train.log: one line per event, "YYYY-MM-DDTHH:MM:SSZ message", flushed at once. With `echo`,
-// the same line also goes to stderr (the terminal, or the executor's log).
+// the same line also goes to stderr (the terminal, or the executor's log). An empty path writes
+// nothing anywhere: the log of a rank other than 0 of a multi-GPU run (rank 0 writes the run's).
 class TrainLog {
  public:
   TrainLog(const std::filesystem::path& path, bool echo);

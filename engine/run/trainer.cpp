@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <csignal>
+#include <cstdlib>
 #include <memory>
 #include <numbers>
 #include <optional>
@@ -28,11 +29,13 @@
 #include "engine/run/backend.h"
 #include "engine/run/checkpoint.h"
 #include "engine/run/config.h"
+#include "engine/run/data_split.h"
 #include "engine/run/heartbeat.h"
 #include "engine/run/memory_need.h"
 #include "engine/run/metrics.h"
 #include "engine/run/optimizer.h"
 #include "engine/run/probe_rows.h"
+#include "engine/run/ranks.h"
 #include "engine/run/run_dir.h"
 #include "engine/run/schedule.h"
 
@@ -219,6 +222,8 @@ struct Setup {
   std::unique_ptr<TrainBackend> backend;  // config.device's
   EvalSet eval;
   std::optional<LoadedCheckpoint> checkpoint;
+  std::optional<RankInfo> rank;  // a rank of a data-parallel run (rank 0 alone writes)
+  bool writer() const { return !rank || rank->writer(); }
 };
 
 TrainResult result_from_status(const json& status, const RunConfig& c) {
@@ -237,7 +242,7 @@ void write_checkpoint_now(const Setup& s, const RunPaths& paths, TrainBackend& m
   st.tokens_seen = tokens;
   st.config_hash = s.hash;
   st.data_position = stream.position().to_json();
-  st.extra = {{"data_fingerprint", s.data->fingerprint()}};
+  st.extra = {{"data_fingerprint", s.data->fingerprint()}, {"gpus", s.config.gpus}};
   TrainState state = m.save_state();
   st.params = std::move(state.params);
   st.adam_m = std::move(state.adam_m);
@@ -251,6 +256,12 @@ TrainResult run_loop(Setup& s, const TrainOptions& o, const RunPaths& paths, Tra
   TrainBackend& m = *s.backend;
   const int64_t accum = c.grad_accum();
   const int b = c.train.micro_batch, t = c.model.seq_len;
+  // Data parallelism: this rank's micro-steps of each step (all of them without ranks). Only rank
+  // 0 writes (metrics, checkpoints, status); every rank runs the same loop, evaluations included,
+  // so that every decision (diverged, stop, the end) is taken by all of them at the same step.
+  const bool distributed = s.rank.has_value();
+  const bool writer = s.writer();
+  const RankShare share = distributed ? rank_share(accum, s.rank->world, s.rank->rank) : RankShare{0, accum};
 
   // Resume or start.
   int64_t step = 0, tokens = 0;
@@ -268,7 +279,7 @@ TrainResult run_loop(Setup& s, const TrainOptions& o, const RunPaths& paths, Tra
     log.line(o.resume ? "no checkpoint to resume from: starting from scratch" : "starting");
   }
 
-  MetricsWriter metrics(paths.metrics);
+  MetricsWriter metrics(writer ? paths.metrics : std::filesystem::path());
   heartbeat.set_step(step);
   heartbeat.set_phase("train");
 
@@ -292,7 +303,12 @@ TrainResult run_loop(Setup& s, const TrainOptions& o, const RunPaths& paths, Tra
                  {"grad_accum", accum},
                  {"threads", omp_get_max_threads()},
                  {"version", FP4LAB_VERSION}};
+  if (distributed) run_row["gpus"] = s.rank->world;  // data parallelism (absent: one process)
   metrics.write(run_row);
+  if (distributed)
+    log.line(fmt::format("data parallel over {} GPU(s): each takes {} of the {} micro-steps of a step, the gradients "
+                         "are summed with NCCL (fp32) after the last",
+                         s.rank->world, share.count, accum));
   log.line(fmt::format("model {}: {} parameters ({} non-embedding); recipe {}; {} steps of {} tokens "
                        "({} micro-steps of {}×{}); data {} ({}); device {} ({})",
                        model::describe(mc), model::total_params(mc), n_nonemb, c.recipe.name, c.train.steps,
@@ -321,7 +337,7 @@ TrainResult run_loop(Setup& s, const TrainOptions& o, const RunPaths& paths, Tra
   };
   const auto diverge = [&](int64_t at, const std::string& reason) {
     device_summary(at);
-    write_status(paths.status, {{"state", "diverged"}, {"step", at}, {"reason", reason}});
+    if (writer) write_status(paths.status, {{"state", "diverged"}, {"step", at}, {"reason", reason}});
     log.line(fmt::format("diverged at step {}: {}", at, reason));
     return TrainResult{Outcome::diverged, at, reason, 0};
   };
@@ -351,11 +367,15 @@ TrainResult run_loop(Setup& s, const TrainOptions& o, const RunPaths& paths, Tra
   // A fresh run measures its starting point.
   if (step == 0) {
     if (auto why = eval_now(0)) return diverge(0, *why);
-    if (c.probe.every > 0 && c.recipe.quantized) probe_now(0);
+    if (writer && c.probe.every > 0 && c.recipe.quantized) probe_now(0);
   }
 
   std::vector<int32_t> runs(static_cast<size_t>(b) * (t + 1));
   Tokens micro;
+  // Each micro-step's loss at its index, then (with ranks) the non-finite flag and the stop
+  // request: summed over the ranks with the gradients, each loss arrives exactly (the other ranks
+  // add zeros) and the loss below is summed in micro-step order whatever the number of ranks.
+  std::vector<double> scalars(static_cast<size_t>(accum) + 2, 0.0);
   const float grad_scale = 1.0f / static_cast<float>(accum);
   const int64_t log_every = std::max<int64_t>(1, c.train.steps / 50);
   const double session_start = monotonic_s();
@@ -366,15 +386,28 @@ TrainResult run_loop(Setup& s, const TrainOptions& o, const RunPaths& paths, Tra
     const double step_start = monotonic_s();
     const int64_t index = step;  // the step being taken, as the random streams number it
     m.zero_grads();
-    double loss_sum = 0.0;
+    std::fill(scalars.begin(), scalars.end(), 0.0);
     bool nonfinite = false;
-    for (int64_t k = 0; k < accum; ++k) {
-      stream->next_batch(b, t, std::span<int32_t>(runs));
+    // A micro-batch keeps its index k in the step as its micro-step in the random streams, on
+    // whichever rank trains it (NUMERICS.md §6).
+    read_step(*stream, b, t, accum, share, std::span<int32_t>(runs), [&](int64_t k) {
       split_sequences(runs.data(), b, t, micro);
       const model::PassResult r = m.forward_backward(micro.view(), ctx_at(index, static_cast<uint32_t>(k)), grad_scale);
-      loss_sum += r.loss;
+      scalars[static_cast<size_t>(k)] = r.loss;
       nonfinite = nonfinite || r.nonfinite;
+    });
+    bool stop_agreed = false;
+    if (distributed) {
+      // The gradients were scaled by 1/A per micro-step, so their fp32 sum over the ranks is the
+      // 1-GPU run's mean over the A micro-batches; only the order of the additions differs.
+      scalars[static_cast<size_t>(accum)] = nonfinite ? 1.0 : 0.0;
+      scalars[static_cast<size_t>(accum) + 1] = StopSignals::first() != 0 || index + 1 == o.stop_after ? 1.0 : 0.0;
+      m.all_reduce(scalars);
+      nonfinite = scalars[static_cast<size_t>(accum)] != 0.0;
+      stop_agreed = scalars[static_cast<size_t>(accum) + 1] != 0.0;
     }
+    double loss_sum = 0.0;
+    for (int64_t k = 0; k < accum; ++k) loss_sum += scalars[static_cast<size_t>(k)];
     const double loss = loss_sum / static_cast<double>(accum);
     const double norm = m.grad_norm();
     const double lr = learning_rate(c.train, index);
@@ -411,10 +444,14 @@ TrainResult run_loop(Setup& s, const TrainOptions& o, const RunPaths& paths, Tra
 
     if ((c.eval.every > 0 && step % c.eval.every == 0) || step == c.train.steps)
       if (auto why = eval_now(step)) return diverge(step, *why);
-    if (c.probe.every > 0 && c.recipe.quantized && step % c.probe.every == 0) probe_now(step);
+    if (writer && c.probe.every > 0 && c.recipe.quantized && step % c.probe.every == 0) probe_now(step);
 
-    const int stop = StopSignals::first() != 0 ? StopSignals::first() : (step == o.stop_after ? SIGTERM : 0);
-    if ((c.checkpoint.every > 0 && step % c.checkpoint.every == 0) || step == c.train.steps || stop != 0) {
+    // With ranks, the request the ranks agreed on in this step's all-reduce (a signal that reached
+    // one rank later counts in the next step), so that all of them stop after the same step.
+    const int stop = distributed ? (stop_agreed ? (StopSignals::first() != 0 ? StopSignals::first() : SIGTERM) : 0)
+                     : StopSignals::first() != 0 ? StopSignals::first()
+                                                 : (step == o.stop_after ? SIGTERM : 0);
+    if (writer && ((c.checkpoint.every > 0 && step % c.checkpoint.every == 0) || step == c.train.steps || stop != 0)) {
       heartbeat.set_phase("checkpoint");
       write_checkpoint_now(s, paths, m, *stream, step, tokens, metrics, log);
       heartbeat.set_phase("train");
@@ -428,7 +465,7 @@ TrainResult run_loop(Setup& s, const TrainOptions& o, const RunPaths& paths, Tra
   }
 
   device_summary(step);
-  write_status(paths.status, {{"state", "succeeded"}, {"step", step}, {"tokens", tokens}});
+  if (writer) write_status(paths.status, {{"state", "succeeded"}, {"step", step}, {"tokens", tokens}});
   log.line(fmt::format("succeeded: {} steps, {} tokens", step, tokens));
   return TrainResult{Outcome::succeeded, step, "", 0};
 }
@@ -463,55 +500,45 @@ std::string pick_device(RunConfig& config, const std::string& device_flag) {
 #endif
 }
 
-TrainResult train(const TrainOptions& o) {
-  // A first SIGTERM/SIGINT finishes the step and checkpoints; a second one kills at once.
-  const StopSignals signals(StopSignals::Second::kills);
-  const RunPaths paths(o.dir);
-  Setup s;
+namespace {
 
-  // ---- Input checks: nothing is written into the directory until all of them pass.
-  s.config = load_config(o.config);
-  s.device_choice = pick_device(s.config, o.device);  // part of the config (and hash)
-  if (std::string e = device_error(s.config.device); !e.empty()) throw UserError(o.config.string() + ": " + e);
-  s.hash = config_hash(s.config);
-  const std::string dir = o.dir.string();
-  // Lock the directory before reading anything in it, so what we read (status, checkpoints) cannot
-  // change under us. With --resume the directory may be created for that (an orchestrator always
-  // passes --resume); a fresh run's directory is locked once it exists (nobody else can be using a
-  // directory that did not exist).
-  std::optional<DirectoryLock> lock;
-  if (o.resume) {
-    std::error_code ec;
-    std::filesystem::create_directories(o.dir, ec);
-    if (ec) throw UserError("cannot create --dir " + dir + ": " + ec.message());
-  }
-  if (std::filesystem::is_directory(o.dir)) lock.emplace(o.dir);
-  if (!o.resume && holds_a_run(paths))
-    throw UserError(dir + " already holds a run: pass --resume to continue it, or choose a new --dir");
-  if (o.resume && std::filesystem::exists(paths.config)) {
-    std::string theirs;
-    try {
-      theirs = config_hash(load_config(paths.config));
-    } catch (const UserError& e) {
-      throw UserError(std::string("cannot resume: ") + e.what());
-    }
-    if (theirs != s.hash)
-      throw UserError("cannot resume " + dir + ": " + o.config.string() +
-                      " differs from the run's config.json: resume with " + paths.config.string() +
-                      " or choose a new --dir");
-  }
-  if (o.resume) {
-    // A run with an outcome is finished: resuming it again repeats the outcome, not the run.
-    const json status = read_status(paths.status);
-    const std::string state = status.is_object() && status.contains("state") && status["state"].is_string()
-                                  ? status["state"].get<std::string>()
-                                  : std::string();
-    if (state == "succeeded" || state == "diverged") {
-      TrainLog log(paths.log, o.echo);
-      log.line("nothing to do: the run already " + state);
-      return result_from_status(status, s.config);
+RunConfig planned(const TrainOptions& o, std::string* device_choice) {
+  RunConfig c = load_config(o.config);
+  std::string choice = pick_device(c, o.device);  // part of the config (and hash)
+  if (device_choice != nullptr) *device_choice = std::move(choice);
+  if (o.gpus > 0) set_gpus(c, o.gpus, "--gpus");
+  if (std::string e = device_error(c.device); !e.empty()) throw UserError(o.config.string() + ": " + e);
+  // Checked again now that the device is known (the config may have left it to pick_device).
+  if (std::string e = gpus_error(c, c.gpus); !e.empty()) throw UserError(o.config.string() + ": " + e);
+  if (o.rank && c.device != "cuda")
+    throw UserError(fmt::format("RANK={} is set, so this process is a rank of a multi-GPU run, which trains on "
+                                "device \"cuda\"; the run's device is \"{}\": unset RANK and WORLD_SIZE",
+                                o.rank->rank, c.device));
+  if (o.rank && o.rank->world != c.gpus)
+    throw UserError(fmt::format("WORLD_SIZE={} but the run trains on gpus = {}: pass --gpus {} (gpus is part of the "
+                                "run's config) or start {} rank(s)",
+                                o.rank->world, c.gpus, o.rank->world, c.gpus));
+#ifdef FP4LAB_HAVE_CUDA
+  if (c.gpus > 1 || o.rank) {
+    if (!cuda_model::nccl_built())
+      throw UserError(fmt::format("gpus = {}: this fp4lab was built without NCCL, which multi-GPU runs need; rebuild "
+                                  "it with NCCL (nccl.h and libnccl beside the CUDA toolkit) or train on 1 GPU",
+                                  c.gpus));
+    const int visible = cuda_model::cuda_device_count();
+    if (!o.rank && visible < c.gpus) {
+      const char* cvd = std::getenv("CUDA_VISIBLE_DEVICES");
+      throw UserError(fmt::format("gpus = {}: only {} GPU(s) are visible (CUDA_VISIBLE_DEVICES={}): train on at most "
+                                  "{} GPU(s) (--gpus) or make more visible",
+                                  c.gpus, visible, cvd ? cvd : "unset", visible));
     }
   }
+#endif
+  return c;
+}
+
+// Opens what every rank needs before it trains: the data, the backend (after the memory checks),
+// the held-out set.
+void open_run(Setup& s) {
   s.data = data::open_data(s.config.data);
   // Refused before anything large is allocated: what the run needs against what the machine has.
   check_memory(host_memory_need(s.config, s.data->vocab_size()), available_host_memory(), "host memory", s.config);
@@ -536,6 +563,115 @@ TrainResult train(const TrainOptions& o) {
     }
   }
   s.eval = make_eval_set(*s.data, s.config);
+}
+
+// The resume refusal for another number of GPUs: its own line, before the config's hash (which
+// holds gpus) would say only "differs".
+void refuse_other_gpus(int theirs, int ours, const std::string& what) {
+  if (theirs == ours) return;
+  throw UserError(fmt::format("cannot resume: {} was trained on {} GPU(s), this run asks for {}: resume with --gpus {} "
+                              "(another number of GPUs sums the gradients in another order, so gives other bits)",
+                              what, theirs, ours, theirs));
+}
+
+// A rank other than 0: waits for rank 0's rendezvous (written once all of the run's checks have
+// passed), opens the same run, reads the checkpoint rank 0 resumes from, joins the communicator
+// and runs the loop writing nothing.
+TrainResult train_follower(Setup& s, const TrainOptions& o) {
+  const RunPaths paths(o.dir);
+  const double timeout = rank_timeout_s();
+  const Rendezvous rv = wait_for_rendezvous(o.dir, s.rank->token, timeout);
+  if (rv.nccl_id.empty()) {
+    // Rank 0 found the run finished: its outcome, as rank 0 reports it.
+    const json status = read_status(paths.status);
+    if (status.is_object() && status.contains("state") && status["state"].is_string()) return result_from_status(status, s.config);
+    return TrainResult{};
+  }
+  open_run(s);
+  if (!rv.checkpoint.empty()) {
+    LoadedCheckpoint lc;
+    lc.path = rv.checkpoint;
+    std::string bytes;
+    try {
+      bytes = read_file(lc.path);
+    } catch (const std::runtime_error& e) {
+      throw std::runtime_error(fmt::format("rank {}: {}", s.rank->rank, e.what()));
+    }
+    lc.state = decode_checkpoint(bytes, lc.path.string());
+    if (lc.state.config_hash != s.hash || lc.state.params.size() != s.backend->n_params())
+      throw std::runtime_error(fmt::format("rank {}: {} is not this run's checkpoint", s.rank->rank, rv.checkpoint));
+    s.checkpoint = std::move(lc);
+  }
+  s.backend->connect_ranks(rv.nccl_id, s.rank->world, s.rank->rank, timeout);
+  TrainLog log(std::filesystem::path(), false);
+  Heartbeat heartbeat(std::filesystem::path(), o.heartbeat_interval_s);
+  return run_loop(s, o, paths, log, heartbeat);
+}
+
+}  // namespace
+
+RunConfig planned_config(const TrainOptions& o) { return planned(o, nullptr); }
+
+TrainResult train(const TrainOptions& o) {
+  // A first SIGTERM/SIGINT finishes the step and checkpoints; a second one kills at once.
+  const StopSignals signals(StopSignals::Second::kills);
+  const RunPaths paths(o.dir);
+  Setup s;
+
+  // ---- Input checks: nothing is written into the directory until all of them pass.
+  s.config = planned(o, &s.device_choice);
+  if (s.config.gpus > 1 && !o.rank)
+    throw std::logic_error("train(): a run on several GPUs is started rank by rank (launch_ranks)");
+  s.rank = o.rank;
+#ifdef FP4LAB_HAVE_CUDA
+  if (s.rank) cuda_model::select_cuda_device(s.rank->local_rank);  // before the run's first CUDA call
+#endif
+  s.hash = config_hash(s.config);
+  if (!s.writer()) return train_follower(s, o);
+  const std::string dir = o.dir.string();
+  // Lock the directory before reading anything in it, so what we read (status, checkpoints) cannot
+  // change under us. With --resume the directory may be created for that (an orchestrator always
+  // passes --resume); a fresh run's directory is locked once it exists (nobody else can be using a
+  // directory that did not exist).
+  std::optional<DirectoryLock> lock;
+  if (o.resume) {
+    std::error_code ec;
+    std::filesystem::create_directories(o.dir, ec);
+    if (ec) throw UserError("cannot create --dir " + dir + ": " + ec.message());
+  }
+  if (std::filesystem::is_directory(o.dir)) lock.emplace(o.dir);
+  if (!o.resume && holds_a_run(paths))
+    throw UserError(dir + " already holds a run: pass --resume to continue it, or choose a new --dir");
+  if (o.resume && std::filesystem::exists(paths.config)) {
+    std::string theirs;
+    try {
+      const RunConfig run = load_config(paths.config);
+      refuse_other_gpus(run.gpus, s.config.gpus, dir);
+      theirs = config_hash(run);
+    } catch (const UserError& e) {
+      const std::string what = e.what();
+      throw UserError(what.rfind("cannot resume", 0) == 0 ? what : "cannot resume: " + what);
+    }
+    if (theirs != s.hash)
+      throw UserError("cannot resume " + dir + ": " + o.config.string() +
+                      " differs from the run's config.json: resume with " + paths.config.string() +
+                      " or choose a new --dir");
+  }
+  if (o.resume) {
+    // A run with an outcome is finished: resuming it again repeats the outcome, not the run.
+    const json status = read_status(paths.status);
+    const std::string state = status.is_object() && status.contains("state") && status["state"].is_string()
+                                  ? status["state"].get<std::string>()
+                                  : std::string();
+    if (state == "succeeded" || state == "diverged") {
+      TrainLog log(paths.log, o.echo);
+      log.line("nothing to do: the run already " + state);
+      // The other ranks learn it from the rendezvous (no NCCL id) and report the same.
+      if (s.rank && s.rank->world > 1) write_rendezvous(o.dir, Rendezvous{s.rank->token, "", ""});
+      return result_from_status(status, s.config);
+    }
+  }
+  open_run(s);
   if (o.resume) {
     try {
       s.checkpoint = load_latest_checkpoint(paths.checkpoints);
@@ -558,6 +694,10 @@ TrainResult train(const TrainOptions& o) {
         throw UserError("cannot resume: " + name + " was written against other data (fingerprint " +
                         fp.substr(0, 12) + ", \"" + s.config.data + "\" is " +
                         s.data->fingerprint().substr(0, 12) + ")");
+      const int their_gpus = st.extra.is_object() && st.extra.contains("gpus") && st.extra["gpus"].is_number_integer()
+                                 ? st.extra["gpus"].get<int>()
+                                 : 1;  // written before multi-GPU runs existed
+      refuse_other_gpus(their_gpus, s.config.gpus, name);
       if (st.params.size() != s.backend->n_params())
         throw UserError(fmt::format("cannot resume: {} holds {} parameters, the model has {}", name,
                                     st.params.size(), s.backend->n_params()));
@@ -585,6 +725,21 @@ TrainResult train(const TrainOptions& o) {
   std::filesystem::remove(paths.status, ec);  // a failed attempt's status: this attempt decides anew
   try {
     Heartbeat heartbeat(paths.heartbeat, o.heartbeat_interval_s);
+    if (s.rank) {
+      // Rank 0 draws the communicator's id and, every check passed, tells the other ranks where to
+      // find the run (rendezvous), then waits for them to join.
+      const double timeout = rank_timeout_s();
+#ifdef FP4LAB_HAVE_CUDA
+      const std::string id = cuda_model::nccl_unique_id();
+#else
+      const std::string id;  // unreachable: planned() refuses ranks without CUDA
+#endif
+      if (s.rank->world > 1)
+        write_rendezvous(o.dir, Rendezvous{s.rank->token, id,
+                                           s.checkpoint ? std::filesystem::absolute(s.checkpoint->path).string() : ""});
+      log.line(fmt::format("rank 0 of {}: waiting for the other ranks to join (NCCL)", s.rank->world));
+      s.backend->connect_ranks(id, s.rank->world, 0, timeout);
+    }
     return run_loop(s, o, paths, log, heartbeat);
   } catch (const std::exception& e) {
     try {

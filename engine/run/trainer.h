@@ -18,9 +18,11 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <optional>
 #include <string>
 
 #include "engine/run/config.h"
+#include "engine/run/ranks.h"
 
 namespace fp4::run {
 
@@ -30,6 +32,9 @@ struct TrainOptions {
   bool resume = false;                   // continue the run in `dir` (from scratch if it has none)
   int64_t stop_after = -1;               // act as if SIGTERM arrived during this step (tests)
   std::string device;                    // non-empty: overrides the config's device (--device)
+  int64_t gpus = 0;                      // > 0: overrides the config's gpus (--gpus)
+  // Set: this process is one rank of a data-parallel run (ranks.h; rank 0 alone writes DIR).
+  std::optional<RankInfo> rank;
   bool echo = true;                      // copy train.log's lines to stderr
   double heartbeat_interval_s = 5.0;
 };
@@ -56,7 +61,17 @@ int exit_code(const TrainResult& r);
 // it was chosen, for the log.
 std::string pick_device(RunConfig& config, const std::string& device_flag);
 
-// Runs (or resumes) the run. SIGTERM and SIGINT are caught for the duration: the current step
+// The config as the run would train it: loaded, the device picked, --gpus applied, and checked
+// for the GPUs it names (gpus_error once the device is known; with gpus > 1, a build with NCCL and
+// at least that many visible GPUs). Throws UserError. `fp4lab train` asks it whether to start
+// ranks (rank_launcher.h) or to train in this process.
+RunConfig planned_config(const TrainOptions& options);
+
+// Runs (or resumes) the run, or with options.rank its share of a data-parallel one: every rank
+// runs the same loop on its micro-batches (data_split.h), the gradients are summed over the ranks
+// after the last micro-step (TrainBackend::all_reduce), and every rank takes the same optimizer
+// step; rank 0 alone writes the run directory. A config with gpus > 1 needs options.rank (the
+// launcher's children have it). SIGTERM and SIGINT are caught for the duration: the current step
 // finishes, a checkpoint is written, and the result says interrupted; a second signal of the
 // same kind kills the process at once.
 TrainResult train(const TrainOptions& options);
