@@ -559,3 +559,64 @@ TEST_CASE("report of a store with fits of several grids shows the main grid's fi
   CHECK(fp4::test::documented_csv_files().size() >= 18);
   CHECK(fp4::test::undocumented_csv_files(out).empty());
 }
+
+TEST_CASE("report notes a fit that names the main grid whose TOML has changed since, chosen by rank over a later fit",
+          "[report][report_fits]") {
+  // The main grid's precision fit was made before its TOML was edited: one run it fitted (a size the
+  // edit dropped) is no longer one of the main grid's. A later precision fit of another grid's runs
+  // ranks below it (rank 4 against rank 3), so the report shows the older fit, and says why in a note.
+  ScratchDir dir;
+  fp4::test::HandStudy h(dir.path(), "fitted");
+  std::vector<fp4::sweeps::GridPoint> points;
+  for (int64_t n : {50000, 100000, 200000})
+    for (const char* recipe : {"bf16", "e2m1", "ufp4"})
+      points.push_back(h.add(fmt::format("n{}-{}", n, recipe), recipe, fmt::format("m{}", n), n, 100000, 0,
+                             fmt::format("m{}", n)));
+  h.record();
+  for (const auto& p : points)
+    h.train(p, [&](int64_t s) { return 3.0 + 0.01 * (10 - s); }, RunState::succeeded);
+  auto changed_fit = grid_fit("fitted", 0, points, 1764640000);
+  changed_fit.residuals.push_back({"id-dropped-by-the-edit", "n400000-ufp4", "ufp4", 4e5, 1e5, 2.9, 2.9, 0.0});
+  changed_fit.n_points = static_cast<int64_t>(changed_fit.residuals.size());
+  // The later fit: the ablation grid's runs, none of them the main grid's.
+  auto other_fit = grid_fit("fitted-ablation", 1, points, 1764650000);
+  for (auto& r : other_fit.residuals) r.run_id = "ablation-" + r.run_id;
+  for (auto* f : {&changed_fit, &other_fit}) f->id = fp4::fit::insert_fit(h.store(), *f);
+  REQUIRE(other_fit.id > changed_fit.id);
+  h.close();
+
+  const fs::path out = dir / "out";
+  const auto r = fp4::test::run_report("--store '" + h.store_path().string() + "' --out '" + out.string() + "'", dir.path());
+  INFO(r.err);
+  REQUIRE(r.exit_code == 0);
+  HtmlDom dom(fp4::test::slurp(out / "report.html"));
+  const std::string text = dom.text();
+  const auto tables = dom.tables();
+  auto table = [&](const std::string& prefix) -> const HtmlDom::TableData& {
+    for (const auto& t : tables)
+      if (t.caption.rfind(prefix, 0) == 0) return t;
+    FAIL("no table " << prefix);
+    return tables.front();
+  };
+  // The older fit is shown (E = 1.8, not the later fit's 1.818) and named with its reason.
+  const auto& params = table("Fitted parameters");
+  REQUIRE(params.rows.size() == 1);
+  CHECK(params.rows[0][2] == "10");
+  CHECK(params.rows[0][3].rfind(fp4::reports::fmt_number(1.8, 4) + " [", 0) == 0);
+  const auto& shown = table("The stored fits this report shows");
+  REQUIRE(shown.rows.size() == 1);
+  CHECK(shown.rows[0][0] == std::to_string(changed_fit.id));
+  CHECK(shown.rows[0][3] == "fitted");
+  CHECK(shown.rows[0][8] == "names the main grid, but of runs it no longer declares");
+  CHECK(shown.rows[0][9] == "1 other");
+  // The note: how many of its points are not the main grid's runs, and that the TOML changed.
+  CHECK(text.find("Not a fit of the main grid: the precision fit (joint) was made of 10 points, 1 of them not runs of "
+                  "the main grid (fitted (") != std::string::npos);
+  CHECK(text.find(") (it names the main grid, whose TOML has changed since); no fit of exactly the main grid's runs "
+                  "is stored. It is shown as stored; fp4lab fit STUDY.toml fits the main grid.") != std::string::npos);
+  CHECK(text.find("fitted on fitted-ablation") == std::string::npos);  // the later fit is passed over, not noted
+  const auto shown_csv = fp4::test::read_csv(fp4::test::slurp(out / "fits_shown.csv"));
+  REQUIRE(shown_csv.size() == 2);
+  CHECK(shown_csv[1][0] == std::to_string(changed_fit.id));
+  CHECK(shown_csv[1][11] == "3");  // rank grid_changed
+}
