@@ -45,6 +45,18 @@ inline run::CheckpointState final_state(const std::filesystem::path& dir) {
   return loaded->state;
 }
 
+// Two run directories hold the same run: every metrics row equal as JSON (every number bit for
+// bit) and the newest checkpoints' step, stream position, weights and AdamW moments bit-identical.
+inline void require_identical_runs(const std::filesystem::path& a, const std::filesystem::path& b) {
+  CHECK(plain_rows(read_rows(a)) == plain_rows(read_rows(b)));
+  const run::CheckpointState sa = final_state(a), sb = final_state(b);
+  CHECK(sa.step == sb.step);
+  CHECK(sa.data_position == sb.data_position);
+  CHECK(same_bits(sa.params, sb.params));
+  CHECK(same_bits(sa.adam_m, sb.adam_m));
+  CHECK(same_bits(sa.adam_v, sb.adam_v));
+}
+
 // Sets the OpenMP thread count for a scope. The trainer's results do not depend on it (a test
 // checks that); on a loaded machine one thread avoids OpenMP's barrier spinning, which turns a
 // two-second test into minutes when both cores are taken.

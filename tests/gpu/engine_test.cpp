@@ -37,6 +37,7 @@ using fp4::bf16_t;
 using fp4::test::final_state;
 using fp4::test::plain_rows;
 using fp4::test::read_rows;
+using fp4::test::require_identical_runs;
 using fp4::test::same_bits;
 using nlohmann::json;
 
@@ -98,16 +99,6 @@ std::vector<json> rows_of(const std::vector<json>& rows, const std::string& kind
   for (const json& r : rows)
     if (r["kind"] == kind) out.push_back(r);
   return out;
-}
-
-void require_same_run(const std::filesystem::path& a, const std::filesystem::path& b) {
-  CHECK(plain_rows(read_rows(a)) == plain_rows(read_rows(b)));  // JSON equality: every number bit for bit
-  const fp4::run::CheckpointState sa = final_state(a), sb = final_state(b);
-  CHECK(sa.step == sb.step);
-  CHECK(sa.data_position == sb.data_position);
-  CHECK(same_bits(sa.params, sb.params));
-  CHECK(same_bits(sa.adam_m, sb.adam_m));
-  CHECK(same_bits(sa.adam_v, sb.adam_v));
 }
 
 }  // namespace
@@ -340,7 +331,7 @@ TEST_CASE("cuda training is deterministic and resumes bit for bit", "[gpu][engin
   using fp4::run::Outcome;
   REQUIRE(train_run(config, tmp / "a", "").outcome == Outcome::succeeded);
   REQUIRE(train_run(config, tmp / "b", "").outcome == Outcome::succeeded);
-  require_same_run(tmp / "a", tmp / "b");
+  require_identical_runs(tmp / "a", tmp / "b");
 
   const fp4::run::TrainResult first = train_run(config, tmp / "split", "", false, 20);
   CHECK(first.outcome == Outcome::interrupted);
@@ -348,7 +339,7 @@ TEST_CASE("cuda training is deterministic and resumes bit for bit", "[gpu][engin
   const fp4::run::TrainResult second = train_run(config, tmp / "split", "", true);
   CHECK(second.outcome == Outcome::succeeded);
   CHECK(second.step == 40);
-  require_same_run(tmp / "a", tmp / "split");
+  require_identical_runs(tmp / "a", tmp / "split");
   if (recipe != "bf16") CHECK(rows_of(read_rows(tmp / "a"), "probe").size() == 5 * 4 * 6);
   std::printf("determinism %-5s: two runs and 20 + resume + 20 identical to 40 straight\n", recipe.c_str());
 }

@@ -37,6 +37,7 @@
 using fp4::test::final_state;
 using fp4::test::plain_rows;
 using fp4::test::read_rows;
+using fp4::test::require_identical_runs;
 using fp4::test::same_bits;
 using fp4::test::ScratchDir;
 using nlohmann::json;
@@ -74,16 +75,6 @@ fp4::run::TrainResult train_in_process(const std::filesystem::path& config, cons
   return fp4::run::train(o);
 }
 
-void require_same_run(const std::filesystem::path& a, const std::filesystem::path& b) {
-  CHECK(plain_rows(read_rows(a)) == plain_rows(read_rows(b)));  // JSON equality: every number bit for bit
-  const fp4::run::CheckpointState sa = final_state(a), sb = final_state(b);
-  CHECK(sa.step == sb.step);
-  CHECK(sa.data_position == sb.data_position);
-  CHECK(same_bits(sa.params, sb.params));
-  CHECK(same_bits(sa.adam_m, sb.adam_m));
-  CHECK(same_bits(sa.adam_v, sb.adam_v));
-}
-
 std::string q(const std::filesystem::path& p) {
   std::string s = "'";
   s += p.string();
@@ -108,13 +99,13 @@ TEST_CASE("nccl: a rank of a world of one gives the plain 1-GPU run's bits", "[g
   using fp4::run::Outcome;
   REQUIRE(train_in_process(config, tmp / "plain", false).outcome == Outcome::succeeded);
   REQUIRE(train_in_process(config, tmp / "rank", true).outcome == Outcome::succeeded);
-  require_same_run(tmp / "plain", tmp / "rank");
+  require_identical_runs(tmp / "plain", tmp / "rank");
   // Stopped through the ranks' agreed stop request, resumed as a rank: still the same bits.
   const fp4::run::TrainResult first = train_in_process(config, tmp / "split", true, false, 15);
   CHECK(first.outcome == Outcome::interrupted);
   CHECK(first.step == 15);
   CHECK(train_in_process(config, tmp / "split", true, true).outcome == Outcome::succeeded);
-  require_same_run(tmp / "plain", tmp / "split");
+  require_identical_runs(tmp / "plain", tmp / "split");
   std::printf("nccl N=1 %-5s: plain, rank-of-one and rank-of-one 15 + resume + 15 identical\n", recipe.c_str());
 }
 
@@ -133,7 +124,7 @@ TEST_CASE("nccl: two GPUs match themselves exactly and one GPU within the summat
   REQUIRE(train("one", "").exit_code == 0);
   REQUIRE(train("two-a", "--gpus 2").exit_code == 0);
   REQUIRE(train("two-b", "--gpus 2").exit_code == 0);
-  require_same_run(tmp / "two-a", tmp / "two-b");
+  require_identical_runs(tmp / "two-a", tmp / "two-b");
   // Stopped after step 20 (exit 143) and resumed: the bits of the run that was not stopped.
   CHECK(train("two-split", "--gpus 2 --stop-after 20").exit_code == 143);
   const fp4::test::CliRun other = train("two-split", "--gpus 1 --resume");
@@ -141,7 +132,7 @@ TEST_CASE("nccl: two GPUs match themselves exactly and one GPU within the summat
   CHECK_THAT(other.err, Catch::Contains("was trained on 2 GPU(s), this run asks for 1: resume with --gpus 2"));
   CHECK(std::count(other.err.begin(), other.err.end(), '\n') == 1);
   CHECK(train("two-split", "--gpus 2 --resume").exit_code == 0);
-  require_same_run(tmp / "two-a", tmp / "two-split");
+  require_identical_runs(tmp / "two-a", tmp / "two-split");
   // Against one GPU: the same batches, the same random numbers, other summation order only.
   const std::vector<double> a = losses(tmp / "one"), b = losses(tmp / "two-a");
   REQUIRE(a.size() == b.size());
