@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "base/user_error.h"
-#include "sweeps/process.h"
+#include "base/child_process.h"
 
 extern char** environ;
 
@@ -171,7 +171,7 @@ std::string run_gnuplot(const std::filesystem::path& gnuplot, const std::string&
     }
   }
   if (timed_out) ::kill(pid, SIGKILL);
-  const sweeps::ExitStatus status = sweeps::wait_child(pid);
+  const ExitStatus status = wait_child(pid);
   if (timed_out)
     throw std::runtime_error("gnuplot took more than " + std::to_string(static_cast<int>(timeout_s)) +
                              " s drawing " + what + " and was stopped");

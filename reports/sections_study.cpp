@@ -11,7 +11,7 @@
 #include "reports/escape.h"
 #include "reports/format.h"
 #include "reports/report_context.h"
-#include "sweeps/slurm.h"
+#include "base/shell_quote.h"
 
 namespace fp4::reports {
 
@@ -24,7 +24,7 @@ using sweeps::RunState;
 std::string shell_word(const std::string& s) {
   const bool plain = !s.empty() && s.find_first_not_of("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
                                                        "0123456789_./=:,+@%-") == std::string::npos;
-  return plain ? s : sweeps::shell_quote(s);
+  return plain ? s : shell_quote(s);
 }
 
 bool finished(RunState s) { return s == RunState::succeeded; }

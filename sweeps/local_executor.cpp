@@ -25,7 +25,7 @@
 #include "sweeps/gpu_list.h"
 #include "sweeps/lease_owner.h"
 #include "sweeps/mps_daemon.h"
-#include "sweeps/process.h"
+#include "base/child_process.h"
 #include "sweeps/provenance.h"
 #include "sweeps/run_dir_reader.h"
 #include "sweeps/run_duration.h"

@@ -6,7 +6,7 @@
 #include <cstdlib>
 #include <fmt/format.h>
 
-#include "sweeps/process.h"
+#include "base/child_process.h"
 
 namespace fp4::sweeps {
 

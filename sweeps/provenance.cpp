@@ -11,7 +11,7 @@
 #include <optional>
 
 #include "build_info.h"
-#include "sweeps/process.h"
+#include "base/child_process.h"
 
 namespace fp4::sweeps {
 

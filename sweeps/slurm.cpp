@@ -10,7 +10,8 @@
 #include "base/files.h"
 #include "base/format.h"
 #include "base/user_error.h"
-#include "sweeps/process.h"
+#include "base/child_process.h"
+#include "base/shell_quote.h"
 #include "sweeps/run_dir_reader.h"
 #include "sweeps/store.h"
 #include "sweeps/sweep_plan.h"
@@ -18,15 +19,6 @@
 namespace fp4::sweeps {
 
 namespace fs = std::filesystem;
-
-std::string shell_quote(const std::string& s) {
-  std::string q = "'";
-  for (char c : s) {
-    if (c == '\'') q += "'\\''";
-    else q += c;
-  }
-  return q + "'";
-}
 
 std::string sbatch_quote(const std::string& s) {
   std::string q = "\"";

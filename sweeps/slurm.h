@@ -33,8 +33,6 @@ struct SlurmOptions {
 // Returns the number of tasks written (0: nothing to run, and no file is written).
 int write_slurm_job(const SweepSpec& spec, const SlurmOptions& options, std::ostream& out);
 
-// Quotes a string for a POSIX shell: 'it'\''s'.
-std::string shell_quote(const std::string& s);
 // Quotes a string as sbatch reads the arguments of an #SBATCH line: "a \"b\" c\\d" (double quotes
 // group, a backslash escapes the next character, an unquoted '#' would start a comment).
 std::string sbatch_quote(const std::string& s);

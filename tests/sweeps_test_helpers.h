@@ -12,7 +12,7 @@
 #include <thread>
 #include <vector>
 
-#include "sweeps/process.h"
+#include "base/child_process.h"
 #include "tests/test_support.h"
 
 namespace fp4::test {
@@ -62,13 +62,13 @@ inline std::filesystem::path write_tiny_grid(const std::filesystem::path& dir, c
 
 // `fp4lab ARGS...` started in the background (argument vector, no shell), output to `log`.
 inline pid_t start_fp4lab(const std::vector<std::string>& args, const std::filesystem::path& log) {
-  sweeps::SpawnRequest r;
+  fp4::SpawnRequest r;
   r.argv.push_back(FP4LAB_BINARY);
   r.argv.insert(r.argv.end(), args.begin(), args.end());
   r.output = log;
-  return sweeps::spawn(r);
+  return fp4::spawn(r);
 }
 
-inline int wait_fp4lab(pid_t pid) { return sweeps::wait_child(pid).shell_code(); }
+inline int wait_fp4lab(pid_t pid) { return fp4::wait_child(pid).shell_code(); }
 
 }  // namespace fp4::test

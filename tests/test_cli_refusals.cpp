@@ -9,11 +9,11 @@
 
 #include "base/user_error.h"
 #include "sweeps/gpu_list.h"
-#include "sweeps/slurm.h"
+#include "base/shell_quote.h"
 #include "tests/sweeps_test_helpers.h"
 
 namespace fs = std::filesystem;
-using fp4::sweeps::shell_quote;
+using fp4::shell_quote;
 using fp4::test::ScratchDir;
 
 namespace {

@@ -8,7 +8,7 @@
 #include <sstream>
 #include <string>
 
-#include "sweeps/slurm.h"  // shell_quote
+#include "base/shell_quote.h"
 #include "tests/test_support.h"
 
 namespace fs = std::filesystem;
@@ -33,7 +33,7 @@ std::set<std::string> layout_entries(const std::string& readme) {
 // source is not a git checkout.
 std::set<std::string> tracked_top_directories(const fs::path& root) {
   std::set<std::string> out;
-  FILE* p = ::popen(("git -C " + fp4::sweeps::shell_quote(root.string()) + " ls-files 2>/dev/null").c_str(), "r");
+  FILE* p = ::popen(("git -C " + fp4::shell_quote(root.string()) + " ls-files 2>/dev/null").c_str(), "r");
   if (p == nullptr) return out;
   std::string text;
   char buf[4096];

@@ -16,7 +16,7 @@
 #include <cstdlib>
 #include <thread>
 
-#include "sweeps/process.h"
+#include "base/child_process.h"
 #include "tests/report_test_helpers.h"
 
 namespace fs = std::filesystem;
@@ -55,7 +55,7 @@ BrowserRun run_chromium(const std::string& chromium, const fs::path& work, const
   const fs::path profile = work / ("profile-" + std::to_string(n));
   const fs::path log = work / ("chromium-" + std::to_string(n++) + ".log");
   fs::create_directories(profile);
-  fp4::sweeps::SpawnRequest r;
+  fp4::SpawnRequest r;
   r.argv = {chromium, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
             "--disable-background-networking", "--disable-component-update", "--disable-sync",
             "--disable-extensions", "--disable-default-apps", "--no-default-browser-check", "--no-pings",
@@ -65,18 +65,18 @@ BrowserRun run_chromium(const std::string& chromium, const fs::path& work, const
   r.argv.push_back(url);
   r.output = log;
   r.env = {{"HOME", work.string()}};
-  const pid_t pid = fp4::sweeps::spawn(r);
+  const pid_t pid = fp4::spawn(r);
   // A hung browser must not hang the test: 120 s, then it is killed (with its process group).
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
   BrowserRun out;
   while (true) {
-    if (auto status = fp4::sweeps::poll_child(pid)) {
+    if (auto status = fp4::poll_child(pid)) {
       out.exit_code = status->shell_code();
       break;
     }
     if (std::chrono::steady_clock::now() > deadline) {
       ::kill(-pid, SIGKILL);
-      out.exit_code = fp4::sweeps::wait_child(pid).shell_code();
+      out.exit_code = fp4::wait_child(pid).shell_code();
       break;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(20));

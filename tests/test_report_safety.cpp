@@ -11,7 +11,7 @@
 
 #include "fit/stored_fit.h"
 #include "reports/escape.h"
-#include "sweeps/slurm.h"
+#include "base/shell_quote.h"
 #include "tests/report_test_helpers.h"
 
 namespace fs = std::filesystem;
@@ -134,8 +134,8 @@ TEST_CASE("report safety: hostile names are escaped for HTML, Markdown, CSV and 
   CHECK(html.find("<svg onload") == std::string::npos);
 
   // The commands to reproduce quote the path for a POSIX shell.
-  CHECK(text.find("fp4lab sweep run " + fp4::sweeps::shell_quote(evil_file)) != std::string::npos);
-  CHECK(fp4::sweeps::shell_quote(evil_file).find("'\\''x'\\''") != std::string::npos);
+  CHECK(text.find("fp4lab sweep run " + fp4::shell_quote(evil_file)) != std::string::npos);
+  CHECK(fp4::shell_quote(evil_file).find("'\\''x'\\''") != std::string::npos);
 
   // SVG: well-formed, and gnuplot printed the names (legend, titles) as text, not as markup.
   for (const std::string& svg : fp4::test::inline_svgs(html)) {

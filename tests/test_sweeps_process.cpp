@@ -7,12 +7,13 @@
 #include <unistd.h>
 
 #include "sweeps/lease_owner.h"
-#include "sweeps/process.h"
-#include "sweeps/slurm.h"
+#include "base/child_process.h"
+#include "base/shell_quote.h"
 #include "sweeps/sweep_plan.h"
 #include "tests/test_support.h"
 
 namespace fs = std::filesystem;
+using namespace fp4;
 using namespace fp4::sweeps;
 
 TEST_CASE("spawn passes arguments verbatim, sets cwd and env, and appends output", "[sweeps][sweeps_process]") {

@@ -7,11 +7,12 @@
 #include <filesystem>
 #include <string>
 
+#include "base/shell_quote.h"
 #include "sweeps/slurm.h"
 #include "tests/sweeps_test_helpers.h"
 
 namespace fs = std::filesystem;
-using fp4::sweeps::shell_quote;
+using fp4::shell_quote;
 using fp4::test::ScratchDir;
 
 namespace {

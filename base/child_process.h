@@ -1,4 +1,4 @@
-// process.h — child processes for the executors: fork/exec with an argument vector (never a
+// child_process.h — child processes (the executors' trainers, the report's gnuplot): fork/exec with an argument vector (never a
 // shell, so no path or value is ever re-parsed), a working directory, extra environment
 // variables, and stdout/stderr appended to a log file.
 //
@@ -17,7 +17,7 @@
 #include <utility>
 #include <vector>
 
-namespace fp4::sweeps {
+namespace fp4 {
 
 struct SpawnRequest {
   std::vector<std::string> argv;                            // argv[0] is the executable's path
@@ -53,4 +53,4 @@ std::optional<std::string> capture_output(const std::vector<std::string>& argv);
 // The running fp4lab executable's path (/proc/self/exe), so children run the same build.
 std::filesystem::path self_executable();
 
-}  // namespace fp4::sweeps
+}  // namespace fp4

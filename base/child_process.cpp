@@ -1,5 +1,5 @@
 // process.cpp — see process.h.
-#include "sweeps/process.h"
+#include "base/child_process.h"
 
 #include <fcntl.h>
 #include <signal.h>
@@ -14,7 +14,7 @@
 
 extern char** environ;
 
-namespace fp4::sweeps {
+namespace fp4 {
 
 namespace {
 
@@ -212,4 +212,4 @@ std::filesystem::path self_executable() {
   return p;
 }
 
-}  // namespace fp4::sweeps
+}  // namespace fp4
