@@ -132,8 +132,7 @@ pid_t spawn(const SpawnRequest& r) {
   return pid;
 }
 
-namespace {
-ExitStatus decode(int status) {
+ExitStatus exit_status_of(int status) {
   ExitStatus s;
   if (WIFSIGNALED(status)) {
     s.signaled = true;
@@ -143,13 +142,12 @@ ExitStatus decode(int status) {
   }
   return s;
 }
-}  // namespace
 
 std::optional<ExitStatus> poll_child(pid_t pid) {
   int status = 0;
   for (;;) {
     const pid_t r = ::waitpid(pid, &status, WNOHANG);
-    if (r == pid) return decode(status);
+    if (r == pid) return exit_status_of(status);
     if (r == 0) return std::nullopt;
     if (errno == EINTR) continue;
     throw std::runtime_error("waitpid(" + std::to_string(pid) + "): " + std::strerror(errno));
@@ -160,7 +158,7 @@ ExitStatus wait_child(pid_t pid) {
   int status = 0;
   for (;;) {
     const pid_t r = ::waitpid(pid, &status, 0);
-    if (r == pid) return decode(status);
+    if (r == pid) return exit_status_of(status);
     if (errno == EINTR) continue;
     throw std::runtime_error("waitpid(" + std::to_string(pid) + "): " + std::strerror(errno));
   }

@@ -41,6 +41,9 @@ struct ExitStatus {
   std::string describe() const;  // "exit code 1", "killed by SIGKILL"
 };
 
+// A waitpid() status decoded.
+ExitStatus exit_status_of(int wait_status);
+
 // Non-blocking: the status when `pid` has exited (it is then reaped), nothing while it runs.
 std::optional<ExitStatus> poll_child(pid_t pid);
 // Blocks until `pid` exits.

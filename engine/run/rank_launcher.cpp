@@ -14,6 +14,7 @@
 
 #include <fmt/format.h>
 
+#include "base/child_process.h"
 #include "base/clock.h"
 #include "base/stop_signals.h"
 #include "engine/run/ranks.h"
@@ -40,13 +41,10 @@ std::string describe(int status) {
 }
 
 LaunchOutcome outcome_of(int status) {
+  const ExitStatus s = exit_status_of(status);
   LaunchOutcome o;
-  if (WIFSIGNALED(status)) {
-    o.signaled = true;
-    o.code = WTERMSIG(status);
-  } else {
-    o.code = WEXITSTATUS(status);
-  }
+  o.signaled = s.signaled;
+  o.code = s.code;
   return o;
 }
 
