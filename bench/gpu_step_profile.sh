@@ -6,7 +6,9 @@
 # The step has the benchmark's shape (bench/gpu_train.sh: seq 1024, 8 sequences a micro-step) but
 # one micro-step per optimizer step (8192 tokens), so one step is few enough launches for ncu;
 # the breakdown weighs the micro-step's kernels by MICRO_STEPS (default 8, the 65536-token step).
-# Usage: bench/gpu_step_profile.sh FP4LAB_BINARY SIZE RECIPE [OUT_DIR]
+# MICRO_BATCH (default 8) sets the sequences of the micro-step: 16 is the first study's shape
+# (results/first-study/study.toml: 131072 tokens a step, so MICRO_STEPS=8 there too).
+# Usage: [MICRO_BATCH=16] bench/gpu_step_profile.sh FP4LAB_BINARY SIZE RECIPE [OUT_DIR]
 set -euo pipefail
 bin=$1
 size=$2
@@ -18,8 +20,8 @@ trap 'rm -rf "$work"' EXIT
 cat >"$work/config.json" <<JSON
 {"model": {"preset": "$size", "seq_len": 1024}, "recipe": "$recipe", "device": "cuda",
  "data": "synthetic:markov?order=1&vocab=256&branch=64&seed=0",
- "train": {"steps": 2, "batch_tokens": 8192, "micro_batch": 8},
- "eval": {"every": 0, "tokens": 8192}, "checkpoint": {"every": 0}}
+ "train": {"steps": 2, "batch_tokens": $((${MICRO_BATCH:-8} * 1024)), "micro_batch": ${MICRO_BATCH:-8}},
+ "eval": {"every": 0, "tokens": $((${MICRO_BATCH:-8} * 1024))}, "checkpoint": {"every": 0}}
 JSON
 ncu --clock-control none --metrics gpu__time_duration.sum --csv \
   "$bin" train --config "$work/config.json" --dir "$work/run" --quiet \

@@ -75,6 +75,10 @@ class CudaBackend final : public run::TrainBackend {
                                      float grad_scale) override {
     return model_.forward_backward(batch, ctx, grad_scale);
   }
+  void enqueue_pass(const model::Batch& batch, const model::StepContext& ctx, float grad_scale) override {
+    model_.enqueue_forward_backward(batch, ctx, grad_scale);
+  }
+  std::vector<model::PassResult> finish_passes() override { return model_.finish_forward_backward(); }
   model::EvalResult evaluate(const model::Batch& batch, const model::StepContext& ctx) override {
     return model_.evaluate(batch, ctx);
   }

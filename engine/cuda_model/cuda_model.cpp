@@ -8,8 +8,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
+#include <cstring>
 #include <stdexcept>
 #include <string>
+#include <utility>
 
 #include "base/user_error.h"
 #include "engine/quantized_linear.h"
@@ -64,10 +67,16 @@ CudaModel::CudaModel(const model::ModelConfig& config, const engine::Recipe& rec
   FP4_CUDA_CHECK(cudaMemcpyAsync(scalars_.get(), kScalars, sizeof(kScalars), cudaMemcpyHostToDevice, stream_));
   FP4_CUDA_CHECK(cudaMemsetAsync(params_.get(), 0, n_params_ * sizeof(float), stream_));
   FP4_CUDA_CHECK(cudaMemsetAsync(grads_.get(), 0, n_params_ * sizeof(float), stream_));
+  pending_loss_.reserve(kPendingSlots);
+  pending_flags_.reserve(kPendingSlots);
   FP4_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  const char* graphs = std::getenv("FP4LAB_CUDA_GRAPHS");
+  graphs_on_ = graphs == nullptr || std::strcmp(graphs, "0") != 0;
 }
 
 CudaModel::~CudaModel() {
+  for (PassGraph& g : pass_graphs_)
+    if (g.exec != nullptr) cudaGraphExecDestroy(g.exec);  // best effort, as below
   if (stream_) {
     cudaStreamSynchronize(stream_);  // destructors must not throw: best effort
     cudaStreamDestroy(stream_);
@@ -370,6 +379,7 @@ void CudaModel::prepare(const model::Batch& batch) {
     weight_copies_ = std::vector<WeightCopy>(weight_slots);
     weight_ts_.reserve(weight_slots);
     weight_flags_.reserve(weight_slots);
+    pending_weight_flags_.reserve(kPendingSlots * weight_slots);
   }
   weight_used_.assign(weight_slots, 0);
   if (weights_stale_) {
@@ -383,6 +393,25 @@ void CudaModel::prepare(const model::Batch& batch) {
 }
 
 double CudaModel::run(const model::StepContext& ctx, bool backward, float grad_scale, bool* finite) {
+  enqueue_pass(ctx, backward, grad_scale);
+  cudaStream_t st = stream_;
+  double loss_sum = 0.0;
+  unsigned flag = 0;
+  std::vector<unsigned> weight_flags(weight_used_.size(), 0u);
+  FP4_CUDA_CHECK(cudaMemcpyAsync(&loss_sum, loss_sum_.get(), sizeof(double), cudaMemcpyDeviceToHost, st));
+  FP4_CUDA_CHECK(cudaMemcpyAsync(&flag, nonfinite_.get(), sizeof(unsigned), cudaMemcpyDeviceToHost, st));
+  if (recipe().quantized)
+    FP4_CUDA_CHECK(cudaMemcpyAsync(weight_flags.data(), weight_flags_.get(), weight_flags.size() * sizeof(unsigned),
+                                   cudaMemcpyDeviceToHost, st));
+  FP4_CUDA_CHECK(cudaStreamSynchronize(st));
+  // The weight copies this pass used count as its own quantizations (a kept copy flags every pass).
+  for (size_t i = 0; i < weight_flags.size(); ++i)
+    if (weight_used_[i]) flag |= weight_flags[i];
+  *finite = flag == 0 && std::isfinite(loss_sum);
+  return loss_sum;
+}
+
+void CudaModel::enqueue_pass(const model::StepContext& ctx, bool backward, float grad_scale) {
   const model::ModelConfig& c = config();
   const int L = c.n_layers, d = c.d_model, f = c.d_ff, V = c.vocab_size;
   const int H = c.n_heads, hd = c.head_dim, R = rows_, B = batch_, S = seq_;
@@ -518,30 +547,126 @@ double CudaModel::run(const model::StepContext& ctx, bool backward, float grad_s
     }
     if (probe_ == nullptr) cuda::embedding_backward(inputs, dres_.get(), R, d, V, grad(tok_emb_), ws_ops_, st);
   }
+}
 
-  double loss_sum = 0.0;
-  unsigned flag = 0;
-  std::vector<unsigned> weight_flags(weight_used_.size(), 0u);
-  FP4_CUDA_CHECK(cudaMemcpyAsync(&loss_sum, loss_sum_.get(), sizeof(double), cudaMemcpyDeviceToHost, st));
-  FP4_CUDA_CHECK(cudaMemcpyAsync(&flag, nonfinite_.get(), sizeof(unsigned), cudaMemcpyDeviceToHost, st));
-  if (recipe().quantized)
-    FP4_CUDA_CHECK(cudaMemcpyAsync(weight_flags.data(), weight_flags_.get(), weight_flags.size() * sizeof(unsigned),
-                                   cudaMemcpyDeviceToHost, st));
-  FP4_CUDA_CHECK(cudaStreamSynchronize(st));
-  // The weight copies this pass used count as its own quantizations (a kept copy flags every pass).
-  for (size_t i = 0; i < weight_flags.size(); ++i)
-    if (weight_used_[i]) flag |= weight_flags[i];
-  *finite = flag == 0 && std::isfinite(loss_sum);
-  return loss_sum;
+// ---- Training passes: enqueued, through CUDA graphs, finished together ------------------------------
+
+bool CudaModel::weight_copies_stale() const {
+  for (size_t i = 0; i < weight_copies_.size(); ++i)
+    if (weight_copies_[i].version != weights_version_) return true;
+  return false;
+}
+
+void CudaModel::drop_graph(PassGraph& g) {
+  if (g.exec != nullptr) FP4_CUDA_CHECK(cudaGraphExecDestroy(g.exec));
+  g = PassGraph{};
+}
+
+void CudaModel::launch_training_pass(const model::StepContext& ctx, float grad_scale) {
+  if (!graphs_on_ || probe_ != nullptr) {
+    enqueue_pass(ctx, true, grad_scale);
+    return;
+  }
+  PassGraph& g = pass_graphs_[recipe().quantized && weight_copies_stale() ? 1 : 0];
+  const uint64_t allocations = cuda::device_allocation_count().load(std::memory_order_relaxed);
+  if (!g.warmed || g.rows != rows_ || g.batch != batch_ || g.grad_scale != grad_scale || g.allocations != allocations) {
+    // A new shape, or buffers that may have moved: run directly (this pass makes what it needs),
+    // and capture the next pass of the shape if nothing was allocated in between.
+    drop_graph(g);
+    enqueue_pass(ctx, true, grad_scale);
+    g.rows = rows_;
+    g.batch = batch_;
+    g.grad_scale = grad_scale;
+    g.allocations = cuda::device_allocation_count().load(std::memory_order_relaxed);
+    g.warmed = true;
+    return;
+  }
+  if (g.exec == nullptr || recipe().quantized) {
+    cudaGraph_t graph = nullptr;
+    FP4_CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeRelaxed));
+    try {
+      enqueue_pass(ctx, true, grad_scale);
+    } catch (...) {
+      cudaStreamEndCapture(stream_, &graph);  // leave the stream usable; the error is the one thrown
+      if (graph != nullptr) cudaGraphDestroy(graph);
+      throw;
+    }
+    FP4_CUDA_CHECK(cudaStreamEndCapture(stream_, &graph));
+    if (g.exec != nullptr) {
+      cudaGraphExecUpdateResultInfo info{};
+      if (cudaGraphExecUpdate(g.exec, graph, &info) != cudaSuccess) {
+        // Another topology than the graph's (a pass that remade weight copies the other did not):
+        // instantiated afresh below.
+        cudaGetLastError();
+        FP4_CUDA_CHECK(cudaGraphExecDestroy(g.exec));
+        g.exec = nullptr;
+      }
+    }
+    if (g.exec == nullptr) {
+      const cudaError_t err = cudaGraphInstantiate(&g.exec, graph, 0);
+      cudaGraphDestroy(graph);
+      FP4_CUDA_CHECK(err);
+    } else {
+      FP4_CUDA_CHECK(cudaGraphDestroy(graph));
+    }
+  }
+  FP4_CUDA_CHECK(cudaGraphLaunch(g.exec, stream_));
+  ++graph_launches_;
+}
+
+void CudaModel::enqueue_forward_backward(const model::Batch& batch, const model::StepContext& ctx, float grad_scale) {
+  host_.validate_batch(batch, ctx, true);
+  if (pending_rows_.size() == kPendingSlots) harvest_pending();
+  prepare(batch);
+  launch_training_pass(ctx, grad_scale);
+  const size_t i = pending_rows_.size();
+  FP4_CUDA_CHECK(cudaMemcpyAsync(pending_loss_.get() + i, loss_sum_.get(), sizeof(double), cudaMemcpyDeviceToDevice,
+                                 stream_));
+  FP4_CUDA_CHECK(cudaMemcpyAsync(pending_flags_.get() + i, nonfinite_.get(), sizeof(unsigned),
+                                 cudaMemcpyDeviceToDevice, stream_));
+  const size_t w = weight_used_.size();
+  if (recipe().quantized && w > 0)
+    FP4_CUDA_CHECK(cudaMemcpyAsync(pending_weight_flags_.get() + i * w, weight_flags_.get(), w * sizeof(unsigned),
+                                   cudaMemcpyDeviceToDevice, stream_));
+  pending_used_.push_back(weight_used_);
+  pending_rows_.push_back(rows_);
+}
+
+void CudaModel::harvest_pending() {
+  const size_t n = pending_rows_.size();
+  if (n == 0) return;
+  const size_t w = weight_used_.size();
+  std::vector<double> loss(n);
+  std::vector<unsigned> flags(n), weight_flags(n * w, 0u);
+  FP4_CUDA_CHECK(cudaMemcpyAsync(loss.data(), pending_loss_.get(), n * sizeof(double), cudaMemcpyDeviceToHost, stream_));
+  FP4_CUDA_CHECK(cudaMemcpyAsync(flags.data(), pending_flags_.get(), n * sizeof(unsigned), cudaMemcpyDeviceToHost,
+                                 stream_));
+  if (recipe().quantized && w > 0)
+    FP4_CUDA_CHECK(cudaMemcpyAsync(weight_flags.data(), pending_weight_flags_.get(), n * w * sizeof(unsigned),
+                                   cudaMemcpyDeviceToHost, stream_));
+  FP4_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  for (size_t p = 0; p < n; ++p) {
+    unsigned flag = flags[p];
+    // The weight copies a pass used count as its own quantizations (a kept copy flags every pass).
+    for (size_t i = 0; i < w && i < pending_used_[p].size(); ++i)
+      if (pending_used_[p][i]) flag |= weight_flags[p * w + i];
+    const bool finite = flag == 0 && std::isfinite(loss[p]);
+    harvested_.push_back(model::PassResult{loss[p] / pending_rows_[p], !finite});
+  }
+  pending_used_.clear();
+  pending_rows_.clear();
+}
+
+std::vector<model::PassResult> CudaModel::finish_forward_backward() {
+  harvest_pending();
+  return std::exchange(harvested_, {});
 }
 
 model::PassResult CudaModel::forward_backward(const model::Batch& batch, const model::StepContext& ctx,
                                               float grad_scale) {
-  host_.validate_batch(batch, ctx, true);
-  prepare(batch);
-  bool finite = true;
-  const double sum = run(ctx, true, grad_scale, &finite);
-  return model::PassResult{sum / rows_, !finite};
+  enqueue_forward_backward(batch, ctx, grad_scale);
+  std::vector<model::PassResult> done = finish_forward_backward();
+  return done.back();
 }
 
 // ---- The shrinkage probe --------------------------------------------------------------------------

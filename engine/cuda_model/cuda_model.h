@@ -107,7 +107,17 @@ class CudaModel {
   std::vector<float> grads_to_host() const;
 
   void zero_grads();
+  // One training pass, finished: enqueue_forward_backward() then finish_forward_backward().
   model::PassResult forward_backward(const model::Batch& batch, const model::StepContext& ctx, float grad_scale = 1.0f);
+  // A training pass that does not wait: the kernels are enqueued (through a CUDA graph where one
+  // serves, see PassGraph) and the call returns as soon as `batch` is staged, so the host prepares
+  // the next micro-step while the GPU still runs this one. finish_forward_backward() waits once and
+  // returns the results of every pass enqueued since its last call, in order. Same bits as passes
+  // run one at a time: the same kernels in the same order on one stream.
+  void enqueue_forward_backward(const model::Batch& batch, const model::StepContext& ctx, float grad_scale = 1.0f);
+  std::vector<model::PassResult> finish_forward_backward();
+  // How many training passes ran as a CUDA graph launch (tests: the graphs are really used).
+  uint64_t graph_launches() const { return graph_launches_; }
   model::EvalResult evaluate(const model::Batch& batch, const model::StepContext& ctx = {});
 
   // Device buffers of n_params() floats, for the optimizer (which runs on stream()). Whoever
@@ -140,7 +150,16 @@ class CudaModel {
   };
 
   void prepare(const model::Batch& batch);  // sizes buffers, uploads tokens, remakes bf16 weights
+  // One pass over the prepared batch, waited for: its loss sum and whether it stayed finite.
   double run(const model::StepContext& ctx, bool backward, float grad_scale, bool* finite);
+  // The kernels of one pass, enqueued on stream_ without waiting: the loss sum lands in loss_sum_,
+  // the quantizers' flag in nonfinite_ (the weight copies' in weight_flags_).
+  void enqueue_pass(const model::StepContext& ctx, bool backward, float grad_scale);
+  // enqueue_pass(ctx, true, grad_scale), through a CUDA graph where one serves.
+  void launch_training_pass(const model::StepContext& ctx, float grad_scale);
+  bool weight_copies_stale() const;  // some weight copy predates the current weights
+  // Waits for the pending passes and appends their results to harvested_.
+  void harvest_pending();
   void store(float* p, size_t n);  // round_to_bf16 in Storage::bf16 mode
   // An op's output store: rounded to bf16 in Storage::bf16 mode, with an optional bf16 copy.
   cuda::StoreOut store_out(bf16_t* copy = nullptr) const;
@@ -190,6 +209,39 @@ class CudaModel {
   // buffer (the kept weight copies stay as they are) and measured.
   const bf16_t* probe_weight_copy(const engine::LinearSite& s, int block, int pos, engine::Slot slot,
                                   const QuantSpec& spec, const float** tensor_scale);
+
+  // CUDA graphs of the training pass. A study's small models spend most of a pass launching
+  // kernels that run for microseconds; a graph launches the whole pass at once. A pass's buffers,
+  // shapes and kernels are fixed by its shape, so: the first pass of a shape runs directly (it
+  // makes every buffer), the next is captured (cudaStreamCaptureModeRelaxed) and instantiated;
+  // later passes replay it. Under a quantized recipe the quantizers' kernel arguments change every
+  // micro-step (Philox streams, steps, RHT signs), so every pass is captured again and the
+  // instantiated graph updated in place (cudaGraphExecUpdate: same topology, new arguments); a bf16
+  // pass has no argument that changes and replays as captured. A graph holds raw device pointers:
+  // it is used only while cuda::device_allocation_count() is the count it was made at. Two per
+  // model: micro-step 0 of an optimizer step remakes the weight slots' copies, the others do not.
+  // FP4LAB_CUDA_GRAPHS=0 in the environment turns them off (every pass launched kernel by kernel).
+  struct PassGraph {
+    cudaGraphExec_t exec = nullptr;
+    int rows = 0, batch = 0;
+    float grad_scale = 0.0f;
+    uint64_t allocations = 0;  // device_allocation_count() after the direct pass of this shape
+    bool warmed = false;       // that direct pass ran
+  };
+  bool graphs_on_ = true;
+  uint64_t graph_launches_ = 0;
+  PassGraph pass_graphs_[2];  // [remakes the weight copies]
+  void drop_graph(PassGraph& g);
+
+  // Passes enqueued and not yet finished: pass i's loss sum, quantizer flag and weight copies'
+  // flags are copied on the device into slot i (so no pass waits for the host), with its row count
+  // and which weight copies it used kept here. kPendingSlots passes at most: one more waits for them.
+  static constexpr size_t kPendingSlots = 64;
+  DeviceArray<double> pending_loss_;
+  DeviceArray<unsigned> pending_flags_, pending_weight_flags_;
+  std::vector<std::vector<unsigned char>> pending_used_;
+  std::vector<int> pending_rows_;
+  std::vector<model::PassResult> harvested_;
 
   model::Model host_;  // validation, initialization, views (it never runs a pass)
   std::vector<bool> keep_bf16_;

@@ -12,6 +12,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "engine/model/transformer.h"
@@ -51,6 +52,14 @@ class TrainBackend {
   virtual model::PassResult forward_backward(const model::Batch& batch, const model::StepContext& ctx,
                                              float grad_scale) = 0;
   virtual model::EvalResult evaluate(const model::Batch& batch, const model::StepContext& ctx) = 0;
+  // A micro-step's training pass whose result may come later (the trainer's path): enqueue_pass()
+  // starts it, finish_passes() returns the results of every pass enqueued since its last call, in
+  // order. The default runs each pass at once (forward_backward); the CUDA backend enqueues them
+  // back to back, so the host reads and uploads micro-batch k+1 while the GPU trains on k.
+  virtual void enqueue_pass(const model::Batch& batch, const model::StepContext& ctx, float grad_scale) {
+    finished_passes_.push_back(forward_backward(batch, ctx, grad_scale));
+  }
+  virtual std::vector<model::PassResult> finish_passes() { return std::exchange(finished_passes_, {}); }
   // sqrt(Σ g²), the squares summed in fp64 in a fixed order (optimizer.h's global_grad_norm on the
   // CPU, ops.cuh's sum_squares_f64 on the GPU).
   virtual double grad_norm() = 0;
@@ -78,6 +87,9 @@ class TrainBackend {
   // Backends without it (the CPU's) throw std::logic_error: the config refuses such runs first.
   virtual void connect_ranks(const std::string& nccl_id, int world, int rank, double timeout_s);
   virtual void all_reduce(std::span<double> scalars);
+
+ private:
+  std::vector<model::PassResult> finished_passes_;  // the default enqueue_pass's results
 };
 
 // The decay ranges AdamW needs: one per tensor, norm gains exempt.

@@ -376,6 +376,7 @@ TrainResult run_loop(Setup& s, const TrainOptions& o, const RunPaths& paths, Tra
   // request: summed over the ranks with the gradients, each loss arrives exactly (the other ranks
   // add zeros) and the loss below is summed in micro-step order whatever the number of ranks.
   std::vector<double> scalars(static_cast<size_t>(accum) + 2, 0.0);
+  std::vector<int64_t> micro_steps;  // the indices of the micro-steps enqueued in this step
   const float grad_scale = 1.0f / static_cast<float>(accum);
   const int64_t log_every = std::max<int64_t>(1, c.train.steps / 50);
   const double session_start = monotonic_s();
@@ -390,12 +391,22 @@ TrainResult run_loop(Setup& s, const TrainOptions& o, const RunPaths& paths, Tra
     bool nonfinite = false;
     // A micro-batch keeps its index k in the step as its micro-step in the random streams, on
     // whichever rank trains it (NUMERICS.md §6).
+    // The passes are enqueued as the micro-batches are read and finished together (a GPU runs
+    // micro-step k while the host reads k+1); each result keeps its micro-step's index.
+    micro_steps.clear();
     read_step(*stream, b, t, accum, share, std::span<int32_t>(runs), [&](int64_t k) {
       split_sequences(runs.data(), b, t, micro);
-      const model::PassResult r = m.forward_backward(micro.view(), ctx_at(index, static_cast<uint32_t>(k)), grad_scale);
-      scalars[static_cast<size_t>(k)] = r.loss;
-      nonfinite = nonfinite || r.nonfinite;
+      m.enqueue_pass(micro.view(), ctx_at(index, static_cast<uint32_t>(k)), grad_scale);
+      micro_steps.push_back(k);
     });
+    const std::vector<model::PassResult> passes = m.finish_passes();
+    if (passes.size() != micro_steps.size())
+      throw std::logic_error(fmt::format("trainer: {} micro-steps enqueued, {} results", micro_steps.size(),
+                                         passes.size()));
+    for (size_t j = 0; j < passes.size(); ++j) {
+      scalars[static_cast<size_t>(micro_steps[j])] = passes[j].loss;
+      nonfinite = nonfinite || passes[j].nonfinite;
+    }
     bool stop_agreed = false;
     if (distributed) {
       // The gradients were scaled by 1/A per micro-step, so their fp32 sum over the ranks is the

@@ -8,7 +8,9 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstddef>
+#include <cstdint>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -26,6 +28,14 @@ void throw_on_cuda_error(cudaError_t err, const char* what, const char* file, in
 #define FP4_CUDA_CHECK(expr) ::fp4::cuda::throw_on_cuda_error((expr), #expr, __FILE__, __LINE__)
 
 namespace fp4::cuda {
+
+// How many device allocations DeviceArray has made in this process. A captured CUDA graph holds
+// raw device pointers, so its owner replays it only while this count is the one it was captured
+// at: any allocation since (a buffer grown, reallocated or new) may have moved what it points to.
+inline std::atomic<uint64_t>& device_allocation_count() {
+  static std::atomic<uint64_t> count{0};
+  return count;
+}
 
 // n values of T in device memory, freed with the array. Reallocating (reserve beyond size()) drops
 // the contents. The copies to and from the host are synchronous.
@@ -88,7 +98,10 @@ class DeviceArray {
   }
 
  private:
-  void allocate(size_t n) { FP4_CUDA_CHECK(cudaMalloc(&ptr_, n * sizeof(T))); }
+  void allocate(size_t n) {
+    FP4_CUDA_CHECK(cudaMalloc(&ptr_, n * sizeof(T)));
+    device_allocation_count().fetch_add(1, std::memory_order_relaxed);
+  }
 
   T* ptr_ = nullptr;
   size_t size_ = 0;
