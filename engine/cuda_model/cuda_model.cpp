@@ -176,7 +176,38 @@ void quantize_copies(const bf16_t* src, int rows, int cols, const cuda::CopyOut*
   cuda::quantize_fused(src, rows, cols, r, c, flag, ws, stream);
 }
 
+// How many K chunks a block linear's weight gradient is cut into (Gemm::matmul_split_k). Each CTA
+// of a GEMM owns an output tile and walks all of K, and a small model's weights [m, n] are a few
+// tiles while K is the micro-batch's token count (16384 in the first study): a d2 model's wgrad
+// GEMMs kept 3 to 8 of the H200's 132 SMs busy and took two thirds of its step. K is cut so that
+// the product has at most 512 tile-sized pieces of work, in chunks of at least 512 rows; outputs of
+// 64 tiles or more (128×128) fill the GPU as they are and stay one GEMM. A function of the shape
+// alone, so the order of the fp32 sums is fixed too.
+int wgrad_chunks(int m, int n, int k) {
+  const int tiles = ((m + 127) / 128) * ((n + 127) / 128);
+  if (tiles >= 64) return 1;
+  int chunks = 32;
+  while (chunks > 1 && (tiles * chunks > 512 || k % chunks != 0 || k / chunks < 512)) chunks /= 2;
+  return chunks;
+}
+
 }  // namespace
+
+void CudaModel::weight_gradient(int n, int k, const float* alpha, const bf16_t* dy, const bf16_t* x, float* dw) {
+  const int t = rows_, chunks = wgrad_chunks(n, k, t);
+  if (chunks > 1) {
+    cuda::GemmShape g;  // dW [n, k] = dY [t, n]ᵀ · X [t, k]
+    g.trans_a = true;
+    g.m = n;
+    g.n = k;
+    g.k = t;
+    gemm_->matmul_split_k(g, chunks, alpha, dy, x, 1.0f, dw, wgrad_partials_.get(), stream_);
+  } else if (alpha == nullptr) {
+    gemm_->gemm(true, false, n, k, t, 1.0f, dy, x, 1.0f, dw, stream_);
+  } else {
+    gemm_->gemm_device_scalars(true, false, n, k, t, alpha, dy, x, scalars_.get() + 1, dw, stream_);
+  }
+}
 
 const float* CudaModel::alpha_of(const QuantSpec& a, const float* ts_a, const QuantSpec& b, const float* ts_b,
                                   float* slot) {
@@ -249,7 +280,7 @@ void CudaModel::linear_backward(const model::StepContext& ctx, int block, int po
   const engine::LinearSite s = site(ctx, block, pos);
   if (!engine::site_is_quantized(s)) {
     gemm_->gemm(false, false, t, k, n, 1.0f, dyb, wb, 0.0f, dx, stream_);  // dX = dY · W
-    if (probe_ == nullptr) gemm_->gemm(true, false, n, k, t, 1.0f, dyb, xb, 1.0f, dw, stream_);  // dW += dYᵀ · X
+    if (probe_ == nullptr) weight_gradient(n, k, nullptr, dyb, xb, dw);  // dW += dYᵀ · X
     return;
   }
   float* ts = tensor_scales_.get();
@@ -284,11 +315,7 @@ void CudaModel::linear_backward(const model::StepContext& ctx, int block, int po
   // still deterministic, and within the tolerance the GPU-vs-CPU tests hold (the GEMMs' sums run in
   // another order than the CPU's anyway). Its own alpha slot: dgrad's may still be pending.
   const float* alpha_w = alpha_of(s_dy_w, ts + 2, s_x_w, ts + 3, scalars_.get() + 3);
-  if (alpha_w == nullptr) {
-    gemm_->gemm(true, false, n, k, t, 1.0f, q_c_.get(), q_d_.get(), 1.0f, dw, stream_);
-  } else {
-    gemm_->gemm_device_scalars(true, false, n, k, t, alpha_w, q_c_.get(), q_d_.get(), scalars_.get() + 1, dw, stream_);
-  }
+  weight_gradient(n, k, alpha_w, q_c_.get(), q_d_.get(), dw);
 }
 
 // ---- Passes --------------------------------------------------------------------------------------
@@ -364,6 +391,13 @@ void CudaModel::prepare(const model::Batch& batch) {
     q_d_.reserve(r * widest_k);
   }
   head_w_.reserve(static_cast<size_t>(V) * d);
+  size_t wgrad_floats = 0;
+  for (int pos = 0; pos < 4; ++pos) {
+    const model::ParamView& w = weight_view(0, pos);
+    const int n = static_cast<int>(w.shape[0]), k = static_cast<int>(w.shape[1]);
+    if (wgrad_chunks(n, k, R) > 1) wgrad_floats = std::max(wgrad_floats, static_cast<size_t>(wgrad_chunks(n, k, R)) * n * k);
+  }
+  if (wgrad_floats > 0) wgrad_partials_.reserve(wgrad_floats);
   // The LM head's weight gradient sums over all R rows into only V·d outputs: one GEMM gets a
   // handful of output tiles (a few CTAs on a GPU with over a hundred SMs). Split K = R into up to
   // 32 chunks of at least 256 rows (a count fixed by R alone, so the summation order is too).

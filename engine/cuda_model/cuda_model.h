@@ -287,6 +287,12 @@ class CudaModel {
   // The LM head's weight-gradient split-K: chunk count (fixed by the row count) and partials.
   int head_chunks_ = 1;
   DeviceArray<float> head_partials_;
+  // The block linears' weight gradients dW += dYᵀ·X run as a split-K too where the output is
+  // small (wgrad_chunks): their partials, sized for the largest of the four linears.
+  DeviceArray<float> wgrad_partials_;
+  // dW [n, k] += alpha·(dYᵀ · X) over the pass's rows (alpha: a device float, or null for 1), as
+  // one GEMM or a deterministic split-K.
+  void weight_gradient(int n, int k, const float* alpha, const bf16_t* dy, const bf16_t* x, float* dw);
   DeviceArray<unsigned> nonfinite_;     // the quantizers' flag for this pass
   DeviceArray<double> loss_sum_;
   // The probe's buffers (allocated by the first probe): codes of the activation and gradient

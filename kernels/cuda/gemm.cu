@@ -97,16 +97,23 @@ struct Gemm::Impl {
 };
 
 // Split-K's fixed-order sum: c[i, j] = (beta == 0 ? 0 : beta·c[i, j]) + p[0][i, j] + … + p[chunks − 1][i, j].
-__global__ void split_k_sum_kernel(const float* partials, int chunks, int m, int n, float beta, float* c,
-                                   int64_t ldc) {
+__global__ void split_k_sum_kernel(const float* partials, int chunks, int m, int n, float beta, const float* alpha,
+                                   float* c, int64_t ldc) {
   const size_t count = static_cast<size_t>(m) * n, plane = count;
   for (size_t e = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; e < count;
        e += static_cast<size_t>(gridDim.x) * blockDim.x) {
     const size_t i = e / static_cast<size_t>(n), j = e % static_cast<size_t>(n);
     float* out = c + i * static_cast<size_t>(ldc) + j;
-    float acc = beta == 0.0f ? 0.0f : beta * *out;  // beta = 0: C is not read
-    for (int p = 0; p < chunks; ++p) acc += partials[p * plane + e];
-    *out = acc;
+    const float prior = beta == 0.0f ? 0.0f : beta * *out;  // beta = 0: C is not read
+    if (alpha == nullptr) {
+      float acc = prior;
+      for (int p = 0; p < chunks; ++p) acc += partials[p * plane + e];
+      *out = acc;
+    } else {
+      float sum = 0.0f;
+      for (int p = 0; p < chunks; ++p) sum += partials[p * plane + e];
+      *out = prior + *alpha * sum;
+    }
   }
 }
 
@@ -290,8 +297,10 @@ void Gemm::gemm_device_scalars(bool trans_a, bool trans_b, int m, int n, int k, 
   impl_->run(dense_shape(trans_a, trans_b, m, n, k), alpha, a, b, beta, c, false, false, true, stream);
 }
 
-void Gemm::matmul_split_k(const GemmShape& shape, int chunks, float alpha, const float* a, const float* b, float beta,
-                          float* c, float* partials, cudaStream_t stream) {
+namespace {
+
+// Validates a split-K product and returns the strided-batched shape of its partial products.
+GemmShape split_k_parts(const GemmShape& shape, int chunks, const float* c, const float* partials) {
   const std::string where = "gemm split-K (m = " + std::to_string(shape.m) + ", n = " + std::to_string(shape.n) +
                             ", k = " + std::to_string(shape.k) + ", chunks = " + std::to_string(chunks) + "): ";
   if (shape.batch != 1) throw std::invalid_argument(where + "batch must be 1");
@@ -313,13 +322,36 @@ void Gemm::matmul_split_k(const GemmShape& shape, int chunks, float alpha, const
   part.stride_a = shape.trans_a ? kc * lda : kc;
   part.stride_b = shape.trans_b ? kc : kc * ldb;
   part.stride_c = static_cast<int64_t>(shape.m) * shape.n;
-  const float zero = 0.0f;
-  impl_->run(part, &alpha, a, b, &zero, partials, false, true, false, stream);
+  return part;
+}
+
+// C = beta·C + the partials in chunk order (times *alpha when alpha is not null).
+void sum_partials(const GemmShape& shape, int chunks, const float* partials, float beta, const float* alpha, float* c,
+                  cudaStream_t stream) {
+  const int64_t ldc = shape.ldc == 0 ? shape.n : shape.ldc;
   constexpr int kThreads = 256;
   const size_t count = static_cast<size_t>(shape.m) * shape.n;
   const int blocks = static_cast<int>(std::min<size_t>((count + kThreads - 1) / kThreads, 4096));
-  split_k_sum_kernel<<<blocks, kThreads, 0, stream>>>(partials, chunks, shape.m, shape.n, beta, c, ldc);
+  split_k_sum_kernel<<<blocks, kThreads, 0, stream>>>(partials, chunks, shape.m, shape.n, beta, alpha, c, ldc);
   FP4_CUDA_CHECK(cudaGetLastError());
+}
+
+}  // namespace
+
+void Gemm::matmul_split_k(const GemmShape& shape, int chunks, float alpha, const float* a, const float* b, float beta,
+                          float* c, float* partials, cudaStream_t stream) {
+  const GemmShape part = split_k_parts(shape, chunks, c, partials);
+  const float zero = 0.0f;
+  impl_->run(part, &alpha, a, b, &zero, partials, false, true, false, stream);
+  sum_partials(shape, chunks, partials, beta, nullptr, c, stream);
+}
+
+void Gemm::matmul_split_k(const GemmShape& shape, int chunks, const float* device_alpha, const bf16_t* a,
+                          const bf16_t* b, float beta, float* c, float* partials, cudaStream_t stream) {
+  const GemmShape part = split_k_parts(shape, chunks, c, partials);
+  const float one = 1.0f, zero = 0.0f;
+  impl_->run(part, &one, a, b, &zero, partials, false, false, false, stream);
+  sum_partials(shape, chunks, partials, beta, device_alpha, c, stream);
 }
 
 void Gemm::scale_product(const float* a, const float* b, float* out, cudaStream_t stream) {

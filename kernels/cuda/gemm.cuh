@@ -87,6 +87,14 @@ class Gemm {
   void matmul_split_k(const GemmShape& shape, int chunks, float alpha, const float* a, const float* b, float beta,
                       float* c, float* partials, cudaStream_t stream);
 
+  // The same split-K for bf16 operands (the block linears' weight gradients dW += dYᵀ·X, whose K
+  // is the micro-batch's token count and whose output is a small model's few tiles): partials
+  // alpha = 1, then C = (beta == 0 ? 0 : beta·C) + partial[0] + … + partial[chunks − 1] when
+  // device_alpha is null, else C = (beta == 0 ? 0 : beta·C) + (*device_alpha)·(partial[0] + … +
+  // partial[chunks − 1]) (the quantized recipes' product of tensor scales, read on the device).
+  void matmul_split_k(const GemmShape& shape, int chunks, const float* device_alpha, const bf16_t* a, const bf16_t* b,
+                      float beta, float* c, float* partials, cudaStream_t stream);
+
   size_t cached_plans() const;  // distinct shape keys seen so far
 
   // *out = (a ? *a : 1) · (b ? *b : 1): one fp32 multiply on the device (a, b, out: device floats),

@@ -802,6 +802,67 @@ TEST_CASE("cuda gemm split-K in fp32 matches one fp32 gemm within the summation 
   }
 }
 
+TEST_CASE("cuda gemm split-K on bf16 operands (the weight gradients) matches one gemm, with a device alpha",
+          "[gpu][ops]") {
+  // The block linears' weight-gradient shape dW [m, n] += alpha·(dY [k, m]ᵀ · X [k, n]) with a long
+  // K (a micro-batch's rows) and a small output. Against one cuBLASLt GEMM with the host alpha:
+  // both sides sum k products in different orders, bound 2·(k + 2)·eps·(|alpha|·(|A||B|) + |C0|)
+  // as for the fp32 split-K above. Exact checks of the form: with a device alpha the result is
+  // C0 + alpha·S bit for bit, S being the same call's plain sum of partials (beta = 0, no alpha);
+  // and two calls give the same bits.
+  struct Case {
+    int m, n, k, chunks;
+  };
+  const Case cases[] = {{384, 128, 16384, 32}, {1024, 128, 16384, 32}, {96, 64, 2048, 4}};
+  cu::Gemm gemm;
+  const float alpha = 0.0371f * 1.93f;
+  DeviceArray<float> scalar(std::vector<float>{alpha});
+  uint64_t seed = 970;
+  for (const Case& c : cases) {
+    const std::string name = "gemm split-K bf16 TN m=" + std::to_string(c.m) + " n=" + std::to_string(c.n) +
+                             " k=" + std::to_string(c.k) + " chunks=" + std::to_string(c.chunks);
+    const size_t na = static_cast<size_t>(c.k) * c.m, nb = static_cast<size_t>(c.k) * c.n,
+                 nc = static_cast<size_t>(c.m) * c.n;
+    std::vector<float> a = normal(na, seed++, 0.01f), b = normal(nb, seed++), c0 = normal(nc, seed++);
+    std::vector<bf16_t> ab(na), bb(nb);
+    std::vector<float> abs_a(na), abs_b(nb);
+    for (size_t i = 0; i < na; ++i) {
+      ab[i] = fp4::float_to_bf16(a[i]);
+      abs_a[i] = std::fabs(fp4::bf16_to_float(ab[i]));
+    }
+    for (size_t i = 0; i < nb; ++i) {
+      bb[i] = fp4::float_to_bf16(b[i]);
+      abs_b[i] = std::fabs(fp4::bf16_to_float(bb[i]));
+    }
+    DeviceArray<bf16_t> ga(ab), gb(bb);
+    DeviceArray<float> gabs_a(abs_a), gabs_b(abs_b), mag(nc);
+    DeviceArray<float> plain(c0), split1(c0), split2(c0), sum(nc);
+    DeviceArray<float> partials(static_cast<size_t>(c.chunks) * nc);
+    cu::GemmShape shape;
+    shape.trans_a = true;
+    shape.m = c.m;
+    shape.n = c.n;
+    shape.k = c.k;
+    gemm.gemm(true, false, c.m, c.n, c.k, alpha, ga.get(), gb.get(), 1.0f, plain.get(), nullptr);
+    gemm.matmul(shape, 1.0f, gabs_a.get(), gabs_b.get(), 0.0f, mag.get(), nullptr);
+    gemm.matmul_split_k(shape, c.chunks, scalar.get(), ga.get(), gb.get(), 1.0f, split1.get(), partials.get(), nullptr);
+    gemm.matmul_split_k(shape, c.chunks, scalar.get(), ga.get(), gb.get(), 1.0f, split2.get(), partials.get(), nullptr);
+    gemm.matmul_split_k(shape, c.chunks, nullptr, ga.get(), gb.get(), 0.0f, sum.get(), partials.get(), nullptr);
+    const std::vector<float> p = plain.download(), s1 = split1.download(), s2 = split2.download(),
+                             sm = sum.download(), mg = mag.download();
+    std::vector<double> bound(nc);
+    std::vector<float> form(nc);
+    for (size_t e = 0; e < nc; ++e) {
+      bound[e] = 2.0 * (c.k + 2) * kEps * (1.001 * std::fabs(alpha) * mg[e] + std::fabs(c0[e]));
+      const float scaled = alpha * sm[e];
+      form[e] = c0[e] + scaled;
+    }
+    require_within(name + " vs one gemm", s1, to_double(p), bound);
+    require_bits(name + " = C0 + alpha * sum of partials", s1, form);
+    require_same_bits(name, s1, s2);
+  }
+}
+
 // Milliseconds per call of fn (one warm-up, then the mean of five), on the default stream.
 template <class Fn>
 double time_ms(Fn&& fn) {
