@@ -162,8 +162,10 @@ TEST_CASE("cuda embedding forward and backward match the CPU bit for bit", "[gpu
   struct Shape {
     int rows, d, vocab;
   };
-  // A byte vocabulary with repeats, a GPT-2-sized one, and three tokens with very long runs.
-  const Shape shapes[] = {{1000, 768, 256}, {37, 100, 50257}, {4099, 64, 3}};
+  // A byte vocabulary with repeats, a GPT-2-sized one, and three tokens with very long runs; the
+  // first two take the rank count, the others the counting placement (vocabularies small against
+  // the rows: the first study's d2 micro-batch of 16384 rows, and one just past the switch).
+  const Shape shapes[] = {{1000, 768, 256}, {37, 100, 50257}, {4099, 64, 3}, {16384, 128, 256}, {1028, 96, 256}};
   cu::Workspace ws;
   for (const Shape& s : shapes) {
     const std::string name = shape_name("embedding", {{"rows", s.rows}, {"d", s.d}, {"vocab", s.vocab}});
@@ -210,6 +212,19 @@ TEST_CASE("cuda embedding forward and backward match the CPU bit for bit", "[gpu
     CHECK(bits(t2[8 + j]) == bits(table[8 + j] + dout[j]));
     CHECK(bits(t2[24 + j]) == bits(table[24 + j]));
   }
+  // The same through the counting placement (40 rows, vocab 4): tokens -1 and 4 are skipped, each
+  // valid token's rows are added in row order.
+  std::vector<int32_t> many(40);
+  for (int i = 0; i < 40; ++i) many[i] = i % 6 - 1;
+  const std::vector<float> dmany = normal(40 * 8, 10);
+  std::vector<float> want = table;
+  for (int i = 0; i < 40; ++i)
+    if (many[i] >= 0 && many[i] < 4)
+      for (int j = 0; j < 8; ++j) want[many[i] * 8 + j] += dmany[i * 8 + j];
+  DeviceArray<int32_t> g_many(many);
+  DeviceArray<float> g_dmany(dmany), g_table2(table);
+  cu::embedding_backward(g_many.get(), g_dmany.get(), 40, 8, 4, g_table2.get(), ws, nullptr);
+  require_bits("embedding backward, counting placement, out-of-range tokens", g_table2.download(), want);
 }
 
 TEST_CASE("cuda rmsnorm matches the CPU: forward and dx bit for bit, dgain within its bound", "[gpu][ops]") {
