@@ -23,7 +23,8 @@
 //   - the shrinkage probe (probe()): the training pass's forward and dX backward, every slot's
 //     copy measured by kernels/cuda/quant_metrics.cuh where it is made; only the metrics' fp64
 //     sums come to the host.
-// Deterministic: no atomics anywhere (ops.cuh, gemm.cuh without split-K), so two identical calls
+// Deterministic: no atomics anywhere (ops.cuh; gemm.cuh's split-K adds its partials in a fixed order
+// with a chunk count fixed by the shape), so two identical calls
 // give identical bits on the same GPU model.
 //
 // Plain C++: it calls only the host APIs of kernels/cuda (no nvcc needed). One stream, owned here;
