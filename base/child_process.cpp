@@ -74,7 +74,15 @@ pid_t spawn(const SpawnRequest& r) {
     throw std::runtime_error(std::string("cannot start a process: pipe: ") + std::strerror(errno));
   }
   const pid_t parent = ::getpid();
+  // Every signal blocked across the fork: the child resets its dispositions before it unblocks
+  // them, so a SIGTERM from the parent's death (PR_SET_PDEATHSIG) that arrives before exec kills
+  // it instead of running the parent's inherited stop handler (which would set a flag that exec
+  // then discards, leaving a trainer that outlives its orchestrator).
+  sigset_t all, before;
+  sigfillset(&all);
+  ::sigprocmask(SIG_SETMASK, &all, &before);
   const pid_t pid = ::fork();
+  if (pid != 0) ::sigprocmask(SIG_SETMASK, &before, nullptr);
   if (pid < 0) {
     const int err = errno;
     if (out_fd >= 0) ::close(out_fd);
@@ -82,17 +90,17 @@ pid_t spawn(const SpawnRequest& r) {
     throw std::runtime_error(std::string("cannot start a process: fork: ") + std::strerror(err));
   }
   if (pid == 0) {
-    ::setpgid(0, 0);
-    ::prctl(PR_SET_PDEATHSIG, SIGTERM);
-    if (::getppid() != parent) ::_exit(128 + SIGTERM);  // the parent died before prctl took effect
     // Signal dispositions and the mask are inherited; exec resets handlers but not the mask or
-    // ignored signals: start the child clean.
-    sigset_t none;
-    sigemptyset(&none);
-    ::sigprocmask(SIG_SETMASK, &none, nullptr);
+    // ignored signals: start the child clean, the dispositions first (signals are still blocked).
     ::signal(SIGINT, SIG_DFL);
     ::signal(SIGTERM, SIG_DFL);
     ::signal(SIGPIPE, SIG_DFL);
+    ::setpgid(0, 0);
+    ::prctl(PR_SET_PDEATHSIG, SIGTERM);
+    if (::getppid() != parent) ::_exit(128 + SIGTERM);  // the parent died before prctl took effect
+    sigset_t none;
+    sigemptyset(&none);
+    ::sigprocmask(SIG_SETMASK, &none, nullptr);  // a pending SIGTERM now ends the child
     if (out_fd >= 0) {
       ::dup2(out_fd, STDOUT_FILENO);
       ::dup2(out_fd, STDERR_FILENO);
