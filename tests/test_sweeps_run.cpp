@@ -59,9 +59,9 @@ int64_t steps_of(const fp4::sweeps::RunRecord& r) {
 }
 
 // Every pid written in a heartbeat under `run_root` that is still a live `fp4lab train`.
-// Trainers of runs under `run_root` that are alive: those named by a run's heartbeat, and any
-// process whose command line is a trainer of that root (one that has started but not yet written
-// its heartbeat counts too, or a round could begin beside it).
+// Trainers of runs under `run_root` that are alive: every process whose command line is a trainer
+// of that root (found in /proc, so one that has started but not yet written its heartbeat counts
+// too, or a round could begin beside it).
 std::vector<pid_t> live_trainers(const fs::path& run_root) {
   std::vector<pid_t> pids;
   std::error_code ec;
@@ -73,23 +73,6 @@ std::vector<pid_t> live_trainers(const fs::path& run_root) {
     if (cmd.find(" train ") != std::string::npos && cmd.find(run_root.string()) != std::string::npos)
       pids.push_back(static_cast<pid_t>(std::stol(name)));
   }
-  if (!fs::is_directory(run_root, ec)) return pids;
-  for (const auto& d : fs::directory_iterator(run_root, ec)) {
-    std::ifstream f(d.path() / "heartbeat");
-    nlohmann::json j;
-    try {
-      f >> j;
-    } catch (const std::exception&) {
-      continue;
-    }
-    if (!j.contains("pid")) continue;
-    const pid_t pid = j["pid"].get<pid_t>();
-    const std::string cmd = fp4::test::slurp("/proc/" + std::to_string(pid) + "/cmdline");
-    if (cmd.find("train") != std::string::npos && cmd.find(run_root.string()) != std::string::npos)
-      pids.push_back(pid);
-  }
-  std::sort(pids.begin(), pids.end());
-  pids.erase(std::unique(pids.begin(), pids.end()), pids.end());
   return pids;
 }
 

@@ -191,6 +191,14 @@ int wgrad_chunks(int m, int n, int k) {
   return chunks;
 }
 
+// A pass's non-finite flag: its quantizers' `flag`, or'ed with the flags of the weight copies it
+// used (`used[i]`: copy i; a kept copy's flag counts in every pass that uses it).
+unsigned pass_flag(unsigned flag, const unsigned* weight_flags, const std::vector<unsigned char>& used) {
+  for (size_t i = 0; i < used.size(); ++i)
+    if (used[i]) flag |= weight_flags[i];
+  return flag;
+}
+
 }  // namespace
 
 void CudaModel::weight_gradient(int n, int k, const float* alpha, const bf16_t* dy, const bf16_t* x, float* dw) {
@@ -394,8 +402,8 @@ void CudaModel::prepare(const model::Batch& batch) {
   size_t wgrad_floats = 0;
   for (int pos = 0; pos < 4; ++pos) {
     const model::ParamView& w = weight_view(0, pos);
-    const int n = static_cast<int>(w.shape[0]), k = static_cast<int>(w.shape[1]);
-    if (wgrad_chunks(n, k, R) > 1) wgrad_floats = std::max(wgrad_floats, static_cast<size_t>(wgrad_chunks(n, k, R)) * n * k);
+    const int n = static_cast<int>(w.shape[0]), k = static_cast<int>(w.shape[1]), chunks = wgrad_chunks(n, k, R);
+    if (chunks > 1) wgrad_floats = std::max(wgrad_floats, static_cast<size_t>(chunks) * n * k);
   }
   if (wgrad_floats > 0) wgrad_partials_.reserve(wgrad_floats);
   // The LM head's weight gradient sums over all R rows into only V·d outputs: one GEMM gets a
@@ -438,10 +446,7 @@ double CudaModel::run(const model::StepContext& ctx, bool backward, float grad_s
     FP4_CUDA_CHECK(cudaMemcpyAsync(weight_flags.data(), weight_flags_.get(), weight_flags.size() * sizeof(unsigned),
                                    cudaMemcpyDeviceToHost, st));
   FP4_CUDA_CHECK(cudaStreamSynchronize(st));
-  // The weight copies this pass used count as its own quantizations (a kept copy flags every pass).
-  for (size_t i = 0; i < weight_flags.size(); ++i)
-    if (weight_used_[i]) flag |= weight_flags[i];
-  *finite = flag == 0 && std::isfinite(loss_sum);
+  *finite = pass_flag(flag, weight_flags.data(), weight_used_) == 0 && std::isfinite(loss_sum);
   return loss_sum;
 }
 
@@ -680,11 +685,7 @@ void CudaModel::harvest_pending() {
                                    cudaMemcpyDeviceToHost, stream_));
   FP4_CUDA_CHECK(cudaStreamSynchronize(stream_));
   for (size_t p = 0; p < n; ++p) {
-    unsigned flag = flags[p];
-    // The weight copies a pass used count as its own quantizations (a kept copy flags every pass).
-    for (size_t i = 0; i < w && i < pending_used_[p].size(); ++i)
-      if (pending_used_[p][i]) flag |= weight_flags[p * w + i];
-    const bool finite = flag == 0 && std::isfinite(loss[p]);
+    const bool finite = pass_flag(flags[p], weight_flags.data() + p * w, pending_used_[p]) == 0 && std::isfinite(loss[p]);
     harvested_.push_back(model::PassResult{loss[p] / pending_rows_[p], !finite});
   }
   pending_used_.clear();

@@ -80,8 +80,7 @@ __global__ void embedding_count_kernel(const int32_t* tokens, int rows, int voca
   if (threadIdx.x == 0) counts[v] = count;
 }
 
-__global__ void embedding_start_kernel(const int32_t* counts, int keys, int32_t* starts) {
-  if (threadIdx.x != 0) return;
+__global__ void embedding_start_kernel(const int32_t* counts, int keys, int32_t* starts) {  // one thread
   int32_t at = 0;
   for (int v = 0; v < keys; ++v) {
     starts[v] = at;
@@ -162,7 +161,7 @@ void embedding_backward(const int32_t* tokens, const float* dout, int rows, int 
     int32_t* starts = counts + keys;
     embedding_count_kernel<<<keys, kCountThreads, 0, stream>>>(tokens, rows, vocab, counts);
     detail::check_launch();
-    embedding_start_kernel<<<1, 32, 0, stream>>>(counts, keys, starts);
+    embedding_start_kernel<<<1, 1, 0, stream>>>(counts, keys, starts);
     detail::check_launch();
     embedding_place_kernel<<<keys, kCountThreads, 0, stream>>>(tokens, rows, vocab, starts, perm, sorted);
     detail::check_launch();

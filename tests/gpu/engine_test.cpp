@@ -96,6 +96,22 @@ fp4::run::TrainResult train_run(const std::filesystem::path& config, const std::
   return fp4::run::train(o);
 }
 
+// A d1 run on the GPU with 32-token sequences and micro-batches of 2 over kSource: `steps` steps
+// of `batch_tokens`, evaluations every `eval_every` steps over `eval_tokens`, checkpoints every
+// `checkpoint_every`, and (for 4-bit recipes) the probe every 10 steps.
+json d1_cuda_run(const std::string& recipe, int steps, int batch_tokens, int seed, int eval_every, int eval_tokens,
+                 int checkpoint_every) {
+  return {{"model", {{"preset", "d1"}, {"seq_len", 32}}},
+          {"recipe", recipe},
+          {"data", kSource},
+          {"device", "cuda"},
+          {"train",
+           {{"steps", steps}, {"batch_tokens", batch_tokens}, {"micro_batch", 2}, {"lr", 3e-3}, {"seed", seed}}},
+          {"eval", {{"every", eval_every}, {"tokens", eval_tokens}}},
+          {"probe", {{"every", recipe == "bf16" ? 0 : 10}}},
+          {"checkpoint", {{"every", checkpoint_every}}}};
+}
+
 std::vector<json> rows_of(const std::vector<json>& rows, const std::string& kind) {
   std::vector<json> out;
   for (const json& r : rows)
@@ -321,15 +337,7 @@ TEST_CASE("cuda training is deterministic and resumes bit for bit", "[gpu][engin
   INFO("recipe " << recipe);
   Scratch tmp;
   // d1 with 32-token sequences; the probe on (on the GPU: CudaModel::probe).
-  const json j = {{"model", {{"preset", "d1"}, {"seq_len", 32}}},
-                  {"recipe", recipe},
-                  {"data", kSource},
-                  {"device", "cuda"},
-                  {"train", {{"steps", 40}, {"batch_tokens", 128}, {"micro_batch", 2}, {"lr", 3e-3}, {"seed", 7}}},
-                  {"eval", {{"every", 10}, {"tokens", 512}}},
-                  {"probe", {{"every", recipe == "bf16" ? 0 : 10}}},
-                  {"checkpoint", {{"every", 20}}}};
-  const auto config = write_config(tmp, j, "run.json");
+  const auto config = write_config(tmp, d1_cuda_run(recipe, 40, 128, 7, 10, 512, 20), "run.json");
   using fp4::run::Outcome;
   REQUIRE(train_run(config, tmp / "a", "").outcome == Outcome::succeeded);
   REQUIRE(train_run(config, tmp / "b", "").outcome == Outcome::succeeded);
@@ -435,15 +443,7 @@ TEST_CASE("cuda training with and without CUDA graphs writes identical runs", "[
   const std::string recipe = GENERATE(as<std::string>{}, "bf16", "ufp4", "nvfp4");
   INFO("recipe " << recipe);
   Scratch tmp;
-  const json j = {{"model", {{"preset", "d1"}, {"seq_len", 32}}},
-                  {"recipe", recipe},
-                  {"data", kSource},
-                  {"device", "cuda"},
-                  {"train", {{"steps", 20}, {"batch_tokens", 256}, {"micro_batch", 2}, {"lr", 3e-3}, {"seed", 5}}},
-                  {"eval", {{"every", 5}, {"tokens", 256}}},
-                  {"probe", {{"every", recipe == "bf16" ? 0 : 10}}},
-                  {"checkpoint", {{"every", 10}}}};
-  const auto config = write_config(tmp, j, "run.json");
+  const auto config = write_config(tmp, d1_cuda_run(recipe, 20, 256, 5, 5, 256, 10), "run.json");
   using fp4::run::Outcome;
   {
     GraphsSetting off("0");
