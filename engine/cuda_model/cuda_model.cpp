@@ -247,22 +247,33 @@ const bf16_t* CudaModel::weight_copy(int block, int pos, engine::Slot slot, cons
   return c.dequant.get();
 }
 
-void CudaModel::quantized_gemm(bool trans_a, bool trans_b, int m, int n, int k, const float* alpha, const bf16_t* a,
-                               const bf16_t* b, float* c) {
-  if (alpha == nullptr) {
-    gemm_->gemm(trans_a, trans_b, m, n, k, 1.0f, a, b, 0.0f, c, stream_);
-    return;
+void CudaModel::plain_gemm(bool trans_a, bool trans_b, int m, int n, int k, const bf16_t* a, const bf16_t* b,
+                           LinearOut c) {
+  if (c.bf16 != nullptr) {
+    gemm_->gemm(trans_a, trans_b, m, n, k, 1.0f, a, b, 0.0f, c.bf16, stream_);
+  } else {
+    gemm_->gemm(trans_a, trans_b, m, n, k, 1.0f, a, b, 0.0f, c.f32, stream_);
   }
-  gemm_->gemm_device_scalars(trans_a, trans_b, m, n, k, alpha, a, b, scalars_.get() + 0, c, stream_);
 }
 
-void CudaModel::linear_forward(const model::StepContext& ctx, int block, int pos, const bf16_t* xb, float* y) {
+void CudaModel::quantized_gemm(bool trans_a, bool trans_b, int m, int n, int k, const float* alpha, const bf16_t* a,
+                               const bf16_t* b, LinearOut c) {
+  if (alpha == nullptr) {
+    plain_gemm(trans_a, trans_b, m, n, k, a, b, c);
+  } else if (c.bf16 != nullptr) {
+    gemm_->gemm_device_scalars(trans_a, trans_b, m, n, k, alpha, a, b, scalars_.get() + 0, c.bf16, stream_);
+  } else {
+    gemm_->gemm_device_scalars(trans_a, trans_b, m, n, k, alpha, a, b, scalars_.get() + 0, c.f32, stream_);
+  }
+}
+
+void CudaModel::linear_forward(const model::StepContext& ctx, int block, int pos, const bf16_t* xb, LinearOut y) {
   const model::ParamView& w = weight_view(block, pos);
   const int n = static_cast<int>(w.shape[0]), k = static_cast<int>(w.shape[1]), t = rows_;
   const bf16_t* wb = w_bf16_.get() + w.offset;
   const engine::LinearSite s = site(ctx, block, pos);
   if (!engine::site_is_quantized(s)) {
-    gemm_->gemm(false, true, t, n, k, 1.0f, xb, wb, 0.0f, y, stream_);
+    plain_gemm(false, true, t, n, k, xb, wb, y);
     return;
   }
   float* ts = tensor_scales_.get();
@@ -280,14 +291,14 @@ void CudaModel::linear_forward(const model::StepContext& ctx, int block, int pos
 }
 
 void CudaModel::linear_backward(const model::StepContext& ctx, int block, int pos, const bf16_t* xb,
-                                const bf16_t* dyb, float* dx) {
+                                const bf16_t* dyb, LinearOut dx) {
   const model::ParamView& w = weight_view(block, pos);
   const int n = static_cast<int>(w.shape[0]), k = static_cast<int>(w.shape[1]), t = rows_;
   float* dw = grads_.get() + w.offset;
   const bf16_t* wb = w_bf16_.get() + w.offset;
   const engine::LinearSite s = site(ctx, block, pos);
   if (!engine::site_is_quantized(s)) {
-    gemm_->gemm(false, false, t, k, n, 1.0f, dyb, wb, 0.0f, dx, stream_);  // dX = dY · W
+    plain_gemm(false, false, t, k, n, dyb, wb, dx);  // dX = dY · W
     if (probe_ == nullptr) weight_gradient(n, k, nullptr, dyb, xb, dw);  // dW += dYᵀ · X
     return;
   }
@@ -363,32 +374,47 @@ void CudaModel::prepare(const model::Batch& batch) {
     for (int i = 0; i < L; ++i) acts_.push_back(std::make_unique<LayerActs>());
   }
   for (auto& x : resid_) x->reserve(r * d);
-  for (auto& a : acts_) {
-    a->h1.reserve(r * d);
+  const bool bf16 = storage_ == model::Storage::bf16, flash = use_flash(S);  // flash implies bf16
+  for (auto& a : acts_) {  // LayerActs says which buffers each mode uses
     a->rstd1.reserve(r);
-    a->qkv.reserve(r * 3 * d);
     a->lse.reserve(r * c.n_heads);
-    a->att.reserve(r * d);
     a->x_mid.reserve(r * d);
-    a->h2.reserve(r * d);
     a->rstd2.reserve(r);
-    a->u.reserve(r * 2 * f);
-    a->a.reserve(r * f);
     a->h1b.reserve(r * d);
     a->attb.reserve(r * d);
     a->h2b.reserve(r * d);
     a->ab.reserve(r * f);
-    if (use_flash(S)) a->qkvb.reserve(r * 3 * d);
+    if (flash) {
+      a->qkvb.reserve(r * 3 * d);
+    } else {
+      a->qkv.reserve(r * 3 * d);
+      a->att.reserve(r * d);
+    }
+    if (bf16) {
+      a->ub.reserve(r * 2 * f);
+    } else {
+      a->u.reserve(r * 2 * f);
+    }
   }
   hf_.reserve(r * d);
   rstdf_.reserve(r);
   logits_.reserve(r * V);
   loss_rows_.reserve(r);
-  for (auto* v : {&tmp_, &dres_, &dtmp_, &dh_, &datt_}) v->reserve(r * d);
-  da_.reserve(r * f);
-  du_.reserve(r * 2 * f);
+  for (auto* v : {&dres_, &dh_}) v->reserve(r * d);
+  if (bf16) {
+    tmpb_.reserve(r * d);
+    dab_.reserve(r * f);
+    dhb_.reserve(r * d);
+  } else {
+    tmp_.reserve(r * d);
+    da_.reserve(r * f);
+  }
   dqkv_.reserve(r * 3 * d);
-  if (use_flash(S)) dattb_.reserve(r * d);
+  if (flash) {
+    dattb_.reserve(r * d);
+  } else {
+    datt_.reserve(r * d);
+  }
   const size_t widest_k = static_cast<size_t>(std::max(d, f));           // a linear's K
   const size_t widest_n = static_cast<size_t>(std::max(3 * d, 2 * f));   // a linear's N
   dyb_.reserve(r * widest_n);
@@ -473,42 +499,57 @@ void CudaModel::enqueue_pass(const model::StepContext& ctx, bool backward, float
   const bool flash = use_flash(S);  // implies bf16
   cuda::embedding_forward(param(tok_emb_), V, inputs, R, d, resid_[0]->get(), st, store_out());
   // store(resid_[0]): rounded by embedding_forward
+  // With bf16 storage the linears whose output is stored write it in bf16 (LinearOut, LayerActs).
+  auto out_f32 = [](float* p) { return LinearOut{p, nullptr}; };
+  auto out_bf16 = [](bf16_t* p) { return LinearOut{nullptr, p}; };
+  const LinearOut block_out = bf16 ? out_bf16(tmpb_.get()) : out_f32(tmp_.get());  // attn_out, mlp_out
   for (int l = 0; l < L; ++l) {
     LayerActs& A = *acts_[l];
     const float* x = resid_[l]->get();
-    cuda::rmsnorm_forward(x, param(block_view(l, 0)), R, d, eps, A.h1.get(), A.rstd1.get(), st,
-                          store_out(A.h1b.get()));
-    // store(A.h1): rounded by rmsnorm_forward, which also writes the qkv linear's bf16 X into A.h1b
-    linear_forward(ctx, l, 0, A.h1b.get(), A.qkv.get());
-    // store(A.qkv); rope_forward(q); rope_forward(k); store(A.qkv): one pass, which also writes
-    // the fused attention's bf16 input (exact: the stored values) into A.qkvb
-    cuda::rope_forward_qkv(A.qkv.get(), B, S, H, hd, *rope_, st, store_out(flash ? A.qkvb.get() : nullptr));
+    cuda::rmsnorm_forward(x, param(block_view(l, 0)), R, d, eps, nullptr, A.rstd1.get(), st, store_out(A.h1b.get()));
+    // store(A.h1): rounded by rmsnorm_forward, which writes only the qkv linear's bf16 X into A.h1b
     if (flash) {
-      cuda::flash_attention_forward_stored(A.qkvb.get(), B, S, H, hd, A.att.get(), A.lse.get(),
-                                           store_out(A.attb.get()), st);
-      // store(A.att): rounded by the flash kernel, which also writes the attn_out linear's X into A.attb
+      linear_forward(ctx, l, 0, A.h1b.get(), out_bf16(A.qkvb.get()));
+      // store(A.qkv): by the GEMM; rope_forward(q); rope_forward(k); store(A.qkv): one pass in
+      // place on A.qkvb, the fused attention's bf16 input
+      cuda::rope_forward_qkv(A.qkvb.get(), B, S, H, hd, *rope_, st);
+      cuda::flash_attention_forward_stored(A.qkvb.get(), B, S, H, hd, nullptr, A.lse.get(), store_out(A.attb.get()),
+                                           st);
+      // store(A.att): rounded by the flash kernel, which writes only the attn_out linear's X, A.attb
     } else {
+      linear_forward(ctx, l, 0, A.h1b.get(), out_f32(A.qkv.get()));
+      // store(A.qkv); rope_forward(q); rope_forward(k); store(A.qkv): one pass
+      cuda::rope_forward_qkv(A.qkv.get(), B, S, H, hd, *rope_, st, store_out());
       cuda::attention_forward(A.qkv.get(), B, S, H, hd, A.att.get(), A.lse.get(), st);
       store(A.att.get(), rd);
       cuda::float_to_bf16(A.att.get(), A.attb.get(), rd, st);  // the attn_out linear's X
     }
-    linear_forward(ctx, l, 1, A.attb.get(), tmp_.get());
-    cuda::residual_add(x, tmp_.get(), A.x_mid.get(), rd, st, store_out(), bf16);
-    // store(tmp_): rounded by residual_add as it reads tmp_; store(A.x_mid): rounded by residual_add
-    cuda::rmsnorm_forward(A.x_mid.get(), param(block_view(l, 3)), R, d, eps, A.h2.get(), A.rstd2.get(), st,
-                          store_out(A.h2b.get()));
-    // store(A.h2): rounded by rmsnorm_forward, which also writes the mlp_in linear's X into A.h2b
-    linear_forward(ctx, l, 2, A.h2b.get(), A.u.get());
+    linear_forward(ctx, l, 1, A.attb.get(), block_out);
+    // store(tmp_): by the GEMM (bf16 storage); store(A.x_mid): rounded by residual_add
     if (bf16) {
-      cuda::swiglu_forward_round_u(A.u.get(), R, f, A.a.get(), st, store_out(A.ab.get()));
+      cuda::residual_add(x, tmpb_.get(), A.x_mid.get(), rd, st, store_out());
     } else {
-      cuda::swiglu_forward(A.u.get(), R, f, A.a.get(), st, store_out(A.ab.get()));
+      cuda::residual_add(x, tmp_.get(), A.x_mid.get(), rd, st, store_out());
     }
-    // store(A.u): rounded in place by swiglu_forward_round_u as it reads it; store(A.a): rounded by
-    // swiglu_forward, which also writes the mlp_out linear's X into A.ab
-    linear_forward(ctx, l, 3, A.ab.get(), tmp_.get());
-    cuda::residual_add(A.x_mid.get(), tmp_.get(), resid_[l + 1]->get(), rd, st, store_out(), bf16);
-    // store(tmp_): rounded by residual_add as it reads tmp_; store(resid_[l + 1]): rounded by residual_add
+    cuda::rmsnorm_forward(A.x_mid.get(), param(block_view(l, 3)), R, d, eps, nullptr, A.rstd2.get(), st,
+                          store_out(A.h2b.get()));
+    // store(A.h2): rounded by rmsnorm_forward, which writes only the mlp_in linear's X into A.h2b
+    if (bf16) {
+      linear_forward(ctx, l, 2, A.h2b.get(), out_bf16(A.ub.get()));
+      cuda::swiglu_forward(A.ub.get(), R, f, nullptr, st, store_out(A.ab.get()));
+      // store(A.u): by the GEMM; store(A.a): rounded by swiglu_forward, which writes only the
+      // mlp_out linear's X into A.ab
+    } else {
+      linear_forward(ctx, l, 2, A.h2b.get(), out_f32(A.u.get()));
+      cuda::swiglu_forward(A.u.get(), R, f, nullptr, st, store_out(A.ab.get()));
+    }
+    linear_forward(ctx, l, 3, A.ab.get(), block_out);
+    if (bf16) {
+      cuda::residual_add(A.x_mid.get(), tmpb_.get(), resid_[l + 1]->get(), rd, st, store_out());
+    } else {
+      cuda::residual_add(A.x_mid.get(), tmp_.get(), resid_[l + 1]->get(), rd, st, store_out());
+    }
+    // store(tmp_): by the GEMM (bf16 storage); store(resid_[l + 1]): rounded by residual_add
   }
   cuda::rmsnorm_forward(resid_[L]->get(), param(final_norm_), R, d, eps, hf_.get(), rstdf_.get(), st,
                         store_out(hfb_.get()));
@@ -552,37 +593,57 @@ void CudaModel::enqueue_pass(const model::StepContext& ctx, bool backward, float
     for (int l = L - 1; l >= 0; --l) {
       LayerActs& A = *acts_[l];
       // dres_ holds ∂loss/∂(block output). MLP branch.
-      linear_backward(ctx, l, 3, A.ab.get(), dyb_.get(), da_.get());
-      cuda::swiglu_backward(A.u.get(), da_.get(), R, f, du_.get(), st, store_out(dyb_.get()), bf16);
-      // store(da_): rounded by swiglu_backward as it reads da_; store(du_): rounded by
-      // swiglu_backward, which also writes the mlp_in linear's dY into dyb_
-      linear_backward(ctx, l, 2, A.h2b.get(), dyb_.get(), dh_.get());
-      cuda::rmsnorm_backward(A.x_mid.get(), param(block_view(l, 3)), A.rstd2.get(), dh_.get(), R, d, dtmp_.get(),
-                             gain_grad(block_view(l, 3)), ws_ops_, st, cuda::StoreOut{}, bf16);
-      // store(dh_): rounded by rmsnorm_backward as it reads dh_
-      cuda::residual_add(dres_.get(), dtmp_.get(), dres_.get(), rd, st, store_out(dyb_.get()));
-      // store(dres_): rounded by residual_add, which also writes the attn_out linear's dY into dyb_
-      // dres_ holds ∂loss/∂x_mid. Attention branch.
-      linear_backward(ctx, l, 1, A.attb.get(), dyb_.get(), datt_.get());
-      if (flash) {
-        cuda::round_to_bf16(datt_.get(), rd, dattb_.get(), st);
-        // store(datt_): rounded in place, with the fused kernel's bf16 dout written into dattb_
-        // A.qkvb: the forward's bf16 copy of A.qkv (exact: stored as bf16 values)
-        cuda::flash_attention_backward(A.qkvb.get(), A.att.get(), A.lse.get(), dattb_.get(), B, S, H, hd, dqkv_.get(),
-                                       ws_flash_, st);
+      if (bf16) {
+        linear_backward(ctx, l, 3, A.ab.get(), dyb_.get(), out_bf16(dab_.get()));
+        cuda::swiglu_backward(A.ub.get(), dab_.get(), R, f, nullptr, st, store_out(dyb_.get()));
+        // store(da_): by the GEMM; store(du_): rounded by swiglu_backward, which writes only the
+        // mlp_in linear's dY into dyb_
       } else {
+        linear_backward(ctx, l, 3, A.ab.get(), dyb_.get(), out_f32(da_.get()));
+        cuda::swiglu_backward(A.u.get(), da_.get(), R, f, nullptr, st, store_out(dyb_.get()));
+      }
+      if (bf16) {
+        linear_backward(ctx, l, 2, A.h2b.get(), dyb_.get(), out_bf16(dhb_.get()));
+        cuda::rmsnorm_backward_add(A.x_mid.get(), param(block_view(l, 3)), A.rstd2.get(), dhb_.get(), R, d,
+                                   dres_.get(), dres_.get(), gain_grad(block_view(l, 3)), ws_ops_, st,
+                                   store_out(dyb_.get()));
+      } else {
+        linear_backward(ctx, l, 2, A.h2b.get(), dyb_.get(), out_f32(dh_.get()));
+        cuda::rmsnorm_backward_add(A.x_mid.get(), param(block_view(l, 3)), A.rstd2.get(), dh_.get(), R, d,
+                                   dres_.get(), dres_.get(), gain_grad(block_view(l, 3)), ws_ops_, st,
+                                   store_out(dyb_.get()));
+      }
+      // store(dh_): by the GEMM (bf16 storage); dres_ += the norm's dx, then store(dres_): rounded
+      // as written, with the attn_out linear's dY into dyb_
+      // dres_ holds ∂loss/∂x_mid. Attention branch.
+      if (flash) {
+        linear_backward(ctx, l, 1, A.attb.get(), dyb_.get(), out_bf16(dattb_.get()));
+        // store(datt_): by the GEMM, into the fused kernel's bf16 dout. A.qkvb and A.attb: the
+        // forward's stored q|k|v and output
+        cuda::flash_attention_backward(A.qkvb.get(), A.attb.get(), A.lse.get(), dattb_.get(), B, S, H, hd,
+                                       dqkv_.get(), ws_flash_, st);
+      } else {
+        linear_backward(ctx, l, 1, A.attb.get(), dyb_.get(), out_f32(datt_.get()));
         store(datt_.get(), rd);
         cuda::attention_backward(A.qkv.get(), A.lse.get(), datt_.get(), B, S, H, hd, dqkv_.get(), ws_ops_, st);
       }
       // store(dqkv_); rope_backward(dq); rope_backward(dk); store(dqkv_): one pass, which also
       // writes the qkv linear's dY into dyb_
       cuda::rope_backward_qkv(dqkv_.get(), B, S, H, hd, *rope_, st, store_out(dyb_.get()));
-      linear_backward(ctx, l, 0, A.h1b.get(), dyb_.get(), dh_.get());
-      cuda::rmsnorm_backward(resid_[l]->get(), param(block_view(l, 0)), A.rstd1.get(), dh_.get(), R, d, dtmp_.get(),
-                             gain_grad(block_view(l, 0)), ws_ops_, st, cuda::StoreOut{}, bf16);
-      // store(dh_): rounded by rmsnorm_backward as it reads dh_
-      cuda::residual_add(dres_.get(), dtmp_.get(), dres_.get(), rd, st, store_out(l > 0 ? dyb_.get() : nullptr));
-      // store(dres_): rounded by residual_add, which also writes the next block's mlp_out dY into dyb_
+      bf16_t* next_dyb = l > 0 ? dyb_.get() : nullptr;  // the next block's mlp_out dY
+      if (bf16) {
+        linear_backward(ctx, l, 0, A.h1b.get(), dyb_.get(), out_bf16(dhb_.get()));
+        cuda::rmsnorm_backward_add(resid_[l]->get(), param(block_view(l, 0)), A.rstd1.get(), dhb_.get(), R, d,
+                                   dres_.get(), dres_.get(), gain_grad(block_view(l, 0)), ws_ops_, st,
+                                   store_out(next_dyb));
+      } else {
+        linear_backward(ctx, l, 0, A.h1b.get(), dyb_.get(), out_f32(dh_.get()));
+        cuda::rmsnorm_backward_add(resid_[l]->get(), param(block_view(l, 0)), A.rstd1.get(), dh_.get(), R, d,
+                                   dres_.get(), dres_.get(), gain_grad(block_view(l, 0)), ws_ops_, st,
+                                   store_out(next_dyb));
+      }
+      // store(dh_): by the GEMM (bf16 storage); dres_ += the norm's dx, store(dres_): rounded as
+      // written, with next_dyb
     }
     if (probe_ == nullptr) cuda::embedding_backward(inputs, dres_.get(), R, d, V, grad(tok_emb_), ws_ops_, st);
   }

@@ -141,13 +141,24 @@ class CudaModel {
   ProbeOutcome probe(const model::Batch& batch, const model::StepContext& ctx, const ProbeObserver& observer = {});
 
  private:
-  struct LayerActs {  // what a block keeps for its backward pass (device, fp32)
-    DeviceArray<float> h1, rstd1, qkv, lse, att, x_mid, h2, rstd2, u, a;
-    // The bf16 copies of h1, att, h2, a (the linears' X) and qkv (the fused attention's input, flash
-    // only), written by their producers in the forward and read again by the backward, so the
-    // backward converts nothing. float_to_bf16 of the stored fp32 values: the same bits a
-    // conversion in the backward would give.
-    DeviceArray<bf16_t> h1b, qkvb, attb, h2b, ab;
+  // What a block keeps for its backward pass. A stored value (transformer.cpp's store()) is kept
+  // in bf16 where nothing needs its fp32 form: under Storage::bf16 the fp32 buffer would hold
+  // exactly the bf16 values, at twice the bytes to write and read. So with bf16 storage the MLP's
+  // gate|up is ub (its GEMM writes bf16, swiglu reads bf16) and, with the fused attention, q|k|v is
+  // qkvb only (RoPE in place) and the attention output attb only; u, qkv and att (fp32) serve
+  // Storage::fp32 and the fp32 reference attention. The norms' and SwiGLU's outputs exist only as
+  // the bf16 copies the next linear multiplies (h1b, h2b, ab): their fp32 values are read by
+  // nothing. float_to_bf16 of the stored fp32 values: the same bits as before, in half the bytes.
+  struct LayerActs {
+    DeviceArray<float> rstd1, qkv, lse, att, x_mid, rstd2, u;
+    DeviceArray<bf16_t> h1b, qkvb, attb, h2b, ub, ab;
+  };
+  // A linear's output: fp32 (`f32`) or, where the model stores it (Storage::bf16), bf16 (`bf16`),
+  // which the GEMM writes directly: its fp32 result rounded once by the epilogue, the same bits as
+  // an fp32 output and a store (cuda::Gemm::gemm's bf16 overload). Exactly one is set.
+  struct LinearOut {
+    float* f32 = nullptr;
+    bf16_t* bf16 = nullptr;
   };
 
   void prepare(const model::Batch& batch);  // sizes buffers, uploads tokens, remakes bf16 weights
@@ -168,9 +179,11 @@ class CudaModel {
   const model::ParamView& weight_view(int block, int pos) const;
   // xb / dyb: the bf16 copy of the linear's X / dY, written by its producer in the same pass that
   // stored the fp32 value (run() keeps them per layer), so the linears convert nothing.
-  void linear_forward(const model::StepContext& ctx, int block, int pos, const bf16_t* xb, float* y);
+  void linear_forward(const model::StepContext& ctx, int block, int pos, const bf16_t* xb, LinearOut y);
   void linear_backward(const model::StepContext& ctx, int block, int pos, const bf16_t* xb, const bf16_t* dyb,
-                       float* dx);
+                       LinearOut dx);
+  // C = op(A) · op(B) (alpha 1, beta 0) into a LinearOut.
+  void plain_gemm(bool trans_a, bool trans_b, int m, int n, int k, const bf16_t* a, const bf16_t* b, LinearOut c);
   // The GEMM's alpha for two slots: nullptr when neither has a two-level scale (alpha = 1, as on
   // the CPU), else `slot` (a device float) after a one-thread kernel has written the product of the
   // two tensor scales into it (a one-level slot's scale counting as 1).
@@ -189,7 +202,7 @@ class CudaModel {
   const bf16_t* weight_copy(int block, int pos, engine::Slot slot, const QuantSpec& spec, const float** tensor_scale);
   // C = alpha · op(A) · op(B) (beta = 0) with alpha from alpha_of: a host 1 or a device pointer.
   void quantized_gemm(bool trans_a, bool trans_b, int m, int n, int k, const float* alpha, const bf16_t* a,
-                      const bf16_t* b, float* c);
+                      const bf16_t* b, LinearOut c);
   const float* param(int view) const { return params_.get() + views()[view].offset; }
   float* grad(int view) { return grads_.get() + views()[view].offset; }
   // A norm gain's gradient: grad(view), or during a probe a scratch vector nobody reads.
@@ -273,8 +286,12 @@ class CudaModel {
   std::vector<std::unique_ptr<DeviceArray<float>>> resid_;
   std::vector<std::unique_ptr<LayerActs>> acts_;
   DeviceArray<float> hf_, rstdf_, logits_, loss_rows_, head_w_;
-  DeviceArray<float> tmp_, dres_, dtmp_, da_, du_, dh_, datt_, dqkv_;
+  DeviceArray<float> tmp_, dres_, da_, dh_, datt_, dqkv_;
   DeviceArray<bf16_t> dyb_, hfb_;  // bf16 operands: the current linear's dY, the final norm's output
+  // With Storage::bf16: the attn_out and mlp_out linears' outputs (tmp_'s role), the mlp_out
+  // linear's dX (da_'s) and the qkv and mlp_in linears' dX (dh_'s; the LM head's dX, an fp32
+  // product, stays in dh_), which the next op reads once, stored.
+  DeviceArray<bf16_t> tmpb_, dab_, dhb_;
   // Attention: the fused bf16 tensor-core kernel (kernels/cuda/flash_attention.cuh) when the shape
   // allows it (head_dim 64, seq_len a multiple of 64) and activations are stored in bf16 (so its
   // bf16 inputs are exactly the stored values); the fp32 reference kernel otherwise.

@@ -51,5 +51,10 @@ void flash_attention_forward(const bf16_t* qkv, int batch, int seq_len, int n_he
 void flash_attention_backward(const bf16_t* qkv, const float* out, const float* lse, const bf16_t* dout,
                               int batch, int seq_len, int n_heads, int head_dim, float* dqkv,
                               Workspace& workspace, cudaStream_t stream);
+// The same with the forward's output in bf16 (its stored copy, ops.cuh's
+// flash_attention_forward_stored): bit-identical to the fp32 call on the stored fp32 values.
+void flash_attention_backward(const bf16_t* qkv, const bf16_t* out, const float* lse, const bf16_t* dout,
+                              int batch, int seq_len, int n_heads, int head_dim, float* dqkv,
+                              Workspace& workspace, cudaStream_t stream);
 
 }  // namespace fp4::cuda

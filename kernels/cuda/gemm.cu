@@ -124,12 +124,18 @@ __global__ void scale_product_kernel(const float* a, const float* b, float* out)
 const Plan& Gemm::Impl::plan(const PlanKey& key) {
   if (auto it = plans.find(key); it != plans.end()) return *it->second;
   // A device-scalar plan takes the algorithm of the host-scalar plan of the same shape (made first),
-  // so that both modes give the same bits.
+  // so that both modes give the same bits; a bf16-output plan (bf16 operands) takes the algorithm
+  // of the fp32-output plan of the same shape, so that its outputs are that plan's fp32 results
+  // rounded once by the epilogue (tests/gpu/ops_test.cpp holds the two to it, bit for bit).
   const Plan* host_plan = nullptr;
   if (key.device_scalars) {
     PlanKey host_key = key;
     host_key.device_scalars = false;
     host_plan = &plan(host_key);
+  } else if (key.out_bf16 && !key.in_f32) {
+    PlanKey f32_key = key;
+    f32_key.out_bf16 = false;
+    host_plan = &plan(f32_key);
   }
   auto p = std::make_unique<Plan>();
   FP4_CUBLAS_CHECK(cublasLtMatmulDescCreate(&p->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
@@ -161,7 +167,7 @@ const Plan& Gemm::Impl::plan(const PlanKey& key) {
       return ref;
     }
     // Rejected: ask the heuristic below instead, still without split-K,
-    // deterministic, but then not necessarily the host-scalar call's bits.
+    // deterministic, but then not necessarily the other plan's bits.
   }
 
   cublasLtMatmulPreference_t pref = nullptr;
@@ -291,10 +297,21 @@ void Gemm::gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, co
   impl_->run(dense_shape(trans_a, trans_b, m, n, k), &alpha, a, b, &beta, c, false, false, false, stream);
 }
 
+void Gemm::gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const bf16_t* a, const bf16_t* b,
+                float beta, bf16_t* c, cudaStream_t stream) {
+  impl_->run(dense_shape(trans_a, trans_b, m, n, k), &alpha, a, b, &beta, c, true, false, false, stream);
+}
+
 void Gemm::gemm_device_scalars(bool trans_a, bool trans_b, int m, int n, int k, const float* alpha, const bf16_t* a,
                                const bf16_t* b, const float* beta, float* c, cudaStream_t stream) {
   if (alpha == nullptr || beta == nullptr) throw std::invalid_argument("gemm: null device alpha or beta");
   impl_->run(dense_shape(trans_a, trans_b, m, n, k), alpha, a, b, beta, c, false, false, true, stream);
+}
+
+void Gemm::gemm_device_scalars(bool trans_a, bool trans_b, int m, int n, int k, const float* alpha, const bf16_t* a,
+                               const bf16_t* b, const float* beta, bf16_t* c, cudaStream_t stream) {
+  if (alpha == nullptr || beta == nullptr) throw std::invalid_argument("gemm: null device alpha or beta");
+  impl_->run(dense_shape(trans_a, trans_b, m, n, k), alpha, a, b, beta, c, true, false, true, stream);
 }
 
 namespace {

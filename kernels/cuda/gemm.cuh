@@ -66,6 +66,12 @@ class Gemm {
   // Dense, unbatched shorthand with kernels/cpu/gemm.h's argument order.
   void gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const bf16_t* a, const bf16_t* b,
             float beta, float* c, cudaStream_t stream);
+  // The same with a bf16 output: the fp32 result of the same algorithm as the fp32-output call,
+  // rounded to nearest even by cuBLASLt's epilogue (where cuBLASLt accepts that algorithm for a
+  // bf16 output; tests/gpu/ops_test.cpp checks the equality). For outputs the model stores as bf16
+  // anyway: half the bytes written, and half read by the op that takes them.
+  void gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const bf16_t* a, const bf16_t* b,
+            float beta, bf16_t* c, cudaStream_t stream);
   // The same with alpha and beta read from device memory (one float each) when the GEMM runs
   // (cuBLASLt's CUBLASLT_POINTER_MODE_DEVICE), so a scale a previous kernel computed needs no trip
   // through the host. C must be valid memory (cuBLASLt decides on the device whether *beta == 0
@@ -76,6 +82,8 @@ class Gemm {
   // (measured on H200 / CUDA 13: last-bit differences in about a third of the outputs).
   void gemm_device_scalars(bool trans_a, bool trans_b, int m, int n, int k, const float* alpha, const bf16_t* a,
                            const bf16_t* b, const float* beta, float* c, cudaStream_t stream);
+  void gemm_device_scalars(bool trans_a, bool trans_b, int m, int n, int k, const float* alpha, const bf16_t* a,
+                           const bf16_t* b, const float* beta, bf16_t* c, cudaStream_t stream);
 
   // Deterministic split-K for fp32 products with a long K and a small output (few tiles: the LM
   // head's weight gradient, V·d outputs over K = tokens): K is cut into `chunks` equal parts

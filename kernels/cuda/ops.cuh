@@ -42,7 +42,8 @@ namespace fp4::cuda {
 // How an op writes its fp32 output. round: each value is rounded to bf16 (round_to_bf16) as it is
 // written, bit-identical to a round_to_bf16 pass afterwards. bf16: when not null, also receives
 // float_to_bf16 of each value written (same layout and count as the fp32 output), bit-identical to
-// a float_to_bf16 pass afterwards. The default writes the fp32 values only.
+// a float_to_bf16 pass afterwards. The default writes the fp32 values only. An op documented as
+// taking a null fp32 output (its fp32 values read by nothing) then writes only the bf16 copy.
 struct StoreOut {
   bool round = false;
   bf16_t* bf16 = nullptr;
@@ -60,6 +61,10 @@ void round_to_bf16(float* x, size_t n, bf16_t* copy, cudaStream_t stream);
 // round_b: b's pending store, b[i] rounded to bf16 as it is read (b itself is left as it is).
 void residual_add(const float* a, const float* b, float* out, size_t n, cudaStream_t stream,
                   StoreOut out_store = {}, bool round_b = false);
+// The same with b held in bf16 (a stored buffer: the same values as its rounded fp32 form, so this
+// equals the fp32 call with round_b).
+void residual_add(const float* a, const bf16_t* b, float* out, size_t n, cudaStream_t stream,
+                  StoreOut out_store = {});
 
 // ---- Embedding -------------------------------------------------------------------------------
 // out[r] = table[tokens[r]], table [vocab, d]. A token outside [0, vocab) yields a row of NaNs
@@ -75,7 +80,8 @@ void embedding_backward(const int32_t* tokens, const float* dout, int rows, int 
                         float* dtable, Workspace& workspace, cudaStream_t stream);
 
 // ---- RMSNorm: rstd = 1 / sqrt(mean(x²) + eps), y = (x · rstd) · gain ---------------------------
-// y_store applies to y (rstd is always fp32).
+// y_store applies to y (rstd is always fp32); y may be null when y_store.bf16 is set (the bf16
+// copy alone is written).
 void rmsnorm_forward(const float* x, const float* gain, int rows, int d, float eps, float* y,
                      float* rstd, cudaStream_t stream, StoreOut y_store = {});
 // dx = rstd · (g − x̂ · mean(g ⊙ x̂)), g = dy ⊙ gain, x̂ = x·rstd; dgain += Σ_rows dy ⊙ x̂.
@@ -87,6 +93,17 @@ constexpr int kRmsnormRowChunk = 64;
 void rmsnorm_backward(const float* x, const float* gain, const float* rstd, const float* dy, int rows,
                       int d, float* dx, float* dgain, Workspace& workspace, cudaStream_t stream,
                       StoreOut dx_store = {}, bool round_dy = false);
+// The same with the residual branch's sum fused: dx = dx_add + (the gradient above), then dx_store
+// (dx may be dx_add: each element is read before it is written, by the same thread). Bit-identical
+// to rmsnorm_backward into a scratch buffer followed by residual_add(dx_add, scratch, dx, ...,
+// dx_store), without the scratch buffer's write and read.
+void rmsnorm_backward_add(const float* x, const float* gain, const float* rstd, const float* dy, int rows, int d,
+                          const float* dx_add, float* dx, float* dgain, Workspace& workspace, cudaStream_t stream,
+                          StoreOut dx_store = {}, bool round_dy = false);
+// The same with dy held in bf16 (a stored gradient: equal to the fp32 call with round_dy).
+void rmsnorm_backward_add(const float* x, const float* gain, const float* rstd, const bf16_t* dy, int rows, int d,
+                          const float* dx_add, float* dx, float* dgain, Workspace& workspace, cudaStream_t stream,
+                          StoreOut dx_store = {});
 
 // ---- RoPE ------------------------------------------------------------------------------------
 // The cos/sin table of ops.h (pair i at position t rotates by t·base^(−2i/head_dim)), computed on
@@ -121,6 +138,11 @@ void rope_forward_qkv(float* qkv, int batch, int seq_len, int n_heads, int head_
                       cudaStream_t stream, StoreOut store = {});
 void rope_backward_qkv(float* dqkv, int batch, int seq_len, int n_heads, int head_dim, const RopeTable& table,
                        cudaStream_t stream, StoreOut store = {});
+// The forward on a qkv buffer held in bf16 (a stored projection output), in place: q and k rotated,
+// every value rounded and written back. Bit-identical to the fp32 call with store.round on the
+// buffer's values, its bf16 copy being the result.
+void rope_forward_qkv(bf16_t* qkv, int batch, int seq_len, int n_heads, int head_dim, const RopeTable& table,
+                      cudaStream_t stream);
 
 // ---- Causal multi-head attention -------------------------------------------------------------
 // ops.h's definition: qkv [B·T, 3·d] (q | k | v per row, head h at columns h·head_dim of each
@@ -137,7 +159,8 @@ void attention_backward(const float* qkv, const float* lse, const float* dout, i
                         cudaStream_t stream);
 // flash_attention.cuh's flash_attention_forward with out_store applied to out as the kernel writes
 // it (out_store.bf16: [B·T, d]; lse stays fp32). Same bits as flash_attention_forward followed by
-// round_to_bf16 / float_to_bf16 passes.
+// round_to_bf16 / float_to_bf16 passes. out may be null when out_store.bf16 is set (the backward
+// then takes the bf16 copy).
 void flash_attention_forward_stored(const bf16_t* qkv, int batch, int seq_len, int n_heads, int head_dim,
                                     float* out, float* lse, StoreOut out_store, cudaStream_t stream);
 
@@ -150,6 +173,12 @@ void swiglu_forward_round_u(float* u, int rows, int f, float* a, cudaStream_t st
 // round_da: da's pending store, da rounded to bf16 as it is read (da itself is left as it is).
 void swiglu_backward(const float* u, const float* da, int rows, int f, float* du, cudaStream_t stream,
                      StoreOut du_store = {}, bool round_da = false);
+// The same with u and da held in bf16 (stored buffers: equal to swiglu_forward_round_u's rounded u
+// and to round_da), for bf16 storage: u is half the bytes to keep and to read. a (forward) and du
+// (backward) may be null when their store's bf16 copy is set.
+void swiglu_forward(const bf16_t* u, int rows, int f, float* a, cudaStream_t stream, StoreOut a_store = {});
+void swiglu_backward(const bf16_t* u, const bf16_t* da, int rows, int f, float* du, cudaStream_t stream,
+                     StoreOut du_store = {});
 
 // ---- Cross-entropy with softmax ------------------------------------------------------------
 // loss[r] = logsumexp(logits[r]) − logits[r][targets[r]]; when dlogits is not null it gets

@@ -35,10 +35,11 @@ inline void check_launch() { FP4_CUDA_CHECK(cudaGetLastError()); }
 __device__ __forceinline__ float stored(float v, bool round) { return round ? ::fp4::round_to_bf16(v) : v; }
 
 // Writes a computed output element under a StoreOut: the fp32 value (rounded when s.round) at
-// out[i] and, when s.bf16 is set, its bf16 copy at s.bf16[i].
+// out[i] and, when s.bf16 is set, its bf16 copy at s.bf16[i]. A null `out` writes the bf16 copy
+// only (an op whose fp32 output nothing reads).
 __device__ __forceinline__ void write_out(float* out, size_t i, float v, const StoreOut& s) {
   v = stored(v, s.round);
-  out[i] = v;
+  if (out != nullptr) out[i] = v;
   if (s.bf16 != nullptr) s.bf16[i] = ::fp4::float_to_bf16(v);
 }
 
@@ -70,8 +71,31 @@ __device__ __forceinline__ void write_out4(float* out, size_t i, float4 v, const
   v.y = stored(v.y, s.round);
   v.z = stored(v.z, s.round);
   v.w = stored(v.w, s.round);
-  *reinterpret_cast<float4*>(out + i) = v;
+  if (out != nullptr) *reinterpret_cast<float4*>(out + i) = v;
   if (s.bf16 != nullptr) *reinterpret_cast<uint2*>(s.bf16 + i) = pack_bf16x4(v.x, v.y, v.z, v.w);
+}
+
+// bf16_to_float of the four bf16 that pack_bf16x4 packs.
+__device__ __forceinline__ float4 unpack_bf16x4(uint2 h) {
+  return make_float4(::fp4::bf16_to_float(static_cast<bf16_t>(h.x & 0xffffu)),
+                     ::fp4::bf16_to_float(static_cast<bf16_t>(h.x >> 16)),
+                     ::fp4::bf16_to_float(static_cast<bf16_t>(h.y & 0xffffu)),
+                     ::fp4::bf16_to_float(static_cast<bf16_t>(h.y >> 16)));
+}
+
+// Inputs held as fp32 or as bf16 (a stored activation kept in bf16: its values are the fp32
+// buffer's, bf16_to_float being exact), read as fp32. load4 reads four consecutive elements with
+// one 16-byte (fp32) or 8-byte (bf16) access: p + i must be aligned for it (vec_aligned).
+__device__ __forceinline__ float load1(const float* p, size_t i) { return p[i]; }
+__device__ __forceinline__ float load1(const bf16_t* p, size_t i) { return ::fp4::bf16_to_float(p[i]); }
+__device__ __forceinline__ float4 load4(const float* p, size_t i) { return *reinterpret_cast<const float4*>(p + i); }
+__device__ __forceinline__ float4 load4(const bf16_t* p, size_t i) {
+  return unpack_bf16x4(*reinterpret_cast<const uint2*>(p + i));
+}
+// Whether load4 may read at p + i for any i that is a multiple of 4.
+template <class T>
+inline bool vec_aligned(const T* p) {
+  return aligned(p, 4 * sizeof(T));
 }
 
 // A 2-D launch over a [rows, per_row] index space (per_row: the units one thread handles in a

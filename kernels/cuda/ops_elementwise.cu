@@ -33,13 +33,7 @@ __device__ __forceinline__ void for_each(size_t n, Op op, Op4 op4) {
 // The grid for n elements: one thread per group of four on the vector path.
 unsigned blocks_for(size_t n, bool vec) { return detail::elementwise_blocks(vec ? (n + 3) / 4 : n, kThreads); }
 
-// bf16_to_float of the four bf16 that pack_bf16x4 packs.
-__device__ __forceinline__ float4 unpack_bf16x4(uint2 h) {
-  return make_float4(::fp4::bf16_to_float(static_cast<bf16_t>(h.x & 0xffffu)),
-                     ::fp4::bf16_to_float(static_cast<bf16_t>(h.x >> 16)),
-                     ::fp4::bf16_to_float(static_cast<bf16_t>(h.y & 0xffffu)),
-                     ::fp4::bf16_to_float(static_cast<bf16_t>(h.y >> 16)));
-}
+using detail::unpack_bf16x4;
 
 template <bool kVec>
 __global__ void float_to_bf16_kernel(const float* x, bf16_t* y, size_t n) {
@@ -91,14 +85,15 @@ __global__ void round_copy_kernel(float* x, bf16_t* copy, size_t n) {
       });
 }
 
-template <bool kVec>
-__global__ void residual_add_kernel(const float* a, const float* b, float* out, size_t n, StoreOut store,
+// B: float, or bf16_t for a b kept in bf16 (then round_b is false: its values are bf16 already).
+template <bool kVec, class B>
+__global__ void residual_add_kernel(const float* a, const B* b, float* out, size_t n, StoreOut store,
                                     bool round_b) {
   for_each<kVec>(
-      n, [&](size_t i) { detail::write_out(out, i, a[i] + detail::stored(b[i], round_b), store); },
+      n, [&](size_t i) { detail::write_out(out, i, a[i] + detail::stored(detail::load1(b, i), round_b), store); },
       [&](size_t i) {
         const float4 va = *reinterpret_cast<const float4*>(a + i);
-        const float4 vb = *reinterpret_cast<const float4*>(b + i);
+        const float4 vb = detail::load4(b, i);
         detail::write_out4(out, i,
                            make_float4(va.x + detail::stored(vb.x, round_b), va.y + detail::stored(vb.y, round_b),
                                        va.z + detail::stored(vb.z, round_b), va.w + detail::stored(vb.w, round_b)),
@@ -148,16 +143,30 @@ void round_to_bf16(float* x, size_t n, bf16_t* copy, cudaStream_t stream) {
   detail::check_launch();
 }
 
-void residual_add(const float* a, const float* b, float* out, size_t n, cudaStream_t stream, StoreOut out_store,
-                  bool round_b) {
+namespace {
+
+template <class B>
+void launch_residual_add(const float* a, const B* b, float* out, size_t n, cudaStream_t stream, StoreOut out_store,
+                         bool round_b) {
   if (n == 0) return;
   // out may be a or b: each element is read before it is written, by the same thread.
-  if (detail::aligned(a, 16) && detail::aligned(b, 16) && detail::vec4_ok(out, out_store)) {
+  if (detail::aligned(a, 16) && detail::vec_aligned(b) && detail::vec4_ok(out, out_store)) {
     residual_add_kernel<true><<<blocks_for(n, true), kThreads, 0, stream>>>(a, b, out, n, out_store, round_b);
   } else {
     residual_add_kernel<false><<<blocks_for(n, false), kThreads, 0, stream>>>(a, b, out, n, out_store, round_b);
   }
   detail::check_launch();
+}
+
+}  // namespace
+
+void residual_add(const float* a, const float* b, float* out, size_t n, cudaStream_t stream, StoreOut out_store,
+                  bool round_b) {
+  launch_residual_add(a, b, out, n, stream, out_store, round_b);
+}
+
+void residual_add(const float* a, const bf16_t* b, float* out, size_t n, cudaStream_t stream, StoreOut out_store) {
+  launch_residual_add(a, b, out, n, stream, out_store, false);
 }
 
 }  // namespace fp4::cuda

@@ -386,7 +386,7 @@ __global__ void __launch_bounds__(kThreads) flash_forward_kernel(const bf16_t* q
         // out's store (ops.cuh's StoreOut) applied as it is written.
         const float v0 = detail::stored(o[m][n][2 * r] / l, store.round);
         const float v1 = detail::stored(o[m][n][2 * r + 1] / l, store.round);
-        *reinterpret_cast<float2*>(out + at + n * 8 + 2 * c) = make_float2(v0, v1);
+        if (out != nullptr) *reinterpret_cast<float2*>(out + at + n * 8 + 2 * c) = make_float2(v0, v1);
         if (store.bf16 != nullptr)  // the pair as one 4-byte store, the lower column in the lower half
           *reinterpret_cast<uint32_t*>(store.bf16 + at + n * 8 + 2 * c) =
               static_cast<uint32_t>(::fp4::float_to_bf16(v0)) |
@@ -403,7 +403,16 @@ __global__ void __launch_bounds__(kThreads) flash_forward_kernel(const bf16_t* q
 // increasing order. Shared memory: the Q and dO tiles, then kStages stages of (K tile, V tile).
 constexpr size_t kDqShared = (2 + kStages * 2) * static_cast<size_t>(kTileElems) * sizeof(bf16_t);
 
-__global__ void __launch_bounds__(kThreads, 3) flash_dq_kernel(const bf16_t* qkv, const float* out, const float* lse,
+// The forward's output: columns i and i + 1 (i even) of an fp32 or a bf16 copy (the same values
+// when the output was stored: bf16_to_float is exact).
+__device__ __forceinline__ float2 out_pair(const float* out, size_t i) { return *reinterpret_cast<const float2*>(out + i); }
+__device__ __forceinline__ float2 out_pair(const bf16_t* out, size_t i) {
+  const uint32_t w = *reinterpret_cast<const uint32_t*>(out + i);  // the lower column in the lower half
+  return make_float2(__uint_as_float(w << 16), __uint_as_float(w & 0xffff0000u));
+}
+
+template <class O>
+__global__ void __launch_bounds__(kThreads, 3) flash_dq_kernel(const bf16_t* qkv, const O* out, const float* lse,
                                                             const bf16_t* dout, Geometry geo, float* dqkv,
                                                             float* dsum, float* lse2) {
   extern __shared__ __align__(16) unsigned char smem[];
@@ -452,7 +461,7 @@ __global__ void __launch_bounds__(kThreads, 3) flash_dq_kernel(const bf16_t* qkv
       const uint32_t words[4] = {go.x, go.y, go.z, go.w};
 #pragma unroll
       for (int k = 0; k < 4; ++k) {
-        const float2 ov = *reinterpret_cast<const float2*>(out + at + 8 * j + 2 * k);
+        const float2 ov = out_pair(out, at + 8 * j + 2 * k);
         acc = __fmaf_rn(__uint_as_float(words[k] << 16), ov.x, acc);           // lower half: smaller column
         acc = __fmaf_rn(__uint_as_float(words[k] & 0xffff0000u), ov.y, acc);
       }
@@ -645,6 +654,8 @@ void set_shared(const void* kernel, size_t bytes) {
 void flash_attention_forward_stored(const bf16_t* qkv, int batch, int seq_len, int n_heads, int head_dim,
                                     float* out, float* lse, StoreOut out_store, cudaStream_t stream) {
   const Geometry geo = check("flash_attention_forward", batch, seq_len, n_heads, head_dim);
+  detail::require(out != nullptr || out_store.bf16 != nullptr, "flash_attention_forward",
+                  "no output: out and its bf16 copy are null");
   detail::require(aligned(qkv, 16) && aligned(out, 8) && aligned(lse, 4) && aligned(out_store.bf16, 4),
                   "flash_attention_forward",
                   "qkv must be 16-byte aligned, out 8-byte aligned and out's bf16 copy 4-byte aligned");
@@ -659,26 +670,44 @@ void flash_attention_forward(const bf16_t* qkv, int batch, int seq_len, int n_he
   flash_attention_forward_stored(qkv, batch, seq_len, n_heads, head_dim, out, lse, StoreOut{}, stream);
 }
 
-void flash_attention_backward(const bf16_t* qkv, const float* out, const float* lse, const bf16_t* dout, int batch,
-                              int seq_len, int n_heads, int head_dim, float* dqkv, Workspace& workspace,
-                              cudaStream_t stream) {
+namespace {
+
+template <class O>
+void launch_backward(const bf16_t* qkv, const O* out, const float* lse, const bf16_t* dout, int batch, int seq_len,
+                     int n_heads, int head_dim, float* dqkv, Workspace& workspace, cudaStream_t stream) {
   const char* op = "flash_attention_backward";
   const Geometry geo = check(op, batch, seq_len, n_heads, head_dim);
-  detail::require(aligned(qkv, 16) && aligned(dout, 16) && aligned(out, 8) && aligned(lse, 4) && aligned(dqkv, 8),
-                  op, "qkv and dout must be 16-byte aligned, out and dqkv 8-byte aligned");
+  detail::require(out != nullptr, op, "a null out");
+  detail::require(aligned(qkv, 16) && aligned(dout, 16) && aligned(out, 2 * sizeof(O)) && aligned(lse, 4) &&
+                      aligned(dqkv, 8),
+                  op, "qkv and dout must be 16-byte aligned, out aligned for a pair of its elements, dqkv 8-byte aligned");
   // The workspace holds D (B·H·T floats) then lse·log2e (as many), both written by the dQ pass for
   // the dK/dV pass; each starts at a multiple of 64 floats, as cp.async of a tile's 64 needs.
   const size_t n_stats = static_cast<size_t>(batch) * n_heads * seq_len;
   auto* dsum = static_cast<float*>(workspace.get(2 * n_stats * sizeof(float)));
   float* lse2 = dsum + n_stats;
 
-  set_shared(reinterpret_cast<const void*>(flash_dq_kernel), kDqShared);
+  set_shared(reinterpret_cast<const void*>(flash_dq_kernel<O>), kDqShared);
   set_shared(reinterpret_cast<const void*>(flash_dkdv_kernel), kDkdvShared);
   const dim3 grid(seq_len / kTile, n_heads, batch);
-  flash_dq_kernel<<<grid, kThreads, kDqShared, stream>>>(qkv, out, lse, dout, geo, dqkv, dsum, lse2);
+  flash_dq_kernel<O><<<grid, kThreads, kDqShared, stream>>>(qkv, out, lse, dout, geo, dqkv, dsum, lse2);
   detail::check_launch();
   flash_dkdv_kernel<<<grid, kThreads, kDkdvShared, stream>>>(qkv, dout, lse2, dsum, geo, dqkv);
   detail::check_launch();
+}
+
+}  // namespace
+
+void flash_attention_backward(const bf16_t* qkv, const float* out, const float* lse, const bf16_t* dout, int batch,
+                              int seq_len, int n_heads, int head_dim, float* dqkv, Workspace& workspace,
+                              cudaStream_t stream) {
+  launch_backward(qkv, out, lse, dout, batch, seq_len, n_heads, head_dim, dqkv, workspace, stream);
+}
+
+void flash_attention_backward(const bf16_t* qkv, const bf16_t* out, const float* lse, const bf16_t* dout, int batch,
+                              int seq_len, int n_heads, int head_dim, float* dqkv, Workspace& workspace,
+                              cudaStream_t stream) {
+  launch_backward(qkv, out, lse, dout, batch, seq_len, n_heads, head_dim, dqkv, workspace, stream);
 }
 
 }  // namespace fp4::cuda

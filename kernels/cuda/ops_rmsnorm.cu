@@ -62,19 +62,24 @@ Tile plan_tile(int d, int buffers, int scalars) {
   return t;
 }
 
-// Starts copying rows [0, n) of src (rows of d floats, contiguous) into the tile, one warp per
-// row: 16-byte copies with kVec (d % 4 == 0, src 16-byte aligned, so every row start is), else
-// 4-byte ones. The caller commits and waits.
-template <bool kVec>
-__device__ __forceinline__ void stage_rows(float* tile, int stride, const float* src, int d, int n) {
+// Starts copying rows [0, n) of src (rows of d elements of T, float or bf16_t, contiguous) into
+// the tile, one warp per row: 16-byte copies with kVec (d a multiple of 16 bytes' worth of T, src
+// 16-byte aligned, so every row start is), else one element at a time (cp.async for 4-byte
+// elements, a plain load and store for bf16, which cp.async cannot copy alone; the caller's
+// barrier after the wait covers both). The caller commits and waits.
+template <bool kVec, class T>
+__device__ __forceinline__ void stage_rows(T* tile, int stride, const T* src, int d, int n) {
+  constexpr int kPer = 16 / sizeof(T);  // elements per 16-byte copy
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   for (int r = warp; r < n; r += kWarps) {
-    const float* s = src + static_cast<size_t>(r) * d;
-    float* t = tile + r * stride;
+    const T* s = src + static_cast<size_t>(r) * d;
+    T* t = tile + r * stride;
     if constexpr (kVec) {
-      for (int e = 4 * lane; e < d; e += 128) __pipeline_memcpy_async(t + e, s + e, 16);
-    } else {
+      for (int e = kPer * lane; e < d; e += 32 * kPer) __pipeline_memcpy_async(t + e, s + e, 16);
+    } else if constexpr (sizeof(T) == 4) {
       for (int e = lane; e < d; e += 32) __pipeline_memcpy_async(t + e, s + e, 4);
+    } else {
+      for (int e = lane; e < d; e += 32) t[e] = s[e];
     }
   }
   __pipeline_commit();
@@ -140,16 +145,17 @@ __global__ void rmsnorm_forward_staged_kernel(const float* x, const float* gain,
   }
 }
 
-// dx for rows [b·tile_rows, ...): x and dy staged. kVec: d % 4 == 0, x and dy 16-byte aligned and
-// vec4_ok(dx, store).
-template <bool kVec>
-__global__ void rmsnorm_dx_staged_kernel(const float* x, const float* gain, const float* rstd, const float* dy,
-                                         int rows, int d, int stride, int tile_rows, float* dx, StoreOut store,
-                                         bool round_dy, bool gain_vec) {
+// dx for rows [b·tile_rows, ...): x and dy staged. kVec: d % 4 == 0 (d % 8 == 0 for a bf16 dy), x
+// and dy 16-byte aligned and vec4_ok(dx, store). DY: float, or bf16_t for a dy kept in bf16 (its
+// tile rows then hold bf16, read as fp32).
+template <bool kVec, class DY>
+__global__ void rmsnorm_dx_staged_kernel(const float* x, const float* gain, const float* rstd, const DY* dy,
+                                         int rows, int d, int stride, int tile_rows, const float* add, float* dx,
+                                         StoreOut store, bool round_dy, bool gain_vec) {
   extern __shared__ float4 smem[];
   float* tile_x = reinterpret_cast<float*>(smem);
-  float* tile_dy = tile_x + tile_rows * stride;
-  float* tile_s = tile_dy + tile_rows * stride;
+  DY* tile_dy = reinterpret_cast<DY*>(tile_x + tile_rows * stride);  // tile_rows·stride floats' room
+  float* tile_s = tile_x + 2 * tile_rows * stride;
   float* tile_c = tile_s + tile_rows;
   const int row0 = blockIdx.x * tile_rows;
   const int n = rows - row0 < tile_rows ? rows - row0 : tile_rows;
@@ -162,13 +168,13 @@ __global__ void rmsnorm_dx_staged_kernel(const float* x, const float* gain, cons
     const int r = threadIdx.x / 8, lane = threadIdx.x % 8;
     const bool active = r < n;
     const float* xr = tile_x + (active ? r : 0) * stride;
-    const float* dyr = tile_dy + (active ? r : 0) * stride;
+    const DY* dyr = tile_dy + (active ? r : 0) * stride;
     const float s = active ? rstd[row0 + r] : 0.0f;
     float partial = 0.0f;
     if (active) {
 #pragma unroll 8
       for (int e = lane; e < d; e += 8) {
-        const float g = detail::stored(dyr[e], round_dy) * gain[e];
+        const float g = detail::stored(detail::load1(dyr, e), round_dy) * gain[e];
         const float xhat = xr[e] * s;
         partial += g * xhat;
       }
@@ -184,28 +190,31 @@ __global__ void rmsnorm_dx_staged_kernel(const float* x, const float* gain, cons
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   for (int r = warp; r < n; r += kWarps) {
     const float* xr = tile_x + r * stride;
-    const float* dyr = tile_dy + r * stride;
+    const DY* dyr = tile_dy + r * stride;
     const float s = tile_s[r], c = tile_c[r];
     const size_t base = static_cast<size_t>(row0 + r) * d;
     if constexpr (kVec) {
       for (int e = 4 * lane; e < d; e += 128) {
         const float4 xv = *reinterpret_cast<const float4*>(xr + e);
-        const float4 dyv = *reinterpret_cast<const float4*>(dyr + e);
+        const float4 dyv = detail::load4(dyr, e);
         const float4 gv = load_gain4(gain, e, gain_vec);
         const float g0 = detail::stored(dyv.x, round_dy) * gv.x, xhat0 = xv.x * s;
         const float g1 = detail::stored(dyv.y, round_dy) * gv.y, xhat1 = xv.y * s;
         const float g2 = detail::stored(dyv.z, round_dy) * gv.z, xhat2 = xv.z * s;
         const float g3 = detail::stored(dyv.w, round_dy) * gv.w, xhat3 = xv.w * s;
-        detail::write_out4(dx, base + e,
-                           make_float4(s * (g0 - xhat0 * c), s * (g1 - xhat1 * c), s * (g2 - xhat2 * c),
-                                       s * (g3 - xhat3 * c)),
-                           store);
+        float4 v = make_float4(s * (g0 - xhat0 * c), s * (g1 - xhat1 * c), s * (g2 - xhat2 * c), s * (g3 - xhat3 * c));
+        if (add != nullptr) {
+          const float4 a = *reinterpret_cast<const float4*>(add + base + e);
+          v = make_float4(a.x + v.x, a.y + v.y, a.z + v.z, a.w + v.w);
+        }
+        detail::write_out4(dx, base + e, v, store);
       }
     } else {
       for (int e = lane; e < d; e += 32) {
-        const float g = detail::stored(dyr[e], round_dy) * gain[e];
+        const float g = detail::stored(detail::load1(dyr, e), round_dy) * gain[e];
         const float xhat = xr[e] * s;
-        detail::write_out(dx, base + e, s * (g - xhat * c), store);
+        const float v = s * (g - xhat * c);
+        detail::write_out(dx, base + e, add != nullptr ? add[base + e] + v : v, store);
       }
     }
   }
@@ -231,8 +240,9 @@ __global__ void rmsnorm_forward_kernel(const float* x, const float* gain, int ro
   for (int e = lane; e < d; e += 8) detail::write_out(y, base + e, (xr[e] * s) * gain[e], store);
 }
 
-__global__ void rmsnorm_dx_kernel(const float* x, const float* gain, const float* rstd, const float* dy,
-                                  int rows, int d, float* dx, StoreOut store, bool round_dy) {
+template <class DY>
+__global__ void rmsnorm_dx_kernel(const float* x, const float* gain, const float* rstd, const DY* dy,
+                                  int rows, int d, const float* add, float* dx, StoreOut store, bool round_dy) {
   const int row = blockIdx.x * kRowsPerBlock + threadIdx.x / 8;
   const int lane = threadIdx.x % 8;
   const bool active = row < rows;
@@ -241,7 +251,7 @@ __global__ void rmsnorm_dx_kernel(const float* x, const float* gain, const float
   float partial = 0.0f;
   if (active) {
     for (int e = lane; e < d; e += 8) {
-      const float g = detail::stored(dy[base + e], round_dy) * gain[e];
+      const float g = detail::stored(detail::load1(dy, base + e), round_dy) * gain[e];
       const float xhat = x[base + e] * s;
       partial += g * xhat;
     }
@@ -250,9 +260,10 @@ __global__ void rmsnorm_dx_kernel(const float* x, const float* gain, const float
   if (!active) return;
   const float c = dot / static_cast<float>(d);
   for (int e = lane; e < d; e += 8) {
-    const float g = detail::stored(dy[base + e], round_dy) * gain[e];
+    const float g = detail::stored(detail::load1(dy, base + e), round_dy) * gain[e];
     const float xhat = x[base + e] * s;
-    detail::write_out(dx, base + e, s * (g - xhat * c), store);
+    const float v = s * (g - xhat * c);
+    detail::write_out(dx, base + e, add != nullptr ? add[base + e] + v : v, store);
   }
 }
 
@@ -260,7 +271,8 @@ __global__ void rmsnorm_dx_kernel(const float* x, const float* gain, const float
 
 // partial[chunk][j] = Σ_{rows of chunk, in order} dy ⊙ (x · rstd), starting from 0. The unrolled
 // loop lets a thread have many rows' loads in flight (the additions still run in row order).
-__global__ void rmsnorm_dgain_partial_kernel(const float* x, const float* rstd, const float* dy, int rows,
+template <class DY>
+__global__ void rmsnorm_dgain_partial_kernel(const float* x, const float* rstd, const DY* dy, int rows,
                                              int d, float* partial, bool round_dy) {
   const int j = blockIdx.x * blockDim.x + threadIdx.x;
   if (j >= d) return;
@@ -270,7 +282,7 @@ __global__ void rmsnorm_dgain_partial_kernel(const float* x, const float* rstd, 
 #pragma unroll 16
   for (int r = r0; r < r1; ++r) {
     const size_t i = static_cast<size_t>(r) * d + j;
-    sum += detail::stored(dy[i], round_dy) * (x[i] * rstd[r]);
+    sum += detail::stored(detail::load1(dy, i), round_dy) * (x[i] * rstd[r]);
   }
   partial[static_cast<size_t>(blockIdx.y) * d + j] = sum;
 }
@@ -320,6 +332,8 @@ unsigned tile_blocks(int rows, const Tile& t) { return static_cast<unsigned>((ro
 void rmsnorm_forward(const float* x, const float* gain, int rows, int d, float eps, float* y, float* rstd,
                      cudaStream_t stream, StoreOut y_store) {
   check_shape("rmsnorm_forward", rows, d);
+  detail::require(y != nullptr || y_store.bf16 != nullptr, "rmsnorm_forward",
+                  "no output: y and its bf16 copy are null");
   const Tile t = plan_tile(d, 1, 1);
   if (t.rows == 0) {
     rmsnorm_forward_kernel<<<(rows + kRowsPerBlock - 1) / kRowsPerBlock, kThreads, 0, stream>>>(x, gain, rows, d, eps,
@@ -334,23 +348,27 @@ void rmsnorm_forward(const float* x, const float* gain, int rows, int d, float e
   detail::check_launch();
 }
 
-void rmsnorm_backward(const float* x, const float* gain, const float* rstd, const float* dy, int rows, int d,
-                      float* dx, float* dgain, Workspace& workspace, cudaStream_t stream, StoreOut dx_store,
-                      bool round_dy) {
-  check_shape("rmsnorm_backward", rows, d);
+namespace {
+
+template <class DY>
+void backward(const char* op, const float* x, const float* gain, const float* rstd, const DY* dy, int rows, int d,
+              const float* add, float* dx, float* dgain, Workspace& workspace, cudaStream_t stream, StoreOut dx_store,
+              bool round_dy) {
+  check_shape(op, rows, d);
   const int chunks = (rows + kRmsnormRowChunk - 1) / kRmsnormRowChunk;
-  detail::require(chunks <= 65535, "rmsnorm_backward", "rows = " + std::to_string(rows) + " is too large");
+  detail::require(chunks <= 65535, op, "rows = " + std::to_string(rows) + " is too large");
   auto* partial = static_cast<float*>(workspace.get(static_cast<size_t>(chunks) * d * sizeof(float)));
   const Tile t = plan_tile(d, 2, 2);
   if (t.rows == 0) {
-    rmsnorm_dx_kernel<<<(rows + kRowsPerBlock - 1) / kRowsPerBlock, kThreads, 0, stream>>>(x, gain, rstd, dy, rows, d,
-                                                                                           dx, dx_store, round_dy);
-  } else if (d % 4 == 0 && detail::aligned(x, 16) && detail::aligned(dy, 16) && detail::vec4_ok(dx, dx_store)) {
+    rmsnorm_dx_kernel<<<(rows + kRowsPerBlock - 1) / kRowsPerBlock, kThreads, 0, stream>>>(
+        x, gain, rstd, dy, rows, d, add, dx, dx_store, round_dy);
+  } else if (d % (16 / sizeof(DY)) == 0 && detail::aligned(x, 16) && detail::aligned(dy, 16) &&
+             detail::aligned(add, 16) && detail::vec4_ok(dx, dx_store)) {
     rmsnorm_dx_staged_kernel<true><<<tile_blocks(rows, t), kThreads, t.bytes, stream>>>(
-        x, gain, rstd, dy, rows, d, t.stride, t.rows, dx, dx_store, round_dy, detail::aligned(gain, 16));
+        x, gain, rstd, dy, rows, d, t.stride, t.rows, add, dx, dx_store, round_dy, detail::aligned(gain, 16));
   } else {
     rmsnorm_dx_staged_kernel<false><<<tile_blocks(rows, t), kThreads, t.bytes, stream>>>(
-        x, gain, rstd, dy, rows, d, t.stride, t.rows, dx, dx_store, round_dy, false);
+        x, gain, rstd, dy, rows, d, t.stride, t.rows, add, dx, dx_store, round_dy, false);
   }
   detail::check_launch();
   const unsigned col_blocks = static_cast<unsigned>((d + kColumnThreads - 1) / kColumnThreads);
@@ -361,6 +379,29 @@ void rmsnorm_backward(const float* x, const float* gain, const float* rstd, cons
   rmsnorm_dgain_total_kernel<<<total_blocks, dim3(kTotalColumns, kTotalLoaders), 0, stream>>>(partial, chunks, d,
                                                                                               dgain);
   detail::check_launch();
+}
+
+}  // namespace
+
+void rmsnorm_backward(const float* x, const float* gain, const float* rstd, const float* dy, int rows, int d,
+                      float* dx, float* dgain, Workspace& workspace, cudaStream_t stream, StoreOut dx_store,
+                      bool round_dy) {
+  backward("rmsnorm_backward", x, gain, rstd, dy, rows, d, nullptr, dx, dgain, workspace, stream, dx_store, round_dy);
+}
+
+void rmsnorm_backward_add(const float* x, const float* gain, const float* rstd, const float* dy, int rows, int d,
+                          const float* dx_add, float* dx, float* dgain, Workspace& workspace, cudaStream_t stream,
+                          StoreOut dx_store, bool round_dy) {
+  detail::require(dx_add != nullptr, "rmsnorm_backward_add", "a null dx_add");
+  backward("rmsnorm_backward_add", x, gain, rstd, dy, rows, d, dx_add, dx, dgain, workspace, stream, dx_store,
+           round_dy);
+}
+
+void rmsnorm_backward_add(const float* x, const float* gain, const float* rstd, const bf16_t* dy, int rows, int d,
+                          const float* dx_add, float* dx, float* dgain, Workspace& workspace, cudaStream_t stream,
+                          StoreOut dx_store) {
+  detail::require(dx_add != nullptr, "rmsnorm_backward_add", "a null dx_add");
+  backward("rmsnorm_backward_add", x, gain, rstd, dy, rows, d, dx_add, dx, dgain, workspace, stream, dx_store, false);
 }
 
 }  // namespace fp4::cuda

@@ -9,6 +9,7 @@
 
 #include <cmath>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 namespace fp4::cuda {
@@ -53,8 +54,10 @@ __device__ __forceinline__ void rotate(float& x0, float& x1, float c, float s, f
   x1 = y1;
 }
 
-template <bool kVec>
-__global__ void rope_qkv_kernel(float* x, int rows, int seq_len, int d, int head_dim, const float* cos_table,
+// T = bf16_t: the buffer holds bf16 (stored values), and each result is rounded and written back
+// as bf16 (store is then {round, no copy}: the buffer is its own bf16 copy).
+template <bool kVec, class T>
+__global__ void rope_qkv_kernel(T* x, int rows, int seq_len, int d, int head_dim, const float* cos_table,
                                 const float* sin_table, float sign, StoreOut store) {
   const unsigned half = head_dim / 2;
   // Units per row and those of q and k (columns < 2·d); d is even, and a multiple of 4 with kVec.
@@ -63,13 +66,13 @@ __global__ void rope_qkv_kernel(float* x, int rows, int seq_len, int d, int head
   for (unsigned r = blockIdx.y * blockDim.y + threadIdx.y; r < static_cast<unsigned>(rows);
        r += gridDim.y * blockDim.y) {
     const size_t row_at = static_cast<size_t>(r) * 3 * d;
-    const float* row = x + row_at;
+    const T* row = x + row_at;
     const float* cos_pos = cos_table + static_cast<size_t>(r % seq_len) * half;
     const float* sin_pos = sin_table + static_cast<size_t>(r % seq_len) * half;
     for (unsigned k = blockIdx.x * blockDim.x + threadIdx.x; k < units; k += gridDim.x * blockDim.x) {
       if constexpr (kVec) {
         const size_t col = 4 * static_cast<size_t>(k);
-        float4 v = *reinterpret_cast<const float4*>(row + col);
+        float4 v = detail::load4(row, col);
         v.x = detail::stored(v.x, store.round);
         v.y = detail::stored(v.y, store.round);
         v.z = detail::stored(v.z, store.round);
@@ -81,22 +84,33 @@ __global__ void rope_qkv_kernel(float* x, int rows, int seq_len, int d, int head
           rotate(v.x, v.y, c.x, sn.x, sign);
           rotate(v.z, v.w, c.y, sn.y, sign);
         }
-        detail::write_out4(x, row_at + col, v, store);
+        if constexpr (std::is_same_v<T, bf16_t>) {
+          *reinterpret_cast<uint2*>(x + row_at + col) = detail::pack_bf16x4(v.x, v.y, v.z, v.w);
+        } else {
+          detail::write_out4(x, row_at + col, v, store);
+        }
       } else {
         const size_t col = 2 * static_cast<size_t>(k);
-        float x0 = detail::stored(row[col], store.round), x1 = detail::stored(row[col + 1], store.round);
+        float x0 = detail::stored(detail::load1(row, col), store.round);
+        float x1 = detail::stored(detail::load1(row, col + 1), store.round);
         if (k < qk_units) {  // q or k: rotate pair i of its head
           const unsigned i = k % half;  // (col mod head_dim) / 2
           rotate(x0, x1, cos_pos[i], sin_pos[i], sign);
         }
-        detail::write_out(x, row_at + col, x0, store);
-        detail::write_out(x, row_at + col + 1, x1, store);
+        if constexpr (std::is_same_v<T, bf16_t>) {
+          x[row_at + col] = ::fp4::float_to_bf16(x0);
+          x[row_at + col + 1] = ::fp4::float_to_bf16(x1);
+        } else {
+          detail::write_out(x, row_at + col, x0, store);
+          detail::write_out(x, row_at + col + 1, x1, store);
+        }
       }
     }
   }
 }
 
-void rope_qkv(const char* op, float* x, int batch, int seq_len, int n_heads, int head_dim, const RopeTable& table,
+template <class T>
+void rope_qkv(const char* op, T* x, int batch, int seq_len, int n_heads, int head_dim, const RopeTable& table,
               float sign, StoreOut store, cudaStream_t stream) {
   detail::require(batch >= 1 && seq_len >= 1 && n_heads >= 1 && head_dim >= 2 && head_dim % 2 == 0, op,
                   "needs batch, seq_len, n_heads >= 1 and an even head_dim >= 2, got batch = " +
@@ -109,7 +123,8 @@ void rope_qkv(const char* op, float* x, int batch, int seq_len, int n_heads, int
   const int rows = batch * seq_len, d = n_heads * head_dim;
   // The tables come from cudaMalloc (aligned); with head_dim % 4 == 0 a row of the table holds an
   // even number of entries and i is even, so the float2 reads are aligned.
-  if (head_dim % 4 == 0 && detail::vec4_ok(x, store)) {
+  const bool vec = std::is_same_v<T, bf16_t> ? detail::vec_aligned(x) : detail::vec4_ok(reinterpret_cast<float*>(x), store);
+  if (head_dim % 4 == 0 && vec) {
     const detail::RowGrid g = detail::row_grid(rows, 3LL * d / 4, kThreads);
     rope_qkv_kernel<true><<<g.grid, g.block, 0, stream>>>(x, rows, seq_len, d, head_dim, table.cos(), table.sin(),
                                                           sign, store);
@@ -182,6 +197,13 @@ void rope_forward_qkv(float* qkv, int batch, int seq_len, int n_heads, int head_
 void rope_backward_qkv(float* dqkv, int batch, int seq_len, int n_heads, int head_dim, const RopeTable& table,
                        cudaStream_t stream, StoreOut store) {
   rope_qkv("rope_backward_qkv", dqkv, batch, seq_len, n_heads, head_dim, table, -1.0f, store, stream);
+}
+
+void rope_forward_qkv(bf16_t* qkv, int batch, int seq_len, int n_heads, int head_dim, const RopeTable& table,
+                      cudaStream_t stream) {
+  StoreOut store;
+  store.round = true;  // the store after RoPE; the one before is the identity on bf16 values
+  rope_qkv("rope_forward_qkv", qkv, batch, seq_len, n_heads, head_dim, table, 1.0f, store, stream);
 }
 
 }  // namespace fp4::cuda

@@ -8,6 +8,7 @@
 #include "kernels/cuda/ops_common.cuh"
 
 #include <string>
+#include <type_traits>
 
 namespace fp4::cuda {
 
@@ -30,30 +31,34 @@ __device__ __forceinline__ void swiglu_grad(float g, float up, float dai, float&
 }
 
 // Threads walk (row r, unit k) over a detail::row_grid: a unit is feature j = k (kVec false) or
-// the four features j = 4k .. 4k+3 (kVec: f % 4 == 0 and every pointer aligned for 16-byte access,
-// so each gate, up and output group is one float4). Unsigned loop counters: r + stride and
-// k + stride stay below 2³² for any int shape. With round_u (u's store, fused), u is rounded
-// in place as it is read: the thread of (r, j) alone touches u's gate and up elements of (r, j).
-template <bool kVec>
-__global__ void swiglu_forward_kernel(float* u, bool round_u, int rows, int f, float* a, StoreOut store) {
+// the four features j = 4k .. 4k+3 (kVec: f % 4 == 0 and every pointer aligned for 4-element
+// accesses, so each gate, up and output group is one load or store). Unsigned loop counters:
+// r + stride and k + stride stay below 2³² for any int shape. U and DA: float, or bf16_t for a
+// buffer kept in bf16 (detail::load1/load4 read either as fp32). With round_u (u's store, fused;
+// fp32 u only), u is rounded in place as it is read: the thread of (r, j) alone touches u's gate
+// and up elements of (r, j).
+template <bool kVec, class U>
+__global__ void swiglu_forward_kernel(U* u, bool round_u, int rows, int f, float* a, StoreOut store) {
   const unsigned units = kVec ? f / 4 : f;
   for (unsigned r = blockIdx.y * blockDim.y + threadIdx.y; r < static_cast<unsigned>(rows);
        r += gridDim.y * blockDim.y) {
-    float* gate_row = u + static_cast<size_t>(r) * 2 * f;
-    float* up_row = gate_row + f;
+    U* gate_row = u + static_cast<size_t>(r) * 2 * f;
+    U* up_row = gate_row + f;
     const size_t a_row = static_cast<size_t>(r) * f;
     for (unsigned k = blockIdx.x * blockDim.x + threadIdx.x; k < units; k += gridDim.x * blockDim.x) {
       if constexpr (kVec) {
         const unsigned j = 4 * k;
-        float4 gate = *reinterpret_cast<const float4*>(gate_row + j);
-        float4 up = *reinterpret_cast<const float4*>(up_row + j);
-        if (round_u) {
-          gate = make_float4(::fp4::round_to_bf16(gate.x), ::fp4::round_to_bf16(gate.y), ::fp4::round_to_bf16(gate.z),
-                             ::fp4::round_to_bf16(gate.w));
-          up = make_float4(::fp4::round_to_bf16(up.x), ::fp4::round_to_bf16(up.y), ::fp4::round_to_bf16(up.z),
-                           ::fp4::round_to_bf16(up.w));
-          *reinterpret_cast<float4*>(gate_row + j) = gate;
-          *reinterpret_cast<float4*>(up_row + j) = up;
+        float4 gate = detail::load4(gate_row, j);
+        float4 up = detail::load4(up_row, j);
+        if constexpr (std::is_same_v<U, float>) {
+          if (round_u) {
+            gate = make_float4(::fp4::round_to_bf16(gate.x), ::fp4::round_to_bf16(gate.y),
+                               ::fp4::round_to_bf16(gate.z), ::fp4::round_to_bf16(gate.w));
+            up = make_float4(::fp4::round_to_bf16(up.x), ::fp4::round_to_bf16(up.y), ::fp4::round_to_bf16(up.z),
+                             ::fp4::round_to_bf16(up.w));
+            *reinterpret_cast<float4*>(gate_row + j) = gate;
+            *reinterpret_cast<float4*>(up_row + j) = up;
+          }
         }
         detail::write_out4(a, a_row + j,
                            make_float4(swiglu(gate.x, up.x), swiglu(gate.y, up.y), swiglu(gate.z, up.z),
@@ -61,12 +66,14 @@ __global__ void swiglu_forward_kernel(float* u, bool round_u, int rows, int f, f
                            store);
       } else {
         const unsigned j = k;
-        float gate = gate_row[j], up = up_row[j];
-        if (round_u) {
-          gate = ::fp4::round_to_bf16(gate);
-          up = ::fp4::round_to_bf16(up);
-          gate_row[j] = gate;
-          up_row[j] = up;
+        float gate = detail::load1(gate_row, j), up = detail::load1(up_row, j);
+        if constexpr (std::is_same_v<U, float>) {
+          if (round_u) {
+            gate = ::fp4::round_to_bf16(gate);
+            up = ::fp4::round_to_bf16(up);
+            gate_row[j] = gate;
+            up_row[j] = up;
+          }
         }
         detail::write_out(a, a_row + j, swiglu(gate, up), store);
       }
@@ -74,8 +81,8 @@ __global__ void swiglu_forward_kernel(float* u, bool round_u, int rows, int f, f
   }
 }
 
-template <bool kVec>
-__global__ void swiglu_backward_kernel(const float* u, const float* da, int rows, int f, float* du, StoreOut store,
+template <bool kVec, class U, class DA>
+__global__ void swiglu_backward_kernel(const U* u, const DA* da, int rows, int f, float* du, StoreOut store,
                                        bool round_da) {
   const unsigned units = kVec ? f / 4 : f;
   for (unsigned r = blockIdx.y * blockDim.y + threadIdx.y; r < static_cast<unsigned>(rows);
@@ -84,9 +91,9 @@ __global__ void swiglu_backward_kernel(const float* u, const float* da, int rows
     for (unsigned k = blockIdx.x * blockDim.x + threadIdx.x; k < units; k += gridDim.x * blockDim.x) {
       if constexpr (kVec) {
         const unsigned j = 4 * k;
-        const float4 g = *reinterpret_cast<const float4*>(u + gate_at + j);
-        const float4 up = *reinterpret_cast<const float4*>(u + up_at + j);
-        const float4 dai = *reinterpret_cast<const float4*>(da + da_at + j);
+        const float4 g = detail::load4(u, gate_at + j);
+        const float4 up = detail::load4(u, up_at + j);
+        const float4 dai = detail::load4(da, da_at + j);
         float4 dgate, dup;
         swiglu_grad(g.x, up.x, detail::stored(dai.x, round_da), dgate.x, dup.x);
         swiglu_grad(g.y, up.y, detail::stored(dai.y, round_da), dgate.y, dup.y);
@@ -97,7 +104,8 @@ __global__ void swiglu_backward_kernel(const float* u, const float* da, int rows
       } else {
         const unsigned j = k;
         float dgate, dup;
-        swiglu_grad(u[gate_at + j], u[up_at + j], detail::stored(da[da_at + j], round_da), dgate, dup);
+        swiglu_grad(detail::load1(u, gate_at + j), detail::load1(u, up_at + j),
+                    detail::stored(detail::load1(da, da_at + j), round_da), dgate, dup);
         detail::write_out(du, gate_at + j, dgate, store);
         detail::write_out(du, up_at + j, dup, store);
       }
@@ -110,8 +118,13 @@ void check_shape(const char* op, int rows, int f) {
                   "needs rows >= 1 and f >= 1, got rows = " + std::to_string(rows) + ", f = " + std::to_string(f));
 }
 
-void launch_forward(float* u, bool round_u, int rows, int f, float* a, StoreOut store, cudaStream_t stream) {
-  if (f % 4 == 0 && detail::aligned(u, 16) && detail::vec4_ok(a, store)) {
+void check_output(const char* op, const float* out, const StoreOut& store) {
+  detail::require(out != nullptr || store.bf16 != nullptr, op, "no output: the fp32 output and its bf16 copy are null");
+}
+
+template <class U>
+void launch_forward(U* u, bool round_u, int rows, int f, float* a, StoreOut store, cudaStream_t stream) {
+  if (f % 4 == 0 && detail::vec_aligned(u) && detail::vec4_ok(a, store)) {
     const detail::RowGrid g = detail::row_grid(rows, f / 4, kThreads);
     swiglu_forward_kernel<true><<<g.grid, g.block, 0, stream>>>(u, round_u, rows, f, a, store);
   } else {
@@ -121,30 +134,52 @@ void launch_forward(float* u, bool round_u, int rows, int f, float* a, StoreOut 
   detail::check_launch();
 }
 
+template <class U, class DA>
+void launch_backward(const U* u, const DA* da, int rows, int f, float* du, StoreOut store, bool round_da,
+                     cudaStream_t stream) {
+  if (f % 4 == 0 && detail::vec_aligned(u) && detail::vec_aligned(da) && detail::vec4_ok(du, store)) {
+    const detail::RowGrid g = detail::row_grid(rows, f / 4, kThreads);
+    swiglu_backward_kernel<true><<<g.grid, g.block, 0, stream>>>(u, da, rows, f, du, store, round_da);
+  } else {
+    const detail::RowGrid g = detail::row_grid(rows, f, kThreads);
+    swiglu_backward_kernel<false><<<g.grid, g.block, 0, stream>>>(u, da, rows, f, du, store, round_da);
+  }
+  detail::check_launch();
+}
+
 }  // namespace
 
 void swiglu_forward(const float* u, int rows, int f, float* a, cudaStream_t stream, StoreOut a_store) {
   check_shape("swiglu_forward", rows, f);
+  check_output("swiglu_forward", a, a_store);
   // round_u false: the kernel never writes u.
   launch_forward(const_cast<float*>(u), false, rows, f, a, a_store, stream);
 }
 
 void swiglu_forward_round_u(float* u, int rows, int f, float* a, cudaStream_t stream, StoreOut a_store) {
   check_shape("swiglu_forward_round_u", rows, f);
+  check_output("swiglu_forward_round_u", a, a_store);
   launch_forward(u, true, rows, f, a, a_store, stream);
+}
+
+void swiglu_forward(const bf16_t* u, int rows, int f, float* a, cudaStream_t stream, StoreOut a_store) {
+  check_shape("swiglu_forward", rows, f);
+  check_output("swiglu_forward", a, a_store);
+  launch_forward(u, false, rows, f, a, a_store, stream);
 }
 
 void swiglu_backward(const float* u, const float* da, int rows, int f, float* du, cudaStream_t stream,
                      StoreOut du_store, bool round_da) {
   check_shape("swiglu_backward", rows, f);
-  if (f % 4 == 0 && detail::aligned(u, 16) && detail::aligned(da, 16) && detail::vec4_ok(du, du_store)) {
-    const detail::RowGrid g = detail::row_grid(rows, f / 4, kThreads);
-    swiglu_backward_kernel<true><<<g.grid, g.block, 0, stream>>>(u, da, rows, f, du, du_store, round_da);
-  } else {
-    const detail::RowGrid g = detail::row_grid(rows, f, kThreads);
-    swiglu_backward_kernel<false><<<g.grid, g.block, 0, stream>>>(u, da, rows, f, du, du_store, round_da);
-  }
-  detail::check_launch();
+  check_output("swiglu_backward", du, du_store);
+  launch_backward(u, da, rows, f, du, du_store, round_da, stream);
+}
+
+void swiglu_backward(const bf16_t* u, const bf16_t* da, int rows, int f, float* du, cudaStream_t stream,
+                     StoreOut du_store) {
+  check_shape("swiglu_backward", rows, f);
+  check_output("swiglu_backward", du, du_store);
+  launch_backward(u, da, rows, f, du, du_store, false, stream);
 }
 
 }  // namespace fp4::cuda

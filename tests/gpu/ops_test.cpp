@@ -1206,8 +1206,11 @@ TEST_CASE("cuda element-wise ops give the same bits on their vector and scalar p
         for (const size_t off : {size_t{0}, size_t{1}}) {
           OffsetBuffer<float> g(qkv, off);
           OffsetBuffer<bf16_t> gc(nq, off);
-          (backward ? cu::rope_backward_qkv : cu::rope_forward_qkv)(g.get(), batch, seq, heads, hd, tbl, nullptr,
-                                                                    cu::StoreOut{round, gc.get()});
+          if (backward) {
+            cu::rope_backward_qkv(g.get(), batch, seq, heads, hd, tbl, nullptr, cu::StoreOut{round, gc.get()});
+          } else {
+            cu::rope_forward_qkv(g.get(), batch, seq, heads, hd, tbl, nullptr, cu::StoreOut{round, gc.get()});
+          }
           got[off][0] = g.download();
           got[off][1] = bf16_values(gc.download());
         }
@@ -1224,6 +1227,157 @@ TEST_CASE("cuda element-wise ops give the same bits on their vector and scalar p
 // dgain's documented order (ops.cuh): per column, chunks of kRmsnormRowChunk rows summed in row
 // order from 0, then the chunk sums in chunk order from 0, then one addition into dgain. Emulated
 // in fp32 on the CPU, with more than 128 chunks (the GPU adds the chunk sums in pieces of 128).
+// ---- bf16-held activations ---------------------------------------------------------------------
+// With bf16 storage the engine keeps stored activations in bf16 (engine/cuda_model/cuda_model.h,
+// LayerActs): the GEMMs whose outputs are stored write bf16, the ops read bf16 inputs, and outputs
+// nothing reads in fp32 are written only as their bf16 copies. Each form must give the bits of the
+// fp32 form it replaces, on the vector and the scalar (misaligned) paths.
+
+std::vector<bf16_t> to_bf16(const std::vector<float>& v) {
+  std::vector<bf16_t> h(v.size());
+  for (size_t i = 0; i < v.size(); ++i) h[i] = fp4::float_to_bf16(v[i]);
+  return h;
+}
+
+TEST_CASE("cuda gemm's bf16 output is its fp32 output rounded, host and device alpha", "[gpu][ops]") {
+  struct Case {
+    bool ta, tb;
+    int m, n, k;
+  };
+  // The block linears' fprop (NT) and dgrad (NN) at the first study's d6 shape, and odd sizes.
+  const Case cases[] = {{false, true, 16384, 1152, 384}, {false, false, 16384, 384, 1024},
+                        {false, true, 1000, 768, 256}, {false, false, 33, 17, 64}, {false, true, 130, 24, 40}};
+  cu::Gemm gemm;
+  DeviceArray<float> scalars(std::vector<float>{0.0371f * 1.93f, 0.0f});
+  uint64_t seed = 1500;
+  for (const Case& c : cases) {
+    const std::string name = std::string("gemm bf16 out ") + (c.ta ? "T" : "N") + (c.tb ? "T" : "N") +
+                             " m=" + std::to_string(c.m) + " n=" + std::to_string(c.n) + " k=" + std::to_string(c.k);
+    const size_t na = static_cast<size_t>(c.m) * c.k, nb = static_cast<size_t>(c.k) * c.n,
+                 nc = static_cast<size_t>(c.m) * c.n;
+    DeviceArray<bf16_t> ga(to_bf16(normal(na, seed++))), gb(to_bf16(normal(nb, seed++)));
+    DeviceArray<float> c32(nc);
+    DeviceArray<bf16_t> c16(nc);
+    gemm.gemm(c.ta, c.tb, c.m, c.n, c.k, 1.0f, ga.get(), gb.get(), 0.0f, c32.get(), nullptr);
+    gemm.gemm(c.ta, c.tb, c.m, c.n, c.k, 1.0f, ga.get(), gb.get(), 0.0f, c16.get(), nullptr);
+    require_bits(name, bf16_values(c16.download()), rounded(c32.download()));
+    gemm.gemm_device_scalars(c.ta, c.tb, c.m, c.n, c.k, scalars.get(), ga.get(), gb.get(), scalars.get() + 1,
+                             c32.get(), nullptr);
+    gemm.gemm_device_scalars(c.ta, c.tb, c.m, c.n, c.k, scalars.get(), ga.get(), gb.get(), scalars.get() + 1,
+                             c16.get(), nullptr);
+    require_bits(name + " device alpha", bf16_values(c16.download()), rounded(c32.download()));
+  }
+}
+
+TEST_CASE("cuda ops on bf16-held inputs and bf16-only outputs equal their fp32 forms bit for bit", "[gpu][ops]") {
+  cu::Workspace ws;
+  for (const size_t off : {size_t{0}, size_t{1}}) {
+    const std::string tag = off ? " misaligned" : " aligned";
+    const cu::StoreOut none{};
+    {  // residual_add with a bf16 b: the fp32 call with b's pending store
+      const size_t n = 1003;
+      const std::vector<float> a = normal(n, 1601), b = normal(n, 1602, 3.0f);
+      OffsetBuffer<float> g_a(a, off), g_b(b, off), g_out(n, off), g_ref(n, off);
+      OffsetBuffer<bf16_t> g_b16(to_bf16(b), off), g_c(n, off), g_cref(n, off);
+      cu::residual_add(g_a.get(), g_b.get(), g_ref.get(), n, nullptr, cu::StoreOut{true, g_cref.get()}, true);
+      cu::residual_add(g_a.get(), g_b16.get(), g_out.get(), n, nullptr, cu::StoreOut{true, g_c.get()});
+      require_bits("residual_add bf16 b" + tag, g_out.download(), g_ref.download());
+      require_bits("residual_add bf16 b copy" + tag, bf16_values(g_c.download()), bf16_values(g_cref.download()));
+    }
+    {  // rmsnorm_forward without its fp32 y: the same copy and rstd
+      const int rows = 130, d = 192;
+      const size_t n = static_cast<size_t>(rows) * d;
+      const std::vector<float> x = normal(n, 1603, 2.0f, 0.1f), gain = normal(d, 1604, 0.1f, 1.0f);
+      OffsetBuffer<float> g_x(x, off), g_gain(gain, off), g_y(n, off), g_rstd(rows, off), g_rstd2(rows, off);
+      OffsetBuffer<bf16_t> g_c(n, off), g_c2(n, off);
+      cu::rmsnorm_forward(g_x.get(), g_gain.get(), rows, d, 1e-5f, g_y.get(), g_rstd.get(), nullptr,
+                          cu::StoreOut{true, g_c.get()});
+      cu::rmsnorm_forward(g_x.get(), g_gain.get(), rows, d, 1e-5f, nullptr, g_rstd2.get(), nullptr,
+                          cu::StoreOut{true, g_c2.get()});
+      require_bits("rmsnorm_forward copy only" + tag, bf16_values(g_c2.download()), bf16_values(g_c.download()));
+      require_bits("rmsnorm_forward copy only rstd" + tag, g_rstd2.download(), g_rstd.download());
+      CHECK_THROWS_AS(cu::rmsnorm_forward(g_x.get(), g_gain.get(), rows, d, 1e-5f, nullptr, g_rstd2.get(), nullptr,
+                                          none),
+                      std::invalid_argument);
+    }
+    for (const int d : {192, 13000}) {  // rmsnorm_backward_add (d 13000: the direct kernels, no tile)
+      const int rows = 37;
+      const size_t n = static_cast<size_t>(rows) * d;
+      const std::string dt = tag + " d=" + std::to_string(d);
+      const std::vector<float> x = normal(n, 1610, 2.0f, 0.1f), gain = normal(d, 1611, 0.1f, 1.0f),
+                               dy = normal(n, 1612), res = normal(n, 1613, 0.5f), dgain0 = normal(d, 1614);
+      OffsetBuffer<float> g_x(x, off), g_gain(gain, off), g_rstd(rows, off), g_dy(dy, off), g_tmp(n, off),
+          g_ref(n, off), g_res(res, off), g_dgain(dgain0, off), g_dgain2(dgain0, off);
+      OffsetBuffer<bf16_t> g_c(n, off), g_c2(n, off);
+      cu::rmsnorm_forward(g_x.get(), g_gain.get(), rows, d, 1e-5f, g_tmp.get(), g_rstd.get(), nullptr);
+      cu::rmsnorm_backward(g_x.get(), g_gain.get(), g_rstd.get(), g_dy.get(), rows, d, g_tmp.get(), g_dgain.get(), ws,
+                           nullptr, cu::StoreOut{}, true);
+      cu::residual_add(g_res.get(), g_tmp.get(), g_ref.get(), n, nullptr, cu::StoreOut{true, g_c.get()});
+      cu::rmsnorm_backward_add(g_x.get(), g_gain.get(), g_rstd.get(), g_dy.get(), rows, d, g_res.get(), g_res.get(),
+                               g_dgain2.get(), ws, nullptr, cu::StoreOut{true, g_c2.get()}, true);  // in place
+      require_bits("rmsnorm_backward_add dx" + dt, g_res.download(), g_ref.download());
+      require_bits("rmsnorm_backward_add copy" + dt, bf16_values(g_c2.download()), bf16_values(g_c.download()));
+      require_bits("rmsnorm_backward_add dgain" + dt, g_dgain2.download(), g_dgain.download());
+      // dy held in bf16: the fp32 call with round_dy
+      OffsetBuffer<bf16_t> g_dy16(to_bf16(dy), off), g_c3(n, off);
+      OffsetBuffer<float> g_res3(res, off), g_dgain3(dgain0, off);
+      cu::rmsnorm_backward_add(g_x.get(), g_gain.get(), g_rstd.get(), g_dy16.get(), rows, d, g_res3.get(),
+                               g_res3.get(), g_dgain3.get(), ws, nullptr, cu::StoreOut{true, g_c3.get()});
+      require_bits("rmsnorm_backward_add bf16 dy dx" + dt, g_res3.download(), g_ref.download());
+      require_bits("rmsnorm_backward_add bf16 dy copy" + dt, bf16_values(g_c3.download()), bf16_values(g_c.download()));
+      require_bits("rmsnorm_backward_add bf16 dy dgain" + dt, g_dgain3.download(), g_dgain.download());
+    }
+    for (const int f : {160, 161}) {  // swiglu: f % 4 != 0 takes the scalar path too
+      const int rows = 70;
+      const size_t nu = static_cast<size_t>(rows) * 2 * f, na = static_cast<size_t>(rows) * f;
+      const std::string ft = tag + " f=" + std::to_string(f);
+      const std::vector<float> u = normal(nu, 1605, 2.0f), da = normal(na, 1606);
+      OffsetBuffer<float> g_u(u, off), g_a(na, off), g_da(da, off), g_du(nu, off);
+      OffsetBuffer<bf16_t> g_u16(to_bf16(u), off), g_da16(to_bf16(da), off), g_ac(na, off), g_ac2(na, off),
+          g_duc(nu, off), g_duc2(nu, off);
+      cu::swiglu_forward_round_u(g_u.get(), rows, f, g_a.get(), nullptr, cu::StoreOut{true, g_ac.get()});
+      cu::swiglu_forward(g_u16.get(), rows, f, nullptr, nullptr, cu::StoreOut{true, g_ac2.get()});
+      require_bits("swiglu_forward bf16 u" + ft, bf16_values(g_ac2.download()), bf16_values(g_ac.download()));
+      // g_u now holds the rounded u, as the fp32 engine kept it
+      cu::swiglu_backward(g_u.get(), g_da.get(), rows, f, g_du.get(), nullptr, cu::StoreOut{true, g_duc.get()}, true);
+      cu::swiglu_backward(g_u16.get(), g_da16.get(), rows, f, nullptr, nullptr, cu::StoreOut{true, g_duc2.get()});
+      require_bits("swiglu_backward bf16 u, da" + ft, bf16_values(g_duc2.download()), bf16_values(g_duc.download()));
+      CHECK_THROWS_AS(cu::swiglu_forward(g_u16.get(), rows, f, nullptr, nullptr, none), std::invalid_argument);
+    }
+  }
+  for (const int hd : {64, 6}) {  // RoPE in place on bf16 (head_dim 6: the scalar path)
+    const int batch = 2, seq = 40, heads = 3, dm = heads * hd;
+    const size_t nq = static_cast<size_t>(batch) * seq * 3 * dm;
+    const cu::RopeTable tbl(seq, hd, 10000.0);
+    const std::vector<float> qkv = normal(nq, 1607, 2.0f);
+    DeviceArray<float> g(qkv);
+    DeviceArray<bf16_t> g_ref(nq), g16(to_bf16(qkv));
+    cu::rope_forward_qkv(g.get(), batch, seq, heads, hd, tbl, nullptr, cu::StoreOut{true, g_ref.get()});
+    cu::rope_forward_qkv(g16.get(), batch, seq, heads, hd, tbl, nullptr);
+    require_bits("rope_forward_qkv bf16 in place hd=" + std::to_string(hd), bf16_values(g16.download()),
+                 bf16_values(g_ref.download()));
+  }
+  {  // the fused attention: forward without its fp32 output, backward from the bf16 output
+    const int batch = 2, seq = 128, heads = 2, hd = 64, dm = heads * hd;
+    const size_t nq = static_cast<size_t>(batch) * seq * 3 * dm, no = static_cast<size_t>(batch) * seq * dm,
+                 nl = static_cast<size_t>(batch) * heads * seq;
+    DeviceArray<bf16_t> g_qkv(to_bf16(normal(nq, 1608))), g_dout(to_bf16(normal(no, 1609))), g_c(no), g_c2(no);
+    DeviceArray<float> g_out(no), g_lse(nl), g_lse2(nl), g_dqkv(nq), g_dqkv2(nq);
+    cu::flash_attention_forward_stored(g_qkv.get(), batch, seq, heads, hd, g_out.get(), g_lse.get(),
+                                       cu::StoreOut{true, g_c.get()}, nullptr);
+    cu::flash_attention_forward_stored(g_qkv.get(), batch, seq, heads, hd, nullptr, g_lse2.get(),
+                                       cu::StoreOut{true, g_c2.get()}, nullptr);
+    require_bits("flash forward copy only", bf16_values(g_c2.download()), bf16_values(g_c.download()));
+    require_bits("flash forward copy only lse", g_lse2.download(), g_lse.download());
+    cu::Workspace ws_a, ws_b;
+    cu::flash_attention_backward(g_qkv.get(), g_out.get(), g_lse.get(), g_dout.get(), batch, seq, heads, hd,
+                                 g_dqkv.get(), ws_a, nullptr);
+    cu::flash_attention_backward(g_qkv.get(), g_c2.get(), g_lse.get(), g_dout.get(), batch, seq, heads, hd,
+                                 g_dqkv2.get(), ws_b, nullptr);
+    require_bits("flash backward from the bf16 output", g_dqkv2.download(), g_dqkv.download());
+  }
+}
+
 TEST_CASE("cuda rmsnorm dgain follows its documented summation order bit for bit", "[gpu][ops]") {
   const int rows = 8300, d = 40, chunk = cu::kRmsnormRowChunk;
   const size_t n = static_cast<size_t>(rows) * d;
