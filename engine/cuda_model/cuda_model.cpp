@@ -353,15 +353,21 @@ void CudaModel::prepare(const model::Batch& batch) {
   seq_ = S;
   rows_ = R;
 
-  host_tokens_.resize(2 * r);
+  // The tokens go up from pinned memory, so the host does not wait for the GPU here: each pass in
+  // flight keeps its own slot (the pass's index among the pending ones; a pass run() waits for
+  // uses the next one), and a slot is rewritten only after harvest_pending has waited for its pass.
+  if (2 * r > token_slot_) {
+    harvest_pending();  // the slots in flight are laid out for the smaller batch
+    token_slot_ = 2 * r;
+    host_tokens_.reserve(kPendingSlots * token_slot_);
+  }
+  int32_t* staged = host_tokens_.get() + pending_rows_.size() * token_slot_;
   for (size_t i = 0; i < r; ++i) {
-    host_tokens_[i] = static_cast<int32_t>(batch.inputs[i]);
-    host_tokens_[r + i] = static_cast<int32_t>(batch.targets[i]);
+    staged[i] = static_cast<int32_t>(batch.inputs[i]);
+    staged[r + i] = static_cast<int32_t>(batch.targets[i]);
   }
   tokens_.reserve(2 * r);
-  // From pageable memory: returns once the bytes are staged, so host_tokens_ may change after.
-  FP4_CUDA_CHECK(cudaMemcpyAsync(tokens_.get(), host_tokens_.data(), 2 * r * sizeof(int32_t), cudaMemcpyHostToDevice,
-                                 stream_));
+  FP4_CUDA_CHECK(cudaMemcpyAsync(tokens_.get(), staged, 2 * r * sizeof(int32_t), cudaMemcpyHostToDevice, stream_));
   if (!rope_ || rope_->seq_len() != S) {
     FP4_CUDA_CHECK(cudaStreamSynchronize(stream_));  // the old table may still be in use
     rope_ = std::make_unique<cuda::RopeTable>(S, c.head_dim, c.rope_base);
@@ -409,11 +415,11 @@ void CudaModel::prepare(const model::Batch& batch) {
     tmp_.reserve(r * d);
     da_.reserve(r * f);
   }
-  dqkv_.reserve(r * 3 * d);
   if (flash) {
     dattb_.reserve(r * d);
   } else {
     datt_.reserve(r * d);
+    dqkv_.reserve(r * 3 * d);
   }
   const size_t widest_k = static_cast<size_t>(std::max(d, f));           // a linear's K
   const size_t widest_n = static_cast<size_t>(std::max(3 * d, 2 * f));   // a linear's N
@@ -619,17 +625,20 @@ void CudaModel::enqueue_pass(const model::StepContext& ctx, bool backward, float
       if (flash) {
         linear_backward(ctx, l, 1, A.attb.get(), dyb_.get(), out_bf16(dattb_.get()));
         // store(datt_): by the GEMM, into the fused kernel's bf16 dout. A.qkvb and A.attb: the
-        // forward's stored q|k|v and output
-        cuda::flash_attention_backward(A.qkvb.get(), A.attb.get(), A.lse.get(), dattb_.get(), B, S, H, hd,
-                                       dqkv_.get(), ws_flash_, st);
+        // forward's stored q|k|v and output. The attn_out linear is done with dyb_, so the fused
+        // kernel writes dq|dk|dv there, rounded as written (store(dqkv_)); rope_backward(dq),
+        // rope_backward(dk) and store(dqkv_) then run in place: dyb_ is the qkv linear's dY.
+        cuda::flash_attention_backward(A.qkvb.get(), A.attb.get(), A.lse.get(), dattb_.get(), B, S, H, hd, dyb_.get(),
+                                       ws_flash_, st);
+        cuda::rope_backward_qkv(dyb_.get(), B, S, H, hd, *rope_, dyb_.get(), st);
       } else {
         linear_backward(ctx, l, 1, A.attb.get(), dyb_.get(), out_f32(datt_.get()));
         store(datt_.get(), rd);
         cuda::attention_backward(A.qkv.get(), A.lse.get(), datt_.get(), B, S, H, hd, dqkv_.get(), ws_ops_, st);
+        // store(dqkv_); rope_backward(dq); rope_backward(dk); store(dqkv_): one pass, which also
+        // writes the qkv linear's dY into dyb_
+        cuda::rope_backward_qkv(dqkv_.get(), B, S, H, hd, *rope_, st, store_out(dyb_.get()));
       }
-      // store(dqkv_); rope_backward(dq); rope_backward(dk); store(dqkv_): one pass, which also
-      // writes the qkv linear's dY into dyb_
-      cuda::rope_backward_qkv(dqkv_.get(), B, S, H, hd, *rope_, st, store_out(dyb_.get()));
       bf16_t* next_dyb = l > 0 ? dyb_.get() : nullptr;  // the next block's mlp_out dY
       if (bf16) {
         linear_backward(ctx, l, 0, A.h1b.get(), dyb_.get(), out_bf16(dhb_.get()));

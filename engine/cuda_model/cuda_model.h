@@ -280,7 +280,10 @@ class CudaModel {
 
   // Per-pass state.
   int batch_ = 0, seq_ = 0, rows_ = 0;
-  std::vector<int32_t> host_tokens_;     // inputs | targets, staged for one upload
+  // inputs | targets of each pass in flight, staged for one upload: kPendingSlots slots of
+  // token_slot_ values, [pending index][2·rows] (prepare)
+  cuda::PinnedArray<int32_t> host_tokens_;
+  size_t token_slot_ = 0;
   DeviceArray<int32_t> tokens_;          // inputs [rows] | targets [rows]
   std::unique_ptr<cuda::RopeTable> rope_;
   std::vector<std::unique_ptr<DeviceArray<float>>> resid_;

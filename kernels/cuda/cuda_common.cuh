@@ -107,6 +107,37 @@ class DeviceArray {
   size_t size_ = 0;
 };
 
+// n values of T in page-locked host memory (cudaMallocHost), freed with the array: an
+// asynchronous copy from it returns at once, where one from pageable memory waits until the driver
+// has staged the bytes (and with the stream busy, in practice until the stream reaches the copy).
+// The caller keeps the values unchanged until the copy has run. Reallocating drops the contents.
+template <typename T>
+class PinnedArray {
+ public:
+  PinnedArray() = default;
+  ~PinnedArray() {
+    if (ptr_ != nullptr) cudaFreeHost(ptr_);  // a destructor must not throw
+  }
+  PinnedArray(const PinnedArray&) = delete;
+  PinnedArray& operator=(const PinnedArray&) = delete;
+
+  // At least n values: grows (dropping the contents) when n > size(), else changes nothing.
+  void reserve(size_t n) {
+    if (n <= size_) return;
+    if (ptr_ != nullptr) FP4_CUDA_CHECK(cudaFreeHost(ptr_));
+    ptr_ = nullptr;
+    size_ = 0;
+    FP4_CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&ptr_), n * sizeof(T)));
+    size_ = n;
+  }
+  T* get() { return ptr_; }
+  size_t size() const { return size_; }
+
+ private:
+  T* ptr_ = nullptr;
+  size_t size_ = 0;
+};
+
 // Scratch device memory for the reductions' partial results (the quantizer's amax pass, the
 // norms, the probe's sums). One per stream: calls that share a workspace must be ordered on one
 // stream. Allocated on first use.

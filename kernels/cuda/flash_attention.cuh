@@ -56,5 +56,10 @@ void flash_attention_backward(const bf16_t* qkv, const float* out, const float* 
 void flash_attention_backward(const bf16_t* qkv, const bf16_t* out, const float* lse, const bf16_t* dout,
                               int batch, int seq_len, int n_heads, int head_dim, float* dqkv,
                               Workspace& workspace, cudaStream_t stream);
+// And with dqkv written in bf16, each value rounded to nearest even as it is written: the fp32
+// call's dqkv followed by its store (round_to_bf16), bit for bit, in half the bytes.
+void flash_attention_backward(const bf16_t* qkv, const bf16_t* out, const float* lse, const bf16_t* dout,
+                              int batch, int seq_len, int n_heads, int head_dim, bf16_t* dqkv,
+                              Workspace& workspace, cudaStream_t stream);
 
 }  // namespace fp4::cuda

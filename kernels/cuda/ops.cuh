@@ -143,6 +143,11 @@ void rope_backward_qkv(float* dqkv, int batch, int seq_len, int n_heads, int hea
 // buffer's values, its bf16 copy being the result.
 void rope_forward_qkv(bf16_t* qkv, int batch, int seq_len, int n_heads, int head_dim, const RopeTable& table,
                       cudaStream_t stream);
+// The backward on a bf16 dqkv (the fused attention's stored gradient) into `out` ([B·T, 3·d] bf16,
+// the qkv linear's dY; may be dqkv): bit-identical to the fp32 call with store.round and `out` as
+// its bf16 copy.
+void rope_backward_qkv(const bf16_t* dqkv, int batch, int seq_len, int n_heads, int head_dim, const RopeTable& table,
+                       bf16_t* out, cudaStream_t stream);
 
 // ---- Causal multi-head attention -------------------------------------------------------------
 // ops.h's definition: qkv [B·T, 3·d] (q | k | v per row, head h at columns h·head_dim of each

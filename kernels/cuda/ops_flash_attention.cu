@@ -411,9 +411,17 @@ __device__ __forceinline__ float2 out_pair(const bf16_t* out, size_t i) {
   return make_float2(__uint_as_float(w << 16), __uint_as_float(w & 0xffff0000u));
 }
 
-template <class O>
+// Columns i and i + 1 of a dqkv row: fp32, or bf16 rounded to nearest even (the store the model
+// applies to dqkv next, fused: the same bits as rounding the fp32 values afterwards).
+__device__ __forceinline__ void store_pair(float* p, float a, float b) { *reinterpret_cast<float2*>(p) = make_float2(a, b); }
+__device__ __forceinline__ void store_pair(bf16_t* p, float a, float b) {
+  *reinterpret_cast<uint32_t*>(p) =
+      static_cast<uint32_t>(::fp4::float_to_bf16(a)) | (static_cast<uint32_t>(::fp4::float_to_bf16(b)) << 16);
+}
+
+template <class O, class G>
 __global__ void __launch_bounds__(kThreads, 3) flash_dq_kernel(const bf16_t* qkv, const O* out, const float* lse,
-                                                            const bf16_t* dout, Geometry geo, float* dqkv,
+                                                            const bf16_t* dout, Geometry geo, G* dqkv,
                                                             float* dsum, float* lse2) {
   extern __shared__ __align__(16) unsigned char smem[];
   bf16_t* sQ = reinterpret_cast<bf16_t*>(smem);
@@ -517,11 +525,9 @@ __global__ void __launch_bounds__(kThreads, 3) flash_dq_kernel(const bf16_t* qkv
   const size_t row0 = row_q0 + warp * 16 + g;
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
-    float* q_row = dqkv + (row0 + r * 8) * stride + static_cast<size_t>(h) * kHd;
+    G* q_row = dqkv + (row0 + r * 8) * stride + static_cast<size_t>(h) * kHd;
 #pragma unroll
-    for (int n = 0; n < 8; ++n)
-      *reinterpret_cast<float2*>(q_row + n * 8 + 2 * c) =
-          make_float2(dq[0][n][2 * r] * kScale, dq[0][n][2 * r + 1] * kScale);
+    for (int n = 0; n < 8; ++n) store_pair(q_row + n * 8 + 2 * c, dq[0][n][2 * r] * kScale, dq[0][n][2 * r + 1] * kScale);
   }
 }
 
@@ -532,9 +538,10 @@ constexpr size_t kDkdvStage = 2 * static_cast<size_t>(kTileElems) * sizeof(bf16_
 constexpr size_t kDkdvShared = 2 * static_cast<size_t>(kTileElems) * sizeof(bf16_t) + kStages * kDkdvStage;
 static_assert(kDkdvStage % 16 == 0, "cp.async needs 16-byte aligned stages");
 
+template <class G>
 __global__ void __launch_bounds__(kThreads, 3) flash_dkdv_kernel(const bf16_t* qkv, const bf16_t* dout,
                                                               const float* lse2, const float* dsum, Geometry geo,
-                                                              float* dqkv) {
+                                                              G* dqkv) {
   extern __shared__ __align__(16) unsigned char smem[];
   bf16_t* sK = reinterpret_cast<bf16_t*>(smem);
   bf16_t* sV = sK + kTileElems;
@@ -617,13 +624,12 @@ __global__ void __launch_bounds__(kThreads, 3) flash_dkdv_kernel(const bf16_t* q
   const size_t row0 = static_cast<size_t>(b) * geo.seq_len + static_cast<size_t>(kt) * kTile + warp * 16 + g;
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
-    float* k_row = dqkv + (row0 + r * 8) * stride + d + static_cast<size_t>(h) * kHd;
-    float* v_row = k_row + d;
+    G* k_row = dqkv + (row0 + r * 8) * stride + d + static_cast<size_t>(h) * kHd;
+    G* v_row = k_row + d;
 #pragma unroll
     for (int n = 0; n < 8; ++n) {
-      *reinterpret_cast<float2*>(k_row + n * 8 + 2 * c) =
-          make_float2(dk[0][n][2 * r] * kScale, dk[0][n][2 * r + 1] * kScale);
-      *reinterpret_cast<float2*>(v_row + n * 8 + 2 * c) = make_float2(dv[0][n][2 * r], dv[0][n][2 * r + 1]);
+      store_pair(k_row + n * 8 + 2 * c, dk[0][n][2 * r] * kScale, dk[0][n][2 * r + 1] * kScale);
+      store_pair(v_row + n * 8 + 2 * c, dv[0][n][2 * r], dv[0][n][2 * r + 1]);
     }
   }
 }
@@ -672,27 +678,27 @@ void flash_attention_forward(const bf16_t* qkv, int batch, int seq_len, int n_he
 
 namespace {
 
-template <class O>
+template <class O, class G>
 void launch_backward(const bf16_t* qkv, const O* out, const float* lse, const bf16_t* dout, int batch, int seq_len,
-                     int n_heads, int head_dim, float* dqkv, Workspace& workspace, cudaStream_t stream) {
+                     int n_heads, int head_dim, G* dqkv, Workspace& workspace, cudaStream_t stream) {
   const char* op = "flash_attention_backward";
   const Geometry geo = check(op, batch, seq_len, n_heads, head_dim);
   detail::require(out != nullptr, op, "a null out");
   detail::require(aligned(qkv, 16) && aligned(dout, 16) && aligned(out, 2 * sizeof(O)) && aligned(lse, 4) &&
-                      aligned(dqkv, 8),
-                  op, "qkv and dout must be 16-byte aligned, out aligned for a pair of its elements, dqkv 8-byte aligned");
+                      aligned(dqkv, 2 * sizeof(G)),
+                  op, "qkv and dout must be 16-byte aligned, out and dqkv aligned for a pair of their elements");
   // The workspace holds D (B·H·T floats) then lse·log2e (as many), both written by the dQ pass for
   // the dK/dV pass; each starts at a multiple of 64 floats, as cp.async of a tile's 64 needs.
   const size_t n_stats = static_cast<size_t>(batch) * n_heads * seq_len;
   auto* dsum = static_cast<float*>(workspace.get(2 * n_stats * sizeof(float)));
   float* lse2 = dsum + n_stats;
 
-  set_shared(reinterpret_cast<const void*>(flash_dq_kernel<O>), kDqShared);
-  set_shared(reinterpret_cast<const void*>(flash_dkdv_kernel), kDkdvShared);
+  set_shared(reinterpret_cast<const void*>(flash_dq_kernel<O, G>), kDqShared);
+  set_shared(reinterpret_cast<const void*>(flash_dkdv_kernel<G>), kDkdvShared);
   const dim3 grid(seq_len / kTile, n_heads, batch);
-  flash_dq_kernel<O><<<grid, kThreads, kDqShared, stream>>>(qkv, out, lse, dout, geo, dqkv, dsum, lse2);
+  flash_dq_kernel<O, G><<<grid, kThreads, kDqShared, stream>>>(qkv, out, lse, dout, geo, dqkv, dsum, lse2);
   detail::check_launch();
-  flash_dkdv_kernel<<<grid, kThreads, kDkdvShared, stream>>>(qkv, dout, lse2, dsum, geo, dqkv);
+  flash_dkdv_kernel<G><<<grid, kThreads, kDkdvShared, stream>>>(qkv, dout, lse2, dsum, geo, dqkv);
   detail::check_launch();
 }
 
@@ -706,6 +712,12 @@ void flash_attention_backward(const bf16_t* qkv, const float* out, const float* 
 
 void flash_attention_backward(const bf16_t* qkv, const bf16_t* out, const float* lse, const bf16_t* dout, int batch,
                               int seq_len, int n_heads, int head_dim, float* dqkv, Workspace& workspace,
+                              cudaStream_t stream) {
+  launch_backward(qkv, out, lse, dout, batch, seq_len, n_heads, head_dim, dqkv, workspace, stream);
+}
+
+void flash_attention_backward(const bf16_t* qkv, const bf16_t* out, const float* lse, const bf16_t* dout, int batch,
+                              int seq_len, int n_heads, int head_dim, bf16_t* dqkv, Workspace& workspace,
                               cudaStream_t stream) {
   launch_backward(qkv, out, lse, dout, batch, seq_len, n_heads, head_dim, dqkv, workspace, stream);
 }

@@ -54,11 +54,12 @@ __device__ __forceinline__ void rotate(float& x0, float& x1, float c, float s, f
   x1 = y1;
 }
 
-// T = bf16_t: the buffer holds bf16 (stored values), and each result is rounded and written back
-// as bf16 (store is then {round, no copy}: the buffer is its own bf16 copy).
+// In place for fp32 (dst == src). T = bf16_t: src holds bf16 (stored values), and each result is
+// rounded and written to dst as bf16 (store is then {round, no copy}: dst is the bf16 copy); dst
+// may be src.
 template <bool kVec, class T>
-__global__ void rope_qkv_kernel(T* x, int rows, int seq_len, int d, int head_dim, const float* cos_table,
-                                const float* sin_table, float sign, StoreOut store) {
+__global__ void rope_qkv_kernel(const T* src, T* x, int rows, int seq_len, int d, int head_dim,
+                                const float* cos_table, const float* sin_table, float sign, StoreOut store) {
   const unsigned half = head_dim / 2;
   // Units per row and those of q and k (columns < 2·d); d is even, and a multiple of 4 with kVec.
   const unsigned units = kVec ? 3u * (d / 4) : 3u * (d / 2);
@@ -66,7 +67,7 @@ __global__ void rope_qkv_kernel(T* x, int rows, int seq_len, int d, int head_dim
   for (unsigned r = blockIdx.y * blockDim.y + threadIdx.y; r < static_cast<unsigned>(rows);
        r += gridDim.y * blockDim.y) {
     const size_t row_at = static_cast<size_t>(r) * 3 * d;
-    const T* row = x + row_at;
+    const T* row = src + row_at;
     const float* cos_pos = cos_table + static_cast<size_t>(r % seq_len) * half;
     const float* sin_pos = sin_table + static_cast<size_t>(r % seq_len) * half;
     for (unsigned k = blockIdx.x * blockDim.x + threadIdx.x; k < units; k += gridDim.x * blockDim.x) {
@@ -110,8 +111,8 @@ __global__ void rope_qkv_kernel(T* x, int rows, int seq_len, int d, int head_dim
 }
 
 template <class T>
-void rope_qkv(const char* op, T* x, int batch, int seq_len, int n_heads, int head_dim, const RopeTable& table,
-              float sign, StoreOut store, cudaStream_t stream) {
+void rope_qkv(const char* op, const T* src, T* x, int batch, int seq_len, int n_heads, int head_dim,
+              const RopeTable& table, float sign, StoreOut store, cudaStream_t stream) {
   detail::require(batch >= 1 && seq_len >= 1 && n_heads >= 1 && head_dim >= 2 && head_dim % 2 == 0, op,
                   "needs batch, seq_len, n_heads >= 1 and an even head_dim >= 2, got batch = " +
                       std::to_string(batch) + ", seq_len = " + std::to_string(seq_len) + ", n_heads = " +
@@ -123,15 +124,16 @@ void rope_qkv(const char* op, T* x, int batch, int seq_len, int n_heads, int hea
   const int rows = batch * seq_len, d = n_heads * head_dim;
   // The tables come from cudaMalloc (aligned); with head_dim % 4 == 0 a row of the table holds an
   // even number of entries and i is even, so the float2 reads are aligned.
-  const bool vec = std::is_same_v<T, bf16_t> ? detail::vec_aligned(x) : detail::vec4_ok(reinterpret_cast<float*>(x), store);
+  const bool vec = std::is_same_v<T, bf16_t> ? detail::vec_aligned(x) && detail::vec_aligned(src)
+                                             : detail::vec4_ok(reinterpret_cast<float*>(x), store);
   if (head_dim % 4 == 0 && vec) {
     const detail::RowGrid g = detail::row_grid(rows, 3LL * d / 4, kThreads);
-    rope_qkv_kernel<true><<<g.grid, g.block, 0, stream>>>(x, rows, seq_len, d, head_dim, table.cos(), table.sin(),
-                                                          sign, store);
+    rope_qkv_kernel<true><<<g.grid, g.block, 0, stream>>>(src, x, rows, seq_len, d, head_dim, table.cos(),
+                                                          table.sin(), sign, store);
   } else {
     const detail::RowGrid g = detail::row_grid(rows, 3LL * d / 2, kThreads);
-    rope_qkv_kernel<false><<<g.grid, g.block, 0, stream>>>(x, rows, seq_len, d, head_dim, table.cos(), table.sin(),
-                                                           sign, store);
+    rope_qkv_kernel<false><<<g.grid, g.block, 0, stream>>>(src, x, rows, seq_len, d, head_dim, table.cos(),
+                                                           table.sin(), sign, store);
   }
   detail::check_launch();
 }
@@ -191,19 +193,29 @@ void rope_backward(float* dx, int batch, int seq_len, int n_heads, int head_dim,
 
 void rope_forward_qkv(float* qkv, int batch, int seq_len, int n_heads, int head_dim, const RopeTable& table,
                       cudaStream_t stream, StoreOut store) {
-  rope_qkv("rope_forward_qkv", qkv, batch, seq_len, n_heads, head_dim, table, 1.0f, store, stream);
+  rope_qkv("rope_forward_qkv", static_cast<const float*>(qkv), qkv, batch, seq_len, n_heads, head_dim, table, 1.0f,
+           store, stream);
 }
 
 void rope_backward_qkv(float* dqkv, int batch, int seq_len, int n_heads, int head_dim, const RopeTable& table,
                        cudaStream_t stream, StoreOut store) {
-  rope_qkv("rope_backward_qkv", dqkv, batch, seq_len, n_heads, head_dim, table, -1.0f, store, stream);
+  rope_qkv("rope_backward_qkv", static_cast<const float*>(dqkv), dqkv, batch, seq_len, n_heads, head_dim, table,
+           -1.0f, store, stream);
 }
 
 void rope_forward_qkv(bf16_t* qkv, int batch, int seq_len, int n_heads, int head_dim, const RopeTable& table,
                       cudaStream_t stream) {
   StoreOut store;
   store.round = true;  // the store after RoPE; the one before is the identity on bf16 values
-  rope_qkv("rope_forward_qkv", qkv, batch, seq_len, n_heads, head_dim, table, 1.0f, store, stream);
+  rope_qkv("rope_forward_qkv", static_cast<const bf16_t*>(qkv), qkv, batch, seq_len, n_heads, head_dim, table, 1.0f,
+           store, stream);
+}
+
+void rope_backward_qkv(const bf16_t* dqkv, int batch, int seq_len, int n_heads, int head_dim, const RopeTable& table,
+                       bf16_t* out, cudaStream_t stream) {
+  StoreOut store;
+  store.round = true;
+  rope_qkv("rope_backward_qkv", dqkv, out, batch, seq_len, n_heads, head_dim, table, -1.0f, store, stream);
 }
 
 }  // namespace fp4::cuda

@@ -1375,6 +1375,17 @@ TEST_CASE("cuda ops on bf16-held inputs and bf16-only outputs equal their fp32 f
     cu::flash_attention_backward(g_qkv.get(), g_c2.get(), g_lse.get(), g_dout.get(), batch, seq, heads, hd,
                                  g_dqkv2.get(), ws_b, nullptr);
     require_bits("flash backward from the bf16 output", g_dqkv2.download(), g_dqkv.download());
+    DeviceArray<bf16_t> g_dqkv16(nq);
+    cu::Workspace ws_c;
+    cu::flash_attention_backward(g_qkv.get(), g_c2.get(), g_lse.get(), g_dout.get(), batch, seq, heads, hd,
+                                 g_dqkv16.get(), ws_c, nullptr);
+    require_bits("flash backward, bf16 dqkv", bf16_values(g_dqkv16.download()), rounded(g_dqkv.download()));
+    // RoPE's backward from that bf16 dqkv, in place: the fp32 form with its store and copy
+    const cu::RopeTable tbl(seq, hd, 10000.0);
+    DeviceArray<bf16_t> g_ref(nq);
+    cu::rope_backward_qkv(g_dqkv.get(), batch, seq, heads, hd, tbl, nullptr, cu::StoreOut{true, g_ref.get()});
+    cu::rope_backward_qkv(g_dqkv16.get(), batch, seq, heads, hd, tbl, g_dqkv16.get(), nullptr);
+    require_bits("rope_backward_qkv bf16 in place", bf16_values(g_dqkv16.download()), bf16_values(g_ref.download()));
   }
 }
 
