@@ -17,9 +17,11 @@
 //   - the LM head: forward as a bf16 GEMM (its operands are bf16-valued on the CPU too), backward
 //     as fp32 GEMMs (the logits' gradient stays fp32, as on the CPU); the weight gradient, a long-K
 //     product with few output tiles, runs as a deterministic split-K (Gemm::matmul_split_k);
-//   - everything else: kernels/cuda/ops.cuh, fp32 with round_to_bf16 where transformer.cpp calls
-//     store(): mostly fused into the op that writes (StoreOut) or next reads (round_* flags) the
-//     buffer, which also writes the bf16 copy the next GEMM needs; run() marks each such store;
+//   - everything else: kernels/cuda/ops.cuh, fp32 arithmetic with round_to_bf16 where
+//     transformer.cpp calls store(): fused into the op that writes (StoreOut) or next reads
+//     (round_* flags) the buffer, which also writes the bf16 copy the next GEMM needs; a stored
+//     value nothing needs in fp32 is kept in bf16 only (LayerActs), the GEMMs writing such outputs
+//     in bf16 directly; run() marks each store;
 //   - the shrinkage probe (probe()): the training pass's forward and dX backward, every slot's
 //     copy measured by kernels/cuda/quant_metrics.cuh where it is made; only the metrics' fp64
 //     sums come to the host.
@@ -299,7 +301,10 @@ class CudaModel {
   // allows it (head_dim 64, seq_len a multiple of 64) and activations are stored in bf16 (so its
   // bf16 inputs are exactly the stored values); the fp32 reference kernel otherwise.
   bool use_flash(int seq_len) const;
-  DeviceArray<bf16_t> dattb_;             // the fused kernel's bf16 dout (its qkv: LayerActs::qkvb)
+  // The fused kernel's bf16 dout (its qkv: LayerActs::qkvb). Its dq|dk|dv go, in bf16, into dyb_
+  // (the qkv linear's dY once RoPE's backward has run in place there); datt_ and dqkv_ (fp32)
+  // serve the reference kernel.
+  DeviceArray<bf16_t> dattb_;
   cuda::Workspace ws_flash_;
   DeviceArray<bf16_t> q_a_, q_c_, q_d_;  // dequantized copies of the activation and gradient slots
   DeviceArray<float> tensor_scales_;    // 4 floats: those slots' S_dec (index 1, a weight's, unused)
