@@ -375,16 +375,25 @@ void CudaModel::prepare(const model::Batch& batch) {
 
   if (static_cast<int>(resid_.size()) != L + 1) {
     resid_.clear();
-    for (int i = 0; i <= L; ++i) resid_.push_back(std::make_unique<DeviceArray<float>>());
+    residb_.clear();
+    for (int i = 0; i <= L; ++i) {
+      resid_.push_back(std::make_unique<DeviceArray<float>>());
+      residb_.push_back(std::make_unique<DeviceArray<bf16_t>>());
+    }
     acts_.clear();
     for (int i = 0; i < L; ++i) acts_.push_back(std::make_unique<LayerActs>());
   }
-  for (auto& x : resid_) x->reserve(r * d);
   const bool bf16 = storage_ == model::Storage::bf16, flash = use_flash(S);  // flash implies bf16
+  for (int i = 0; i <= L; ++i) {
+    if (bf16) {
+      residb_[i]->reserve(r * d);
+    } else {
+      resid_[i]->reserve(r * d);
+    }
+  }
   for (auto& a : acts_) {  // LayerActs says which buffers each mode uses
     a->rstd1.reserve(r);
     a->lse.reserve(r * c.n_heads);
-    a->x_mid.reserve(r * d);
     a->rstd2.reserve(r);
     a->h1b.reserve(r * d);
     a->attb.reserve(r * d);
@@ -397,8 +406,10 @@ void CudaModel::prepare(const model::Batch& batch) {
       a->att.reserve(r * d);
     }
     if (bf16) {
+      a->x_midb.reserve(r * d);
       a->ub.reserve(r * 2 * f);
     } else {
+      a->x_mid.reserve(r * d);
       a->u.reserve(r * 2 * f);
     }
   }
@@ -503,16 +514,26 @@ void CudaModel::enqueue_pass(const model::StepContext& ctx, bool backward, float
   // float_to_bf16 pass; the per-layer copies serve the backward's GEMMs too.
   const bool bf16 = storage_ == model::Storage::bf16;
   const bool flash = use_flash(S);  // implies bf16
-  cuda::embedding_forward(param(tok_emb_), V, inputs, R, d, resid_[0]->get(), st, store_out());
-  // store(resid_[0]): rounded by embedding_forward
+  if (bf16) {
+    cuda::embedding_forward(param(tok_emb_), V, inputs, R, d, nullptr, st, store_out(residb_[0]->get()));
+  } else {
+    cuda::embedding_forward(param(tok_emb_), V, inputs, R, d, resid_[0]->get(), st, store_out());
+  }
+  // store(resid_[0]): rounded by embedding_forward (with bf16 storage the residual stream is kept
+  // in bf16 only: residb_, LayerActs::x_midb)
   // With bf16 storage the linears whose output is stored write it in bf16 (LinearOut, LayerActs).
   auto out_f32 = [](float* p) { return LinearOut{p, nullptr}; };
   auto out_bf16 = [](bf16_t* p) { return LinearOut{nullptr, p}; };
   const LinearOut block_out = bf16 ? out_bf16(tmpb_.get()) : out_f32(tmp_.get());  // attn_out, mlp_out
   for (int l = 0; l < L; ++l) {
     LayerActs& A = *acts_[l];
-    const float* x = resid_[l]->get();
-    cuda::rmsnorm_forward(x, param(block_view(l, 0)), R, d, eps, nullptr, A.rstd1.get(), st, store_out(A.h1b.get()));
+    if (bf16) {
+      cuda::rmsnorm_forward(residb_[l]->get(), param(block_view(l, 0)), R, d, eps, nullptr, A.rstd1.get(), st,
+                            store_out(A.h1b.get()));
+    } else {
+      cuda::rmsnorm_forward(resid_[l]->get(), param(block_view(l, 0)), R, d, eps, nullptr, A.rstd1.get(), st,
+                            store_out(A.h1b.get()));
+    }
     // store(A.h1): rounded by rmsnorm_forward, which writes only the qkv linear's bf16 X into A.h1b
     if (flash) {
       linear_forward(ctx, l, 0, A.h1b.get(), out_bf16(A.qkvb.get()));
@@ -533,12 +554,14 @@ void CudaModel::enqueue_pass(const model::StepContext& ctx, bool backward, float
     linear_forward(ctx, l, 1, A.attb.get(), block_out);
     // store(tmp_): by the GEMM (bf16 storage); store(A.x_mid): rounded by residual_add
     if (bf16) {
-      cuda::residual_add(x, tmpb_.get(), A.x_mid.get(), rd, st, store_out());
+      cuda::residual_add(residb_[l]->get(), tmpb_.get(), nullptr, rd, st, store_out(A.x_midb.get()));
+      cuda::rmsnorm_forward(A.x_midb.get(), param(block_view(l, 3)), R, d, eps, nullptr, A.rstd2.get(), st,
+                            store_out(A.h2b.get()));
     } else {
-      cuda::residual_add(x, tmp_.get(), A.x_mid.get(), rd, st, store_out());
+      cuda::residual_add(resid_[l]->get(), tmp_.get(), A.x_mid.get(), rd, st, store_out());
+      cuda::rmsnorm_forward(A.x_mid.get(), param(block_view(l, 3)), R, d, eps, nullptr, A.rstd2.get(), st,
+                            store_out(A.h2b.get()));
     }
-    cuda::rmsnorm_forward(A.x_mid.get(), param(block_view(l, 3)), R, d, eps, nullptr, A.rstd2.get(), st,
-                          store_out(A.h2b.get()));
     // store(A.h2): rounded by rmsnorm_forward, which writes only the mlp_in linear's X into A.h2b
     if (bf16) {
       linear_forward(ctx, l, 2, A.h2b.get(), out_bf16(A.ub.get()));
@@ -551,14 +574,19 @@ void CudaModel::enqueue_pass(const model::StepContext& ctx, bool backward, float
     }
     linear_forward(ctx, l, 3, A.ab.get(), block_out);
     if (bf16) {
-      cuda::residual_add(A.x_mid.get(), tmpb_.get(), resid_[l + 1]->get(), rd, st, store_out());
+      cuda::residual_add(A.x_midb.get(), tmpb_.get(), nullptr, rd, st, store_out(residb_[l + 1]->get()));
     } else {
       cuda::residual_add(A.x_mid.get(), tmp_.get(), resid_[l + 1]->get(), rd, st, store_out());
     }
     // store(tmp_): by the GEMM (bf16 storage); store(resid_[l + 1]): rounded by residual_add
   }
-  cuda::rmsnorm_forward(resid_[L]->get(), param(final_norm_), R, d, eps, hf_.get(), rstdf_.get(), st,
-                        store_out(hfb_.get()));
+  if (bf16) {
+    cuda::rmsnorm_forward(residb_[L]->get(), param(final_norm_), R, d, eps, hf_.get(), rstdf_.get(), st,
+                          store_out(hfb_.get()));
+  } else {
+    cuda::rmsnorm_forward(resid_[L]->get(), param(final_norm_), R, d, eps, hf_.get(), rstdf_.get(), st,
+                          store_out(hfb_.get()));
+  }
   // store(hf_): rounded by rmsnorm_forward, which also writes its bf16 copy into hfb_
   // Logits: the bf16-valued hidden state times the bf16 head weights, fp32 accumulation.
   gemm_->gemm(false, true, R, V, d, 1.0f, hfb_.get(), w_bf16_.get() + v[lm_head_].offset, 0.0f, logits_.get(), st);
@@ -592,8 +620,13 @@ void CudaModel::enqueue_pass(const model::StepContext& ctx, bool backward, float
     head_dx.n = d;
     head_dx.k = V;
     gemm_->matmul(head_dx, 1.0f, dlogits, head_w_.get(), 0.0f, dh_.get(), st);
-    cuda::rmsnorm_backward(resid_[L]->get(), param(final_norm_), rstdf_.get(), dh_.get(), R, d, dres_.get(),
-                           gain_grad(final_norm_), ws_ops_, st, store_out(dyb_.get()), bf16);
+    if (bf16) {
+      cuda::rmsnorm_backward(residb_[L]->get(), param(final_norm_), rstdf_.get(), dh_.get(), R, d, dres_.get(),
+                             gain_grad(final_norm_), ws_ops_, st, store_out(dyb_.get()), true);
+    } else {
+      cuda::rmsnorm_backward(resid_[L]->get(), param(final_norm_), rstdf_.get(), dh_.get(), R, d, dres_.get(),
+                             gain_grad(final_norm_), ws_ops_, st, store_out(dyb_.get()), false);
+    }
     // store(dh_): rounded by rmsnorm_backward as it reads dh_; store(dres_): rounded by
     // rmsnorm_backward, which also writes the mlp_out linear's bf16 dY into dyb_
     for (int l = L - 1; l >= 0; --l) {
@@ -610,7 +643,7 @@ void CudaModel::enqueue_pass(const model::StepContext& ctx, bool backward, float
       }
       if (bf16) {
         linear_backward(ctx, l, 2, A.h2b.get(), dyb_.get(), out_bf16(dhb_.get()));
-        cuda::rmsnorm_backward_add(A.x_mid.get(), param(block_view(l, 3)), A.rstd2.get(), dhb_.get(), R, d,
+        cuda::rmsnorm_backward_add(A.x_midb.get(), param(block_view(l, 3)), A.rstd2.get(), dhb_.get(), R, d,
                                    dres_.get(), dres_.get(), gain_grad(block_view(l, 3)), ws_ops_, st,
                                    store_out(dyb_.get()));
       } else {
@@ -642,7 +675,7 @@ void CudaModel::enqueue_pass(const model::StepContext& ctx, bool backward, float
       bf16_t* next_dyb = l > 0 ? dyb_.get() : nullptr;  // the next block's mlp_out dY
       if (bf16) {
         linear_backward(ctx, l, 0, A.h1b.get(), dyb_.get(), out_bf16(dhb_.get()));
-        cuda::rmsnorm_backward_add(resid_[l]->get(), param(block_view(l, 0)), A.rstd1.get(), dhb_.get(), R, d,
+        cuda::rmsnorm_backward_add(residb_[l]->get(), param(block_view(l, 0)), A.rstd1.get(), dhb_.get(), R, d,
                                    dres_.get(), dres_.get(), gain_grad(block_view(l, 0)), ws_ops_, st,
                                    store_out(next_dyb));
       } else {

@@ -151,9 +151,10 @@ class CudaModel {
   // Storage::fp32 and the fp32 reference attention. The norms' and SwiGLU's outputs exist only as
   // the bf16 copies the next linear multiplies (h1b, h2b, ab): their fp32 values are read by
   // nothing. float_to_bf16 of the stored fp32 values: the same bits as before, in half the bytes.
+  // The residual stream too (residb_, x_midb) under bf16 storage; resid_ and x_mid serve fp32.
   struct LayerActs {
     DeviceArray<float> rstd1, qkv, lse, att, x_mid, rstd2, u;
-    DeviceArray<bf16_t> h1b, qkvb, attb, h2b, ub, ab;
+    DeviceArray<bf16_t> h1b, qkvb, attb, h2b, ub, ab, x_midb;
   };
   // A linear's output: fp32 (`f32`) or, where the model stores it (Storage::bf16), bf16 (`bf16`),
   // which the GEMM writes directly: its fp32 result rounded once by the epilogue, the same bits as
@@ -288,7 +289,8 @@ class CudaModel {
   size_t token_slot_ = 0;
   DeviceArray<int32_t> tokens_;          // inputs [rows] | targets [rows]
   std::unique_ptr<cuda::RopeTable> rope_;
-  std::vector<std::unique_ptr<DeviceArray<float>>> resid_;
+  std::vector<std::unique_ptr<DeviceArray<float>>> resid_;    // the residual stream, Storage::fp32
+  std::vector<std::unique_ptr<DeviceArray<bf16_t>>> residb_;  // the same, Storage::bf16
   std::vector<std::unique_ptr<LayerActs>> acts_;
   DeviceArray<float> hf_, rstdf_, logits_, loss_rows_, head_w_;
   DeviceArray<float> tmp_, dres_, da_, dh_, datt_, dqkv_;

@@ -82,13 +82,13 @@ MemoryNeed device_memory_need(const RunConfig& c, uint32_t vocab) {
   const double widest = std::max({3 * s.d, 2 * s.f, s.d});
   // Per row, as engine/cuda_model/cuda_model.cpp allocates them under bf16 storage (its LayerActs),
   // counting the fp32 reference attention's buffers (qkv, att and their gradients in fp32) so that
-  // the bound holds for either attention kernel: per block rstd1, rstd2, the log-sum-exps, x_mid
-  // and the fp32 qkv and att (4 bytes), and h1b, h2b, attb, qkvb, ab and gate|up (2 bytes); the
-  // residual stream at every block boundary, the final norm, the logits, and the backward's fp32
-  // (dres, dh, datt, dqkv) and bf16 (the linears' outputs, dY, dX) scratch; the quantizer's three
-  // operand buffers.
-  const double fp32_per_row = s.L * (s.d + s.H + 2 + 4 * s.d) + (s.L + 1) * s.d + s.d + s.V + 2 + 6 * s.d;
-  const double bf16_per_row = s.L * (6 * s.d + 3 * s.f) + 3 * s.d + s.f + widest + s.d;
+  // the bound holds for either attention kernel: per block rstd1, rstd2, the log-sum-exps and the
+  // fp32 qkv and att (4 bytes), and x_mid, h1b, h2b, attb, qkvb, ab and gate|up (2 bytes); the
+  // residual stream at every block boundary (bf16), the final norm, the logits, and the backward's
+  // fp32 (dres, dh, datt, dqkv) and bf16 (the linears' outputs, dY, dX) scratch; the quantizer's
+  // three operand buffers.
+  const double fp32_per_row = s.L * (s.H + 2 + 4 * s.d) + s.d + s.V + 2 + 6 * s.d;
+  const double bf16_per_row = s.L * (7 * s.d + 3 * s.f) + (s.L + 1) * s.d + 3 * s.d + s.f + widest + s.d;
   need.activations = s.rows * (4 * fp32_per_row + 2 * bf16_per_row + 8 + 2 * 3 * widest);
   need.data = 8.0 * static_cast<double>(c.train.micro_batch) * (c.model.seq_len + 1);
   need.weights += 64.0 * 1024 * 1024;  // cuBLASLt's workspace and the small per-pass buffers

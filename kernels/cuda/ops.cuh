@@ -65,10 +65,15 @@ void residual_add(const float* a, const float* b, float* out, size_t n, cudaStre
 // equals the fp32 call with round_b).
 void residual_add(const float* a, const bf16_t* b, float* out, size_t n, cudaStream_t stream,
                   StoreOut out_store = {});
+// Both operands in bf16 (the residual stream and a linear's output, both stored): out may be null
+// with out_store.bf16 set, the stream's next value then kept in bf16 only.
+void residual_add(const bf16_t* a, const bf16_t* b, float* out, size_t n, cudaStream_t stream,
+                  StoreOut out_store = {});
 
 // ---- Embedding -------------------------------------------------------------------------------
 // out[r] = table[tokens[r]], table [vocab, d]. A token outside [0, vocab) yields a row of NaNs
-// (the run then diverges loudly instead of reading out of bounds).
+// (the run then diverges loudly instead of reading out of bounds). out may be null when
+// out_store.bf16 is set (the rows kept in bf16 only).
 void embedding_forward(const float* table, int vocab, const int32_t* tokens, int rows, int d,
                        float* out, cudaStream_t stream, StoreOut out_store = {});
 // dtable[tokens[r]] += dout[r], rows in order: each table element adds its rows one at a time in
@@ -102,6 +107,17 @@ void rmsnorm_backward_add(const float* x, const float* gain, const float* rstd, 
                           StoreOut dx_store = {}, bool round_dy = false);
 // The same with dy held in bf16 (a stored gradient: equal to the fp32 call with round_dy).
 void rmsnorm_backward_add(const float* x, const float* gain, const float* rstd, const bf16_t* dy, int rows, int d,
+                          const float* dx_add, float* dx, float* dgain, Workspace& workspace, cudaStream_t stream,
+                          StoreOut dx_store = {});
+// The norms with x held in bf16 (the residual stream under bf16 storage: its stored values, so
+// these equal the fp32-x calls bit for bit): the forward, the final norm's backward (its dy, the
+// LM head's fp32 dX) and the blocks' fused backward (dy in bf16 too).
+void rmsnorm_forward(const bf16_t* x, const float* gain, int rows, int d, float eps, float* y, float* rstd,
+                     cudaStream_t stream, StoreOut y_store = {});
+void rmsnorm_backward(const bf16_t* x, const float* gain, const float* rstd, const float* dy, int rows, int d,
+                      float* dx, float* dgain, Workspace& workspace, cudaStream_t stream, StoreOut dx_store = {},
+                      bool round_dy = false);
+void rmsnorm_backward_add(const bf16_t* x, const float* gain, const float* rstd, const bf16_t* dy, int rows, int d,
                           const float* dx_add, float* dx, float* dgain, Workspace& workspace, cudaStream_t stream,
                           StoreOut dx_store = {});
 

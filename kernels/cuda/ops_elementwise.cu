@@ -85,14 +85,18 @@ __global__ void round_copy_kernel(float* x, bf16_t* copy, size_t n) {
       });
 }
 
-// B: float, or bf16_t for a b kept in bf16 (then round_b is false: its values are bf16 already).
-template <bool kVec, class B>
-__global__ void residual_add_kernel(const float* a, const B* b, float* out, size_t n, StoreOut store,
+// A, B: float, or bf16_t for an operand kept in bf16 (then round_b is false for b: its values are
+// bf16 already).
+template <bool kVec, class A, class B>
+__global__ void residual_add_kernel(const A* a, const B* b, float* out, size_t n, StoreOut store,
                                     bool round_b) {
   for_each<kVec>(
-      n, [&](size_t i) { detail::write_out(out, i, a[i] + detail::stored(detail::load1(b, i), round_b), store); },
+      n,
       [&](size_t i) {
-        const float4 va = *reinterpret_cast<const float4*>(a + i);
+        detail::write_out(out, i, detail::load1(a, i) + detail::stored(detail::load1(b, i), round_b), store);
+      },
+      [&](size_t i) {
+        const float4 va = detail::load4(a, i);
         const float4 vb = detail::load4(b, i);
         detail::write_out4(out, i,
                            make_float4(va.x + detail::stored(vb.x, round_b), va.y + detail::stored(vb.y, round_b),
@@ -145,12 +149,14 @@ void round_to_bf16(float* x, size_t n, bf16_t* copy, cudaStream_t stream) {
 
 namespace {
 
-template <class B>
-void launch_residual_add(const float* a, const B* b, float* out, size_t n, cudaStream_t stream, StoreOut out_store,
+template <class A, class B>
+void launch_residual_add(const A* a, const B* b, float* out, size_t n, cudaStream_t stream, StoreOut out_store,
                          bool round_b) {
   if (n == 0) return;
+  detail::require(out != nullptr || out_store.bf16 != nullptr, "residual_add",
+                  "no output: out and its bf16 copy are null");
   // out may be a or b: each element is read before it is written, by the same thread.
-  if (detail::aligned(a, 16) && detail::vec_aligned(b) && detail::vec4_ok(out, out_store)) {
+  if (detail::vec_aligned(a) && detail::vec_aligned(b) && detail::vec4_ok(out, out_store)) {
     residual_add_kernel<true><<<blocks_for(n, true), kThreads, 0, stream>>>(a, b, out, n, out_store, round_b);
   } else {
     residual_add_kernel<false><<<blocks_for(n, false), kThreads, 0, stream>>>(a, b, out, n, out_store, round_b);
@@ -166,6 +172,10 @@ void residual_add(const float* a, const float* b, float* out, size_t n, cudaStre
 }
 
 void residual_add(const float* a, const bf16_t* b, float* out, size_t n, cudaStream_t stream, StoreOut out_store) {
+  launch_residual_add(a, b, out, n, stream, out_store, false);
+}
+
+void residual_add(const bf16_t* a, const bf16_t* b, float* out, size_t n, cudaStream_t stream, StoreOut out_store) {
   launch_residual_add(a, b, out, n, stream, out_store, false);
 }
 

@@ -141,6 +141,8 @@ void check_shape(const char* op, int rows, int d, int vocab) {
 void embedding_forward(const float* table, int vocab, const int32_t* tokens, int rows, int d, float* out,
                        cudaStream_t stream, StoreOut out_store) {
   check_shape("embedding_forward", rows, d, vocab);
+  detail::require(out != nullptr || out_store.bf16 != nullptr, "embedding_forward",
+                  "no output: out and its bf16 copy are null");
   const size_t n = static_cast<size_t>(rows) * static_cast<size_t>(d);
   embedding_forward_kernel<<<detail::elementwise_blocks(n, kThreads), kThreads, 0, stream>>>(
       table, vocab, tokens, rows, d, out, out_store);

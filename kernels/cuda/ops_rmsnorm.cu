@@ -92,15 +92,16 @@ __device__ __forceinline__ float4 load_gain4(const float* gain, int e, bool gain
   return make_float4(gain[e], gain[e + 1], gain[e + 2], gain[e + 3]);
 }
 
-// Block b normalizes rows [b·tile_rows, ...). kVec: d % 4 == 0, x 16-byte aligned and
-// vec4_ok(y, store).
-template <bool kVec>
-__global__ void rmsnorm_forward_staged_kernel(const float* x, const float* gain, int rows, int d, int stride,
+// Block b normalizes rows [b·tile_rows, ...). kVec: d a multiple of 16 bytes' worth of X, x
+// 16-byte aligned and vec4_ok(y, store). X: float, or bf16_t for an x kept in bf16 (its tile rows
+// then hold bf16, read as fp32; the room is laid out for fp32 either way).
+template <bool kVec, class X>
+__global__ void rmsnorm_forward_staged_kernel(const X* x, const float* gain, int rows, int d, int stride,
                                               int tile_rows, float eps, float* y, float* rstd, StoreOut store,
                                               bool gain_vec) {
   extern __shared__ float4 smem[];
-  float* tile = reinterpret_cast<float*>(smem);
-  float* tile_rstd = tile + tile_rows * stride;
+  X* tile = reinterpret_cast<X*>(smem);
+  float* tile_rstd = reinterpret_cast<float*>(smem) + tile_rows * stride;
   const int row0 = blockIdx.x * tile_rows;
   const int n = rows - row0 < tile_rows ? rows - row0 : tile_rows;
   stage_rows<kVec>(tile, stride, x + static_cast<size_t>(row0) * d, d, n);
@@ -111,11 +112,14 @@ __global__ void rmsnorm_forward_staged_kernel(const float* x, const float* gain,
      // The unrolled loop issues eight shared-memory reads ahead of the additions (still in order).
     const int r = threadIdx.x / 8, lane = threadIdx.x % 8;
     const bool active = r < n;
-    const float* xr = tile + (active ? r : 0) * stride;
+    const X* xr = tile + (active ? r : 0) * stride;
     float partial = 0.0f;
     if (active) {
 #pragma unroll 8
-      for (int e = lane; e < d; e += 8) partial += xr[e] * xr[e];
+      for (int e = lane; e < d; e += 8) {
+        const float v = detail::load1(xr, e);
+        partial += v * v;
+      }
     }
     const float sum_sq = detail::group8_combine(partial);
     if (active && lane == 0) {
@@ -129,18 +133,18 @@ __global__ void rmsnorm_forward_staged_kernel(const float* x, const float* gain,
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   for (int r = warp; r < n; r += kWarps) {
-    const float* xr = tile + r * stride;
+    const X* xr = tile + r * stride;
     const float s = tile_rstd[r];
     const size_t base = static_cast<size_t>(row0 + r) * d;
     if constexpr (kVec) {
       for (int e = 4 * lane; e < d; e += 128) {
-        const float4 v = *reinterpret_cast<const float4*>(xr + e);
+        const float4 v = detail::load4(xr, e);
         const float4 g = load_gain4(gain, e, gain_vec);
         detail::write_out4(y, base + e, make_float4((v.x * s) * g.x, (v.y * s) * g.y, (v.z * s) * g.z, (v.w * s) * g.w),
                            store);
       }
     } else {
-      for (int e = lane; e < d; e += 32) detail::write_out(y, base + e, (xr[e] * s) * gain[e], store);
+      for (int e = lane; e < d; e += 32) detail::write_out(y, base + e, (detail::load1(xr, e) * s) * gain[e], store);
     }
   }
 }
@@ -148,14 +152,15 @@ __global__ void rmsnorm_forward_staged_kernel(const float* x, const float* gain,
 // dx for rows [b·tile_rows, ...): x and dy staged. kVec: d % 4 == 0 (d % 8 == 0 for a bf16 dy), x
 // and dy 16-byte aligned and vec4_ok(dx, store). DY: float, or bf16_t for a dy kept in bf16 (its
 // tile rows then hold bf16, read as fp32).
-template <bool kVec, class DY>
-__global__ void rmsnorm_dx_staged_kernel(const float* x, const float* gain, const float* rstd, const DY* dy,
+template <bool kVec, class X, class DY>
+__global__ void rmsnorm_dx_staged_kernel(const X* x, const float* gain, const float* rstd, const DY* dy,
                                          int rows, int d, int stride, int tile_rows, const float* add, float* dx,
                                          StoreOut store, bool round_dy, bool gain_vec) {
   extern __shared__ float4 smem[];
-  float* tile_x = reinterpret_cast<float*>(smem);
-  DY* tile_dy = reinterpret_cast<DY*>(tile_x + tile_rows * stride);  // tile_rows·stride floats' room
-  float* tile_s = tile_x + 2 * tile_rows * stride;
+  float* room = reinterpret_cast<float*>(smem);  // tile_rows·stride floats for each of x and dy
+  X* tile_x = reinterpret_cast<X*>(room);
+  DY* tile_dy = reinterpret_cast<DY*>(room + tile_rows * stride);
+  float* tile_s = room + 2 * tile_rows * stride;
   float* tile_c = tile_s + tile_rows;
   const int row0 = blockIdx.x * tile_rows;
   const int n = rows - row0 < tile_rows ? rows - row0 : tile_rows;
@@ -167,7 +172,7 @@ __global__ void rmsnorm_dx_staged_kernel(const float* x, const float* gain, cons
   {  // c = mean(g ⊙ x̂): group r sums row r
     const int r = threadIdx.x / 8, lane = threadIdx.x % 8;
     const bool active = r < n;
-    const float* xr = tile_x + (active ? r : 0) * stride;
+    const X* xr = tile_x + (active ? r : 0) * stride;
     const DY* dyr = tile_dy + (active ? r : 0) * stride;
     const float s = active ? rstd[row0 + r] : 0.0f;
     float partial = 0.0f;
@@ -175,7 +180,7 @@ __global__ void rmsnorm_dx_staged_kernel(const float* x, const float* gain, cons
 #pragma unroll 8
       for (int e = lane; e < d; e += 8) {
         const float g = detail::stored(detail::load1(dyr, e), round_dy) * gain[e];
-        const float xhat = xr[e] * s;
+        const float xhat = detail::load1(xr, e) * s;
         partial += g * xhat;
       }
     }
@@ -189,13 +194,13 @@ __global__ void rmsnorm_dx_staged_kernel(const float* x, const float* gain, cons
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   for (int r = warp; r < n; r += kWarps) {
-    const float* xr = tile_x + r * stride;
+    const X* xr = tile_x + r * stride;
     const DY* dyr = tile_dy + r * stride;
     const float s = tile_s[r], c = tile_c[r];
     const size_t base = static_cast<size_t>(row0 + r) * d;
     if constexpr (kVec) {
       for (int e = 4 * lane; e < d; e += 128) {
-        const float4 xv = *reinterpret_cast<const float4*>(xr + e);
+        const float4 xv = detail::load4(xr, e);
         const float4 dyv = detail::load4(dyr, e);
         const float4 gv = load_gain4(gain, e, gain_vec);
         const float g0 = detail::stored(dyv.x, round_dy) * gv.x, xhat0 = xv.x * s;
@@ -212,7 +217,7 @@ __global__ void rmsnorm_dx_staged_kernel(const float* x, const float* gain, cons
     } else {
       for (int e = lane; e < d; e += 32) {
         const float g = detail::stored(detail::load1(dyr, e), round_dy) * gain[e];
-        const float xhat = xr[e] * s;
+        const float xhat = detail::load1(xr, e) * s;
         const float v = s * (g - xhat * c);
         detail::write_out(dx, base + e, add != nullptr ? add[base + e] + v : v, store);
       }
@@ -222,26 +227,30 @@ __global__ void rmsnorm_dx_staged_kernel(const float* x, const float* gain, cons
 
 // ---- Direct kernels (rows too wide for a tile) ---------------------------------------------------
 
-__global__ void rmsnorm_forward_kernel(const float* x, const float* gain, int rows, int d, float eps, float* y,
+template <class X>
+__global__ void rmsnorm_forward_kernel(const X* x, const float* gain, int rows, int d, float eps, float* y,
                                        float* rstd, StoreOut store) {
   const int row = blockIdx.x * kRowsPerBlock + threadIdx.x / 8;
   const int lane = threadIdx.x % 8;
   const bool active = row < rows;  // inactive groups still take part in the shuffles
-  const float* xr = x + static_cast<size_t>(active ? row : 0) * d;
+  const X* xr = x + static_cast<size_t>(active ? row : 0) * d;
   float partial = 0.0f;
   if (active)
-    for (int e = lane; e < d; e += 8) partial += xr[e] * xr[e];
+    for (int e = lane; e < d; e += 8) {
+      const float v = detail::load1(xr, e);
+      partial += v * v;
+    }
   const float sum_sq = detail::group8_combine(partial);
   if (!active) return;
   const float mean_sq = sum_sq / static_cast<float>(d);
   const float s = 1.0f / sqrtf(mean_sq + eps);
   if (lane == 0) rstd[row] = s;
   const size_t base = static_cast<size_t>(row) * d;
-  for (int e = lane; e < d; e += 8) detail::write_out(y, base + e, (xr[e] * s) * gain[e], store);
+  for (int e = lane; e < d; e += 8) detail::write_out(y, base + e, (detail::load1(xr, e) * s) * gain[e], store);
 }
 
-template <class DY>
-__global__ void rmsnorm_dx_kernel(const float* x, const float* gain, const float* rstd, const DY* dy,
+template <class X, class DY>
+__global__ void rmsnorm_dx_kernel(const X* x, const float* gain, const float* rstd, const DY* dy,
                                   int rows, int d, const float* add, float* dx, StoreOut store, bool round_dy) {
   const int row = blockIdx.x * kRowsPerBlock + threadIdx.x / 8;
   const int lane = threadIdx.x % 8;
@@ -252,7 +261,7 @@ __global__ void rmsnorm_dx_kernel(const float* x, const float* gain, const float
   if (active) {
     for (int e = lane; e < d; e += 8) {
       const float g = detail::stored(detail::load1(dy, base + e), round_dy) * gain[e];
-      const float xhat = x[base + e] * s;
+      const float xhat = detail::load1(x, base + e) * s;
       partial += g * xhat;
     }
   }
@@ -261,7 +270,7 @@ __global__ void rmsnorm_dx_kernel(const float* x, const float* gain, const float
   const float c = dot / static_cast<float>(d);
   for (int e = lane; e < d; e += 8) {
     const float g = detail::stored(detail::load1(dy, base + e), round_dy) * gain[e];
-    const float xhat = x[base + e] * s;
+    const float xhat = detail::load1(x, base + e) * s;
     const float v = s * (g - xhat * c);
     detail::write_out(dx, base + e, add != nullptr ? add[base + e] + v : v, store);
   }
@@ -271,8 +280,8 @@ __global__ void rmsnorm_dx_kernel(const float* x, const float* gain, const float
 
 // partial[chunk][j] = Σ_{rows of chunk, in order} dy ⊙ (x · rstd), starting from 0. The unrolled
 // loop lets a thread have many rows' loads in flight (the additions still run in row order).
-template <class DY>
-__global__ void rmsnorm_dgain_partial_kernel(const float* x, const float* rstd, const DY* dy, int rows,
+template <class X, class DY>
+__global__ void rmsnorm_dgain_partial_kernel(const X* x, const float* rstd, const DY* dy, int rows,
                                              int d, float* partial, bool round_dy) {
   const int j = blockIdx.x * blockDim.x + threadIdx.x;
   if (j >= d) return;
@@ -282,7 +291,7 @@ __global__ void rmsnorm_dgain_partial_kernel(const float* x, const float* rstd, 
 #pragma unroll 16
   for (int r = r0; r < r1; ++r) {
     const size_t i = static_cast<size_t>(r) * d + j;
-    sum += detail::stored(detail::load1(dy, i), round_dy) * (x[i] * rstd[r]);
+    sum += detail::stored(detail::load1(dy, i), round_dy) * (detail::load1(x, i) * rstd[r]);
   }
   partial[static_cast<size_t>(blockIdx.y) * d + j] = sum;
 }
@@ -329,8 +338,17 @@ unsigned tile_blocks(int rows, const Tile& t) { return static_cast<unsigned>((ro
 
 }  // namespace
 
-void rmsnorm_forward(const float* x, const float* gain, int rows, int d, float eps, float* y, float* rstd,
-                     cudaStream_t stream, StoreOut y_store) {
+namespace {
+
+// A 16-byte staging copy holds a whole number of T and a row of d of them is whole copies.
+template <class T>
+bool vec_rows(int d) {
+  return d % static_cast<int>(16 / sizeof(T)) == 0;
+}
+
+template <class X>
+void forward(const X* x, const float* gain, int rows, int d, float eps, float* y, float* rstd, cudaStream_t stream,
+             StoreOut y_store) {
   check_shape("rmsnorm_forward", rows, d);
   detail::require(y != nullptr || y_store.bf16 != nullptr, "rmsnorm_forward",
                   "no output: y and its bf16 copy are null");
@@ -338,7 +356,7 @@ void rmsnorm_forward(const float* x, const float* gain, int rows, int d, float e
   if (t.rows == 0) {
     rmsnorm_forward_kernel<<<(rows + kRowsPerBlock - 1) / kRowsPerBlock, kThreads, 0, stream>>>(x, gain, rows, d, eps,
                                                                                                 y, rstd, y_store);
-  } else if (d % 4 == 0 && detail::aligned(x, 16) && detail::vec4_ok(y, y_store)) {
+  } else if (vec_rows<X>(d) && detail::aligned(x, 16) && detail::vec4_ok(y, y_store)) {
     rmsnorm_forward_staged_kernel<true><<<tile_blocks(rows, t), kThreads, t.bytes, stream>>>(
         x, gain, rows, d, t.stride, t.rows, eps, y, rstd, y_store, detail::aligned(gain, 16));
   } else {
@@ -348,10 +366,8 @@ void rmsnorm_forward(const float* x, const float* gain, int rows, int d, float e
   detail::check_launch();
 }
 
-namespace {
-
-template <class DY>
-void backward(const char* op, const float* x, const float* gain, const float* rstd, const DY* dy, int rows, int d,
+template <class X, class DY>
+void backward(const char* op, const X* x, const float* gain, const float* rstd, const DY* dy, int rows, int d,
               const float* add, float* dx, float* dgain, Workspace& workspace, cudaStream_t stream, StoreOut dx_store,
               bool round_dy) {
   check_shape(op, rows, d);
@@ -362,7 +378,7 @@ void backward(const char* op, const float* x, const float* gain, const float* rs
   if (t.rows == 0) {
     rmsnorm_dx_kernel<<<(rows + kRowsPerBlock - 1) / kRowsPerBlock, kThreads, 0, stream>>>(
         x, gain, rstd, dy, rows, d, add, dx, dx_store, round_dy);
-  } else if (d % (16 / sizeof(DY)) == 0 && detail::aligned(x, 16) && detail::aligned(dy, 16) &&
+  } else if (vec_rows<X>(d) && vec_rows<DY>(d) && detail::aligned(x, 16) && detail::aligned(dy, 16) &&
              detail::aligned(add, 16) && detail::vec4_ok(dx, dx_store)) {
     rmsnorm_dx_staged_kernel<true><<<tile_blocks(rows, t), kThreads, t.bytes, stream>>>(
         x, gain, rstd, dy, rows, d, t.stride, t.rows, add, dx, dx_store, round_dy, detail::aligned(gain, 16));
@@ -382,6 +398,29 @@ void backward(const char* op, const float* x, const float* gain, const float* rs
 }
 
 }  // namespace
+
+void rmsnorm_forward(const float* x, const float* gain, int rows, int d, float eps, float* y, float* rstd,
+                     cudaStream_t stream, StoreOut y_store) {
+  forward(x, gain, rows, d, eps, y, rstd, stream, y_store);
+}
+
+void rmsnorm_forward(const bf16_t* x, const float* gain, int rows, int d, float eps, float* y, float* rstd,
+                     cudaStream_t stream, StoreOut y_store) {
+  forward(x, gain, rows, d, eps, y, rstd, stream, y_store);
+}
+
+void rmsnorm_backward(const bf16_t* x, const float* gain, const float* rstd, const float* dy, int rows, int d,
+                      float* dx, float* dgain, Workspace& workspace, cudaStream_t stream, StoreOut dx_store,
+                      bool round_dy) {
+  backward("rmsnorm_backward", x, gain, rstd, dy, rows, d, nullptr, dx, dgain, workspace, stream, dx_store, round_dy);
+}
+
+void rmsnorm_backward_add(const bf16_t* x, const float* gain, const float* rstd, const bf16_t* dy, int rows, int d,
+                          const float* dx_add, float* dx, float* dgain, Workspace& workspace, cudaStream_t stream,
+                          StoreOut dx_store) {
+  detail::require(dx_add != nullptr, "rmsnorm_backward_add", "a null dx_add");
+  backward("rmsnorm_backward_add", x, gain, rstd, dy, rows, d, dx_add, dx, dgain, workspace, stream, dx_store, false);
+}
 
 void rmsnorm_backward(const float* x, const float* gain, const float* rstd, const float* dy, int rows, int d,
                       float* dx, float* dgain, Workspace& workspace, cudaStream_t stream, StoreOut dx_store,

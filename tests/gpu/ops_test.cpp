@@ -1327,6 +1327,58 @@ TEST_CASE("cuda ops on bf16-held inputs and bf16-only outputs equal their fp32 f
       require_bits("rmsnorm_backward_add bf16 dy copy" + dt, bf16_values(g_c3.download()), bf16_values(g_c.download()));
       require_bits("rmsnorm_backward_add bf16 dy dgain" + dt, g_dgain3.download(), g_dgain.download());
     }
+    for (const int d : {192, 13000, 36}) {  // the residual stream in bf16 (d 36: d % 8 != 0, the 4-byte staging)
+      const int rows = 37;
+      const size_t n = static_cast<size_t>(rows) * d;
+      const std::string dt = tag + " d=" + std::to_string(d);
+      const std::vector<float> x = rounded(normal(n, 1620, 2.0f, 0.1f)), b = rounded(normal(n, 1621)),
+                               gain = normal(d, 1622, 0.1f, 1.0f), dy = normal(n, 1623), res = normal(n, 1624, 0.5f),
+                               dgain0 = normal(d, 1625);
+      OffsetBuffer<float> g_x(x, off), g_b(b, off), g_gain(gain, off), g_dy(dy, off), g_out(n, off), g_y(n, off),
+          g_y2(n, off), g_rstd(rows, off), g_rstd2(rows, off), g_res(res, off), g_res2(res, off), g_dg(dgain0, off),
+          g_dg2(dgain0, off);
+      OffsetBuffer<bf16_t> g_x16(to_bf16(x), off), g_b16(to_bf16(b), off), g_dy16(to_bf16(dy), off), g_c(n, off),
+          g_c2(n, off);
+      cu::residual_add(g_x.get(), g_b.get(), g_out.get(), n, nullptr, cu::StoreOut{true, g_c.get()});
+      cu::residual_add(g_x16.get(), g_b16.get(), nullptr, n, nullptr, cu::StoreOut{true, g_c2.get()});
+      require_bits("residual_add bf16 a, b" + dt, bf16_values(g_c2.download()), bf16_values(g_c.download()));
+      cu::rmsnorm_forward(g_x.get(), g_gain.get(), rows, d, 1e-5f, g_y.get(), g_rstd.get(), nullptr,
+                          cu::StoreOut{true, g_c.get()});
+      cu::rmsnorm_forward(g_x16.get(), g_gain.get(), rows, d, 1e-5f, g_y2.get(), g_rstd2.get(), nullptr,
+                          cu::StoreOut{true, g_c2.get()});
+      require_bits("rmsnorm_forward bf16 x" + dt, g_y2.download(), g_y.download());
+      require_bits("rmsnorm_forward bf16 x copy" + dt, bf16_values(g_c2.download()), bf16_values(g_c.download()));
+      require_bits("rmsnorm_forward bf16 x rstd" + dt, g_rstd2.download(), g_rstd.download());
+      cu::rmsnorm_backward(g_x.get(), g_gain.get(), g_rstd.get(), g_dy.get(), rows, d, g_y.get(), g_dg.get(), ws, nullptr,
+                           cu::StoreOut{true, g_c.get()}, true);
+      cu::rmsnorm_backward(g_x16.get(), g_gain.get(), g_rstd.get(), g_dy.get(), rows, d, g_y2.get(), g_dg2.get(), ws,
+                           nullptr, cu::StoreOut{true, g_c2.get()}, true);
+      require_bits("rmsnorm_backward bf16 x dx" + dt, g_y2.download(), g_y.download());
+      require_bits("rmsnorm_backward bf16 x copy" + dt, bf16_values(g_c2.download()), bf16_values(g_c.download()));
+      require_bits("rmsnorm_backward bf16 x dgain" + dt, g_dg2.download(), g_dg.download());
+      cu::rmsnorm_backward_add(g_x.get(), g_gain.get(), g_rstd.get(), g_dy16.get(), rows, d, g_res.get(), g_res.get(),
+                               g_dg.get(), ws, nullptr, cu::StoreOut{true, g_c.get()});
+      cu::rmsnorm_backward_add(g_x16.get(), g_gain.get(), g_rstd.get(), g_dy16.get(), rows, d, g_res2.get(),
+                               g_res2.get(), g_dg2.get(), ws, nullptr, cu::StoreOut{true, g_c2.get()});
+      require_bits("rmsnorm_backward_add bf16 x dx" + dt, g_res2.download(), g_res.download());
+      require_bits("rmsnorm_backward_add bf16 x copy" + dt, bf16_values(g_c2.download()), bf16_values(g_c.download()));
+      require_bits("rmsnorm_backward_add bf16 x dgain" + dt, g_dg2.download(), g_dg.download());
+    }
+    {  // embedding_forward into its bf16 copy only
+      const int rows = 50, d = 24, vocab = 17;
+      std::vector<int32_t> tokens(rows);
+      for (int r = 0; r < rows; ++r) tokens[r] = (r * 5) % vocab;
+      tokens[3] = vocab;  // out of range: NaN either way
+      const std::vector<float> table = normal(static_cast<size_t>(vocab) * d, 1626);
+      DeviceArray<float> g_table(table), g_out(static_cast<size_t>(rows) * d);
+      DeviceArray<int32_t> g_tokens(tokens);
+      OffsetBuffer<bf16_t> g_c(static_cast<size_t>(rows) * d, off), g_c2(static_cast<size_t>(rows) * d, off);
+      cu::embedding_forward(g_table.get(), vocab, g_tokens.get(), rows, d, g_out.get(), nullptr,
+                            cu::StoreOut{true, g_c.get()});
+      cu::embedding_forward(g_table.get(), vocab, g_tokens.get(), rows, d, nullptr, nullptr,
+                            cu::StoreOut{true, g_c2.get()});
+      require_bits("embedding_forward copy only" + tag, bf16_values(g_c2.download()), bf16_values(g_c.download()));
+    }
     for (const int f : {160, 161}) {  // swiglu: f % 4 != 0 takes the scalar path too
       const int rows = 70;
       const size_t nu = static_cast<size_t>(rows) * 2 * f, na = static_cast<size_t>(rows) * f;
