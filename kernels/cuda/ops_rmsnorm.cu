@@ -399,6 +399,9 @@ void backward(const char* op, const X* x, const float* gain, const float* rstd, 
 
 }  // namespace
 
+// The public overloads: one per type combination the engine uses (ops.cuh), all the same two
+// templates.
+
 void rmsnorm_forward(const float* x, const float* gain, int rows, int d, float eps, float* y, float* rstd,
                      cudaStream_t stream, StoreOut y_store) {
   forward(x, gain, rows, d, eps, y, rstd, stream, y_store);
@@ -409,38 +412,46 @@ void rmsnorm_forward(const bf16_t* x, const float* gain, int rows, int d, float 
   forward(x, gain, rows, d, eps, y, rstd, stream, y_store);
 }
 
-void rmsnorm_backward(const bf16_t* x, const float* gain, const float* rstd, const float* dy, int rows, int d,
-                      float* dx, float* dgain, Workspace& workspace, cudaStream_t stream, StoreOut dx_store,
-                      bool round_dy) {
-  backward("rmsnorm_backward", x, gain, rstd, dy, rows, d, nullptr, dx, dgain, workspace, stream, dx_store, round_dy);
-}
-
-void rmsnorm_backward_add(const bf16_t* x, const float* gain, const float* rstd, const bf16_t* dy, int rows, int d,
-                          const float* dx_add, float* dx, float* dgain, Workspace& workspace, cudaStream_t stream,
-                          StoreOut dx_store) {
-  detail::require(dx_add != nullptr, "rmsnorm_backward_add", "a null dx_add");
-  backward("rmsnorm_backward_add", x, gain, rstd, dy, rows, d, dx_add, dx, dgain, workspace, stream, dx_store, false);
-}
-
 void rmsnorm_backward(const float* x, const float* gain, const float* rstd, const float* dy, int rows, int d,
                       float* dx, float* dgain, Workspace& workspace, cudaStream_t stream, StoreOut dx_store,
                       bool round_dy) {
   backward("rmsnorm_backward", x, gain, rstd, dy, rows, d, nullptr, dx, dgain, workspace, stream, dx_store, round_dy);
 }
 
-void rmsnorm_backward_add(const float* x, const float* gain, const float* rstd, const float* dy, int rows, int d,
-                          const float* dx_add, float* dx, float* dgain, Workspace& workspace, cudaStream_t stream,
-                          StoreOut dx_store, bool round_dy) {
+void rmsnorm_backward(const bf16_t* x, const float* gain, const float* rstd, const float* dy, int rows, int d,
+                      float* dx, float* dgain, Workspace& workspace, cudaStream_t stream, StoreOut dx_store,
+                      bool round_dy) {
+  backward("rmsnorm_backward", x, gain, rstd, dy, rows, d, nullptr, dx, dgain, workspace, stream, dx_store, round_dy);
+}
+
+namespace {
+
+template <class X, class DY>
+void backward_add(const X* x, const float* gain, const float* rstd, const DY* dy, int rows, int d, const float* dx_add,
+                  float* dx, float* dgain, Workspace& workspace, cudaStream_t stream, StoreOut dx_store, bool round_dy) {
   detail::require(dx_add != nullptr, "rmsnorm_backward_add", "a null dx_add");
   backward("rmsnorm_backward_add", x, gain, rstd, dy, rows, d, dx_add, dx, dgain, workspace, stream, dx_store,
            round_dy);
 }
 
+}  // namespace
+
+void rmsnorm_backward_add(const float* x, const float* gain, const float* rstd, const float* dy, int rows, int d,
+                          const float* dx_add, float* dx, float* dgain, Workspace& workspace, cudaStream_t stream,
+                          StoreOut dx_store, bool round_dy) {
+  backward_add(x, gain, rstd, dy, rows, d, dx_add, dx, dgain, workspace, stream, dx_store, round_dy);
+}
+
 void rmsnorm_backward_add(const float* x, const float* gain, const float* rstd, const bf16_t* dy, int rows, int d,
                           const float* dx_add, float* dx, float* dgain, Workspace& workspace, cudaStream_t stream,
                           StoreOut dx_store) {
-  detail::require(dx_add != nullptr, "rmsnorm_backward_add", "a null dx_add");
-  backward("rmsnorm_backward_add", x, gain, rstd, dy, rows, d, dx_add, dx, dgain, workspace, stream, dx_store, false);
+  backward_add(x, gain, rstd, dy, rows, d, dx_add, dx, dgain, workspace, stream, dx_store, false);
+}
+
+void rmsnorm_backward_add(const bf16_t* x, const float* gain, const float* rstd, const bf16_t* dy, int rows, int d,
+                          const float* dx_add, float* dx, float* dgain, Workspace& workspace, cudaStream_t stream,
+                          StoreOut dx_store) {
+  backward_add(x, gain, rstd, dy, rows, d, dx_add, dx, dgain, workspace, stream, dx_store, false);
 }
 
 }  // namespace fp4::cuda
