@@ -9,16 +9,19 @@
 #   bench/study_throughput.sh CORPUS_DIR LABEL=FP4LAB [LABEL=FP4LAB ...]
 #     CORPUS_DIR  shards made by `fp4lab data build` (the same data the study trains on)
 #   environment: SIZES (default "d2 d4 d6"), RECIPES (default "bf16 e2m1 ufp4 nvfp4"), STEPS
-#   (default 16), PACK (default 3; 0 or 1: alone only)
+#   (default 16), PACK (default 3; 0 or 1: alone only), TOKENS (default 175000000)
 #
 # Output: one Markdown row per build, size, recipe and mode: the median tokens/s of each run over
 # its steps after the first two (metrics.jsonl's tokens_per_s), summed over the runs sharing the GPU
 # for the packed rows, and the ratio to the first build's same row. A packed run's median covers
 # the steps when all PACK runs were training (they start together and take the same number of
-# steps), so the sum is the GPU's aggregate rate.
+# steps), so the sum is the GPU's aggregate rate. Then, per build and mode, the GPU time the
+# measured cases would take at TOKENS tokens each (default 175M: the first study's main grid,
+# 25M + 50M + 100M tokens per size and recipe): the main-grid estimate when SIZES is d2..d6 and
+# every recipe is measured.
 set -euo pipefail
 if [ $# -lt 2 ]; then
-  sed -n '2,19p' "$0" >&2
+  sed -n '2,21p' "$0" >&2
   exit 2
 fi
 corpus=$(readlink -f "$1")
@@ -55,6 +58,8 @@ JSON
 }
 
 declare -A first_rate
+declare -A grid_s  # [label mode]: seconds for TOKENS tokens of every case measured
+grid_tokens=${TOKENS:-175000000}
 echo "| build | model | recipe | runs on the GPU | tokens/s (sum of medians) | vs first build |"
 echo "|---|---|---|---|---:|---:|"
 for size in ${SIZES:-d2 d4 d6}; do
@@ -85,8 +90,16 @@ for size in ${SIZES:-d2 d4 d6}; do
         [ -z "${first_rate[$key]:-}" ] && first_rate[$key]=$total
         awk -v l="$label" -v s="$size" -v r="$recipe" -v n="$n" -v t="$total" -v f="${first_rate[$key]}" \
           'BEGIN {printf "| %s | %s | %s | %d | %.0f | %.2f× |\n", l, s, r, n, t, t / f}'
+        grid_s[$label $n]=$(awk -v a="${grid_s[$label $n]:-0}" -v t="$total" -v g="$grid_tokens" \
+          'BEGIN {printf "%.3f", a + (t > 0 ? g / t : 0)}')
         rm -rf "$case_dir"
       done
     done
   done
 done
+echo
+echo "| build | runs on the GPU | minutes for $grid_tokens tokens of every case above |"
+echo "|---|---|---:|"
+for key in "${!grid_s[@]}"; do
+  awk -v k="$key" -v s="${grid_s[$key]}" 'BEGIN {split(k, p, " "); printf "| %s | %s | %.1f |\n", p[1], p[2], s / 60}'
+done | sort
