@@ -637,16 +637,13 @@ void CudaModel::enqueue_pass(const model::StepContext& ctx, bool backward, float
         cuda::swiglu_backward(A.ub.get(), dab_.get(), R, f, nullptr, st, store_out(dyb_.get()));
         // store(da_): by the GEMM; store(du_): rounded by swiglu_backward, which writes only the
         // mlp_in linear's dY into dyb_
-      } else {
-        linear_backward(ctx, l, 3, A.ab.get(), dyb_.get(), out_f32(da_.get()));
-        cuda::swiglu_backward(A.u.get(), da_.get(), R, f, nullptr, st, store_out(dyb_.get()));
-      }
-      if (bf16) {
         linear_backward(ctx, l, 2, A.h2b.get(), dyb_.get(), out_bf16(dhb_.get()));
         cuda::rmsnorm_backward_add(A.x_midb.get(), param(block_view(l, 3)), A.rstd2.get(), dhb_.get(), R, d,
                                    dres_.get(), dres_.get(), gain_grad(block_view(l, 3)), ws_ops_, st,
                                    store_out(dyb_.get()));
       } else {
+        linear_backward(ctx, l, 3, A.ab.get(), dyb_.get(), out_f32(da_.get()));
+        cuda::swiglu_backward(A.u.get(), da_.get(), R, f, nullptr, st, store_out(dyb_.get()));
         linear_backward(ctx, l, 2, A.h2b.get(), dyb_.get(), out_f32(dh_.get()));
         cuda::rmsnorm_backward_add(A.x_mid.get(), param(block_view(l, 3)), A.rstd2.get(), dh_.get(), R, d,
                                    dres_.get(), dres_.get(), gain_grad(block_view(l, 3)), ws_ops_, st,
