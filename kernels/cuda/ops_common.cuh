@@ -92,6 +92,21 @@ __device__ __forceinline__ float4 load4(const float* p, size_t i) { return *rein
 __device__ __forceinline__ float4 load4(const bf16_t* p, size_t i) {
   return unpack_bf16x4(*reinterpret_cast<const uint2*>(p + i));
 }
+// Eight consecutive bf16 (one 16-byte access, p + i 16-byte aligned) as fp32: elements i .. i+3 in
+// lo, i+4 .. i+7 in hi. Where every operand and the only output are bf16, the element-wise kernels
+// move eight elements per access: four (8 bytes) left them below the memory bandwidth.
+__device__ __forceinline__ void load8(const bf16_t* p, size_t i, float4& lo, float4& hi) {
+  const uint4 w = *reinterpret_cast<const uint4*>(p + i);
+  lo = unpack_bf16x4(make_uint2(w.x, w.y));
+  hi = unpack_bf16x4(make_uint2(w.z, w.w));
+}
+// write_out's bf16 copy for eight elements dst[i .. i+7] (no fp32 output; dst + i 16-byte aligned):
+// each value gets exactly write_out's treatment.
+__device__ __forceinline__ void write_bf16x8(bf16_t* dst, size_t i, float4 lo, float4 hi, bool round) {
+  const uint2 a = pack_bf16x4(stored(lo.x, round), stored(lo.y, round), stored(lo.z, round), stored(lo.w, round));
+  const uint2 b = pack_bf16x4(stored(hi.x, round), stored(hi.y, round), stored(hi.z, round), stored(hi.w, round));
+  *reinterpret_cast<uint4*>(dst + i) = make_uint4(a.x, a.y, b.x, b.y);
+}
 // Whether load4 may read at p + i for any i that is a multiple of 4.
 template <class T>
 inline bool vec_aligned(const T* p) {

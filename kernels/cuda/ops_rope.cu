@@ -110,6 +110,54 @@ __global__ void rope_qkv_kernel(const T* src, T* x, int rows, int seq_len, int d
   }
 }
 
+// The bf16 buffer in place, eight values (16 bytes) per thread: what rope_qkv_kernel<true, bf16_t>
+// computes, with half its accesses and without rewriting v. Rounding a bf16 value to bf16 is the
+// identity except on a signaling NaN, which float_to_bf16 quiets (| 0x40): a unit of v is written
+// back only when it holds one, so every bit of the result is the general kernel's. Needs
+// head_dim % 8 == 0 (a unit's four pairs lie in one head, and i, a multiple of 4, starts an aligned
+// float4 of the table, whose rows then hold a multiple of 4 entries) and a 16-byte-aligned x.
+__global__ void rope_qkv_bf16_in_place_kernel(bf16_t* x, int rows, int seq_len, int d, int head_dim,
+                                              const float* cos_table, const float* sin_table, float sign) {
+  const unsigned half = head_dim / 2;
+  const unsigned units = 3u * (d / 8), qk_units = d / 4;
+  for (unsigned r = blockIdx.y * blockDim.y + threadIdx.y; r < static_cast<unsigned>(rows);
+       r += gridDim.y * blockDim.y) {
+    uint4* row = reinterpret_cast<uint4*>(x + static_cast<size_t>(r) * 3 * d);
+    const float* cos_pos = cos_table + static_cast<size_t>(r % seq_len) * half;
+    const float* sin_pos = sin_table + static_cast<size_t>(r % seq_len) * half;
+    for (unsigned k = blockIdx.x * blockDim.x + threadIdx.x; k < units; k += gridDim.x * blockDim.x) {
+      uint4 w = row[k];
+      if (k < qk_units) {  // q or k: rotate pairs i .. i + 3 of its head
+        const unsigned i = (4 * k) % half;  // (8k mod head_dim) / 2
+        const float4 c = *reinterpret_cast<const float4*>(cos_pos + i);
+        const float4 sn = *reinterpret_cast<const float4*>(sin_pos + i);
+        float4 a = detail::unpack_bf16x4(make_uint2(w.x, w.y));
+        float4 b = detail::unpack_bf16x4(make_uint2(w.z, w.w));
+        a = make_float4(detail::stored(a.x, true), detail::stored(a.y, true), detail::stored(a.z, true),
+                        detail::stored(a.w, true));
+        b = make_float4(detail::stored(b.x, true), detail::stored(b.y, true), detail::stored(b.z, true),
+                        detail::stored(b.w, true));
+        rotate(a.x, a.y, c.x, sn.x, sign);
+        rotate(a.z, a.w, c.y, sn.y, sign);
+        rotate(b.x, b.y, c.z, sn.z, sign);
+        rotate(b.z, b.w, c.w, sn.w, sign);
+        const uint2 lo = detail::pack_bf16x4(a.x, a.y, a.z, a.w), hi = detail::pack_bf16x4(b.x, b.y, b.z, b.w);
+        row[k] = make_uint4(lo.x, lo.y, hi.x, hi.y);
+      } else {  // v: only a signaling NaN changes (twice quieted is once quieted)
+        const auto quiet = [](uint32_t two) {
+          for (int s = 0; s < 32; s += 16) {
+            const uint32_t h = (two >> s) & 0xffffu;
+            if ((h & 0x7fffu) > 0x7f80u) two |= 0x40u << s;
+          }
+          return two;
+        };
+        const uint4 q = make_uint4(quiet(w.x), quiet(w.y), quiet(w.z), quiet(w.w));
+        if (q.x != w.x || q.y != w.y || q.z != w.z || q.w != w.w) row[k] = q;
+      }
+    }
+  }
+}
+
 template <class T>
 void rope_qkv(const char* op, const T* src, T* x, int batch, int seq_len, int n_heads, int head_dim,
               const RopeTable& table, float sign, StoreOut store, cudaStream_t stream) {
@@ -126,6 +174,16 @@ void rope_qkv(const char* op, const T* src, T* x, int batch, int seq_len, int n_
   // even number of entries and i is even, so the float2 reads are aligned.
   const bool vec = std::is_same_v<T, bf16_t> ? detail::vec_aligned(x) && detail::vec_aligned(src)
                                              : detail::vec4_ok(reinterpret_cast<float*>(x), store);
+  if constexpr (std::is_same_v<T, bf16_t>) {
+    // Both engine calls run in place (the bf16 path's store is always {round, no copy}).
+    if (src == x && head_dim % 8 == 0 && detail::aligned(x, 16) && store.round && store.bf16 == nullptr) {
+      const detail::RowGrid g = detail::row_grid(rows, 3LL * d / 8, kThreads);
+      rope_qkv_bf16_in_place_kernel<<<g.grid, g.block, 0, stream>>>(x, rows, seq_len, d, head_dim, table.cos(),
+                                                                    table.sin(), sign);
+      detail::check_launch();
+      return;
+    }
+  }
   if (head_dim % 4 == 0 && vec) {
     const detail::RowGrid g = detail::row_grid(rows, 3LL * d / 4, kThreads);
     rope_qkv_kernel<true><<<g.grid, g.block, 0, stream>>>(src, x, rows, seq_len, d, head_dim, table.cos(),

@@ -1,5 +1,6 @@
-// ops_swiglu.cu — see ops.cuh: SwiGLU forward and backward, one thread per (row, feature) or per
-// (row, four features) where shape and alignment allow 16-byte accesses.
+// ops_swiglu.cu — see ops.cuh: SwiGLU forward and backward, one thread per (row, feature), per
+// (row, four features) where shape and alignment allow 16-byte fp32 accesses, or per (row, eight
+// features) where every operand and the output are bf16.
 //
 // The expressions are the reference's, operation for operation; the only difference from the CPU
 // is the exponential (CUDA's expf, within 2 ulp, against glibc's), so results agree to a few ulp
@@ -7,6 +8,7 @@
 #include "kernels/cuda/ops.cuh"
 #include "kernels/cuda/ops_common.cuh"
 
+#include <initializer_list>
 #include <string>
 #include <type_traits>
 
@@ -113,6 +115,60 @@ __global__ void swiglu_backward_kernel(const U* u, const DA* da, int rows, int f
   }
 }
 
+// Both kernels above for bf16 operands with only a bf16 output (the bf16 engine's calls), eight
+// features per unit: one 16-byte access per gate, up, da and output group, each element with the
+// same expressions. Needs f % 8 == 0 and every pointer 16-byte aligned (bf16x8_ok).
+__global__ void swiglu_forward_bf16x8_kernel(const bf16_t* u, int rows, int f, StoreOut store) {
+  const unsigned units = f / 8;
+  for (unsigned r = blockIdx.y * blockDim.y + threadIdx.y; r < static_cast<unsigned>(rows);
+       r += gridDim.y * blockDim.y) {
+    const size_t gate_at = static_cast<size_t>(r) * 2 * f, up_at = gate_at + f, a_at = static_cast<size_t>(r) * f;
+    for (unsigned k = blockIdx.x * blockDim.x + threadIdx.x; k < units; k += gridDim.x * blockDim.x) {
+      const unsigned j = 8 * k;
+      float4 g0, g1, u0, u1;
+      detail::load8(u, gate_at + j, g0, g1);
+      detail::load8(u, up_at + j, u0, u1);
+      detail::write_bf16x8(store.bf16, a_at + j,
+                           make_float4(swiglu(g0.x, u0.x), swiglu(g0.y, u0.y), swiglu(g0.z, u0.z), swiglu(g0.w, u0.w)),
+                           make_float4(swiglu(g1.x, u1.x), swiglu(g1.y, u1.y), swiglu(g1.z, u1.z), swiglu(g1.w, u1.w)),
+                           store.round);
+    }
+  }
+}
+
+__global__ void swiglu_backward_bf16x8_kernel(const bf16_t* u, const bf16_t* da, int rows, int f, StoreOut store) {
+  const unsigned units = f / 8;
+  for (unsigned r = blockIdx.y * blockDim.y + threadIdx.y; r < static_cast<unsigned>(rows);
+       r += gridDim.y * blockDim.y) {
+    const size_t gate_at = static_cast<size_t>(r) * 2 * f, up_at = gate_at + f, da_at = static_cast<size_t>(r) * f;
+    for (unsigned k = blockIdx.x * blockDim.x + threadIdx.x; k < units; k += gridDim.x * blockDim.x) {
+      const unsigned j = 8 * k;
+      float4 g[2], up[2], d[2], dgate[2], dup[2];
+      detail::load8(u, gate_at + j, g[0], g[1]);
+      detail::load8(u, up_at + j, up[0], up[1]);
+      detail::load8(da, da_at + j, d[0], d[1]);
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        swiglu_grad(g[h].x, up[h].x, d[h].x, dgate[h].x, dup[h].x);
+        swiglu_grad(g[h].y, up[h].y, d[h].y, dgate[h].y, dup[h].y);
+        swiglu_grad(g[h].z, up[h].z, d[h].z, dgate[h].z, dup[h].z);
+        swiglu_grad(g[h].w, up[h].w, d[h].w, dgate[h].w, dup[h].w);
+      }
+      detail::write_bf16x8(store.bf16, gate_at + j, dgate[0], dgate[1], store.round);
+      detail::write_bf16x8(store.bf16, up_at + j, dup[0], dup[1], store.round);
+    }
+  }
+}
+
+// Whether the bf16x8 kernels may run: bf16 operands (all `ptrs`), no fp32 output, f % 8 == 0 and
+// 16-byte alignment everywhere.
+bool bf16x8_ok(std::initializer_list<const bf16_t*> ptrs, int f, const float* out, const StoreOut& store) {
+  if (out != nullptr || store.bf16 == nullptr || f % 8 != 0 || !detail::aligned(store.bf16, 16)) return false;
+  for (const bf16_t* p : ptrs)
+    if (!detail::aligned(p, 16)) return false;
+  return true;
+}
+
 void check_shape(const char* op, int rows, int f) {
   detail::require(rows >= 1 && f >= 1, op,
                   "needs rows >= 1 and f >= 1, got rows = " + std::to_string(rows) + ", f = " + std::to_string(f));
@@ -165,6 +221,12 @@ void swiglu_forward_round_u(float* u, int rows, int f, float* a, cudaStream_t st
 void swiglu_forward(const bf16_t* u, int rows, int f, float* a, cudaStream_t stream, StoreOut a_store) {
   check_shape("swiglu_forward", rows, f);
   check_output("swiglu_forward", a, a_store);
+  if (bf16x8_ok({u}, f, a, a_store)) {
+    const detail::RowGrid g = detail::row_grid(rows, f / 8, kThreads);
+    swiglu_forward_bf16x8_kernel<<<g.grid, g.block, 0, stream>>>(u, rows, f, a_store);
+    detail::check_launch();
+    return;
+  }
   launch_forward(u, false, rows, f, a, a_store, stream);
 }
 
@@ -179,6 +241,12 @@ void swiglu_backward(const bf16_t* u, const bf16_t* da, int rows, int f, float* 
                      StoreOut du_store) {
   check_shape("swiglu_backward", rows, f);
   check_output("swiglu_backward", du, du_store);
+  if (bf16x8_ok({u, da}, f, du, du_store)) {
+    const detail::RowGrid g = detail::row_grid(rows, f / 8, kThreads);
+    swiglu_backward_bf16x8_kernel<<<g.grid, g.block, 0, stream>>>(u, da, rows, f, du_store);
+    detail::check_launch();
+    return;
+  }
   launch_backward(u, da, rows, f, du, du_store, false, stream);
 }
 

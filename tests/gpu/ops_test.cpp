@@ -1117,8 +1117,10 @@ TEST_CASE("cuda element-wise ops give the same bits on their vector and scalar p
       for (size_t i = 0; i < v.size(); ++i) c[i] = fp4::bf16_to_float(fp4::float_to_bf16(v[i]));
       return c;
     };
-    for (const size_t off : {size_t{0}, size_t{1}}) {
-      const std::string tag = std::string(off ? " misaligned" : " aligned") + (round ? " rounded" : "");
+    for (const size_t off : {size_t{0}, size_t{1}, size_t{4}}) {
+      // offset 1: the scalar paths; 4: 16-byte fp32 but only 8-byte bf16 alignment (the four-wide
+      // bf16 paths); 0: the widest paths
+      const std::string tag = " offset " + std::to_string(off) + (round ? " rounded" : "");
       {  // residual_add (n % 4 == 3: the vector path's tail too), the conversions, round with copy
         const size_t n = 1003;
         const std::vector<float> a = normal(n, 201), b = normal(n, 202, 3.0f);
@@ -1271,8 +1273,9 @@ TEST_CASE("cuda gemm's bf16 output is its fp32 output rounded, host and device a
 
 TEST_CASE("cuda ops on bf16-held inputs and bf16-only outputs equal their fp32 forms bit for bit", "[gpu][ops]") {
   cu::Workspace ws;
-  for (const size_t off : {size_t{0}, size_t{1}}) {
-    const std::string tag = off ? " misaligned" : " aligned";
+  // offset 1: the scalar paths; 4: 8-byte but not 16-byte bf16 alignment (the four-wide paths)
+  for (const size_t off : {size_t{0}, size_t{1}, size_t{4}}) {
+    const std::string tag = " offset " + std::to_string(off);
     const cu::StoreOut none{};
     {  // residual_add with a bf16 b: the fp32 call with b's pending store
       const size_t n = 1003;
@@ -1397,17 +1400,40 @@ TEST_CASE("cuda ops on bf16-held inputs and bf16-only outputs equal their fp32 f
       CHECK_THROWS_AS(cu::swiglu_forward(g_u16.get(), rows, f, nullptr, nullptr, none), std::invalid_argument);
     }
   }
-  for (const int hd : {64, 6}) {  // RoPE in place on bf16 (head_dim 6: the scalar path)
-    const int batch = 2, seq = 40, heads = 3, dm = heads * hd;
-    const size_t nq = static_cast<size_t>(batch) * seq * 3 * dm;
-    const cu::RopeTable tbl(seq, hd, 10000.0);
-    const std::vector<float> qkv = normal(nq, 1607, 2.0f);
-    DeviceArray<float> g(qkv);
-    DeviceArray<bf16_t> g_ref(nq), g16(to_bf16(qkv));
-    cu::rope_forward_qkv(g.get(), batch, seq, heads, hd, tbl, nullptr, cu::StoreOut{true, g_ref.get()});
-    cu::rope_forward_qkv(g16.get(), batch, seq, heads, hd, tbl, nullptr);
-    require_bits("rope_forward_qkv bf16 in place hd=" + std::to_string(hd), bf16_values(g16.download()),
-                 bf16_values(g_ref.download()));
+  // RoPE in place on bf16, forward and backward, against the fp32 form with its store and copy:
+  // head_dim 64 and 8 take the 16-byte in-place kernel, 68 and 6 the general one's vector and
+  // scalar paths, and an 8-byte offset (a buffer not 16-byte aligned) the general vector path.
+  // NaNs of both kinds sit in q, k and v: float_to_bf16 quiets a signaling one, and the in-place
+  // kernel, which rewrites v only then, must do the same.
+  for (const int hd : {64, 8, 68, 6}) {
+    for (const size_t off : {size_t{0}, size_t{4}}) {
+      for (const bool backward : {false, true}) {
+        const int batch = 2, seq = 40, heads = 3, dm = heads * hd;
+        const size_t nq = static_cast<size_t>(batch) * seq * 3 * dm;
+        const cu::RopeTable tbl(seq, hd, 10000.0);
+        std::vector<bf16_t> h16 = to_bf16(normal(nq, 1607, 2.0f));
+        const bf16_t nans[] = {0x7f81, 0xff85, 0x7fc0, 0xffc3};  // signaling, signaling, quiet, quiet
+        for (size_t j = 0; j < 12; ++j) h16[(j * 7919 + 13) % nq] = nans[j % 4];
+        h16[static_cast<size_t>(2 * dm) + 1] = 0x7f81;  // in v of row 0
+        h16[nq - 1] = 0xff85;                           // in v of the last row
+        const std::vector<float> h32 = bf16_values(h16);  // the same values (and NaN payloads) in fp32
+        DeviceArray<float> g(h32);
+        DeviceArray<bf16_t> g_ref(nq);
+        OffsetBuffer<bf16_t> g16(h16, off);
+        const std::string name = std::string(backward ? "rope_backward_qkv" : "rope_forward_qkv") +
+                                 " bf16 in place hd=" + std::to_string(hd) + " offset " + std::to_string(off);
+        if (backward) {
+          cu::rope_backward_qkv(g.get(), batch, seq, heads, hd, tbl, nullptr, cu::StoreOut{true, g_ref.get()});
+          cu::rope_backward_qkv(g16.get(), batch, seq, heads, hd, tbl, g16.get(), nullptr);
+        } else {
+          cu::rope_forward_qkv(g.get(), batch, seq, heads, hd, tbl, nullptr, cu::StoreOut{true, g_ref.get()});
+          cu::rope_forward_qkv(g16.get(), batch, seq, heads, hd, tbl, nullptr);
+        }
+        const std::vector<bf16_t> got = g16.download(), want = g_ref.download();
+        REQUIRE(want[static_cast<size_t>(2 * dm) + 1] == 0x7fc1);  // the signaling NaN in v, quieted
+        require_bits(name, bf16_values(got), bf16_values(want));
+      }
+    }
   }
   {  // the fused attention: forward without its fp32 output, backward from the bf16 output
     const int batch = 2, seq = 128, heads = 2, hd = 64, dm = heads * hd;
