@@ -12,8 +12,10 @@
 #include <map>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 
 #include "kernels/cuda/cuda_common.cuh"  // FP4_CUDA_CHECK
+#include "kernels/cuda/ops_common.cuh"   // row_grid, aligned
 
 namespace fp4::cuda {
 
@@ -96,23 +98,52 @@ struct Gemm::Impl {
            bool out_bf16, bool in_f32, bool device_scalars, cudaStream_t stream);
 };
 
-// Split-K's fixed-order sum: c[i, j] = (beta == 0 ? 0 : beta·c[i, j]) + p[0][i, j] + … + p[chunks − 1][i, j].
+// Split-K's fixed-order sum: c[i, j] = (beta == 0 ? 0 : beta·c[i, j]) + p[0][i, j] + … + p[chunks − 1][i, j]
+// (with alpha: prior + alpha·(p[0] + … + p[chunks − 1]), the sum starting from +0). Threads walk
+// (row i, unit u) over a detail::row_grid: a unit is column u, or with kVec the columns 4u .. 4u+3
+// (n and ldc multiples of 4, c 16-byte aligned: one 16-byte access per partial and per output).
+// Each element gets the same operations in the same order either way; the partials' loads do not
+// depend on the running sum, so they are in flight together.
+template <bool kVec>
 __global__ void split_k_sum_kernel(const float* partials, int chunks, int m, int n, float beta, const float* alpha,
                                    float* c, int64_t ldc) {
-  const size_t count = static_cast<size_t>(m) * n, plane = count;
-  for (size_t e = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; e < count;
-       e += static_cast<size_t>(gridDim.x) * blockDim.x) {
-    const size_t i = e / static_cast<size_t>(n), j = e % static_cast<size_t>(n);
-    float* out = c + i * static_cast<size_t>(ldc) + j;
-    const float prior = beta == 0.0f ? 0.0f : beta * *out;  // beta = 0: C is not read
-    if (alpha == nullptr) {
-      float acc = prior;
-      for (int p = 0; p < chunks; ++p) acc += partials[p * plane + e];
-      *out = acc;
-    } else {
-      float sum = 0.0f;
-      for (int p = 0; p < chunks; ++p) sum += partials[p * plane + e];
-      *out = prior + *alpha * sum;
+  constexpr int W = kVec ? 4 : 1;
+  using V = std::conditional_t<kVec, float4, float>;
+  const size_t plane = static_cast<size_t>(m) * n;
+  const unsigned units = static_cast<unsigned>(n / W);
+  for (unsigned i = blockIdx.y * blockDim.y + threadIdx.y; i < static_cast<unsigned>(m); i += gridDim.y * blockDim.y) {
+    for (unsigned u = blockIdx.x * blockDim.x + threadIdx.x; u < units; u += gridDim.x * blockDim.x) {
+      const size_t e = static_cast<size_t>(i) * n + static_cast<size_t>(W) * u;
+      V* out = reinterpret_cast<V*>(c + static_cast<size_t>(i) * static_cast<size_t>(ldc) + static_cast<size_t>(W) * u);
+      float prior[W], acc[W];
+      if (beta == 0.0f) {  // C is not read
+#pragma unroll
+        for (int q = 0; q < W; ++q) prior[q] = 0.0f;
+      } else {
+        const V o = *out;
+        const float* of = reinterpret_cast<const float*>(&o);
+#pragma unroll
+        for (int q = 0; q < W; ++q) prior[q] = beta * of[q];
+      }
+#pragma unroll
+      for (int q = 0; q < W; ++q) acc[q] = alpha == nullptr ? prior[q] : 0.0f;
+#pragma unroll 8
+      for (int p = 0; p < chunks; ++p) {
+        const V v = *reinterpret_cast<const V*>(partials + static_cast<size_t>(p) * plane + e);
+        const float* vf = reinterpret_cast<const float*>(&v);
+#pragma unroll
+        for (int q = 0; q < W; ++q) acc[q] += vf[q];
+      }
+      if (alpha != nullptr) {
+        const float a = *alpha;
+#pragma unroll
+        for (int q = 0; q < W; ++q) acc[q] = prior[q] + a * acc[q];
+      }
+      V r;
+      float* rf = reinterpret_cast<float*>(&r);
+#pragma unroll
+      for (int q = 0; q < W; ++q) rf[q] = acc[q];
+      *out = r;
     }
   }
 }
@@ -346,10 +377,14 @@ GemmShape split_k_parts(const GemmShape& shape, int chunks, const float* c, cons
 void sum_partials(const GemmShape& shape, int chunks, const float* partials, float beta, const float* alpha, float* c,
                   cudaStream_t stream) {
   const int64_t ldc = shape.ldc == 0 ? shape.n : shape.ldc;
-  constexpr int kThreads = 256;
-  const size_t count = static_cast<size_t>(shape.m) * shape.n;
-  const int blocks = static_cast<int>(std::min<size_t>((count + kThreads - 1) / kThreads, 4096));
-  split_k_sum_kernel<<<blocks, kThreads, 0, stream>>>(partials, chunks, shape.m, shape.n, beta, alpha, c, ldc);
+  // partials come from cudaMalloc and each plane holds m·n floats, so with n % 4 == 0 every
+  // partial's group of four is 16-byte aligned.
+  const bool vec = shape.n % 4 == 0 && ldc % 4 == 0 && detail::aligned(c, 16) && detail::aligned(partials, 16);
+  const detail::RowGrid g = detail::row_grid(shape.m, vec ? shape.n / 4 : shape.n);
+  if (vec)
+    split_k_sum_kernel<true><<<g.grid, g.block, 0, stream>>>(partials, chunks, shape.m, shape.n, beta, alpha, c, ldc);
+  else
+    split_k_sum_kernel<false><<<g.grid, g.block, 0, stream>>>(partials, chunks, shape.m, shape.n, beta, alpha, c, ldc);
   FP4_CUDA_CHECK(cudaGetLastError());
 }
 

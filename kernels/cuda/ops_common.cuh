@@ -2,6 +2,7 @@
 // nvcc only (included by .cu files, never by the public headers).
 #pragma once
 
+#include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <cstddef>
@@ -31,16 +32,62 @@ inline unsigned elementwise_blocks(size_t n, int threads) {
 
 inline void check_launch() { FP4_CUDA_CHECK(cudaGetLastError()); }
 
+// ---- bf16 rounding ----------------------------------------------------------------------------
+// numerics.h's float_to_bf16 with the hardware's conversion. The software rounding (the NaN test,
+// the tie bit, two adds and a shift: about eight instructions a value, and twice for a value
+// rounded by its store and then copied to bf16) was a large share of the element-wise kernels'
+// instructions. cvt.rn.bf16x2.f32 rounds every float that is not a NaN exactly as float_to_bf16
+// does (tests/gpu/element_test.cu checks every one); on a NaN they differ (float_to_bf16 keeps the
+// payload's top bits, quieted: (bits >> 16) | 0x40; the hardware gives 0x7fff), so a group with a
+// NaN in it takes the software path (one test and branch per group, never taken in training
+// unless a value overflowed). Every result is float_to_bf16's, bit for bit, for every input.
+//
+// Rounding and copying share one conversion: float_to_bf16(round_to_bf16(v)) == float_to_bf16(v)
+// for every v (a bf16 value converts to itself; a quieted NaN stays as it is).
+__device__ __forceinline__ uint32_t hw_bf16x2(float lo, float hi) {
+  uint32_t d;
+  asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(d) : "f"(hi), "f"(lo));
+  return d;
+}
+__device__ __forceinline__ uint32_t sw_bf16x2(float lo, float hi) {
+  return static_cast<uint32_t>(::fp4::float_to_bf16(lo)) | (static_cast<uint32_t>(::fp4::float_to_bf16(hi)) << 16);
+}
+// isnan(a) || isnan(b) without a short circuit (one compare: setp.nan takes both operands).
+__device__ __forceinline__ bool any_nan(float a, float b) { return isnan(a) | isnan(b); }
+
+// float_to_bf16(v), branch-free.
+__device__ __forceinline__ bf16_t to_bf16(float v) {
+  const bf16_t hw = __bfloat16_as_ushort(__float2bfloat16_rn(v));
+  const bf16_t quieted = static_cast<bf16_t>((::fp4::float_bits(v) >> 16) | 0x40u);
+  return isnan(v) ? quieted : hw;
+}
+
+// float_to_bf16(lo) | float_to_bf16(hi) << 16.
+__device__ __forceinline__ uint32_t bf16x2_bits(float lo, float hi) {
+  return any_nan(lo, hi) ? sw_bf16x2(lo, hi) : hw_bf16x2(lo, hi);
+}
+
+// float_to_bf16 of four values, packed: element a in the low half of .x (little-endian order).
+__device__ __forceinline__ uint2 bf16x4_bits(float a, float b, float c, float d) {
+  if (any_nan(a, b) | any_nan(c, d)) return make_uint2(sw_bf16x2(a, b), sw_bf16x2(c, d));
+  return make_uint2(hw_bf16x2(a, b), hw_bf16x2(c, d));
+}
+
 // A value as bf16 storage keeps it: rounded to bf16 when `round` (the model's store()), else as is.
-__device__ __forceinline__ float stored(float v, bool round) { return round ? ::fp4::round_to_bf16(v) : v; }
+__device__ __forceinline__ float stored(float v, bool round) { return round ? ::fp4::bf16_to_float(to_bf16(v)) : v; }
 
 // Writes a computed output element under a StoreOut: the fp32 value (rounded when s.round) at
 // out[i] and, when s.bf16 is set, its bf16 copy at s.bf16[i]. A null `out` writes the bf16 copy
 // only (an op whose fp32 output nothing reads).
 __device__ __forceinline__ void write_out(float* out, size_t i, float v, const StoreOut& s) {
-  v = stored(v, s.round);
+  if (!s.round && s.bf16 == nullptr) {
+    if (out != nullptr) out[i] = v;
+    return;
+  }
+  const bf16_t h = to_bf16(v);  // the rounding and the copy (see above)
+  if (s.round) v = ::fp4::bf16_to_float(h);
   if (out != nullptr) out[i] = v;
-  if (s.bf16 != nullptr) s.bf16[i] = ::fp4::float_to_bf16(v);
+  if (s.bf16 != nullptr) s.bf16[i] = h;
 }
 
 // ---- Vector access --------------------------------------------------------------------------
@@ -59,21 +106,7 @@ __host__ __device__ __forceinline__ bool aligned(const void* p, size_t bytes) {
 inline bool vec4_ok(const float* out, const StoreOut& s) { return aligned(out, 16) && aligned(s.bf16, 8); }
 
 // Four consecutive bf16 bits in one 8-byte word, element 0 in the low half (little-endian).
-__device__ __forceinline__ uint2 pack_bf16x4(float a, float b, float c, float d) {
-  const auto bits = [](float v) { return static_cast<uint32_t>(::fp4::float_to_bf16(v)); };
-  return make_uint2(bits(a) | (bits(b) << 16), bits(c) | (bits(d) << 16));
-}
-
-// write_out for the four elements out[i .. i+3] (i a multiple of 4, vec4_ok(out, s)): each value
-// gets exactly write_out's treatment, stored with one 16-byte (and one 8-byte) access.
-__device__ __forceinline__ void write_out4(float* out, size_t i, float4 v, const StoreOut& s) {
-  v.x = stored(v.x, s.round);
-  v.y = stored(v.y, s.round);
-  v.z = stored(v.z, s.round);
-  v.w = stored(v.w, s.round);
-  if (out != nullptr) *reinterpret_cast<float4*>(out + i) = v;
-  if (s.bf16 != nullptr) *reinterpret_cast<uint2*>(s.bf16 + i) = pack_bf16x4(v.x, v.y, v.z, v.w);
-}
+__device__ __forceinline__ uint2 pack_bf16x4(float a, float b, float c, float d) { return bf16x4_bits(a, b, c, d); }
 
 // bf16_to_float of the four bf16 that pack_bf16x4 packs.
 __device__ __forceinline__ float4 unpack_bf16x4(uint2 h) {
@@ -81,6 +114,19 @@ __device__ __forceinline__ float4 unpack_bf16x4(uint2 h) {
                      ::fp4::bf16_to_float(static_cast<bf16_t>(h.x >> 16)),
                      ::fp4::bf16_to_float(static_cast<bf16_t>(h.y & 0xffffu)),
                      ::fp4::bf16_to_float(static_cast<bf16_t>(h.y >> 16)));
+}
+
+// write_out for the four elements out[i .. i+3] (i a multiple of 4, vec4_ok(out, s)): each value
+// gets exactly write_out's treatment, stored with one 16-byte (and one 8-byte) access.
+__device__ __forceinline__ void write_out4(float* out, size_t i, float4 v, const StoreOut& s) {
+  if (!s.round && s.bf16 == nullptr) {
+    if (out != nullptr) *reinterpret_cast<float4*>(out + i) = v;
+    return;
+  }
+  const uint2 h = pack_bf16x4(v.x, v.y, v.z, v.w);  // the rounding and the copy (see above)
+  if (s.round) v = unpack_bf16x4(h);
+  if (out != nullptr) *reinterpret_cast<float4*>(out + i) = v;
+  if (s.bf16 != nullptr) *reinterpret_cast<uint2*>(s.bf16 + i) = h;
 }
 
 // Inputs held as fp32 or as bf16 (a stored activation kept in bf16: its values are the fp32
@@ -101,12 +147,13 @@ __device__ __forceinline__ void load8(const bf16_t* p, size_t i, float4& lo, flo
   hi = unpack_bf16x4(make_uint2(w.z, w.w));
 }
 // write_out's bf16 copy for eight elements dst[i .. i+7] (no fp32 output; dst + i 16-byte aligned):
-// each value gets exactly write_out's treatment.
-__device__ __forceinline__ void write_bf16x8(bf16_t* dst, size_t i, float4 lo, float4 hi, bool round) {
-  const uint2 a = pack_bf16x4(stored(lo.x, round), stored(lo.y, round), stored(lo.z, round), stored(lo.w, round));
-  const uint2 b = pack_bf16x4(stored(hi.x, round), stored(hi.y, round), stored(hi.z, round), stored(hi.w, round));
+// each value gets exactly write_out's treatment (whether rounded first or not, its copy is
+// float_to_bf16 of it: see the bf16 rounding above).
+__device__ __forceinline__ void write_bf16x8(bf16_t* dst, size_t i, float4 lo, float4 hi) {
+  const uint2 a = pack_bf16x4(lo.x, lo.y, lo.z, lo.w), b = pack_bf16x4(hi.x, hi.y, hi.z, hi.w);
   *reinterpret_cast<uint4*>(dst + i) = make_uint4(a.x, a.y, b.x, b.y);
 }
+
 // Whether load4 may read at p + i for any i that is a multiple of 4.
 template <class T>
 inline bool vec_aligned(const T* p) {

@@ -388,9 +388,7 @@ __global__ void __launch_bounds__(kThreads) flash_forward_kernel(const bf16_t* q
         const float v1 = detail::stored(o[m][n][2 * r + 1] / l, store.round);
         if (out != nullptr) *reinterpret_cast<float2*>(out + at + n * 8 + 2 * c) = make_float2(v0, v1);
         if (store.bf16 != nullptr)  // the pair as one 4-byte store, the lower column in the lower half
-          *reinterpret_cast<uint32_t*>(store.bf16 + at + n * 8 + 2 * c) =
-              static_cast<uint32_t>(::fp4::float_to_bf16(v0)) |
-              (static_cast<uint32_t>(::fp4::float_to_bf16(v1)) << 16);
+          *reinterpret_cast<uint32_t*>(store.bf16 + at + n * 8 + 2 * c) = detail::bf16x2_bits(v0, v1);
       }
       // lse = ln(Σ e^(s/8)) = (max·log2e/8 + log2 l)·ln 2 = max/8 + ln l.
       if (c == 0) lse[(static_cast<size_t>(b) * geo.n_heads + h) * seq + t] = __fmaf_rn(m_run[m][r], kLn2, logf(l));
@@ -415,8 +413,7 @@ __device__ __forceinline__ float2 out_pair(const bf16_t* out, size_t i) {
 // applies to dqkv next, fused: the same bits as rounding the fp32 values afterwards).
 __device__ __forceinline__ void store_pair(float* p, float a, float b) { *reinterpret_cast<float2*>(p) = make_float2(a, b); }
 __device__ __forceinline__ void store_pair(bf16_t* p, float a, float b) {
-  *reinterpret_cast<uint32_t*>(p) =
-      static_cast<uint32_t>(::fp4::float_to_bf16(a)) | (static_cast<uint32_t>(::fp4::float_to_bf16(b)) << 16);
+  *reinterpret_cast<uint32_t*>(p) = detail::bf16x2_bits(a, b);
 }
 
 template <class O, class G>

@@ -130,8 +130,7 @@ __global__ void swiglu_forward_bf16x8_kernel(const bf16_t* u, int rows, int f, S
       detail::load8(u, up_at + j, u0, u1);
       detail::write_bf16x8(store.bf16, a_at + j,
                            make_float4(swiglu(g0.x, u0.x), swiglu(g0.y, u0.y), swiglu(g0.z, u0.z), swiglu(g0.w, u0.w)),
-                           make_float4(swiglu(g1.x, u1.x), swiglu(g1.y, u1.y), swiglu(g1.z, u1.z), swiglu(g1.w, u1.w)),
-                           store.round);
+                           make_float4(swiglu(g1.x, u1.x), swiglu(g1.y, u1.y), swiglu(g1.z, u1.z), swiglu(g1.w, u1.w)));
     }
   }
 }
@@ -154,8 +153,8 @@ __global__ void swiglu_backward_bf16x8_kernel(const bf16_t* u, const bf16_t* da,
         swiglu_grad(g[h].z, up[h].z, d[h].z, dgate[h].z, dup[h].z);
         swiglu_grad(g[h].w, up[h].w, d[h].w, dgate[h].w, dup[h].w);
       }
-      detail::write_bf16x8(store.bf16, gate_at + j, dgate[0], dgate[1], store.round);
-      detail::write_bf16x8(store.bf16, up_at + j, dup[0], dup[1], store.round);
+      detail::write_bf16x8(store.bf16, gate_at + j, dgate[0], dgate[1]);
+      detail::write_bf16x8(store.bf16, up_at + j, dup[0], dup[1]);
     }
   }
 }

@@ -814,6 +814,21 @@ TEST_CASE("cuda gemm split-K in fp32 matches one fp32 gemm within the summation 
     }
     require_within(name + " vs one gemm", got, ref, bound);
     require_same_bits(name, s1, s2);
+    // The sum's documented order, on the host from the partials the calls left (each call's
+    // products are the same bits): beta·C0 (0 when beta is 0), then chunk 0, 1, ... in turn.
+    const std::vector<float> parts = partials.download();
+    const size_t plane = static_cast<size_t>(c.m) * c.n;
+    std::vector<float> order_got, order_want;
+    for (int i = 0; i < c.m; ++i) {
+      for (int j = 0; j < c.n; ++j) {
+        const size_t e = static_cast<size_t>(i * ldc + j), pe = static_cast<size_t>(i) * c.n + j;
+        float acc = c.beta == 0.0f ? 0.0f : c.beta * c0[e];
+        for (int q = 0; q < c.chunks; ++q) acc += parts[q * plane + pe];
+        order_got.push_back(s1[e]);
+        order_want.push_back(acc);
+      }
+    }
+    require_bits(name + " = beta·C0 + partials in chunk order", order_got, order_want);
   }
 }
 
@@ -875,6 +890,15 @@ TEST_CASE("cuda gemm split-K on bf16 operands (the weight gradients) matches one
     require_within(name + " vs one gemm", s1, to_double(p), bound);
     require_bits(name + " = C0 + alpha * sum of partials", s1, form);
     require_same_bits(name, s1, s2);
+    // The plain sum in chunk order on the host, from the partials the last call left.
+    const std::vector<float> parts = partials.download();
+    std::vector<float> order(nc);
+    for (size_t e = 0; e < nc; ++e) {
+      float acc = 0.0f;
+      for (int q = 0; q < c.chunks; ++q) acc += parts[q * nc + e];
+      order[e] = acc;
+    }
+    require_bits(name + " sum of partials in chunk order", sm, order);
   }
 }
 
