@@ -9,7 +9,8 @@
 #   bench/study_throughput.sh CORPUS_DIR LABEL=FP4LAB [LABEL=FP4LAB ...]
 #     CORPUS_DIR  shards made by `fp4lab data build` (the same data the study trains on)
 #   environment: SIZES (default "d2 d4 d6"), RECIPES (default "bf16 e2m1 ufp4 nvfp4"), STEPS
-#   (default 16), PACK (default 3; 0 or 1: alone only), TOKENS (default 175000000)
+#   (default 16), PACK (default 3; 0 or 1: alone only), PACKED_ONLY (1: the packed rows without the
+#   alone ones, e.g. to add another PACK to a table), TOKENS (default 175000000)
 #
 # Output: one Markdown row per build, size, recipe and mode: the median tokens/s of each run over
 # its steps after the first two (metrics.jsonl's tokens_per_s), summed over the runs sharing the GPU
@@ -21,7 +22,7 @@
 # every recipe is measured.
 set -euo pipefail
 if [ $# -lt 2 ]; then
-  sed -n '2,21p' "$0" >&2
+  sed -n '2,22p' "$0" >&2
   exit 2
 fi
 corpus=$(readlink -f "$1")
@@ -66,6 +67,7 @@ for size in ${SIZES:-d2 d4 d6}; do
   for recipe in ${RECIPES:-bf16 e2m1 ufp4 nvfp4}; do
     modes=1
     [ "$pack" -gt 1 ] && modes="1 $pack"
+    [ "$pack" -gt 1 ] && [ "${PACKED_ONLY:-0}" = 1 ] && modes=$pack
     for n in $modes; do
       for pair in "$@"; do
         label=${pair%%=*} bin=$(readlink -f "${pair#*=}")

@@ -417,12 +417,14 @@ void CudaModel::prepare(const model::Batch& batch) {
   rstdf_.reserve(r);
   logits_.reserve(r * V);
   loss_rows_.reserve(r);
-  for (auto* v : {&dres_, &dh_}) v->reserve(r * d);
+  dh_.reserve(r * d);
   if (bf16) {
+    dresb_.reserve(r * d);
     tmpb_.reserve(r * d);
     dab_.reserve(r * f);
     dhb_.reserve(r * d);
   } else {
+    dres_.reserve(r * d);
     tmp_.reserve(r * d);
     da_.reserve(r * f);
   }
@@ -621,26 +623,26 @@ void CudaModel::enqueue_pass(const model::StepContext& ctx, bool backward, float
     head_dx.k = V;
     gemm_->matmul(head_dx, 1.0f, dlogits, head_w_.get(), 0.0f, dh_.get(), st);
     if (bf16) {
-      cuda::rmsnorm_backward(residb_[L]->get(), param(final_norm_), rstdf_.get(), dh_.get(), R, d, dres_.get(),
-                             gain_grad(final_norm_), ws_ops_, st, store_out(dyb_.get()), true);
+      cuda::rmsnorm_backward(residb_[L]->get(), param(final_norm_), rstdf_.get(), dh_.get(), R, d, nullptr,
+                             gain_grad(final_norm_), ws_ops_, st, store_out(dresb_.get()), true);
     } else {
       cuda::rmsnorm_backward(resid_[L]->get(), param(final_norm_), rstdf_.get(), dh_.get(), R, d, dres_.get(),
                              gain_grad(final_norm_), ws_ops_, st, store_out(dyb_.get()), false);
     }
     // store(dh_): rounded by rmsnorm_backward as it reads dh_; store(dres_): rounded by
-    // rmsnorm_backward, which also writes the mlp_out linear's bf16 dY into dyb_
+    // rmsnorm_backward, which also writes the mlp_out linear's bf16 dY into dyb_ (bf16: the
+    // residual gradient dresb_ is that dY)
     for (int l = L - 1; l >= 0; --l) {
       LayerActs& A = *acts_[l];
       // dres_ holds ∂loss/∂(block output). MLP branch.
       if (bf16) {
-        linear_backward(ctx, l, 3, A.ab.get(), dyb_.get(), out_bf16(dab_.get()));
+        linear_backward(ctx, l, 3, A.ab.get(), dresb_.get(), out_bf16(dab_.get()));
         cuda::swiglu_backward(A.ub.get(), dab_.get(), R, f, nullptr, st, store_out(dyb_.get()));
         // store(da_): by the GEMM; store(du_): rounded by swiglu_backward, which writes only the
         // mlp_in linear's dY into dyb_
         linear_backward(ctx, l, 2, A.h2b.get(), dyb_.get(), out_bf16(dhb_.get()));
         cuda::rmsnorm_backward_add(A.x_midb.get(), param(block_view(l, 3)), A.rstd2.get(), dhb_.get(), R, d,
-                                   dres_.get(), dres_.get(), gain_grad(block_view(l, 3)), ws_ops_, st,
-                                   store_out(dyb_.get()));
+                                   dresb_.get(), gain_grad(block_view(l, 3)), ws_ops_, st);
       } else {
         linear_backward(ctx, l, 3, A.ab.get(), dyb_.get(), out_f32(da_.get()));
         cuda::swiglu_backward(A.u.get(), da_.get(), R, f, nullptr, st, store_out(dyb_.get()));
@@ -650,10 +652,11 @@ void CudaModel::enqueue_pass(const model::StepContext& ctx, bool backward, float
                                    store_out(dyb_.get()));
       }
       // store(dh_): by the GEMM (bf16 storage); dres_ += the norm's dx, then store(dres_): rounded
-      // as written, with the attn_out linear's dY into dyb_
+      // as written, with the attn_out linear's dY into dyb_ (bf16: dresb_ in place, that dY itself)
       // dres_ holds ∂loss/∂x_mid. Attention branch.
+      const bf16_t* attn_out_dy = bf16 ? dresb_.get() : dyb_.get();
       if (flash) {
-        linear_backward(ctx, l, 1, A.attb.get(), dyb_.get(), out_bf16(dattb_.get()));
+        linear_backward(ctx, l, 1, A.attb.get(), attn_out_dy, out_bf16(dattb_.get()));
         // store(datt_): by the GEMM, into the fused kernel's bf16 dout. A.qkvb and A.attb: the
         // forward's stored q|k|v and output. The attn_out linear is done with dyb_, so the fused
         // kernel writes dq|dk|dv there, rounded as written (store(dqkv_)); rope_backward(dq),
@@ -662,7 +665,7 @@ void CudaModel::enqueue_pass(const model::StepContext& ctx, bool backward, float
                                        ws_flash_, st);
         cuda::rope_backward_qkv(dyb_.get(), B, S, H, hd, *rope_, dyb_.get(), st);
       } else {
-        linear_backward(ctx, l, 1, A.attb.get(), dyb_.get(), out_f32(datt_.get()));
+        linear_backward(ctx, l, 1, A.attb.get(), attn_out_dy, out_f32(datt_.get()));
         store(datt_.get(), rd);
         cuda::attention_backward(A.qkv.get(), A.lse.get(), datt_.get(), B, S, H, hd, dqkv_.get(), ws_ops_, st);
         // store(dqkv_); rope_backward(dq); rope_backward(dk); store(dqkv_): one pass, which also
@@ -673,8 +676,7 @@ void CudaModel::enqueue_pass(const model::StepContext& ctx, bool backward, float
       if (bf16) {
         linear_backward(ctx, l, 0, A.h1b.get(), dyb_.get(), out_bf16(dhb_.get()));
         cuda::rmsnorm_backward_add(residb_[l]->get(), param(block_view(l, 0)), A.rstd1.get(), dhb_.get(), R, d,
-                                   dres_.get(), dres_.get(), gain_grad(block_view(l, 0)), ws_ops_, st,
-                                   store_out(next_dyb));
+                                   dresb_.get(), gain_grad(block_view(l, 0)), ws_ops_, st);
       } else {
         linear_backward(ctx, l, 0, A.h1b.get(), dyb_.get(), out_f32(dh_.get()));
         cuda::rmsnorm_backward_add(resid_[l]->get(), param(block_view(l, 0)), A.rstd1.get(), dh_.get(), R, d,
@@ -684,7 +686,13 @@ void CudaModel::enqueue_pass(const model::StepContext& ctx, bool backward, float
       // store(dh_): by the GEMM (bf16 storage); dres_ += the norm's dx, store(dres_): rounded as
       // written, with next_dyb
     }
-    if (probe_ == nullptr) cuda::embedding_backward(inputs, dres_.get(), R, d, V, grad(tok_emb_), ws_ops_, st);
+    if (probe_ == nullptr) {
+      if (bf16) {
+        cuda::embedding_backward(inputs, dresb_.get(), R, d, V, grad(tok_emb_), ws_ops_, st);
+      } else {
+        cuda::embedding_backward(inputs, dres_.get(), R, d, V, grad(tok_emb_), ws_ops_, st);
+      }
+    }
   }
 }
 

@@ -299,6 +299,10 @@ class CudaModel {
   // linear's dX (da_'s) and the qkv and mlp_in linears' dX (dh_'s; the LM head's dX, an fp32
   // product, stays in dh_), which the next op reads once, stored.
   DeviceArray<bf16_t> tmpb_, dab_, dhb_;
+  // With Storage::bf16, the residual gradient (dres_'s role: ∂loss/∂ the residual stream). Its
+  // values are bf16 (each addition into it is stored, rounded), so it is kept in bf16 alone and is
+  // itself the dY of the linears that write the residual stream (attn_out, mlp_out): no copy.
+  DeviceArray<bf16_t> dresb_;
   // Attention: the fused bf16 tensor-core kernel (kernels/cuda/flash_attention.cuh) when the shape
   // allows it (head_dim 64, seq_len a multiple of 64) and activations are stored in bf16 (so its
   // bf16 inputs are exactly the stored values); the fp32 reference kernel otherwise.

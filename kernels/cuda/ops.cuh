@@ -83,6 +83,10 @@ void embedding_forward(const float* table, int vocab, const int32_t* tokens, int
 // ordered on one stream. Tokens outside [0, vocab) are skipped.
 void embedding_backward(const int32_t* tokens, const float* dout, int rows, int d, int vocab,
                         float* dtable, Workspace& workspace, cudaStream_t stream);
+// The same with dout held in bf16 (the residual gradient under bf16 storage): equal to the fp32
+// call on its values.
+void embedding_backward(const int32_t* tokens, const bf16_t* dout, int rows, int d, int vocab,
+                        float* dtable, Workspace& workspace, cudaStream_t stream);
 
 // ---- RMSNorm: rstd = 1 / sqrt(mean(x²) + eps), y = (x · rstd) · gain ---------------------------
 // y_store applies to y (rstd is always fp32); y may be null when y_store.bf16 is set (the bf16
@@ -120,6 +124,12 @@ void rmsnorm_backward(const bf16_t* x, const float* gain, const float* rstd, con
 void rmsnorm_backward_add(const bf16_t* x, const float* gain, const float* rstd, const bf16_t* dy, int rows, int d,
                           const float* dx_add, float* dx, float* dgain, Workspace& workspace, cudaStream_t stream,
                           StoreOut dx_store = {});
+// The blocks' fused backward with the residual gradient held in bf16 as well (its values are
+// bf16: the store after each addition rounds them): residual [rows, d] += the gradient, rounded,
+// in place. Bit-identical to the call above with dx_add = dx = the residual in fp32 and dx_store
+// {round, copy}, the copy being the new residual.
+void rmsnorm_backward_add(const bf16_t* x, const float* gain, const float* rstd, const bf16_t* dy, int rows, int d,
+                          bf16_t* residual, float* dgain, Workspace& workspace, cudaStream_t stream);
 
 // ---- RoPE ------------------------------------------------------------------------------------
 // The cos/sin table of ops.h (pair i at position t rotates by t·base^(−2i/head_dim)), computed on

@@ -117,7 +117,9 @@ __global__ void embedding_place_kernel(const int32_t* tokens, int rows, int voca
 
 // Block (i, column chunk): if sorted position i starts a token's run, its threads add the run's
 // rows, in row order, into that token's table row.
-__global__ void embedding_accumulate_kernel(const int32_t* perm, const int32_t* sorted, const float* dout,
+// D: float, or bf16_t for a gradient held in bf16 (read exactly as fp32).
+template <class D>
+__global__ void embedding_accumulate_kernel(const int32_t* perm, const int32_t* sorted, const D* dout,
                                             int rows, int d, int vocab, float* dtable) {
   const int i = blockIdx.x;
   const int32_t key = sorted[i];
@@ -126,7 +128,7 @@ __global__ void embedding_accumulate_kernel(const int32_t* perm, const int32_t* 
   if (j >= d) return;
   float* dst = dtable + static_cast<size_t>(key) * d + j;
   float acc = *dst;
-  for (int p = i; p < rows && sorted[p] == key; ++p) acc += dout[static_cast<size_t>(perm[p]) * d + j];
+  for (int p = i; p < rows && sorted[p] == key; ++p) acc += detail::load1(dout, static_cast<size_t>(perm[p]) * d + j);
   *dst = acc;
 }
 
@@ -149,8 +151,11 @@ void embedding_forward(const float* table, int vocab, const int32_t* tokens, int
   detail::check_launch();
 }
 
-void embedding_backward(const int32_t* tokens, const float* dout, int rows, int d, int vocab, float* dtable,
-                        Workspace& workspace, cudaStream_t stream) {
+namespace {
+
+template <class D>
+void backward(const int32_t* tokens, const D* dout, int rows, int d, int vocab, float* dtable, Workspace& workspace,
+              cudaStream_t stream) {
   check_shape("embedding_backward", rows, d, vocab);
   // Counting costs (vocab + 1)·rows reads, the rank count rows² compares: the cheaper one.
   const int keys = vocab + 1;  // the out-of-range key `vocab` too
@@ -176,6 +181,18 @@ void embedding_backward(const int32_t* tokens, const float* dout, int rows, int 
   detail::require(grid.y <= 65535u, "embedding_backward", "d = " + std::to_string(d) + " is too large");
   embedding_accumulate_kernel<<<grid, kAccumThreads, 0, stream>>>(perm, sorted, dout, rows, d, vocab, dtable);
   detail::check_launch();
+}
+
+}  // namespace
+
+void embedding_backward(const int32_t* tokens, const float* dout, int rows, int d, int vocab, float* dtable,
+                        Workspace& workspace, cudaStream_t stream) {
+  backward(tokens, dout, rows, d, vocab, dtable, workspace, stream);
+}
+
+void embedding_backward(const int32_t* tokens, const bf16_t* dout, int rows, int d, int vocab, float* dtable,
+                        Workspace& workspace, cudaStream_t stream) {
+  backward(tokens, dout, rows, d, vocab, dtable, workspace, stream);
 }
 
 }  // namespace fp4::cuda

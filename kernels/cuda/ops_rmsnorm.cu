@@ -150,11 +150,13 @@ __global__ void rmsnorm_forward_staged_kernel(const X* x, const float* gain, int
 }
 
 // dx for rows [b·tile_rows, ...): x and dy staged. kVec: d % 4 == 0 (d % 8 == 0 for a bf16 dy), x
-// and dy 16-byte aligned and vec4_ok(dx, store). DY: float, or bf16_t for a dy kept in bf16 (its
-// tile rows then hold bf16, read as fp32).
-template <bool kVec, class X, class DY>
+// and dy 16-byte aligned, add aligned for load4 and vec4_ok(dx, store). DY: float, or bf16_t for a
+// dy kept in bf16 (its tile rows then hold bf16, read as fp32). A: the added residual gradient
+// (null: none), float or bf16_t (a residual gradient kept in bf16: dx is then null and the store's
+// bf16 copy is the same buffer, each element read by the thread that writes it).
+template <bool kVec, class X, class DY, class A>
 __global__ void rmsnorm_dx_staged_kernel(const X* x, const float* gain, const float* rstd, const DY* dy,
-                                         int rows, int d, int stride, int tile_rows, const float* add, float* dx,
+                                         int rows, int d, int stride, int tile_rows, const A* add, float* dx,
                                          StoreOut store, bool round_dy, bool gain_vec) {
   extern __shared__ float4 smem[];
   float* room = reinterpret_cast<float*>(smem);  // tile_rows·stride floats for each of x and dy
@@ -209,7 +211,7 @@ __global__ void rmsnorm_dx_staged_kernel(const X* x, const float* gain, const fl
         const float g3 = detail::stored(dyv.w, round_dy) * gv.w, xhat3 = xv.w * s;
         float4 v = make_float4(s * (g0 - xhat0 * c), s * (g1 - xhat1 * c), s * (g2 - xhat2 * c), s * (g3 - xhat3 * c));
         if (add != nullptr) {
-          const float4 a = *reinterpret_cast<const float4*>(add + base + e);
+          const float4 a = detail::load4(add, base + e);
           v = make_float4(a.x + v.x, a.y + v.y, a.z + v.z, a.w + v.w);
         }
         detail::write_out4(dx, base + e, v, store);
@@ -219,7 +221,7 @@ __global__ void rmsnorm_dx_staged_kernel(const X* x, const float* gain, const fl
         const float g = detail::stored(detail::load1(dyr, e), round_dy) * gain[e];
         const float xhat = detail::load1(xr, e) * s;
         const float v = s * (g - xhat * c);
-        detail::write_out(dx, base + e, add != nullptr ? add[base + e] + v : v, store);
+        detail::write_out(dx, base + e, add != nullptr ? detail::load1(add, base + e) + v : v, store);
       }
     }
   }
@@ -249,9 +251,9 @@ __global__ void rmsnorm_forward_kernel(const X* x, const float* gain, int rows, 
   for (int e = lane; e < d; e += 8) detail::write_out(y, base + e, (detail::load1(xr, e) * s) * gain[e], store);
 }
 
-template <class X, class DY>
+template <class X, class DY, class A>
 __global__ void rmsnorm_dx_kernel(const X* x, const float* gain, const float* rstd, const DY* dy,
-                                  int rows, int d, const float* add, float* dx, StoreOut store, bool round_dy) {
+                                  int rows, int d, const A* add, float* dx, StoreOut store, bool round_dy) {
   const int row = blockIdx.x * kRowsPerBlock + threadIdx.x / 8;
   const int lane = threadIdx.x % 8;
   const bool active = row < rows;
@@ -272,7 +274,7 @@ __global__ void rmsnorm_dx_kernel(const X* x, const float* gain, const float* rs
     const float g = detail::stored(detail::load1(dy, base + e), round_dy) * gain[e];
     const float xhat = detail::load1(x, base + e) * s;
     const float v = s * (g - xhat * c);
-    detail::write_out(dx, base + e, add != nullptr ? add[base + e] + v : v, store);
+    detail::write_out(dx, base + e, add != nullptr ? detail::load1(add, base + e) + v : v, store);
   }
 }
 
@@ -366,9 +368,9 @@ void forward(const X* x, const float* gain, int rows, int d, float eps, float* y
   detail::check_launch();
 }
 
-template <class X, class DY>
+template <class X, class DY, class A>
 void backward(const char* op, const X* x, const float* gain, const float* rstd, const DY* dy, int rows, int d,
-              const float* add, float* dx, float* dgain, Workspace& workspace, cudaStream_t stream, StoreOut dx_store,
+              const A* add, float* dx, float* dgain, Workspace& workspace, cudaStream_t stream, StoreOut dx_store,
               bool round_dy) {
   check_shape(op, rows, d);
   const int chunks = (rows + kRmsnormRowChunk - 1) / kRmsnormRowChunk;
@@ -379,7 +381,7 @@ void backward(const char* op, const X* x, const float* gain, const float* rstd, 
     rmsnorm_dx_kernel<<<(rows + kRowsPerBlock - 1) / kRowsPerBlock, kThreads, 0, stream>>>(
         x, gain, rstd, dy, rows, d, add, dx, dx_store, round_dy);
   } else if (vec_rows<X>(d) && vec_rows<DY>(d) && detail::aligned(x, 16) && detail::aligned(dy, 16) &&
-             detail::aligned(add, 16) && detail::vec4_ok(dx, dx_store)) {
+             detail::vec_aligned(add) && detail::vec4_ok(dx, dx_store)) {
     rmsnorm_dx_staged_kernel<true><<<tile_blocks(rows, t), kThreads, t.bytes, stream>>>(
         x, gain, rstd, dy, rows, d, t.stride, t.rows, add, dx, dx_store, round_dy, detail::aligned(gain, 16));
   } else {
@@ -415,19 +417,21 @@ void rmsnorm_forward(const bf16_t* x, const float* gain, int rows, int d, float 
 void rmsnorm_backward(const float* x, const float* gain, const float* rstd, const float* dy, int rows, int d,
                       float* dx, float* dgain, Workspace& workspace, cudaStream_t stream, StoreOut dx_store,
                       bool round_dy) {
-  backward("rmsnorm_backward", x, gain, rstd, dy, rows, d, nullptr, dx, dgain, workspace, stream, dx_store, round_dy);
+  backward("rmsnorm_backward", x, gain, rstd, dy, rows, d, static_cast<const float*>(nullptr), dx, dgain, workspace,
+           stream, dx_store, round_dy);
 }
 
 void rmsnorm_backward(const bf16_t* x, const float* gain, const float* rstd, const float* dy, int rows, int d,
                       float* dx, float* dgain, Workspace& workspace, cudaStream_t stream, StoreOut dx_store,
                       bool round_dy) {
-  backward("rmsnorm_backward", x, gain, rstd, dy, rows, d, nullptr, dx, dgain, workspace, stream, dx_store, round_dy);
+  backward("rmsnorm_backward", x, gain, rstd, dy, rows, d, static_cast<const float*>(nullptr), dx, dgain, workspace,
+           stream, dx_store, round_dy);
 }
 
 namespace {
 
-template <class X, class DY>
-void backward_add(const X* x, const float* gain, const float* rstd, const DY* dy, int rows, int d, const float* dx_add,
+template <class X, class DY, class A>
+void backward_add(const X* x, const float* gain, const float* rstd, const DY* dy, int rows, int d, const A* dx_add,
                   float* dx, float* dgain, Workspace& workspace, cudaStream_t stream, StoreOut dx_store, bool round_dy) {
   detail::require(dx_add != nullptr, "rmsnorm_backward_add", "a null dx_add");
   backward("rmsnorm_backward_add", x, gain, rstd, dy, rows, d, dx_add, dx, dgain, workspace, stream, dx_store,
@@ -452,6 +456,15 @@ void rmsnorm_backward_add(const bf16_t* x, const float* gain, const float* rstd,
                           const float* dx_add, float* dx, float* dgain, Workspace& workspace, cudaStream_t stream,
                           StoreOut dx_store) {
   backward_add(x, gain, rstd, dy, rows, d, dx_add, dx, dgain, workspace, stream, dx_store, false);
+}
+
+void rmsnorm_backward_add(const bf16_t* x, const float* gain, const float* rstd, const bf16_t* dy, int rows, int d,
+                          bf16_t* residual, float* dgain, Workspace& workspace, cudaStream_t stream) {
+  StoreOut store;
+  store.round = true;
+  store.bf16 = residual;  // each element read (as dx_add) before the same thread writes it
+  backward_add(x, gain, rstd, dy, rows, d, static_cast<const bf16_t*>(residual), static_cast<float*>(nullptr), dgain,
+               workspace, stream, store, false);
 }
 
 }  // namespace fp4::cuda

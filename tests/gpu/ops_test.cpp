@@ -192,6 +192,21 @@ TEST_CASE("cuda embedding forward and backward match the CPU bit for bit", "[gpu
     g_dtable.upload(dtable0);
     cu::embedding_backward(g_tokens.get(), g_dout.get(), s.rows, s.d, s.vocab, g_dtable.get(), ws, nullptr);
     require_same_bits(name + " backward", first, g_dtable.download());
+    // dout held in bf16 (the residual gradient under bf16 storage): the fp32 call on its values
+    std::vector<bf16_t> dout16(dout.size());
+    std::vector<float> dout_rounded(dout.size());
+    for (size_t i = 0; i < dout.size(); ++i) {
+      dout16[i] = fp4::float_to_bf16(dout[i]);
+      dout_rounded[i] = fp4::bf16_to_float(dout16[i]);
+    }
+    DeviceArray<bf16_t> g_dout16(dout16);
+    g_dout.upload(dout_rounded);
+    g_dtable.upload(dtable0);
+    cu::embedding_backward(g_tokens.get(), g_dout.get(), s.rows, s.d, s.vocab, g_dtable.get(), ws, nullptr);
+    const std::vector<float> from_f32 = g_dtable.download();
+    g_dtable.upload(dtable0);
+    cu::embedding_backward(g_tokens.get(), g_dout16.get(), s.rows, s.d, s.vocab, g_dtable.get(), ws, nullptr);
+    require_bits(name + " backward, bf16 dout", g_dtable.download(), from_f32);
   }
 
   // A token outside the vocabulary: a NaN row forward, ignored backward.
@@ -1390,6 +1405,26 @@ TEST_CASE("cuda ops on bf16-held inputs and bf16-only outputs equal their fp32 f
       require_bits("rmsnorm_backward_add bf16 x dx" + dt, g_res2.download(), g_res.download());
       require_bits("rmsnorm_backward_add bf16 x copy" + dt, bf16_values(g_c2.download()), bf16_values(g_c.download()));
       require_bits("rmsnorm_backward_add bf16 x dgain" + dt, g_dg2.download(), g_dg.download());
+      // The residual gradient held in bf16, in place: the fp32 form's copy. Its values are bf16
+      // (rounded residual values in, the rounded sum out), so the fp32 form starts from them too.
+      const std::vector<float> res16 = rounded(res);
+      OffsetBuffer<float> g_res4(res16, off), g_dg4(dgain0, off);
+      OffsetBuffer<bf16_t> g_c4(n, off), g_resb(to_bf16(res16), off);
+      DeviceArray<float> g_dg5(dgain0);
+      cu::rmsnorm_backward_add(g_x16.get(), g_gain.get(), g_rstd.get(), g_dy16.get(), rows, d, g_res4.get(),
+                               g_res4.get(), g_dg4.get(), ws, nullptr, cu::StoreOut{true, g_c4.get()});
+      cu::rmsnorm_backward_add(g_x16.get(), g_gain.get(), g_rstd.get(), g_dy16.get(), rows, d, g_resb.get(),
+                               g_dg5.get(), ws, nullptr);
+      require_bits("rmsnorm_backward_add bf16 residual" + dt, bf16_values(g_resb.download()),
+                   bf16_values(g_c4.download()));
+      require_bits("rmsnorm_backward_add bf16 residual dgain" + dt, g_dg5.download(), g_dg4.download());
+      // The final norm's backward into its bf16 copy alone (no fp32 dx)
+      OffsetBuffer<bf16_t> g_c5(n, off);
+      cu::rmsnorm_backward(g_x16.get(), g_gain.get(), g_rstd.get(), g_dy.get(), rows, d, nullptr, g_dg2.get(), ws,
+                           nullptr, cu::StoreOut{true, g_c5.get()}, true);
+      cu::rmsnorm_backward(g_x16.get(), g_gain.get(), g_rstd.get(), g_dy.get(), rows, d, g_y2.get(), g_dg2.get(), ws,
+                           nullptr, cu::StoreOut{true, g_c2.get()}, true);
+      require_bits("rmsnorm_backward bf16 copy only" + dt, bf16_values(g_c5.download()), bf16_values(g_c2.download()));
     }
     {  // embedding_forward into its bf16 copy only
       const int rows = 50, d = 24, vocab = 17;
