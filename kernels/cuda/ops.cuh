@@ -96,8 +96,9 @@ void rmsnorm_forward(const float* x, const float* gain, int rows, int d, float e
 // dx = rstd · (g − x̂ · mean(g ⊙ x̂)), g = dy ⊙ gain, x̂ = x·rstd; dgain += Σ_rows dy ⊙ x̂.
 // dgain's sum over rows runs in two fixed passes: partial sums over chunks of kRmsnormRowChunk
 // rows (rows in order), then the partials in chunk order, then one addition into dgain.
-// `workspace` holds ceil(rows / kRmsnormRowChunk)·d floats of scratch. dx_store applies to dx;
-// round_dy: dy's pending store, dy rounded to bf16 as it is read (dy itself is left as it is).
+// `workspace` holds ceil(rows / kRmsnormRowChunk)·d floats of scratch. dx_store applies to dx (dx
+// may be null when dx_store.bf16 is set: the copy alone is written); round_dy: dy's pending store,
+// dy rounded to bf16 as it is read (dy itself is left as it is).
 constexpr int kRmsnormRowChunk = 64;
 void rmsnorm_backward(const float* x, const float* gain, const float* rstd, const float* dy, int rows,
                       int d, float* dx, float* dgain, Workspace& workspace, cudaStream_t stream,

@@ -373,6 +373,7 @@ void backward(const char* op, const X* x, const float* gain, const float* rstd, 
               const A* add, float* dx, float* dgain, Workspace& workspace, cudaStream_t stream, StoreOut dx_store,
               bool round_dy) {
   check_shape(op, rows, d);
+  detail::require(dx != nullptr || dx_store.bf16 != nullptr, op, "no output: dx and its bf16 copy are null");
   const int chunks = (rows + kRmsnormRowChunk - 1) / kRmsnormRowChunk;
   detail::require(chunks <= 65535, op, "rows = " + std::to_string(rows) + " is too large");
   auto* partial = static_cast<float*>(workspace.get(static_cast<size_t>(chunks) * d * sizeof(float)));

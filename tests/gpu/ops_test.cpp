@@ -1679,6 +1679,9 @@ TEST_CASE("cuda ops reject bad shapes with std::invalid_argument", "[gpu][ops]")
   CHECK_THROWS_AS(cu::attention_forward(buf.get(), 1, 4, 1, 63, buf.get(), buf.get(), nullptr), std::invalid_argument);
   CHECK_THROWS_AS(cu::rmsnorm_forward(buf.get(), buf.get(), 0, 8, 1e-5f, buf.get(), buf.get(), nullptr),
                   std::invalid_argument);
+  // no output at all: neither dx nor its bf16 copy
+  CHECK_THROWS_AS(cu::rmsnorm_backward(buf.get(), buf.get(), buf.get(), buf.get(), 4, 8, nullptr, buf.get(), ws, nullptr),
+                  std::invalid_argument);
   const cu::RopeTable table(8, 16, 10000.0);
   CHECK_THROWS_AS(cu::rope_forward(buf.get(), 1, 4, 1, 16, 16, table, nullptr), std::invalid_argument);
   CHECK_THROWS_AS(cu::rope_forward(buf.get(), 1, 8, 2, 16, 16, table, nullptr), std::invalid_argument);
