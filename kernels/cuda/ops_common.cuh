@@ -2,7 +2,6 @@
 // nvcc only (included by .cu files, never by the public headers).
 #pragma once
 
-#include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <cstddef>
@@ -11,6 +10,7 @@
 #include <string>
 
 #include "kernels/cuda/ops.cuh"  // StoreOut
+#include "kernels/cuda/bf16_convert.cuh"
 #include "kernels/cuda/cuda_common.cuh"
 #include "kernels/numerics.h"
 
@@ -36,19 +36,14 @@ inline void check_launch() { FP4_CUDA_CHECK(cudaGetLastError()); }
 // numerics.h's float_to_bf16 with the hardware's conversion. The software rounding (the NaN test,
 // the tie bit, two adds and a shift: about eight instructions a value, and twice for a value
 // rounded by its store and then copied to bf16) was a large share of the element-wise kernels'
-// instructions. cvt.rn.bf16x2.f32 rounds every float that is not a NaN exactly as float_to_bf16
-// does (tests/gpu/element_test.cu checks every one); on a NaN they differ (float_to_bf16 keeps the
-// payload's top bits, quieted: (bits >> 16) | 0x40; the hardware gives 0x7fff), so a group with a
-// NaN in it takes the software path (one test and branch per group, never taken in training
-// unless a value overflowed). Every result is float_to_bf16's, bit for bit, for every input.
+// instructions. The hardware conversion (bf16_convert.cuh) rounds every float that is not a NaN
+// exactly as float_to_bf16 does; on a NaN they differ (float_to_bf16 keeps the payload's top bits,
+// quieted: (bits >> 16) | 0x40; the hardware gives 0x7fff), so a group with a NaN in it takes the
+// software path (one test and branch per group, never taken in training unless a value
+// overflowed). Every result is float_to_bf16's, bit for bit, for every input.
 //
 // Rounding and copying share one conversion: float_to_bf16(round_to_bf16(v)) == float_to_bf16(v)
 // for every v (a bf16 value converts to itself; a quieted NaN stays as it is).
-__device__ __forceinline__ uint32_t hw_bf16x2(float lo, float hi) {
-  uint32_t d;
-  asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(d) : "f"(hi), "f"(lo));
-  return d;
-}
 __device__ __forceinline__ uint32_t sw_bf16x2(float lo, float hi) {
   return static_cast<uint32_t>(::fp4::float_to_bf16(lo)) | (static_cast<uint32_t>(::fp4::float_to_bf16(hi)) << 16);
 }
@@ -57,20 +52,14 @@ __device__ __forceinline__ bool any_nan(float a, float b) { return isnan(a) | is
 
 // float_to_bf16(v), branch-free.
 __device__ __forceinline__ bf16_t to_bf16(float v) {
-  const bf16_t hw = __bfloat16_as_ushort(__float2bfloat16_rn(v));
+  const bf16_t hw = hw_float_to_bf16(v);
   const bf16_t quieted = static_cast<bf16_t>((::fp4::float_bits(v) >> 16) | 0x40u);
   return isnan(v) ? quieted : hw;
 }
 
 // float_to_bf16(lo) | float_to_bf16(hi) << 16.
 __device__ __forceinline__ uint32_t bf16x2_bits(float lo, float hi) {
-  return any_nan(lo, hi) ? sw_bf16x2(lo, hi) : hw_bf16x2(lo, hi);
-}
-
-// float_to_bf16 of four values, packed: element a in the low half of .x (little-endian order).
-__device__ __forceinline__ uint2 bf16x4_bits(float a, float b, float c, float d) {
-  if (any_nan(a, b) | any_nan(c, d)) return make_uint2(sw_bf16x2(a, b), sw_bf16x2(c, d));
-  return make_uint2(hw_bf16x2(a, b), hw_bf16x2(c, d));
+  return any_nan(lo, hi) ? sw_bf16x2(lo, hi) : hw_pack_bf16x2(lo, hi);
 }
 
 // A value as bf16 storage keeps it: rounded to bf16 when `round` (the model's store()), else as is.
@@ -106,7 +95,11 @@ __host__ __device__ __forceinline__ bool aligned(const void* p, size_t bytes) {
 inline bool vec4_ok(const float* out, const StoreOut& s) { return aligned(out, 16) && aligned(s.bf16, 8); }
 
 // Four consecutive bf16 bits in one 8-byte word, element 0 in the low half (little-endian).
-__device__ __forceinline__ uint2 pack_bf16x4(float a, float b, float c, float d) { return bf16x4_bits(a, b, c, d); }
+// float_to_bf16 of each (see the bf16 rounding above).
+__device__ __forceinline__ uint2 pack_bf16x4(float a, float b, float c, float d) {
+  if (any_nan(a, b) | any_nan(c, d)) return make_uint2(sw_bf16x2(a, b), sw_bf16x2(c, d));
+  return make_uint2(hw_pack_bf16x2(a, b), hw_pack_bf16x2(c, d));
+}
 
 // bf16_to_float of the four bf16 that pack_bf16x4 packs.
 __device__ __forceinline__ float4 unpack_bf16x4(uint2 h) {

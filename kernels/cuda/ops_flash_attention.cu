@@ -119,12 +119,6 @@ __device__ __forceinline__ void mma(float (&d)[4], const uint32_t (&a)[4], uint3
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
-// Two floats → two bf16 (round to nearest even), `lo` in the lower half (the smaller column).
-__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
-  uint32_t r;
-  asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
-  return r;
-}
 
 // 2^x, the MUFU approximation (about 2 ulp; see the exp2 note above). 2^−inf = +0.
 __device__ __forceinline__ float exp2_approx(float x) {
@@ -211,10 +205,10 @@ __device__ __forceinline__ void mma_wb(float (&acc)[M][8][4], const float (&w)[M
     uint32_t a[M][4];
 #pragma unroll
     for (int m = 0; m < M; ++m) {
-      a[m][0] = pack_bf16(w[m][2 * kk][0], w[m][2 * kk][1]);
-      a[m][1] = pack_bf16(w[m][2 * kk][2], w[m][2 * kk][3]);
-      a[m][2] = pack_bf16(w[m][2 * kk + 1][0], w[m][2 * kk + 1][1]);
-      a[m][3] = pack_bf16(w[m][2 * kk + 1][2], w[m][2 * kk + 1][3]);
+      a[m][0] = detail::hw_pack_bf16x2(w[m][2 * kk][0], w[m][2 * kk][1]);
+      a[m][1] = detail::hw_pack_bf16x2(w[m][2 * kk][2], w[m][2 * kk][3]);
+      a[m][2] = detail::hw_pack_bf16x2(w[m][2 * kk + 1][0], w[m][2 * kk + 1][1]);
+      a[m][3] = detail::hw_pack_bf16x2(w[m][2 * kk + 1][2], w[m][2 * kk + 1][3]);
     }
 #pragma unroll
     for (int dp = 0; dp < 4; ++dp) {

@@ -28,6 +28,7 @@
 #include <cuda_fp8.h>
 #include <cuda_runtime.h>
 
+#include "kernels/cuda/bf16_convert.cuh"
 #include "kernels/numerics.h"
 
 namespace fp4::cuda::detail {
@@ -292,20 +293,8 @@ __device__ __forceinline__ void block_scale_pair(const BlockScaler& k, float ama
 // ---------------------------------------------------------------------------------------------
 //
 // quantize_element computes grid_magnitude(G, i) * stored in fp32 and rounds it with float_to_bf16;
-// the product here is the same (finite, no NaN), where the hardware's cvt.rn.bf16.f32 is
-// float_to_bf16 (checked on every float by tests/gpu/element_test.cu).
-__device__ __forceinline__ bf16_t hw_float_to_bf16(float x) { return __bfloat16_as_ushort(__float2bfloat16_rn(x)); }
-
-// Two at once (one cvt.rn.bf16x2.f32): lo in bits 0..15, hi in 16..31. The same rounding per half as
-// hw_float_to_bf16 (checked on every non-NaN float by tests/gpu/element_test.cu).
-// Written as the instruction itself: built from __floats2bfloat162_rn's two halves, the compiler
-// takes the word apart and puts it back together (PRMT, shifts, ORs: about 3 more instructions per
-// pair, more when the caller then ORs sign bits into it).
-__device__ __forceinline__ uint32_t hw_pack_bf16x2(float lo, float hi) {
-  uint32_t d;
-  asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(d) : "f"(hi), "f"(lo));
-  return d;
-}
+// the product here is the same (finite, no NaN), where the hardware's conversion
+// (bf16_convert.cuh: hw_float_to_bf16, hw_pack_bf16x2) is float_to_bf16.
 
 // ---------------------------------------------------------------------------------------------
 // One block's quantizer
