@@ -16,6 +16,7 @@
 #include "kernels/cuda/quantize_element.cuh"
 #include "kernels/cuda/quantize_kernels.cuh"
 #include "kernels/numerics.h"
+#include "tests/gpu/device_report.cuh"
 
 namespace {
 
@@ -23,20 +24,10 @@ using namespace fp4;
 using namespace fp4::cuda::detail;
 using fp4::cuda::DeviceArray;
 
-// Mismatch count and the first mismatching input (as raw bits), on the device.
-struct Report {
-  unsigned long long mismatches;
-  unsigned long long first_a, first_b;
-  int seen;
-};
-
-__device__ void report(Report* r, uint64_t a, uint64_t b) {
-  atomicAdd(&r->mismatches, 1ull);
-  if (atomicCAS(&r->seen, 0, 1) == 0) {
-    r->first_a = a;
-    r->first_b = b;
-  }
-}
+using fp4::test::DeviceReport;
+using fp4::test::Report;
+using fp4::test::describe;
+using fp4::test::report;
 
 // Random words for sample k of a test (Philox, so every run checks the same samples).
 __device__ Philox4 sample_words(uint64_t k, uint32_t test) { return philox4x32_10(static_cast<uint32_t>(k), static_cast<uint32_t>(k >> 32), test, 0, 0x1234u, 0x5678u); }
@@ -263,25 +254,6 @@ __global__ void check_block_scale(const float* gmaxes, int n_gmax, const float* 
         if (!same(got, want) || !same(p0, want) || !same(p1, want2)) report(r, k, (uint64_t{1} << 32) | float_bits(gmax));
       }
   }
-}
-
-class DeviceReport {
- public:
-  DeviceReport() : report_(1) { report_.fill_bytes(0); }
-  Report* get() { return report_.get(); }
-  Report read() {
-    FP4_CUDA_CHECK(cudaGetLastError());
-    return report_.download()[0];  // after the device is idle
-  }
-
- private:
-  DeviceArray<Report> report_;
-};
-
-std::string describe(const Report& r) {
-  char buf[160];
-  std::snprintf(buf, sizeof buf, "%llu mismatches; first: 0x%llx / 0x%llx", r.mismatches, r.first_a, r.first_b);
-  return buf;
 }
 
 constexpr int kGrid = 132 * 16, kBlock = 256;

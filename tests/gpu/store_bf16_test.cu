@@ -4,35 +4,20 @@
 #include <catch2/catch.hpp>
 
 #include <cstdint>
-#include <cstdio>
-#include <string>
 
-#include "kernels/cuda/cuda_common.cuh"
 #include "kernels/cuda/ops_common.cuh"
 #include "kernels/numerics.h"
+#include "tests/gpu/device_report.cuh"
 
 namespace {
 
-using fp4::cuda::DeviceArray;
+using fp4::test::report;
 
-struct Mismatches {
-  unsigned long long count;
-  unsigned long long first_input, first_output;
-  int seen;
-};
-
-__device__ void mismatch(Mismatches* m, uint64_t input, uint64_t output) {
-  atomicAdd(&m->count, 1ull);
-  if (atomicCAS(&m->seen, 0, 1) == 0) {
-    m->first_input = input;
-    m->first_output = output;
-  }
-}
-
-// Every 32-bit pattern x: to_bf16 and stored (rounded and not) against numerics.h; bf16x4_bits (and
-// bf16x2_bits on the first two) with x in each of the four positions beside three patterns derived from x (so NaNs and non-NaNs share
-// a group in every combination somewhere), each half against float_to_bf16.
-__global__ void check_every_float(Mismatches* m) {
+// Every 32-bit pattern x: to_bf16 and stored (rounded and not) against numerics.h; pack_bf16x4 (and
+// bf16x2_bits on the first two) with x in each of the four positions beside three patterns derived
+// from x (so NaNs and non-NaNs share a group in every combination somewhere), each half against
+// float_to_bf16.
+__global__ void check_every_float(fp4::test::Report* m) {
   using fp4::bits_float;
   using fp4::float_bits;
   using fp4::float_to_bf16;
@@ -41,19 +26,19 @@ __global__ void check_every_float(Mismatches* m) {
     const uint32_t u = static_cast<uint32_t>(k);
     const float x = bits_float(u);
     const fp4::bf16_t h = fp4::cuda::detail::to_bf16(x);
-    if (h != float_to_bf16(x)) mismatch(m, k, h);
+    if (h != float_to_bf16(x)) report(m, k, h);
     const uint32_t rounded = float_bits(fp4::cuda::detail::stored(x, true));
-    if (rounded != float_bits(fp4::round_to_bf16(x))) mismatch(m, k, rounded);
-    if (float_bits(fp4::cuda::detail::stored(x, false)) != u) mismatch(m, k, float_bits(fp4::cuda::detail::stored(x, false)));
+    if (rounded != float_bits(fp4::round_to_bf16(x))) report(m, k, rounded);
+    if (float_bits(fp4::cuda::detail::stored(x, false)) != u) report(m, k, float_bits(fp4::cuda::detail::stored(x, false)));
     const float v[4] = {x, bits_float(u ^ 0x00400001u), bits_float(u * 2654435761u), bits_float(~u)};
     for (int pos = 0; pos < 4; ++pos) {
       const float a = v[pos], b = v[(pos + 1) % 4], c = v[(pos + 2) % 4], d = v[(pos + 3) % 4];
-      const uint2 p = fp4::cuda::detail::bf16x4_bits(a, b, c, d);
+      const uint2 p = fp4::cuda::detail::pack_bf16x4(a, b, c, d);
       if ((p.x & 0xffffu) != float_to_bf16(a) || (p.x >> 16) != float_to_bf16(b) ||
           (p.y & 0xffffu) != float_to_bf16(c) || (p.y >> 16) != float_to_bf16(d))
-        mismatch(m, k, (static_cast<uint64_t>(p.y) << 32) | p.x);
+        report(m, k, (static_cast<uint64_t>(p.y) << 32) | p.x);
       const uint32_t q = fp4::cuda::detail::bf16x2_bits(a, b);
-      if ((q & 0xffffu) != float_to_bf16(a) || (q >> 16) != float_to_bf16(b)) mismatch(m, k, q);
+      if ((q & 0xffffu) != float_to_bf16(a) || (q >> 16) != float_to_bf16(b)) report(m, k, q);
     }
   }
 }
@@ -61,14 +46,9 @@ __global__ void check_every_float(Mismatches* m) {
 }  // namespace
 
 TEST_CASE("gpu element-wise bf16 rounding is float_to_bf16 on every float, NaNs included", "[gpu]") {
-  DeviceArray<Mismatches> m(1);
-  m.fill_bytes(0);
-  check_every_float<<<132 * 16, 256>>>(m.get());
-  FP4_CUDA_CHECK(cudaGetLastError());
-  const Mismatches got = m.download()[0];
-  char what[160];
-  std::snprintf(what, sizeof what, "%llu mismatches; first input 0x%llx gave 0x%llx", got.count, got.first_input,
-                got.first_output);
-  INFO(what);
-  CHECK(got.count == 0);
+  fp4::test::DeviceReport rep;
+  check_every_float<<<132 * 16, 256>>>(rep.get());
+  const fp4::test::Report r = rep.read();
+  INFO(fp4::test::describe(r));
+  CHECK(r.mismatches == 0);
 }
