@@ -672,19 +672,19 @@ void CudaModel::enqueue_pass(const model::StepContext& ctx, bool backward, float
         // writes the qkv linear's dY into dyb_
         cuda::rope_backward_qkv(dqkv_.get(), B, S, H, hd, *rope_, st, store_out(dyb_.get()));
       }
-      bf16_t* next_dyb = l > 0 ? dyb_.get() : nullptr;  // the next block's mlp_out dY
       if (bf16) {
         linear_backward(ctx, l, 0, A.h1b.get(), dyb_.get(), out_bf16(dhb_.get()));
         cuda::rmsnorm_backward_add(residb_[l]->get(), param(block_view(l, 0)), A.rstd1.get(), dhb_.get(), R, d,
                                    dresb_.get(), gain_grad(block_view(l, 0)), ws_ops_, st);
       } else {
+        bf16_t* next_dyb = l > 0 ? dyb_.get() : nullptr;  // the next block's mlp_out dY
         linear_backward(ctx, l, 0, A.h1b.get(), dyb_.get(), out_f32(dh_.get()));
         cuda::rmsnorm_backward_add(resid_[l]->get(), param(block_view(l, 0)), A.rstd1.get(), dh_.get(), R, d,
                                    dres_.get(), dres_.get(), gain_grad(block_view(l, 0)), ws_ops_, st,
                                    store_out(next_dyb));
       }
       // store(dh_): by the GEMM (bf16 storage); dres_ += the norm's dx, store(dres_): rounded as
-      // written, with next_dyb
+      // written, with next_dyb (bf16: dresb_ in place, the next block's mlp_out dY itself)
     }
     if (probe_ == nullptr) {
       if (bf16) {
