@@ -8,7 +8,9 @@
 // FLOPs count the causal half of the products: forward 2·2·B·H·T²·hd / 2 (S = Q·Kᵀ and P·V),
 // backward 2.5× the forward (S recomputed, dP, dV, dK, dQ), whatever a kernel actually recomputes.
 // The flash backward includes its D = rowsum(dO ∘ O) pass; its inputs are bf16, the fp32 kernel's
-// fp32 (the conversions are not timed). Prints a Markdown table.
+// fp32 (the conversions are not timed). The flash rows are the mma.sync kernels and, on an sm_90
+// device of an sm_90 build, the wgmma kernels (flash_attention.cuh's two families). Prints a
+// Markdown table.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -140,14 +142,6 @@ int main(int argc, char** argv) {
       const double f32_bwd = median_ms(
           [&] { cuda::attention_backward(f_qkv, lse, f_dout, s.batch, s.seq, s.heads, hd, dqkv, ws, stream); },
           iterations, stream);
-      const double fa_fwd = median_ms(
-          [&] { cuda::flash_attention_forward(b_qkv, s.batch, s.seq, s.heads, hd, out, lse, stream); }, iterations,
-          stream);
-      const double fa_bwd = median_ms(
-          [&] {
-            cuda::flash_attention_backward(b_qkv, out, lse, b_dout, s.batch, s.seq, s.heads, hd, dqkv, ws, stream);
-          },
-          iterations, stream);
       auto row = [&](const char* name, double fwd, double bwd) {
         const double total_tflops = (fwd_flop + bwd_flop) / ((fwd + bwd) * 1e-3) / 1e12;
         std::printf("| %d | %d | %d | %s | %.3f | %.1f | %.3f | %.1f | %.3f | %.1fx | %.0f%% |\n", s.batch, s.seq,
@@ -155,7 +149,21 @@ int main(int argc, char** argv) {
                     fwd + bwd, (f32_fwd + f32_bwd) / (fwd + bwd), 100.0 * total_tflops / gemm_tflops);
       };
       row("fp32 tiled (ops.cuh)", f32_fwd, f32_bwd);
-      row("flash bf16 mma", fa_fwd, fa_bwd);
+      std::vector<cuda::FlashKernels> families{cuda::FlashKernels::mma_sync};
+      if (cuda::flash_wgmma_available()) families.push_back(cuda::FlashKernels::wgmma);
+      for (cuda::FlashKernels family : families) {
+        cuda::set_flash_kernels(family);
+        const double fa_fwd = median_ms(
+            [&] { cuda::flash_attention_forward(b_qkv, s.batch, s.seq, s.heads, hd, out, lse, stream); }, iterations,
+            stream);
+        const double fa_bwd = median_ms(
+            [&] {
+              cuda::flash_attention_backward(b_qkv, out, lse, b_dout, s.batch, s.seq, s.heads, hd, dqkv, ws, stream);
+            },
+            iterations, stream);
+        row(family == cuda::FlashKernels::wgmma ? "flash bf16 wgmma" : "flash bf16 mma.sync", fa_fwd, fa_bwd);
+      }
+      cuda::set_flash_kernels(cuda::FlashKernels::automatic);
       for (void* p : {static_cast<void*>(f_qkv), static_cast<void*>(f_dout), static_cast<void*>(b_qkv),
                       static_cast<void*>(b_dout), static_cast<void*>(out), static_cast<void*>(lse),
                       static_cast<void*>(dqkv)})

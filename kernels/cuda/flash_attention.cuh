@@ -27,6 +27,12 @@
 // otherwise, before anything is launched); qkv and dout 16-byte aligned (cudaMalloc's are); out
 // and dqkv 8-byte aligned, lse 4-byte aligned.
 //
+// Two families of kernels implement this, with the same bits: the mma.sync kernels
+// (ops_flash_attention.cu; any sm_80+ device) and the wgmma kernels (sm90a/; Hopper, built when
+// the build targets sm_90), which feed the tensor cores straight from shared memory. Calls use the
+// wgmma kernels on a device of compute capability 9.0 when the build holds them, the mma.sync
+// kernels otherwise; set_flash_kernels forces one (tests and benchmarks compare them).
+//
 // Plain C++ on the host side, like quantize.cuh: callable from .cpp files.
 #pragma once
 
@@ -39,6 +45,15 @@ namespace fp4::cuda {
 
 constexpr int kFlashHeadDim = 64;  // the only head_dim supported
 constexpr int kFlashBlock = 64;    // seq_len must be a multiple of this
+
+enum class FlashKernels { automatic, mma_sync, wgmma };
+// Process-wide choice for the calls below (default automatic). Asking for wgmma where
+// flash_wgmma_available() is false throws std::invalid_argument.
+void set_flash_kernels(FlashKernels kernels);
+// The family a call on the current device uses now: mma_sync or wgmma, never automatic.
+FlashKernels flash_kernels_in_use();
+// True when this build holds the wgmma kernels and the current device can run them (sm_90).
+bool flash_wgmma_available();
 
 // out [B·T, d] fp32 and lse [B, H, T] fp32 are overwritten. Asynchronous on `stream`.
 void flash_attention_forward(const bf16_t* qkv, int batch, int seq_len, int n_heads, int head_dim,

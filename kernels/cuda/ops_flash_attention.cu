@@ -54,8 +54,11 @@
 // order, within an mma in the hardware's fixed order, and across the 4 lanes of a row by fixed
 // butterflies. No atomics anywhere.
 #include "kernels/cuda/flash_attention.cuh"
+#include "kernels/cuda/flash_attention_common.cuh"
+#include "kernels/cuda/flash_attention_wgmma.cuh"
 #include "kernels/cuda/ops_common.cuh"
 
+#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <string>
@@ -64,40 +67,18 @@ namespace fp4::cuda {
 
 namespace {
 
-constexpr int kHd = kFlashHeadDim;  // 64 features
-constexpr int kTile = kFlashBlock;  // 64 rows per streamed tile (and per CTA in the backward)
+using namespace flash;
+
 constexpr int kPitch = kHd + 8;     // shared row pitch in bf16 (see the bank note above)
 constexpr int kTileElems = kTile * kPitch;
 constexpr int kWarps = 4;
 constexpr int kThreads = kWarps * 32;
-constexpr int kStages = 3;          // streamed tiles in flight: one computed, two loading
 constexpr int kFwdRows = 32;        // query rows per warp in the forward (M = 2 row blocks)
-constexpr int kFwdTile = kWarps * kFwdRows;  // 128 queries per forward CTA
-constexpr float kScale = 0.125f;    // 1 / sqrt(64), exact (the reference's fp32 scale)
-constexpr float kLog2e = 1.4426950408889634f;
-constexpr float kLn2 = 0.6931471805599453f;
-constexpr float kScaleLog2e = 0.125f * 1.4426950408889634f;  // log2(e) / 8, one rounding
 
 static_assert(kTile == kWarps * 16, "in the backward each warp owns 16 rows of the CTA's tile");
-static_assert(kFwdTile == 2 * kTile, "a forward query tile spans two key tiles");
+static_assert(kFwdTile == kWarps * kFwdRows, "a forward CTA's warps hold its 128 queries");
 
 // ---- PTX wrappers -----------------------------------------------------------------------------
-
-__device__ __forceinline__ uint32_t shared_addr(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-
-// 16 bytes global → shared, asynchronous (bypassing L1: each tile is read once per CTA).
-__device__ __forceinline__ void cp_async16(uint32_t dst, const void* src) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(src) : "memory");
-}
-// Closes the current group of cp.async (an empty group when none was issued: the waits below count
-// groups, so every thread commits one per stage whether or not it had a tile to load).
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-template <int N>
-__device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
-}
 
 __device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], uint32_t addr) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
@@ -120,17 +101,6 @@ __device__ __forceinline__ void mma(float (&d)[4], const uint32_t (&a)[4], uint3
 }
 
 
-// 2^x, the MUFU approximation (about 2 ulp; see the exp2 note above). 2^−inf = +0.
-__device__ __forceinline__ float exp2_approx(float x) {
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
-  return y;
-}
-
-// e^(s/8 − x) as 2^(s·log2e/8 − x2), x2 = x·log2 e: one fma (explicit: the build passes
-// --fmad=false) and one MUFU.
-__device__ __forceinline__ float exp_scaled(float s, float x2) { return exp2_approx(__fmaf_rn(s, kScaleLog2e, -x2)); }
-
 // ---- Tiles and fragments ----------------------------------------------------------------------
 
 // Rows [0, rows) × 64 features from global (row stride `stride` elements) into a padded shared
@@ -145,11 +115,6 @@ __device__ __forceinline__ void load_tile_async(bf16_t* dst, const bf16_t* src, 
     if (row < valid)
       cp_async16(shared_addr(dst + row * kPitch + col), src + static_cast<size_t>(row) * stride + col);
   }
-}
-
-// 64 floats (a row of lse·log2e or D) into shared memory: 16 chunks of 16 bytes.
-__device__ __forceinline__ void load_stats_async(float* dst, const float* src) {
-  if (threadIdx.x < kTile / 4) cp_async16(shared_addr(dst + 4 * threadIdx.x), src + 4 * threadIdx.x);
 }
 
 // The A operand for M row blocks of 16 (rows row0 + 16m ..) × all 64 features of a shared tile: 4
@@ -205,10 +170,7 @@ __device__ __forceinline__ void mma_wb(float (&acc)[M][8][4], const float (&w)[M
     uint32_t a[M][4];
 #pragma unroll
     for (int m = 0; m < M; ++m) {
-      a[m][0] = detail::hw_pack_bf16x2(w[m][2 * kk][0], w[m][2 * kk][1]);
-      a[m][1] = detail::hw_pack_bf16x2(w[m][2 * kk][2], w[m][2 * kk][3]);
-      a[m][2] = detail::hw_pack_bf16x2(w[m][2 * kk + 1][0], w[m][2 * kk + 1][1]);
-      a[m][3] = detail::hw_pack_bf16x2(w[m][2 * kk + 1][2], w[m][2 * kk + 1][3]);
+      a_operand(a[m], w[m], kk);
     }
 #pragma unroll
     for (int dp = 0; dp < 4; ++dp) {
@@ -222,21 +184,6 @@ __device__ __forceinline__ void mma_wb(float (&acc)[M][8][4], const float (&w)[M
     }
   }
 }
-
-template <int M>
-__device__ __forceinline__ void zero(float (&x)[M][8][4]) {
-#pragma unroll
-  for (int m = 0; m < M; ++m)
-#pragma unroll
-    for (int n = 0; n < 8; ++n)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) x[m][n][e] = 0.0f;
-}
-
-struct Geometry {
-  int seq_len, n_heads;
-  __host__ __device__ size_t d() const { return static_cast<size_t>(n_heads) * kHd; }
-};
 
 // ---- Forward ----------------------------------------------------------------------------------
 
@@ -254,7 +201,7 @@ __global__ void __launch_bounds__(kThreads) flash_forward_kernel(const bf16_t* q
   const int n_qtiles = (seq + kFwdTile - 1) / kFwdTile;
   const int qt = n_qtiles - 1 - static_cast<int>(blockIdx.x);  // longest first
   const int h = blockIdx.y, b = blockIdx.z;
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, c = lane % 4;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int q0 = qt * kFwdTile;                 // the CTA's first query
   const int n_valid = min(kFwdTile, seq - q0);  // 128, or 64 in a last tile when seq % 128 = 64
   const int n_kt = (q0 + n_valid) / kTile;      // key tiles 0..n_kt−1 reach the last valid query
@@ -309,84 +256,14 @@ __global__ void __launch_bounds__(kThreads) flash_forward_kernel(const bf16_t* q
     float s[2][8][4];
     zero(s);
     mma_abt<2>(s, qf, sK, lane);
-    if (k0 + kTile - 1 > wq0) {
-      // The tile crosses the warp's diagonal: key > query → −inf. Element (m, n, e) is query
-      // wq0 + 16m + g + 8(e/2), key k0 + 8n + 2c + e%2.
-      const int base = k0 - wq0 + 2 * c - g;
-#pragma unroll
-      for (int m = 0; m < 2; ++m)
-#pragma unroll
-        for (int n = 0; n < 8; ++n)
-#pragma unroll
-          for (int e = 0; e < 4; ++e)
-            if (base + 8 * n + (e & 1) - 16 * m - 8 * (e >> 1) > 0) s[m][n][e] = -INFINITY;
-    }
-
-    // Row max over the quad's 16 raw scores (scaling by log2e/8 > 0 keeps the order, and fp32
-    // rounding is monotonic: max(s)·k rounds to the max of the rounded s·k).
-    float mx[2][2], corr[2][2], sum[2][2];
-#pragma unroll
-    for (int m = 0; m < 2; ++m)
-#pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        float v = fmaxf(s[m][0][2 * r], s[m][0][2 * r + 1]);
-#pragma unroll
-        for (int n = 1; n < 8; ++n) v = fmaxf(v, fmaxf(s[m][n][2 * r], s[m][n][2 * r + 1]));
-        mx[m][r] = v;
-      }
-#pragma unroll
-    for (int m = 0; m < 2; ++m)
-#pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        float v = mx[m][r];
-        v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 1));
-        v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 2));
-        const float m_new = fmaxf(m_run[m][r], v * kScaleLog2e);  // finite (see above)
-        corr[m][r] = exp2_approx(m_run[m][r] - m_new);            // 0 on the first tile (m = −inf)
-        m_run[m][r] = m_new;
-        sum[m][r] = 0.0f;
-      }
-#pragma unroll
-    for (int m = 0; m < 2; ++m)
-#pragma unroll
-      for (int n = 0; n < 8; ++n)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const float p = exp_scaled(s[m][n][e], m_run[m][e >> 1]);  // masked: 2^−inf = 0
-          s[m][n][e] = p;
-          sum[m][e >> 1] += p;
-          o[m][n][e] *= corr[m][e >> 1];
-        }
-#pragma unroll
-    for (int m = 0; m < 2; ++m)
-#pragma unroll
-      for (int r = 0; r < 2; ++r) l_run[m][r] = l_run[m][r] * corr[m][r] + sum[m][r];
+    // The tile crosses the warp's diagonal: key > query → −inf.
+    if (k0 + kTile - 1 > wq0) mask_above_diagonal<2>(s, k0 - wq0, lane);
+    online_softmax<2>(s, o, m_run, l_run);
 
     mma_wb<2>(o, s, sV, lane);  // O += bf16(P) · V
   }
   if (!warp_valid) return;  // no barrier follows
-
-#pragma unroll
-  for (int m = 0; m < 2; ++m)
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      float l = l_run[m][r];
-      l += __shfl_xor_sync(0xffffffffu, l, 1);
-      l += __shfl_xor_sync(0xffffffffu, l, 2);
-      const int t = wq0 + 16 * m + 8 * r + g;
-      const size_t at = (static_cast<size_t>(b) * seq + t) * d + static_cast<size_t>(h) * kHd;
-#pragma unroll
-      for (int n = 0; n < 8; ++n) {
-        // out's store (ops.cuh's StoreOut) applied as it is written.
-        const float v0 = detail::stored(o[m][n][2 * r] / l, store.round);
-        const float v1 = detail::stored(o[m][n][2 * r + 1] / l, store.round);
-        if (out != nullptr) *reinterpret_cast<float2*>(out + at + n * 8 + 2 * c) = make_float2(v0, v1);
-        if (store.bf16 != nullptr)  // the pair as one 4-byte store, the lower column in the lower half
-          *reinterpret_cast<uint32_t*>(store.bf16 + at + n * 8 + 2 * c) = detail::bf16x2_bits(v0, v1);
-      }
-      // lse = ln(Σ e^(s/8)) = (max·log2e/8 + log2 l)·ln 2 = max/8 + ln l.
-      if (c == 0) lse[(static_cast<size_t>(b) * geo.n_heads + h) * seq + t] = __fmaf_rn(m_run[m][r], kLn2, logf(l));
-    }
+  write_forward_rows<2>(o, m_run, l_run, geo, b, h, wq0, lane, out, lse, store);
 }
 
 // ---- Backward ---------------------------------------------------------------------------------
@@ -394,21 +271,6 @@ __global__ void __launch_bounds__(kThreads) flash_forward_kernel(const bf16_t* q
 // dQ for 64 queries (and D, lse·log2e of those rows for the dK/dV pass); key tiles 0..diagonal in
 // increasing order. Shared memory: the Q and dO tiles, then kStages stages of (K tile, V tile).
 constexpr size_t kDqShared = (2 + kStages * 2) * static_cast<size_t>(kTileElems) * sizeof(bf16_t);
-
-// The forward's output: columns i and i + 1 (i even) of an fp32 or a bf16 copy (the same values
-// when the output was stored: bf16_to_float is exact).
-__device__ __forceinline__ float2 out_pair(const float* out, size_t i) { return *reinterpret_cast<const float2*>(out + i); }
-__device__ __forceinline__ float2 out_pair(const bf16_t* out, size_t i) {
-  const uint32_t w = *reinterpret_cast<const uint32_t*>(out + i);  // the lower column in the lower half
-  return make_float2(__uint_as_float(w << 16), __uint_as_float(w & 0xffff0000u));
-}
-
-// Columns i and i + 1 of a dqkv row: fp32, or bf16 rounded to nearest even (the store the model
-// applies to dqkv next, fused: the same bits as rounding the fp32 values afterwards).
-__device__ __forceinline__ void store_pair(float* p, float a, float b) { *reinterpret_cast<float2*>(p) = make_float2(a, b); }
-__device__ __forceinline__ void store_pair(bf16_t* p, float a, float b) {
-  *reinterpret_cast<uint32_t*>(p) = detail::bf16x2_bits(a, b);
-}
 
 template <class O, class G>
 __global__ void __launch_bounds__(kThreads, 3) flash_dq_kernel(const bf16_t* qkv, const O* out, const float* lse,
@@ -421,7 +283,7 @@ __global__ void __launch_bounds__(kThreads, 3) flash_dq_kernel(const bf16_t* qkv
   const int n_tiles = geo.seq_len / kTile;
   const int qt = n_tiles - 1 - static_cast<int>(blockIdx.x);  // longest first
   const int h = blockIdx.y, b = blockIdx.z;
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, c = lane % 4;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const size_t d = geo.d(), stride = 3 * d;
   const bf16_t* base = qkv + static_cast<size_t>(b) * geo.seq_len * stride + static_cast<size_t>(h) * kHd;
   const bf16_t* q_g = base + static_cast<size_t>(qt) * kTile * stride;
@@ -445,35 +307,9 @@ __global__ void __launch_bounds__(kThreads, 3) flash_dq_kernel(const bf16_t* qkv
   if (qt >= 1) load_kv(1);
   cp_async_commit();
 
-  // While those load: D_t = Σ_i dout_ti·out_ti for this lane's rows g and g + 8 of the warp (lane c
-  // takes features 16c..16c+15 in increasing order, then the quad's fixed butterfly: all four
-  // lanes end with the same bits), and lse·log2e. The c = 0 lanes publish both for the dK/dV pass.
+  // While those load: D and lse·log2e of this lane's two rows.
   float lse2_r[2], d_r[2];
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    const int t = warp * 16 + g + 8 * r;  // row within the tile
-    const size_t at = (row_q0 + t) * d + static_cast<size_t>(h) * kHd + 16 * c;
-    float acc = 0.0f;
-#pragma unroll
-    for (int j = 0; j < 2; ++j) {
-      const uint4 go = *reinterpret_cast<const uint4*>(dout + at + 8 * j);  // 8 bf16, 16-byte aligned
-      const uint32_t words[4] = {go.x, go.y, go.z, go.w};
-#pragma unroll
-      for (int k = 0; k < 4; ++k) {
-        const float2 ov = out_pair(out, at + 8 * j + 2 * k);
-        acc = __fmaf_rn(__uint_as_float(words[k] << 16), ov.x, acc);           // lower half: smaller column
-        acc = __fmaf_rn(__uint_as_float(words[k] & 0xffff0000u), ov.y, acc);
-      }
-    }
-    acc += __shfl_xor_sync(0xffffffffu, acc, 1);
-    acc += __shfl_xor_sync(0xffffffffu, acc, 2);
-    d_r[r] = acc;
-    lse2_r[r] = lse[stat + t] * kLog2e;
-    if (c == 0) {
-      dsum[stat + t] = d_r[r];
-      lse2[stat + t] = lse2_r[r];
-    }
-  }
+  row_statistics(out, lse, dout, row_q0, stat, d, h, warp, lane, d_r, lse2_r, dsum, lse2);
 
   uint32_t qf[1][4][4], of[1][4][4];
   float dq[1][8][4];
@@ -493,33 +329,12 @@ __global__ void __launch_bounds__(kThreads, 3) flash_dq_kernel(const bf16_t* qkv
     zero(dp);
     mma_abt<1>(s, qf, k_s, lane);   // S = Q · Kᵀ
     mma_abt<1>(dp, of, v_s, lane);  // dP = dO · Vᵀ
-    if (kt == qt) {
-      // Diagonal tile: key > query → −inf (P = 0). Element (n, e) is query 16·warp + g + 8(e/2),
-      // key 8n + 2c + e%2 (both within the tile).
-      const int off = 2 * c - g - 16 * warp;
-#pragma unroll
-      for (int n = 0; n < 8; ++n)
-#pragma unroll
-        for (int e = 0; e < 4; ++e)
-          if (off + 8 * n + (e & 1) - 8 * (e >> 1) > 0) s[0][n][e] = -INFINITY;
-    }
-#pragma unroll
-    for (int n = 0; n < 8; ++n)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const float p = exp_scaled(s[0][n][e], lse2_r[e >> 1]);
-        dp[0][n][e] = p * (dp[0][n][e] - d_r[e >> 1]);  // dS without the 1/8
-      }
+    if (kt == qt) mask_above_diagonal<1>(s, -16 * warp, lane);  // diagonal tile: key > query → −inf
+    query_softmax_grad(s, dp, lse2_r, d_r);
     mma_wb<1>(dq, dp, k_s, lane);  // dQ += bf16(dS) · K
   }
 
-  const size_t row0 = row_q0 + warp * 16 + g;
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    G* q_row = dqkv + (row0 + r * 8) * stride + static_cast<size_t>(h) * kHd;
-#pragma unroll
-    for (int n = 0; n < 8; ++n) store_pair(q_row + n * 8 + 2 * c, dq[0][n][2 * r] * kScale, dq[0][n][2 * r + 1] * kScale);
-  }
+  store_rows(dqkv + (row_q0 + warp * 16) * stride + static_cast<size_t>(h) * kHd, stride, dq, kScale, lane);
 }
 
 // dK, dV for 64 keys; query tiles from the diagonal up, in increasing order. lse2 and dsum are
@@ -540,7 +355,7 @@ __global__ void __launch_bounds__(kThreads, 3) flash_dkdv_kernel(const bf16_t* q
   const int n_tiles = geo.seq_len / kTile;
   const int kt = blockIdx.x;  // key tile 0 has the most query tiles: first
   const int h = blockIdx.y, b = blockIdx.z;
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, c = lane % 4;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const size_t d = geo.d(), stride = 3 * d;
   const bf16_t* q_g = qkv + static_cast<size_t>(b) * geo.seq_len * stride + static_cast<size_t>(h) * kHd;
   const bf16_t* k_g = q_g + static_cast<size_t>(kt) * kTile * stride + d;
@@ -587,42 +402,16 @@ __global__ void __launch_bounds__(kThreads, 3) flash_dkdv_kernel(const bf16_t* q
     zero(dp);
     mma_abt<1>(s, kf, q_s, lane);   // Sᵀ = K · Qᵀ
     mma_abt<1>(dp, vf, o_s, lane);  // dPᵀ = V · dOᵀ
-    if (qt == kt) {
-      // Diagonal tile: query < key → −inf (P = 0). Element (n, e) is key 16·warp + g + 8(e/2),
-      // query 8n + 2c + e%2 (both within the tile).
-      const int off = 2 * c - g - 16 * warp;
-#pragma unroll
-      for (int n = 0; n < 8; ++n)
-#pragma unroll
-        for (int e = 0; e < 4; ++e)
-          if (off + 8 * n + (e & 1) - 8 * (e >> 1) < 0) s[0][n][e] = -INFINITY;
-    }
-#pragma unroll
-    for (int n = 0; n < 8; ++n) {
-      const float2 l2 = *reinterpret_cast<const float2*>(l_s + n * 8 + 2 * c);  // queries 8n + 2c, +1
-      const float2 dd = *reinterpret_cast<const float2*>(d_s + n * 8 + 2 * c);
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const float p = exp_scaled(s[0][n][e], (e & 1) ? l2.y : l2.x);
-        s[0][n][e] = p;
-        dp[0][n][e] = p * (dp[0][n][e] - ((e & 1) ? dd.y : dd.x));  // dSᵀ (without the 1/8, applied to dK at the end)
-      }
-    }
+    if (qt == kt) mask_below_diagonal(s, warp, lane);  // diagonal tile: query < key → −inf
+    key_softmax_grad(s, dp, l_s, d_s, lane);
     mma_wb<1>(dv, s, o_s, lane);   // dV += bf16(Pᵀ) · dO
     mma_wb<1>(dk, dp, q_s, lane);  // dK += bf16(dSᵀ) · Q
   }
 
-  const size_t row0 = static_cast<size_t>(b) * geo.seq_len + static_cast<size_t>(kt) * kTile + warp * 16 + g;
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    G* k_row = dqkv + (row0 + r * 8) * stride + d + static_cast<size_t>(h) * kHd;
-    G* v_row = k_row + d;
-#pragma unroll
-    for (int n = 0; n < 8; ++n) {
-      store_pair(k_row + n * 8 + 2 * c, dk[0][n][2 * r] * kScale, dk[0][n][2 * r + 1] * kScale);
-      store_pair(v_row + n * 8 + 2 * c, dv[0][n][2 * r], dv[0][n][2 * r + 1]);
-    }
-  }
+  G* k_rows = dqkv + (static_cast<size_t>(b) * geo.seq_len + static_cast<size_t>(kt) * kTile + warp * 16) * stride + d +
+             static_cast<size_t>(h) * kHd;
+  store_rows(k_rows, stride, dk, kScale, lane);
+  store_rows(k_rows + d, stride, dv, 1.0f, lane);
 }
 
 // ---- Host side --------------------------------------------------------------------------------
@@ -646,7 +435,36 @@ void set_shared(const void* kernel, size_t bytes) {
   FP4_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
 }
 
+std::atomic<FlashKernels> g_kernels{FlashKernels::automatic};
+
+[[maybe_unused]] bool use_wgmma() { return flash_kernels_in_use() == FlashKernels::wgmma; }
+
 }  // namespace
+
+bool flash_wgmma_available() {
+#if FP4LAB_HAVE_WGMMA
+  // sm_90a code runs on compute capability 9.0 exactly.
+  int device = 0, major = 0, minor = 0;
+  FP4_CUDA_CHECK(cudaGetDevice(&device));
+  FP4_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+  FP4_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
+  return major == 9 && minor == 0;
+#else
+  return false;
+#endif
+}
+
+void set_flash_kernels(FlashKernels kernels) {
+  detail::require(kernels != FlashKernels::wgmma || flash_wgmma_available(), "set_flash_kernels",
+                  "the wgmma kernels need a build for sm_90 and a device of compute capability 9.0");
+  g_kernels.store(kernels);
+}
+
+FlashKernels flash_kernels_in_use() {
+  const FlashKernels k = g_kernels.load();
+  if (k != FlashKernels::automatic) return k;
+  return flash_wgmma_available() ? FlashKernels::wgmma : FlashKernels::mma_sync;
+}
 
 void flash_attention_forward_stored(const bf16_t* qkv, int batch, int seq_len, int n_heads, int head_dim,
                                     float* out, float* lse, StoreOut out_store, cudaStream_t stream) {
@@ -656,6 +474,12 @@ void flash_attention_forward_stored(const bf16_t* qkv, int batch, int seq_len, i
   detail::require(aligned(qkv, 16) && aligned(out, 8) && aligned(lse, 4) && aligned(out_store.bf16, 4),
                   "flash_attention_forward",
                   "qkv must be 16-byte aligned, out 8-byte aligned and out's bf16 copy 4-byte aligned");
+#if FP4LAB_HAVE_WGMMA
+  if (use_wgmma()) {
+    wgmma_forward(qkv, batch, geo, out, lse, out_store, stream);
+    return;
+  }
+#endif
   set_shared(reinterpret_cast<const void*>(flash_forward_kernel), kForwardShared);
   const dim3 grid((seq_len + kFwdTile - 1) / kFwdTile, n_heads, batch);
   flash_forward_kernel<<<grid, kThreads, kForwardShared, stream>>>(qkv, geo, out, lse, out_store);
@@ -684,6 +508,12 @@ void launch_backward(const bf16_t* qkv, const O* out, const float* lse, const bf
   auto* dsum = static_cast<float*>(workspace.get(2 * n_stats * sizeof(float)));
   float* lse2 = dsum + n_stats;
 
+#if FP4LAB_HAVE_WGMMA
+  if (use_wgmma()) {
+    wgmma_backward(qkv, out, lse, dout, batch, geo, dqkv, dsum, lse2, stream);
+    return;
+  }
+#endif
   set_shared(reinterpret_cast<const void*>(flash_dq_kernel<O, G>), kDqShared);
   set_shared(reinterpret_cast<const void*>(flash_dkdv_kernel<G>), kDkdvShared);
   const dim3 grid(seq_len / kTile, n_heads, batch);

@@ -200,6 +200,21 @@ GpuRun run_flash(const Shape& s, const DeviceArray<bf16_t>& qkv, const DeviceArr
   return GpuRun{out.download(), lse.download(), dqkv.download()};
 }
 
+// The kernel families this device runs (mma.sync always; wgmma on an sm_90 device of an sm_90 build),
+// each selected by a guard that puts the automatic choice back when it goes.
+struct UseKernels {
+  explicit UseKernels(cu::FlashKernels k) { cu::set_flash_kernels(k); }
+  ~UseKernels() { cu::set_flash_kernels(cu::FlashKernels::automatic); }
+  UseKernels(const UseKernels&) = delete;
+  UseKernels& operator=(const UseKernels&) = delete;
+};
+std::vector<cu::FlashKernels> families() {
+  std::vector<cu::FlashKernels> f{cu::FlashKernels::mma_sync};
+  if (cu::flash_wgmma_available()) f.push_back(cu::FlashKernels::wgmma);
+  return f;
+}
+const char* family_name(cu::FlashKernels k) { return k == cu::FlashKernels::wgmma ? "wgmma" : "mma.sync"; }
+
 double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
   double m = 0.0;
   for (size_t i = 0; i < a.size(); ++i) m = std::max(m, std::fabs(static_cast<double>(a[i]) - b[i]));
@@ -233,22 +248,36 @@ TEST_CASE("flash attention matches the fp64 reference within the derived bf16 bo
     const Exact bound = flash_bounds(s, qkv.value, dout.value, ref);
 
     DeviceArray<bf16_t> g_qkv(qkv.bits), g_dout(dout.bits);
-    const GpuRun r = run_flash(s, g_qkv, g_dout, ws);
-    require_within_bound(std::string(name) + " out", r.out, ref.out, bound.out, kGuard);
-    require_within_bound(std::string(name) + " lse", r.lse, ref.lse, bound.lse, kGuardLse);
-    // dq, dk and dv separately: their scales differ.
-    for (int part = 0; part < 3; ++part) {
-      std::vector<float> g;
-      std::vector<double> e, bd;
-      for (size_t row = 0; row < rows; ++row)
-        for (int i = 0; i < d; ++i) {
-          const size_t at = row * 3 * d + static_cast<size_t>(part) * d + i;
-          g.push_back(r.dqkv[at]);
-          e.push_back(ref.dqkv[at]);
-          bd.push_back(bound.dqkv[at]);
-        }
-      require_within_bound(std::string(name) + (part == 0 ? " dq" : part == 1 ? " dk" : " dv"), g, e, bd, kGuard);
+    std::vector<GpuRun> runs;
+    for (cu::FlashKernels family : families()) {
+      UseKernels use(family);
+      runs.push_back(run_flash(s, g_qkv, g_dout, ws));
+      const GpuRun& r = runs.back();
+      const std::string label = std::string(name) + " " + family_name(family);
+      require_within_bound(label + " out", r.out, ref.out, bound.out, kGuard);
+      require_within_bound(label + " lse", r.lse, ref.lse, bound.lse, kGuardLse);
+      // dq, dk and dv separately: their scales differ.
+      for (int part = 0; part < 3; ++part) {
+        std::vector<float> g;
+        std::vector<double> e, bd;
+        for (size_t row = 0; row < rows; ++row)
+          for (int i = 0; i < d; ++i) {
+            const size_t at = row * 3 * d + static_cast<size_t>(part) * d + i;
+            g.push_back(r.dqkv[at]);
+            e.push_back(ref.dqkv[at]);
+            bd.push_back(bound.dqkv[at]);
+          }
+        require_within_bound(label + (part == 0 ? " dq" : part == 1 ? " dk" : " dv"), g, e, bd, kGuard);
+      }
     }
+    // The two families run the same sums in the same order: the same bits.
+    for (size_t i = 1; i < runs.size(); ++i) {
+      INFO(name);
+      CHECK(same_bits(runs[i].out, runs[0].out));
+      CHECK(same_bits(runs[i].lse, runs[0].lse));
+      CHECK(same_bits(runs[i].dqkv, runs[0].dqkv));
+    }
+    const GpuRun& r = runs.back();
 
     // The existing fp32 kernel (ops.cuh) on the same values, for scale: how far apart the two are.
     DeviceArray<float> f_qkv(to_float(qkv.value)), f_dout(to_float(dout.value)), f_out(no), f_lse(nl), f_dqkv(nq);
@@ -267,14 +296,73 @@ TEST_CASE("flash attention is deterministic run to run", "[gpu][flash]") {
     const size_t rows = static_cast<size_t>(s.batch) * s.seq, d = static_cast<size_t>(s.heads) * kHd;
     DeviceArray<bf16_t> qkv(normal_bf16(rows * 3 * d, 7, s.sigma).bits), dout(normal_bf16(rows * d, 8, 1.0f).bits);
     cu::Workspace ws;
-    const GpuRun a = run_flash(s, qkv, dout, ws);
-    const GpuRun b = run_flash(s, qkv, dout, ws);
-    CHECK(same_bits(a.out, b.out));
-    CHECK(same_bits(a.lse, b.lse));
-    CHECK(same_bits(a.dqkv, b.dqkv));
-    size_t finite = 0;
-    for (float x : a.dqkv) finite += std::isfinite(x) ? 1 : 0;
-    CHECK(finite == a.dqkv.size());
+    for (cu::FlashKernels family : families()) {
+      UseKernels use(family);
+      INFO(family_name(family));
+      const GpuRun a = run_flash(s, qkv, dout, ws);
+      const GpuRun b = run_flash(s, qkv, dout, ws);
+      CHECK(same_bits(a.out, b.out));
+      CHECK(same_bits(a.lse, b.lse));
+      CHECK(same_bits(a.dqkv, b.dqkv));
+      size_t finite = 0;
+      for (float x : a.dqkv) finite += std::isfinite(x) ? 1 : 0;
+      CHECK(finite == a.dqkv.size());
+    }
+  }
+}
+
+TEST_CASE("flash attention's two kernel families give the same bits in every variant", "[gpu][flash]") {
+  if (!cu::flash_wgmma_available()) {
+    // Not an sm_90 device (or a build without sm_90): only the mma.sync kernels run.
+    CHECK_THROWS_AS(cu::set_flash_kernels(cu::FlashKernels::wgmma), std::invalid_argument);
+    CHECK(cu::flash_kernels_in_use() == cu::FlashKernels::mma_sync);
+    return;
+  }
+  CHECK(cu::flash_kernels_in_use() == cu::FlashKernels::wgmma);  // the automatic choice here
+  {
+    UseKernels use(cu::FlashKernels::mma_sync);
+    CHECK(cu::flash_kernels_in_use() == cu::FlashKernels::mma_sync);
+  }
+  CHECK(cu::flash_kernels_in_use() == cu::FlashKernels::wgmma);
+  // The engine's shape; a half last forward tile; large scores (sharp softmax rows, many P near 0
+  // and near 1).
+  for (const Shape& s : {Shape{4, 1024, 12, 1.0f}, Shape{3, 320, 5, 2.0f}, Shape{2, 192, 2, 6.0f}}) {
+    char name[96];
+    std::snprintf(name, sizeof name, "B=%d T=%d H=%d sigma=%g", s.batch, s.seq, s.heads, s.sigma);
+    INFO(name);
+    const size_t rows = static_cast<size_t>(s.batch) * s.seq, d = static_cast<size_t>(s.heads) * kHd;
+    const size_t nl = static_cast<size_t>(s.batch) * s.heads * s.seq;
+    DeviceArray<bf16_t> qkv(normal_bf16(rows * 3 * d, 17 + s.seq, s.sigma).bits);
+    DeviceArray<bf16_t> dout(normal_bf16(rows * d, 18 + s.seq, 1.0f).bits);
+    cu::Workspace ws;
+    struct Variants {
+      std::vector<float> out, lse, dqkv_f32;
+      std::vector<bf16_t> out_b16, dqkv_b16;
+    };
+    std::vector<Variants> v;
+    for (cu::FlashKernels family : families()) {
+      UseKernels use(family);
+      // The engine's calls: the forward writing a rounded fp32 output and its bf16 copy, the
+      // backward from that copy into fp32 and into bf16 dqkv.
+      DeviceArray<float> out(rows * d), lse(nl), dqkv(rows * 3 * d);
+      DeviceArray<bf16_t> out_b16(rows * d), dqkv_b16(rows * 3 * d);
+      cu::flash_attention_forward_stored(qkv.get(), s.batch, s.seq, s.heads, kHd, out.get(), lse.get(),
+                                         cu::StoreOut{true, out_b16.get()}, nullptr);
+      cu::flash_attention_backward(qkv.get(), out_b16.get(), lse.get(), dout.get(), s.batch, s.seq, s.heads, kHd,
+                                   dqkv.get(), ws, nullptr);
+      cu::flash_attention_backward(qkv.get(), out_b16.get(), lse.get(), dout.get(), s.batch, s.seq, s.heads, kHd,
+                                   dqkv_b16.get(), ws, nullptr);
+      v.push_back(Variants{out.download(), lse.download(), dqkv.download(), out_b16.download(), dqkv_b16.download()});
+    }
+    REQUIRE(v.size() == 2);
+    CHECK(same_bits(v[1].out, v[0].out));
+    CHECK(same_bits(v[1].lse, v[0].lse));
+    CHECK(same_bits(v[1].dqkv_f32, v[0].dqkv_f32));
+    CHECK(v[1].out_b16 == v[0].out_b16);
+    CHECK(v[1].dqkv_b16 == v[0].dqkv_b16);
+    size_t nonzero = 0;
+    for (float x : v[1].dqkv_f32) nonzero += x != 0.0f ? 1 : 0;
+    CHECK(nonzero > v[1].dqkv_f32.size() / 2);  // not vacuously equal
   }
 }
 
