@@ -119,16 +119,19 @@ __device__ __forceinline__ void mask_below_diagonal(float (&s)[1][8][4], int war
       if (off + 8 * n + (e & 1) - 8 * (e >> 1) < 0) s[0][n][e] = -INFINITY;
 }
 
-// One key tile of the forward's online softmax, for M row blocks: s (raw scores) becomes P in
-// fp32, o is rescaled by 2^(m_old − m_new), and the running max m_run (log2 units, s·log2e/8) and
-// this lane's partial sums l_run move on. Every row keeps at least one finite score in the first
-// tile it visits, so m_run is finite from then on.
+// One key tile of the forward's online softmax, for M row blocks, in two parts. softmax_scores: s
+// (raw scores) becomes P in fp32, the running max m_run (log2 units, s·log2e/8) and this lane's
+// partial sums l_run move on, and corr receives each row's rescaling factor 2^(m_old − m_new).
+// rescale: o *= corr, the output accumulated so far brought to the new max (apart, so that the
+// wgmma forward can compute a tile's P while the previous tile's P·V is still accumulating into o).
+// Every row keeps at least one finite score in the first tile it visits, so m_run is finite from
+// then on.
 template <int M>
-__device__ __forceinline__ void online_softmax(float (&s)[M][8][4], float (&o)[M][8][4], float (&m_run)[M][2],
-                                               float (&l_run)[M][2]) {
+__device__ __forceinline__ void softmax_scores(float (&s)[M][8][4], float (&m_run)[M][2], float (&l_run)[M][2],
+                                               float (&corr)[M][2]) {
   // Row max over the quad's 16 raw scores (scaling by log2e/8 > 0 keeps the order, and fp32
   // rounding is monotonic: max(s)·k rounds to the max of the rounded s·k).
-  float mx[M][2], corr[M][2], sum[M][2];
+  float mx[M][2], sum[M][2];
 #pragma unroll
   for (int m = 0; m < M; ++m)
 #pragma unroll
@@ -159,12 +162,30 @@ __device__ __forceinline__ void online_softmax(float (&s)[M][8][4], float (&o)[M
         const float p = exp_scaled(s[m][n][e], m_run[m][e >> 1]);  // masked: 2^−inf = 0
         s[m][n][e] = p;
         sum[m][e >> 1] += p;
-        o[m][n][e] *= corr[m][e >> 1];
       }
 #pragma unroll
   for (int m = 0; m < M; ++m)
 #pragma unroll
     for (int r = 0; r < 2; ++r) l_run[m][r] = l_run[m][r] * corr[m][r] + sum[m][r];
+}
+
+template <int M>
+__device__ __forceinline__ void rescale(float (&o)[M][8][4], const float (&corr)[M][2]) {
+#pragma unroll
+  for (int m = 0; m < M; ++m)
+#pragma unroll
+    for (int n = 0; n < 8; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) o[m][n][e] *= corr[m][e >> 1];
+}
+
+// Both parts at once (the mma.sync forward).
+template <int M>
+__device__ __forceinline__ void online_softmax(float (&s)[M][8][4], float (&o)[M][8][4], float (&m_run)[M][2],
+                                               float (&l_run)[M][2]) {
+  float corr[M][2];
+  softmax_scores<M>(s, m_run, l_run, corr);
+  rescale<M>(o, corr);
 }
 
 // The forward's end for the warp's rows wq0 + 16m + 8r + g: out = O / l (under out's store) and

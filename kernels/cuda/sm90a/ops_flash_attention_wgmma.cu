@@ -101,78 +101,88 @@ __device__ __forceinline__ void finish(float (&x)[8][4], float (&y)[8][4]) {
 
 // ---- Forward ----------------------------------------------------------------------------------
 
-constexpr int kFwdThreads = 2 * kWarpgroup;
-// The 128-query tile, then kStages stages of (K tile, V tile).
-constexpr size_t kForwardShared = kAlignSlack + 2 * kTileBytes + kStages * 2 * kTileBytes;
+// Four stages: tile kt − 1 (its V still read by the P·V in flight), kt, and two loading.
+constexpr int kFwdStages = 4;
+// The 64-query tile, then kFwdStages stages of (K tile, V tile): 73 KiB, three CTAs a SM.
+constexpr size_t kForwardShared = kAlignSlack + kTileBytes + kFwdStages * 2 * kTileBytes;
 
-__global__ void __launch_bounds__(kFwdThreads, 2) forward_kernel(const bf16_t* qkv, Geometry geo, float* out,
-                                                                 float* lse, StoreOut store) {
+// One warpgroup a CTA (64 queries): every branch around a wgmma then depends on the CTA alone,
+// which ptxas needs to keep the products asynchronous (with two warpgroups a CTA, branching on the
+// warpgroup index serializes them).
+__global__ void __launch_bounds__(kWarpgroup, 3) forward_kernel(const bf16_t* qkv, Geometry geo, float* out,
+                                                                float* lse, StoreOut store) {
 #if FP4_WGMMA_AVAILABLE
   extern __shared__ __align__(16) unsigned char smem[];
   const uint32_t sQ = aligned_shared_base(smem);
-  const uint32_t sKV = sQ + 2 * kTileBytes;  // stage s: K at sKV + 2s·kTileBytes, V right after
+  const uint32_t sKV = sQ + kTileBytes;  // stage s: K at sKV + 2s·kTileBytes, V right after
   const int seq = geo.seq_len;
-  const int n_qtiles = (seq + kFwdTile - 1) / kFwdTile;
-  const int qt = n_qtiles - 1 - static_cast<int>(blockIdx.x);  // longest first
+  const int qt = seq / kTile - 1 - static_cast<int>(blockIdx.x);  // longest first
   const int h = blockIdx.y, b = blockIdx.z;
-  const int wg = threadIdx.x / kWarpgroup, warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
-  const int q0 = qt * kFwdTile;                 // the CTA's first query
-  const int n_valid = min(kFwdTile, seq - q0);  // 128, or 64 in a last tile when seq % 128 = 64
-  const int n_kt = (q0 + n_valid) / kTile;      // key tiles 0..n_kt−1 reach the last valid query
-  const int wq0 = q0 + wg * kTile;              // this warpgroup's first query
-  const bool wg_valid = wg * kTile < n_valid;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int q0 = qt * kTile;  // the CTA's first query
+  // Key tiles 0..qt, the last (the diagonal) with a mask: the tiles each of these rows visits in
+  // the mma.sync forward.
   const size_t d = geo.d(), stride = 3 * d;
   const bf16_t* q_g = qkv + (static_cast<size_t>(b) * seq + q0) * stride + static_cast<size_t>(h) * kHd;
   const bf16_t* k_g = qkv + static_cast<size_t>(b) * seq * stride + d + static_cast<size_t>(h) * kHd;
   const bf16_t* v_g = k_g + d;
   const size_t tile_stride = static_cast<size_t>(kTile) * stride;
+  auto stage = [&](int kt) { return sKV + (kt % kFwdStages) * 2 * kTileBytes; };
   auto load_kv = [&](int kt) {
-    const uint32_t st = sKV + (kt % kStages) * 2 * kTileBytes;
-    load_swizzled_async<kTile, kFwdThreads>(st, k_g + kt * tile_stride, stride);
-    load_swizzled_async<kTile, kFwdThreads>(st + kTileBytes, v_g + kt * tile_stride, stride);
+    load_swizzled_async<kTile, kWarpgroup>(stage(kt), k_g + kt * tile_stride, stride);
+    load_swizzled_async<kTile, kWarpgroup>(stage(kt) + kTileBytes, v_g + kt * tile_stride, stride);
   };
 
   // Groups: Q with key tile 0, then one group per key tile (empty past the last), so that before
   // key tile kt's wait exactly groups 0..kt+1 are committed and wait_group 1 completes tile kt.
-  load_swizzled_async<kFwdTile, kFwdThreads>(sQ, q_g, stride, n_valid);
+  load_swizzled_async<kTile, kWarpgroup>(sQ, q_g, stride);
   load_kv(0);
   cp_async_commit();
-  if (n_kt > 1) load_kv(1);
+  if (qt >= 1) load_kv(1);
   cp_async_commit();
 
+  // The products of tile kt are S_kt = Q·K_ktᵀ and O += bf16(P_kt)·V_kt. The second is issued
+  // together with S_{kt+1}, so that the tensor cores accumulate it while this warpgroup computes
+  // P_{kt+1}; O's rescaling by tile kt+1's max waits for it. The operations on O are those of the
+  // unpipelined order (O·corr_kt, then + P_kt·V_kt, then ·corr_kt+1 …): the same bits.
   float o[1][8][4];
   zero(o);
   float m_run[1][2] = {{-INFINITY, -INFINITY}}, l_run[1][2] = {{0.0f, 0.0f}};
-  for (int kt = 0; kt < n_kt; ++kt) {
-    cp_async_wait<kStages - 2>();
+  uint32_t a[4][4];  // bf16(P) of the previous tile, the A operand of its P·V
+  for (int kt = 0; kt <= qt; ++kt) {
+    cp_async_wait<1>();
     wgmma::fence_async_shared();  // this thread's cp.async writes, visible to the tensor cores
-    __syncthreads();  // tile kt visible to all; every warpgroup is done with tile kt − 1's stage
-    if (kt + kStages - 1 < n_kt) load_kv(kt + kStages - 1);  // into the stage tile kt − 1 used
+    __syncthreads();  // tile kt visible to all; every warp is done with tile kt − 2's stage
+    if (kt + 2 <= qt) load_kv(kt + 2);  // into the stage tile kt − 2 used
     cp_async_commit();
-    const int k0 = kt * kTile;
-    // A warpgroup's 64 queries and a key tile are both 64-aligned: the tile is either entirely
-    // after all of them (skipped) or reaches each of them (k0 ≤ wq0), the diagonal one (k0 = wq0)
-    // with a mask — the same tiles each row visits in the mma.sync forward.
-    if (!wg_valid || k0 > wq0) continue;
-    const uint32_t sK = sKV + (kt % kStages) * 2 * kTileBytes, sV = sK + kTileBytes;
 
     float s[1][8][4];
     zero(s);
     wgmma::fence();
-    issue_abt(s[0], sQ + wg * kTileBytes, sK);  // S = Q · Kᵀ
-    finish(s[0]);
-    if (k0 == wq0) mask_above_diagonal<1>(s, -16 * warp, lane);
-    online_softmax<1>(s, o, m_run, l_run);
-
-    uint32_t a[4][4];
-    pack_a(a, s[0]);
-    wgmma::fence();
-    issue_wb(o[0], a, sV);  // O += bf16(P) · V
-    finish(o[0]);
+    issue_abt(s[0], sQ, stage(kt));  // S = Q · Kᵀ
+    wgmma::commit();
+    if (kt > 0) {
+      wgmma::fence();
+      issue_wb(o[0], a, stage(kt - 1) + kTileBytes);  // O += bf16(P_{kt−1}) · V_{kt−1}
+    }
+    wgmma::commit();   // an empty group on the first tile: the waits below are then the same for all
+    wgmma::wait<1>();  // S done; the P·V may still run
+    wgmma::fence_operands(s[0]);
+    if (kt == qt) mask_above_diagonal<1>(s, -16 * warp, lane);
+    float corr[1][2];
+    softmax_scores<1>(s, m_run, l_run, corr);
+    wgmma::wait<0>();
+    wgmma::fence_operands(o[0]);
     hold(a);
+    rescale<1>(o, corr);
+    pack_a(a, s[0]);
   }
-  if (!wg_valid) return;  // no barrier follows
-  write_forward_rows<1>(o, m_run, l_run, geo, b, h, wq0 + 16 * warp, lane, out, lse, store);
+  // The last tile's P·V: nothing left to overlap it with.
+  wgmma::fence();
+  issue_wb(o[0], a, stage(qt) + kTileBytes);
+  finish(o[0]);
+  hold(a);
+  write_forward_rows<1>(o, m_run, l_run, geo, b, h, q0 + 16 * warp, lane, out, lse, store);
 #else
   (void)qkv, (void)geo, (void)out, (void)lse, (void)store;
   __trap();  // not built for sm_90a: never launched (ops_flash_attention.cu checks the device)
@@ -213,25 +223,28 @@ __global__ void __launch_bounds__(kWarpgroup, 3) dq_kernel(const bf16_t* qkv, co
     load_swizzled_async<kTile, kWarpgroup>(st + kTileBytes, v_g + kt * tile_stride, stride);
   };
 
-  // Groups as in the forward: Q, dO and key tile 0, then one per key tile.
+  // Stages: tile kt − 1 (its K still read by the dQ product in flight), kt, and kt + 1 loading, one
+  // tile ahead. Groups: Q, dO and key tile 0, then one per key tile (empty past the last), so that
+  // at tile kt's wait every committed group is needed: wait_group 0.
   load_swizzled_async<kTile, kWarpgroup>(sQ, q_g, stride);
   load_swizzled_async<kTile, kWarpgroup>(sO, o_g, d);
   load_kv(0);
-  cp_async_commit();
-  if (qt >= 1) load_kv(1);
   cp_async_commit();
 
   // While those load: D and lse·log2e of this lane's two rows.
   float lse2_r[2], d_r[2];
   row_statistics(out, lse, dout, row_q0, stat, d, h, warp, lane, d_r, lse2_r, dsum, lse2);
 
+  // As in the forward, dQ += bf16(dS_kt)·K_kt is issued with the next tile's S and dP and
+  // accumulates while this warpgroup computes that tile's dS; the sum's order is unchanged.
   float dq[1][8][4];
   zero(dq);
+  uint32_t a[4][4];  // bf16(dS) of the previous tile
   for (int kt = 0; kt <= qt; ++kt) {
-    cp_async_wait<kStages - 2>();
+    cp_async_wait<0>();
     wgmma::fence_async_shared();
-    __syncthreads();  // tile kt visible to all; every warp is done with tile kt − 1's stage
-    if (kt + kStages - 1 <= qt) load_kv(kt + kStages - 1);
+    __syncthreads();  // tile kt visible to all; every warp is done with tile kt − 2's stage
+    if (kt + 1 <= qt) load_kv(kt + 1);  // into the stage tile kt − 2 used
     cp_async_commit();
     const uint32_t sK = sKV + (kt % kStages) * 2 * kTileBytes, sV = sK + kTileBytes;
     float s[1][8][4], dp[1][8][4];  // rows: the 64 queries; columns: the tile's 64 keys
@@ -240,16 +253,27 @@ __global__ void __launch_bounds__(kWarpgroup, 3) dq_kernel(const bf16_t* qkv, co
     wgmma::fence();
     issue_abt(s[0], sQ, sK);   // S = Q · Kᵀ
     issue_abt(dp[0], sO, sV);  // dP = dO · Vᵀ
-    finish(s[0], dp[0]);
+    wgmma::commit();
+    if (kt > 0) {
+      wgmma::fence();
+      issue_wb(dq[0], a, sKV + ((kt - 1) % kStages) * 2 * kTileBytes);  // dQ += bf16(dS_{kt−1}) · K_{kt−1}
+    }
+    wgmma::commit();  // empty on the first tile
+    wgmma::wait<1>();
+    wgmma::fence_operands(s[0]);
+    wgmma::fence_operands(dp[0]);
     if (kt == qt) mask_above_diagonal<1>(s, -16 * warp, lane);  // diagonal tile: key > query → −inf
     query_softmax_grad(s, dp, lse2_r, d_r);
-
-    uint32_t a[4][4];
-    pack_a(a, dp[0]);
-    wgmma::fence();
-    issue_wb(dq[0], a, sK);  // dQ += bf16(dS) · K
-    finish(dq[0]);
+    wgmma::wait<0>();
+    wgmma::fence_operands(dq[0]);
     hold(a);
+    pack_a(a, dp[0]);
+    if (kt == qt) {
+      wgmma::fence();
+      issue_wb(dq[0], a, sK);
+      finish(dq[0]);
+      hold(a);
+    }
   }
   store_rows(dqkv + (row_q0 + warp * 16) * stride + static_cast<size_t>(h) * kHd, stride, dq, kScale, lane);
 #else
@@ -360,8 +384,8 @@ void set_shared(const void* kernel, size_t bytes) {
 void wgmma_forward(const bf16_t* qkv, int batch, const Geometry& geo, float* out, float* lse, const StoreOut& store,
                    cudaStream_t stream) {
   set_shared(reinterpret_cast<const void*>(forward_kernel), kForwardShared);
-  const dim3 grid((geo.seq_len + kFwdTile - 1) / kFwdTile, geo.n_heads, batch);
-  forward_kernel<<<grid, kFwdThreads, kForwardShared, stream>>>(qkv, geo, out, lse, store);
+  const dim3 grid(geo.seq_len / kTile, geo.n_heads, batch);
+  forward_kernel<<<grid, kWarpgroup, kForwardShared, stream>>>(qkv, geo, out, lse, store);
   detail::check_launch();
 }
 
