@@ -262,34 +262,41 @@ __device__ __forceinline__ void row_statistics(const O* out, const float* lse, c
   }
 }
 
-// dQ pass, one key tile: s (raw scores, rows queries) becomes P and dp (dO·Vᵀ) becomes dS without
-// the 1/8: P = 2^(s·log2e/8 − lse·log2e), dS = P ∘ (dP − D).
-__device__ __forceinline__ void query_softmax_grad(const float (&s)[1][8][4], float (&dp)[1][8][4],
-                                                   const float (&lse2_r)[2], const float (&d_r)[2]) {
+// dQ pass, one key tile (rows queries, columns keys), in two parts so that the wgmma kernels can
+// start on P before dP = dO·Vᵀ is done: query_probabilities turns s (raw scores) into P =
+// 2^(s·log2e/8 − lse·log2e); query_dscores turns dp into dS without the 1/8, P ∘ (dP − D).
+__device__ __forceinline__ void query_probabilities(float (&s)[1][8][4], const float (&lse2_r)[2]) {
 #pragma unroll
   for (int n = 0; n < 8; ++n)
 #pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const float p = exp_scaled(s[0][n][e], lse2_r[e >> 1]);
-      dp[0][n][e] = p * (dp[0][n][e] - d_r[e >> 1]);  // dS without the 1/8
-    }
+    for (int e = 0; e < 4; ++e) s[0][n][e] = exp_scaled(s[0][n][e], lse2_r[e >> 1]);
+}
+__device__ __forceinline__ void query_dscores(const float (&p)[1][8][4], float (&dp)[1][8][4], const float (&d_r)[2]) {
+#pragma unroll
+  for (int n = 0; n < 8; ++n)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) dp[0][n][e] = p[0][n][e] * (dp[0][n][e] - d_r[e >> 1]);  // dS without the 1/8
 }
 
-// dK/dV pass, one query tile (rows keys, columns queries): s becomes Pᵀ and dp (V·dOᵀ) dSᵀ
-// without the 1/8, with the queries' lse·log2e and D from shared memory (64 floats each).
-__device__ __forceinline__ void key_softmax_grad(float (&s)[1][8][4], float (&dp)[1][8][4], const float* l_s,
-                                                 const float* d_s, int lane) {
+// dK/dV pass, one query tile (rows keys, columns queries), in the same two parts: s becomes Pᵀ and
+// dp (V·dOᵀ) dSᵀ without the 1/8, with the queries' lse·log2e (l_s) and D (d_s) from shared memory.
+__device__ __forceinline__ void key_probabilities(float (&s)[1][8][4], const float* l_s, int lane) {
   const int c = lane % 4;
 #pragma unroll
   for (int n = 0; n < 8; ++n) {
     const float2 l2 = *reinterpret_cast<const float2*>(l_s + n * 8 + 2 * c);  // queries 8n + 2c, +1
+#pragma unroll
+    for (int e = 0; e < 4; ++e) s[0][n][e] = exp_scaled(s[0][n][e], (e & 1) ? l2.y : l2.x);
+  }
+}
+__device__ __forceinline__ void key_dscores(const float (&p)[1][8][4], float (&dp)[1][8][4], const float* d_s,
+                                            int lane) {
+  const int c = lane % 4;
+#pragma unroll
+  for (int n = 0; n < 8; ++n) {
     const float2 dd = *reinterpret_cast<const float2*>(d_s + n * 8 + 2 * c);
 #pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const float p = exp_scaled(s[0][n][e], (e & 1) ? l2.y : l2.x);
-      s[0][n][e] = p;
-      dp[0][n][e] = p * (dp[0][n][e] - ((e & 1) ? dd.y : dd.x));  // dSᵀ (without the 1/8, applied to dK at the end)
-    }
+    for (int e = 0; e < 4; ++e) dp[0][n][e] = p[0][n][e] * (dp[0][n][e] - ((e & 1) ? dd.y : dd.x));
   }
 }
 

@@ -330,7 +330,8 @@ __global__ void __launch_bounds__(kThreads, 3) flash_dq_kernel(const bf16_t* qkv
     mma_abt<1>(s, qf, k_s, lane);   // S = Q · Kᵀ
     mma_abt<1>(dp, of, v_s, lane);  // dP = dO · Vᵀ
     if (kt == qt) mask_above_diagonal<1>(s, -16 * warp, lane);  // diagonal tile: key > query → −inf
-    query_softmax_grad(s, dp, lse2_r, d_r);
+    query_probabilities(s, lse2_r);
+    query_dscores(s, dp, d_r);
     mma_wb<1>(dq, dp, k_s, lane);  // dQ += bf16(dS) · K
   }
 
@@ -403,7 +404,8 @@ __global__ void __launch_bounds__(kThreads, 3) flash_dkdv_kernel(const bf16_t* q
     mma_abt<1>(s, kf, q_s, lane);   // Sᵀ = K · Qᵀ
     mma_abt<1>(dp, vf, o_s, lane);  // dPᵀ = V · dOᵀ
     if (qt == kt) mask_below_diagonal(s, warp, lane);  // diagonal tile: query < key → −inf
-    key_softmax_grad(s, dp, l_s, d_s, lane);
+    key_probabilities(s, l_s, lane);
+    key_dscores(s, dp, d_s, lane);
     mma_wb<1>(dv, s, o_s, lane);   // dV += bf16(Pᵀ) · dO
     mma_wb<1>(dk, dp, q_s, lane);  // dK += bf16(dSᵀ) · Q
   }

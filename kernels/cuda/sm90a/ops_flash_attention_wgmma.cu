@@ -109,7 +109,7 @@ constexpr size_t kForwardShared = kAlignSlack + kTileBytes + kFwdStages * 2 * kT
 // One warpgroup a CTA (64 queries): every branch around a wgmma then depends on the CTA alone,
 // which ptxas needs to keep the products asynchronous (with two warpgroups a CTA, branching on the
 // warpgroup index serializes them).
-__global__ void __launch_bounds__(kWarpgroup, 3) forward_kernel(const bf16_t* qkv, Geometry geo, float* out,
+__global__ void __launch_bounds__(kWarpgroup, 3) flash_forward_wgmma_kernel(const bf16_t* qkv, Geometry geo, float* out,
                                                                 float* lse, StoreOut store) {
 #if FP4_WGMMA_AVAILABLE
   extern __shared__ __align__(16) unsigned char smem[];
@@ -196,7 +196,7 @@ __global__ void __launch_bounds__(kWarpgroup, 3) forward_kernel(const bf16_t* qk
 constexpr size_t kDqShared = kAlignSlack + (2 + kStages * 2) * static_cast<size_t>(kTileBytes);
 
 template <class O, class G>
-__global__ void __launch_bounds__(kWarpgroup, 3) dq_kernel(const bf16_t* qkv, const O* out, const float* lse,
+__global__ void __launch_bounds__(kWarpgroup, 3) flash_dq_wgmma_kernel(const bf16_t* qkv, const O* out, const float* lse,
                                                            const bf16_t* dout, Geometry geo, G* dqkv, float* dsum,
                                                            float* lse2) {
 #if FP4_WGMMA_AVAILABLE
@@ -250,8 +250,11 @@ __global__ void __launch_bounds__(kWarpgroup, 3) dq_kernel(const bf16_t* qkv, co
     float s[1][8][4], dp[1][8][4];  // rows: the 64 queries; columns: the tile's 64 keys
     zero(s);
     zero(dp);
+    // Three groups, waited for one at a time: P is computed while dP and the previous dQ product
+    // run, dS while the dQ product does.
     wgmma::fence();
-    issue_abt(s[0], sQ, sK);   // S = Q · Kᵀ
+    issue_abt(s[0], sQ, sK);  // S = Q · Kᵀ
+    wgmma::commit();
     issue_abt(dp[0], sO, sV);  // dP = dO · Vᵀ
     wgmma::commit();
     if (kt > 0) {
@@ -259,11 +262,13 @@ __global__ void __launch_bounds__(kWarpgroup, 3) dq_kernel(const bf16_t* qkv, co
       issue_wb(dq[0], a, sKV + ((kt - 1) % kStages) * 2 * kTileBytes);  // dQ += bf16(dS_{kt−1}) · K_{kt−1}
     }
     wgmma::commit();  // empty on the first tile
-    wgmma::wait<1>();
+    wgmma::wait<2>();
     wgmma::fence_operands(s[0]);
-    wgmma::fence_operands(dp[0]);
     if (kt == qt) mask_above_diagonal<1>(s, -16 * warp, lane);  // diagonal tile: key > query → −inf
-    query_softmax_grad(s, dp, lse2_r, d_r);
+    query_probabilities(s, lse2_r);
+    wgmma::wait<1>();
+    wgmma::fence_operands(dp[0]);
+    query_dscores(s, dp, d_r);
     wgmma::wait<0>();
     wgmma::fence_operands(dq[0]);
     hold(a);
@@ -290,7 +295,7 @@ constexpr uint32_t kDkdvStage = (2 * kTileBytes + kDkdvStats + wgmma::kAtomBytes
 constexpr size_t kDkdvShared = kAlignSlack + 2 * kTileBytes + kStages * kDkdvStage;
 
 template <class G>
-__global__ void __launch_bounds__(kWarpgroup, 3) dkdv_kernel(const bf16_t* qkv, const bf16_t* dout,
+__global__ void __launch_bounds__(kWarpgroup, 3) flash_dkdv_wgmma_kernel(const bf16_t* qkv, const bf16_t* dout,
                                                              const float* lse2, const float* dsum, Geometry geo,
                                                              G* dqkv) {
 #if FP4_WGMMA_AVAILABLE
@@ -347,12 +352,19 @@ __global__ void __launch_bounds__(kWarpgroup, 3) dkdv_kernel(const bf16_t* qkv, 
     float s[1][8][4], dp[1][8][4];  // rows: the 64 keys; columns: the tile's 64 queries
     zero(s);
     zero(dp);
+    // Sᵀ and dPᵀ in two groups: Pᵀ is computed while dPᵀ runs.
     wgmma::fence();
-    issue_abt(s[0], sK, sQs);   // Sᵀ = K · Qᵀ
+    issue_abt(s[0], sK, sQs);  // Sᵀ = K · Qᵀ
+    wgmma::commit();
     issue_abt(dp[0], sV, sOs);  // dPᵀ = V · dOᵀ
-    finish(s[0], dp[0]);
+    wgmma::commit();
+    wgmma::wait<1>();
+    wgmma::fence_operands(s[0]);
     if (qt == kt) mask_below_diagonal(s, warp, lane);  // diagonal tile: query < key → −inf
-    key_softmax_grad(s, dp, l_s, d_s, lane);
+    key_probabilities(s, l_s, lane);
+    wgmma::wait<0>();
+    wgmma::fence_operands(dp[0]);
+    key_dscores(s, dp, d_s, lane);
 
     uint32_t a_p[4][4], a_ds[4][4];
     pack_a(a_p, s[0]);
@@ -383,21 +395,21 @@ void set_shared(const void* kernel, size_t bytes) {
 
 void wgmma_forward(const bf16_t* qkv, int batch, const Geometry& geo, float* out, float* lse, const StoreOut& store,
                    cudaStream_t stream) {
-  set_shared(reinterpret_cast<const void*>(forward_kernel), kForwardShared);
+  set_shared(reinterpret_cast<const void*>(flash_forward_wgmma_kernel), kForwardShared);
   const dim3 grid(geo.seq_len / kTile, geo.n_heads, batch);
-  forward_kernel<<<grid, kWarpgroup, kForwardShared, stream>>>(qkv, geo, out, lse, store);
+  flash_forward_wgmma_kernel<<<grid, kWarpgroup, kForwardShared, stream>>>(qkv, geo, out, lse, store);
   detail::check_launch();
 }
 
 template <class O, class G>
 void wgmma_backward(const bf16_t* qkv, const O* out, const float* lse, const bf16_t* dout, int batch,
                     const Geometry& geo, G* dqkv, float* dsum, float* lse2, cudaStream_t stream) {
-  set_shared(reinterpret_cast<const void*>(dq_kernel<O, G>), kDqShared);
-  set_shared(reinterpret_cast<const void*>(dkdv_kernel<G>), kDkdvShared);
+  set_shared(reinterpret_cast<const void*>(flash_dq_wgmma_kernel<O, G>), kDqShared);
+  set_shared(reinterpret_cast<const void*>(flash_dkdv_wgmma_kernel<G>), kDkdvShared);
   const dim3 grid(geo.seq_len / kTile, geo.n_heads, batch);
-  dq_kernel<O, G><<<grid, kWarpgroup, kDqShared, stream>>>(qkv, out, lse, dout, geo, dqkv, dsum, lse2);
+  flash_dq_wgmma_kernel<O, G><<<grid, kWarpgroup, kDqShared, stream>>>(qkv, out, lse, dout, geo, dqkv, dsum, lse2);
   detail::check_launch();
-  dkdv_kernel<G><<<grid, kWarpgroup, kDkdvShared, stream>>>(qkv, dout, lse2, dsum, geo, dqkv);
+  flash_dkdv_wgmma_kernel<G><<<grid, kWarpgroup, kDkdvShared, stream>>>(qkv, dout, lse2, dsum, geo, dqkv);
   detail::check_launch();
 }
 
