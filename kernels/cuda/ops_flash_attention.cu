@@ -1,4 +1,7 @@
-// ops_flash_attention.cu — see flash_attention.cuh: fused causal attention on tensor cores.
+// ops_flash_attention.cu — see flash_attention.cuh: fused causal attention on tensor cores, the
+// portable family (mma.sync, any sm_80+ device) and the host side of both families: the shape
+// checks, and the choice between these kernels and the wgmma ones (sm90a/) on each call. The
+// element-wise parts of a tile live in flash_attention_common.cuh, shared with the wgmma kernels.
 //
 // Tiling. Features are always the 64 of a head; rows come in tiles of 64 (keys everywhere, queries
 // in the backward) or 128 (queries in the forward). A CTA has 4 warps. Each warp owns M·16 rows of
