@@ -9,7 +9,7 @@
 // Fragment layout, with g = lane / 4, c = lane % 4: acc[m][n][e] of row block m is row 16m + g +
 // 8·(e / 2) of the warp's rows and column 8n + 2c + e % 2 of the tile's 64.
 //
-// Device code and constants only; included by .cu files.
+// Device code, constants and one host helper (set_shared); included by .cu files.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -35,6 +35,11 @@ struct Geometry {
   int seq_len, n_heads;
   __host__ __device__ size_t d() const { return static_cast<size_t>(n_heads) * kHd; }
 };
+
+// Lets `kernel` take `bytes` of dynamic shared memory (above the default 48 KiB).
+inline void set_shared(const void* kernel, size_t bytes) {
+  FP4_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
+}
 
 // ---- PTX wrappers -----------------------------------------------------------------------------
 

@@ -436,10 +436,6 @@ Geometry check(const char* op, int batch, int seq_len, int n_heads, int head_dim
   return Geometry{seq_len, n_heads};
 }
 
-void set_shared(const void* kernel, size_t bytes) {
-  FP4_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
-}
-
 std::atomic<FlashKernels> g_kernels{FlashKernels::automatic};
 
 [[maybe_unused]] bool use_wgmma() { return flash_kernels_in_use() == FlashKernels::wgmma; }

@@ -387,10 +387,6 @@ __global__ void __launch_bounds__(kWarpgroup, 3) flash_dkdv_wgmma_kernel(const b
 #endif
 }
 
-void set_shared(const void* kernel, size_t bytes) {
-  FP4_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
-}
-
 }  // namespace
 
 void wgmma_forward(const bf16_t* qkv, int batch, const Geometry& geo, float* out, float* lse, const StoreOut& store,
