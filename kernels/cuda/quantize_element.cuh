@@ -91,41 +91,54 @@ __device__ __forceinline__ int magnitude_index(float r) {
 // Stochastic rounding as float arithmetic: the magnitude itself, not its index
 // ---------------------------------------------------------------------------------------------
 //
-// stochastic_magnitude<G>(x, gmax, u) == grid_magnitude(G, round_stochastic_index(G, x, max_index,
-// u)) for every non-NaN x >= 0 (+Inf included) and u, gmax = grid_magnitude(G, max_index); checked
-// on every such float, every clip and two u per float by tests/gpu/element_test.cu. Why: the
-// reference takes lo = the largest grid point <= x, hi the next, p = (x - lo) / (hi - lo), and
-// rounds up when u < p (saturating at G_max when x >= G_max). Inside the e2m1 binade of x (as in
-// nearest_magnitude: k = 2^max(e, 0), the grid there is the multiples of the quantum k / 2, up to
-// 6 and past it by 8) lo = floor(x * (2 / k)) * (k / 2), hi = lo + k / 2, and 1 / (hi - lo) = 2 / k
-// exactly, so p = (x - lo) * (2 / k) is the reference's quotient (both are the correctly rounded
-// value of the same real). For e1m2, lo = floor(x), hi = lo + 1, p = x - lo. floor(y) for
-// 0 <= y < 2^23 is RZ(y + 2^23) - 2^23 (the sum's quantum is 1 and rounding toward zero drops the
-// fraction; the subtraction is exact); y < 4 here (e2m1) or y = x < G_max <= 7 (e1m2) wherever the
-// result is not the saturated G_max; every other step is exact (small multiples of powers of two).
-// When x < G_max, hi <= G_max since G_max is a grid point. x = +Inf (or huge) gives garbage or NaN
-// on the way, which the final select (x < G_max fails) discards. The instructions: FMNMX, LOP3, two
-// IADD, FMUL, two FADD, FMUL, FADD, FADD, FMUL, two compares and two selects (e2m1), all on the
-// full-rate pipes, against numerics.h's steps as selects with three float<->int conversions
-// (quarter- or eighth-rate on sm_90): the index, its magnitude, and the magnitude again for the
-// dequantized value.
+// The fast paths carry an element's SR uniform as u24 = u * 2^24: the Philox word's top 24 bits as
+// a float (uniform24), an integer in [0, 2^24), exact; numerics.h's u = uniform_from_word(word) is
+// u24 * 2^-24 exactly, so `u < p` is `u24 < p * 2^24` (a power-of-two scaling, exact).
+__device__ __forceinline__ float uniform24(uint32_t word) { return static_cast<float>(word >> 8); }
+__device__ __forceinline__ float uniform_from_u24(float u24) { return u24 * 5.96046448e-8f; /* 2^-24 */ }
+
+// stochastic_magnitude<G>(x, gmax, u24) == grid_magnitude(G, round_stochastic_index(G, x, max_index,
+// u24 * 2^-24)) for every non-NaN x >= 0 (+Inf included) and u24 >= 0, gmax = grid_magnitude(G,
+// max_index); checked on every such float, every clip and three u per float by
+// tests/gpu/element_test.cu. Why: the reference takes lo = the largest grid point <= x, hi the next,
+// p = (x - lo) / (hi - lo), rounds up when u < p, and gives G_max when x >= G_max.
+//   The clip first: xc = min(x, G_max). For x < G_max nothing changes; for x >= G_max (+Inf
+//   included) xc = G_max, a grid point, so lo = G_max and p = 0: never up, the result is G_max, the
+//   reference's. So every later step sees 0 <= xc <= G_max <= 7.
+//   e2m1: inside the binade of xc (k = 2^max(e, 0), the grid there is the multiples of the quantum
+//   k / 2, up to 6 and past it by 8) the scaled value y = xc * (2 / k) lies in [0, 4) and
+//   lo = floor(y) * (k / 2), hi = lo + k / 2, p = y - floor(y) (both the correctly rounded value of
+//   the same real: every step is exact). Here with 2^24 folded in: Y = xc * 2^24 * (2 / k) < 2^26
+//   (exact, a power of two), F = floor(Y / 2^24) * 2^24 = RZ(Y + 2^47) - 2^47 (the sum lies in
+//   [2^47, 2^48), whose quantum is 2^24, and rounding toward zero drops what lies below it; the
+//   subtraction is exact), P = Y - F = p * 2^24 (exact), up = u24 < P, and the magnitude is
+//   (F + up * 2^24) * (k / 2) * 2^-24 (exact: a multiple of 2^24 below 2^27 times a power of two).
+//   The two powers of two are bit patterns made from k's exponent field: 2^24 * 2 / k =
+//   0x8b800000 - k, k / 2 * 2^-24 = k - 0x0c800000 (k >= 1 keeps both normal).
+//   e1m2: the grid is the integers: F = floor(xc) = RZ(xc + 2^23) - 2^23 (xc < 2^23), p = xc - F
+//   (exact), up = u24 < p * 2^24, the magnitude F + up.
+// Why xc is never NaN: fast-path quotients of finite values are not (see nearest_magnitude).
+// The instructions (e2m1): two FMNMX, LOP3, two IADD, FMUL, FADD.RZ, three FADD, FSETP, FSEL, FMUL,
+// against numerics.h's steps as selects with three float<->int conversions (quarter- or
+// eighth-rate on sm_90), and against the previous form here (x < G_max checked last, p made with
+// a multiply, u scaled to [0, 1): three more).
 template <Grid G>
-__device__ __forceinline__ float stochastic_magnitude(float x, float gmax, float u) {
-  float lo, step, inv_step;
+__device__ __forceinline__ float stochastic_magnitude(float x, float gmax, float u24) {
+  const float xc = fminf(x, gmax);
   if constexpr (G == Grid::e2m1) {
-    const uint32_t k = float_bits(fmaxf(x, 1.0f)) & 0x7f800000u;  // 2^max(e, 0)
-    inv_step = bits_float(0x7f800000u - k);                       // 2 / k = 2^(1 - e)
-    step = bits_float(k - 0x00800000u);                           // k / 2 = 2^(e - 1)
-    const float y = __fmul_rn(x, inv_step);                       // exact: a power-of-two scaling
-    lo = __fmul_rn(__fsub_rn(__fadd_rz(y, 8388608.0f), 8388608.0f), step);
+    const uint32_t k = float_bits(fmaxf(xc, 1.0f)) & 0x7f800000u;  // 2^max(e, 0)
+    const float up_scale = bits_float(0x8b800000u - k);             // 2^24 * 2 / k = 2^(25 - e)
+    const float down_scale = bits_float(k - 0x0c800000u);           // k / 2 * 2^-24 = 2^(e - 25)
+    const float y = __fmul_rn(xc, up_scale);                        // exact: a power-of-two scaling
+    const float f = __fsub_rn(__fadd_rz(y, 1.40737488e14f /* 2^47 */), 1.40737488e14f);
+    const float p = __fsub_rn(y, f);
+    const float r = u24 < p ? __fadd_rn(f, 16777216.0f /* 2^24 */) : f;
+    return __fmul_rn(r, down_scale);
   } else {
-    inv_step = 1.0f;
-    step = 1.0f;
-    lo = __fsub_rn(__fadd_rz(x, 8388608.0f), 8388608.0f);
+    const float f = __fsub_rn(__fadd_rz(xc, 8388608.0f), 8388608.0f);
+    const float p = __fmul_rn(__fsub_rn(xc, f), 16777216.0f /* 2^24 */);
+    return u24 < p ? __fadd_rn(f, 1.0f) : f;
   }
-  const float p = __fmul_rn(__fsub_rn(x, lo), inv_step);
-  const float r = u < p ? __fadd_rn(lo, step) : lo;
-  return x < gmax ? r : gmax;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -150,21 +163,20 @@ __device__ __forceinline__ float stochastic_magnitude(float x, float gmax, float
 // either that remainder exactly (below 2^-126 it has fewer than 11 significant bits: a subnormal)
 // or it needs more than 24 bits and lies above 2^-113, where its rounding is the same relative
 // rounding as in the significand pair; the fused steps round once, as in the pair.
-// Smaller values ("tiny") only meet the rounding as 0 < t < 2^-30: round to nearest gives index 0
-// for any such t (|q0| < 2^-30 (1 + 2^-23) + 2^-150, |r*y| < 2.01 * 2^-30, so |q1| < 2^-28; also
-// checked on random tiny quotients by element_test.cu), and stochastic rounding compares u with
-// p = 2t or t < 2^-24, which only u = 0 passes and only when RN(|v|/s) > 0, i.e. |v|/s > 2^-150,
-// i.e. |v|*2^90 > s*2^-60 (both products exact). For tiny values the caller gets either 0 or
-// 2^-149, which makes the same decisions. Blocks whose scale is outside the range use numerics.h's
-// quantize_element.
+// Smaller values ("tiny") only meet the rounding as 0 < t < 2^-30, and for them the three steps
+// only promise |q1| < 2^-28 (|q0| < 2^-30 (1 + 2^-23) + 2^-150, |r*y| < 2.01 * 2^-30; also checked
+// on random tiny quotients by element_test.cu). That is enough wherever the exact t cannot change
+// the decision: round to nearest gives index 0 for any such t; stochastic rounding rounds up only
+// when u < p, with p = 2t (e2m1) or t (e1m2) below 2^-27 either way, so for u >= 2^-24 (u24 >= 1)
+// both round down to 0. Only u = 0 (a word below 256: one in 2^24) compares with the exact p
+// (up when RN(|v|/s) > 0); quantize_values sends blocks holding such a u to numerics.h's
+// quantize_element, as it sends blocks whose scale is outside the range.
 __device__ __forceinline__ bool fast_divisor_ok(float s) {
   return s >= 8.67361738e-19f /* 2^-60 */ && s <= 1.15292150e18f /* 2^60 */;
 }
 
 struct FastDivisor {
   float s, y;
-  float tiny_below;  // s * 2^-30: |v| below this is tiny
-  float tiny_zero;   // s * 2^-60: a tiny |v| rounds to a nonzero quotient when |v| * 2^90 exceeds it
 };
 
 // RN(1/s) for s in [2^-60, 2^60] without __frcp_rn's range check: the hardware's approximate
@@ -182,8 +194,6 @@ __device__ __forceinline__ FastDivisor make_fast_divisor(float s) {
   FastDivisor d;
   d.s = s;
   d.y = reciprocal_in_range(s);
-  d.tiny_below = s * 9.31322575e-10f;   // 2^-30, exact scaling
-  d.tiny_zero = s * 8.67361738e-19f;    // 2^-60, exact scaling (s >= 2^-60: still normal)
   return d;
 }
 
@@ -195,15 +205,8 @@ __device__ __forceinline__ float fast_quotient(float v, const FastDivisor& d) {
   return __fmaf_rn(r, d.y, q0);
 }
 
-// |v / s| as the rounding needs it (see above); kExactTiny: stochastic rounding.
-template <bool kExactTiny>
-__device__ __forceinline__ float fast_quotient_abs(float v, const FastDivisor& d) {
-  const float x = fabsf(fast_quotient(v, d));
-  if constexpr (!kExactTiny) return x;
-  const float a = fabsf(v);
-  const float tiny = __fmul_rn(a, 1.23794004e27f /* 2^90 */) > d.tiny_zero ? 1.40129846e-45f /* 2^-149 */ : 0.0f;
-  return a < d.tiny_below ? tiny : x;
-}
+// |v / s| as the rounding needs it (see above).
+__device__ __forceinline__ float fast_quotient_abs(float v, const FastDivisor& d) { return fabsf(fast_quotient(v, d)); }
 
 // ---------------------------------------------------------------------------------------------
 // The block scale in fewer instructions
@@ -323,16 +326,22 @@ struct BlockQuantizer {
     return true;
   }
 
-  // quantize_element(v, bs, G, max_index, R, u) for a finite v of a finite, non-zero block, when
-  // fast(): t by the exact replacements above, then quantize_element's steps. Returns the signed
-  // dequantized value in fp32 (the caller rounds it to bf16 with the hardware conversion, two at a
-  // time); with kCodes, also the code. The product is grid_magnitude(i) * stored, as in numerics.h
-  // (nearest_magnitude and stochastic_magnitude give that magnitude), and is >= +0 and not NaN, so
-  // setting the sign bit is numerics.h's "neg ? -deq : deq".
+  // Whether an element's fast result also depends on its uniform being at least 2^-24 (u24 >= 1):
+  // SR with fp32 scales, whose fast quotient is inexact for tiny values (see fast_quotient); such a
+  // block with some u24 < 1 takes the reference path (quantize_values).
+  static constexpr bool kNeedsNonzeroUniform = R == Rounding::sr && M == ScaleMode::fp32;
+
+  // quantize_element(v, bs, G, max_index, R, u24 * 2^-24) for a finite v of a finite, non-zero
+  // block, when fast() (and u24 >= 1 where kNeedsNonzeroUniform): t by the exact replacements above,
+  // then quantize_element's steps. u24 is the SR uniform times 2^24 (uniform24), unused for RN.
+  // Returns the signed dequantized value in fp32 (the caller rounds it to bf16 with the hardware
+  // conversion, two at a time); with kCodes, also the code. The product is grid_magnitude(i) *
+  // stored, as in numerics.h (nearest_magnitude and stochastic_magnitude give that magnitude), and
+  // is >= +0 and not NaN, so setting the sign bit is numerics.h's "neg ? -deq : deq".
   template <bool kCodes>
-  __device__ __forceinline__ float quantize(float v, float u, uint32_t& code) const {
+  __device__ __forceinline__ float quantize(float v, float u24, uint32_t& code) const {
     uint32_t i = 0;
-    const float deq = magnitude<kCodes>(v, u, i);
+    const float deq = magnitude<kCodes>(v, u24, i);
     const uint32_t sign = float_bits(v) & 0x80000000u;
     if constexpr (kCodes) code = (sign >> 28) | i;
     return bits_float(float_bits(deq) | sign);
@@ -343,26 +352,25 @@ struct BlockQuantizer {
   // source bf16 word when there is no RHT) sets it after the bf16 conversion, which rounds the
   // magnitude alone (round to nearest even is symmetric): the same bits as quantize's.
   template <bool kCodes>
-  __device__ __forceinline__ float magnitude(float v, float u, uint32_t& i) const {
-    float x;
+  __device__ __forceinline__ float magnitude(float v, float u24, uint32_t& i) const {
+    float x;  // never NaN: v is finite, and so are the multipliers and the divisor
     if constexpr (M == ScaleMode::e4m3x2) x = fabsf(v * bs.mul);
     else if constexpr (M == ScaleMode::e8m0) x = fabsf(v * inv);  // == v / 2^e: the same real, rounded once
-    else x = fast_quotient_abs<R == Rounding::sr>(v, div);
+    else x = fast_quotient_abs(v, div);
     float r;
-    if constexpr (R == Rounding::rn) {
-      r = nearest_magnitude<G>(x, gmax);  // x is never NaN here (see nearest_magnitude)
-    } else {
-      x = fmaxf(x, 0.0f);  // NaN -> 0, as quantize_element (x >= 0 otherwise, so nothing else changes)
-      r = stochastic_magnitude<G>(x, gmax, u);
-    }
+    if constexpr (R == Rounding::rn) r = nearest_magnitude<G>(x, gmax);
+    else r = stochastic_magnitude<G>(x, gmax, u24);
     if constexpr (kCodes) i = static_cast<uint32_t>(magnitude_index<G>(r));
     return r * bs.stored;
   }
 
-  // The same as a QuantizedElement (the element tests compare it with quantize_element).
+  // quantize_element(v, bs, G, max_index, R, u) as a QuantizedElement, for any u in [0, 1) (the
+  // element tests compare it with quantize_element).
   __device__ __forceinline__ QuantizedElement operator()(float v, float u) const {
+    const float u24 = u * 16777216.0f;  // exact: a power-of-two scaling
+    if (kNeedsNonzeroUniform && u24 < 1.0f) return reference(v, u);
     uint32_t code = 0;
-    const float d = quantize<true>(v, u, code);
+    const float d = quantize<true>(v, u24, code);
     QuantizedElement r;
     r.out = hw_float_to_bf16(d);
     r.code = static_cast<uint8_t>(code);

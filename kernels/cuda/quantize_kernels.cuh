@@ -35,6 +35,7 @@
 
 #include "kernels/cuda/quantize.cuh"
 #include "kernels/cuda/quantize_element.cuh"
+#include "kernels/cuda/strip_divider.h"
 #include "kernels/numerics.h"
 
 namespace fp4::cuda::detail {
@@ -260,33 +261,42 @@ __device__ __forceinline__ TensorScale load_tensor_scale(const CopyArgs& c) {
 // Quantizes the N values v[0..N) of one block (or one column of a tile) in place: v[j] becomes the
 // signed dequantized value in fp32, exactly representable in bf16 or rounded to it by the caller's
 // hardware conversion (hw_pack_bf16x2), and with kCodes code[j] its code. uniform(j) gives element
-// j's SR uniform (not called for RN). The branches here are per block:
+// j's SR uniform as u24 (uniform24 of its word; not called for RN). The branches here are per block:
 //   * non-finite block: v[j] = 0 (the caller writes kNaNPair over it), code kNonFiniteCode;
 //   * zero block (fp32 / e8m0 with amax 0): numerics.h's output +0, code 0;
-//   * fast blocks: BlockQuantizer::quantize; other blocks: numerics.h's quantize_element, whose bf16
-//     result (never NaN in a finite block) converts to fp32 and back unchanged.
+//   * fast blocks: BlockQuantizer::quantize; other blocks (and, for SR with fp32 scales, blocks
+//     holding a uniform below 2^-24: BlockQuantizer::kNeedsNonzeroUniform): numerics.h's
+//     quantize_element, whose bf16 result (never NaN in a finite block) converts to fp32 and back
+//     unchanged.
 template <int N, Grid G, Rounding R, ScaleMode M, bool kCodes, class Uniform>
 __device__ __forceinline__ void quantize_values(float* v, uint32_t* code, const BlockScale& bs, bool finite,
                                                 int max_index, Uniform&& uniform) {
   const BlockQuantizer<G, R, M> q(bs, max_index);
+  bool fast = q.fast();
+  if constexpr (BlockQuantizer<G, R, M>::kNeedsNonzeroUniform) {
+    bool low = false;
+#pragma unroll
+    for (int j = 0; j < N; ++j) low = low || uniform(j) < 1.0f;
+    fast = fast && !low;
+  }
   if (!finite || bs.zero_block) {
 #pragma unroll
     for (int j = 0; j < N; ++j) {
       v[j] = 0.0f;
       if constexpr (kCodes) code[j] = finite ? 0u : uint32_t{kNonFiniteCode};
     }
-  } else if (q.fast()) {
+  } else if (fast) {
 #pragma unroll
     for (int j = 0; j < N; ++j) {
-      float u = 0.0f;
-      if constexpr (R == Rounding::sr) u = uniform(j);
-      v[j] = q.template quantize<kCodes>(v[j], u, code[j]);
+      float u24 = 0.0f;
+      if constexpr (R == Rounding::sr) u24 = uniform(j);
+      v[j] = q.template quantize<kCodes>(v[j], u24, code[j]);
     }
   } else {
 #pragma unroll
     for (int j = 0; j < N; ++j) {
       float u = 0.0f;
-      if constexpr (R == Rounding::sr) u = uniform(j);
+      if constexpr (R == Rounding::sr) u = uniform_from_u24(uniform(j));
       const QuantizedElement e = q.reference(v[j], u);
       v[j] = bf16_to_float(e.out);
       if constexpr (kCodes) code[j] = e.code;
@@ -364,9 +374,9 @@ __device__ bool col_blocks(const FusedArgs& a, const bf16_t* tile, const uint32_
   // The SR uniforms come from the tile's words.
   uint32_t code0[B], code1[B];
   quantize_values<B, G, R, M, kCodes>(v0, code0, bs0, f0, c.max_index,
-                                      [&](int r) { return uniform_from_word(words[r * kTileCols + lc]); });
+                                      [&](int r) { return uniform24(words[r * kTileCols + lc]); });
   quantize_values<B, G, R, M, kCodes>(v1, code1, bs1, f1, c.max_index,
-                                      [&](int r) { return uniform_from_word(words[r * kTileCols + lc + 1]); });
+                                      [&](int r) { return uniform24(words[r * kTileCols + lc + 1]); });
   // out[r]: row r's two bf16 (column lc in the low half), NaN halves for non-finite blocks.
   const uint32_t nan_mask = (f0 ? 0u : 0x0000ffffu) | (f1 ? 0u : 0xffff0000u);
   uint32_t out[B];
@@ -487,7 +497,7 @@ __device__ bool row_blocks(const FusedArgs& a, bf16_t* tile, float* rscale, int 
       for (int g = 0; g < B / 4; ++g) {
         const Philox4 w = philox_for_elements(s.seed, s.stream, s.step, index0 + 4 * g);
 #pragma unroll
-        for (int j = 0; j < 4; ++j) u[4 * g + j] = uniform_from_word(w.w[j]);
+        for (int j = 0; j < 4; ++j) u[4 * g + j] = uniform24(w.w[j]);
       }
     }
     uint32_t code[B];

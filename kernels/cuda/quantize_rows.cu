@@ -118,7 +118,8 @@ __host__ __device__ constexpr int strip_ctas_per_sm() { return R == Rounding::sr
 // kRowCopy false: the column copy alone (RN: X's weight-gradient copy in training), the same
 // strips without the row phase.
 template <Grid G, ScaleMode M, Rounding R, bool kRowCopy>
-__global__ void __launch_bounds__(kThreads, strip_ctas_per_sm<R>()) fused_strip_kernel(const FusedArgs a, int col_strips,
+__global__ void __launch_bounds__(kThreads, strip_ctas_per_sm<R>()) fused_strip_kernel(const FusedArgs a,
+                                                                                    const StripDivider col_strips,
                                                                                     int nstrips) {
   constexpr int B = 16;
   const CopyArgs& rc = a.row;
@@ -134,8 +135,9 @@ __global__ void __launch_bounds__(kThreads, strip_ctas_per_sm<R>()) fused_strip_
   const int cols = a.src.cols;
   const int stride = static_cast<int>(gridDim.x) * kWarps;
   auto issue = [&](int t, uint32_t* dst) {
-    const int64_t tr0 = (t / col_strips) * B;
-    const int tc0 = static_cast<int>(t % col_strips) * kStripCols;
+    const int tq = strip_quotient(col_strips, t);
+    const int64_t tr0 = static_cast<int64_t>(tq) * B;
+    const int tc0 = (t - tq * static_cast<int>(col_strips.d)) * kStripCols;
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
       const int k = i * 32 + lane, r = k / 8, c = k % 8;
@@ -154,8 +156,10 @@ __global__ void __launch_bounds__(kThreads, strip_ctas_per_sm<R>()) fused_strip_
   __pipeline_commit();
   __pipeline_wait_prior(1);
   __syncwarp();
-  const int64_t r0 = (strip / col_strips) * B;
-  const int gc = static_cast<int>(strip % col_strips) * kStripCols + 2 * lane;
+  const int row_strip = strip_quotient(col_strips, strip);
+  const int col_strip = strip - row_strip * static_cast<int>(col_strips.d);
+  const int64_t r0 = static_cast<int64_t>(row_strip) * B;
+  const int gc = col_strip * kStripCols + 2 * lane;
   const bool valid = gc < cols;  // cols % 16 == 0: whole groups of 8 lanes are in or out
   const int64_t base = r0 * cols + gc;
   uint32_t raw[B];
@@ -181,10 +185,10 @@ __global__ void __launch_bounds__(kThreads, strip_ctas_per_sm<R>()) fused_strip_
         const uint32_t got0 = __shfl_xor_sync(0xffffffffu, give0, 1);
         const uint32_t got1 = __shfl_xor_sync(0xffffffffu, give1, 1);
         // Even lane: row i is its own, row i + 8 came from the partner; odd lane the other way.
-        u0[i] = uniform_from_word(odd ? got0 : keep0);
-        u1[i] = uniform_from_word(odd ? got1 : keep1);
-        u0[i + B / 2] = uniform_from_word(odd ? keep0 : got0);
-        u1[i + B / 2] = uniform_from_word(odd ? keep1 : got1);
+        u0[i] = uniform24(odd ? got0 : keep0);
+        u1[i] = uniform24(odd ? got1 : keep1);
+        u0[i + B / 2] = uniform24(odd ? keep0 : got0);
+        u1[i + B / 2] = uniform24(odd ? keep1 : got1);
       }
     }
     float v0[B], v1[B];
@@ -228,7 +232,7 @@ __global__ void __launch_bounds__(kThreads, strip_ctas_per_sm<R>()) fused_strip_
     const QuantSpec& s = c.spec;
     const TensorScale ts = load_tensor_scale(c);
     const int g = lane & 3, f = (lane >> 2) & 1;
-    const int gcb = static_cast<int>(strip % col_strips) * kStripCols + 16 * g;  // the block's first column
+    const int gcb = col_strip * kStripCols + 16 * g;  // the block's first column
     const bool bvalid = gcb < cols;
 #pragma unroll
     for (int u = 0; u < 2; ++u) {
@@ -248,7 +252,7 @@ __global__ void __launch_bounds__(kThreads, strip_ctas_per_sm<R>()) fused_strip_
         for (int g4 = 0; g4 < B / 4; ++g4) {
           const Philox4 w = philox_for_elements(s.seed, s.stream, s.step, static_cast<uint64_t>(i) + 4 * g4);
 #pragma unroll
-          for (int j = 0; j < 4; ++j) uw[4 * g4 + j] = uniform_from_word(w.w[j]);
+          for (int j = 0; j < 4; ++j) uw[4 * g4 + j] = uniform24(w.w[j]);
         }
       }
       uint32_t code[B];
@@ -284,7 +288,8 @@ void launch_strips(const FusedArgs& a, cudaStream_t stream) {
   if (nstrips > 0x7fffffff) throw std::invalid_argument("quantize_fused: tensor too large for one launch");
   auto* kernel = fused_strip_kernel<G, M, R, kRowCopy>;
   const int64_t ctas = resident_ctas(kernel, grid);  // persistent
-  kernel<<<static_cast<unsigned>(ctas), kThreads, 0, stream>>>(a, col_strips, static_cast<int>(nstrips));
+  kernel<<<static_cast<unsigned>(ctas), kThreads, 0, stream>>>(a, make_strip_divider(col_strips),
+                                                               static_cast<int>(nstrips));
   FP4_CUDA_CHECK(cudaGetLastError());
 }
 

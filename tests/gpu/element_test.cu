@@ -57,7 +57,7 @@ __global__ void check_nearest(int min_index, Report* r) {
 }
 
 // Every non-negative, non-NaN float x, each clip, one random u per x, u = 0 and the largest u: the
-// SR magnitude and its index.
+// SR magnitude (given u24 = u * 2^24, as the kernels pass it) and its index.
 template <Grid G>
 __global__ void check_stochastic(int min_index, Report* r) {
   for (uint64_t k = blockIdx.x * static_cast<uint64_t>(blockDim.x) + threadIdx.x; k <= 0x7f800000ull;
@@ -69,7 +69,7 @@ __global__ void check_stochastic(int min_index, Report* r) {
       const float us[3] = {u_rand, 0.0f, uniform_from_word(0xffffffffu)};
       for (float u : us) {
         const int want = round_stochastic_index(G, x, mi, u);
-        const float got = stochastic_magnitude<G>(x, gmax, u);
+        const float got = stochastic_magnitude<G>(x, gmax, u * 16777216.0f);
         if (float_bits(got) != float_bits(grid_magnitude(G, want)) || magnitude_index<G>(got) != want)
           report(r, k, static_cast<uint64_t>(mi));
       }
@@ -116,8 +116,8 @@ __global__ void check_division_pairs(Report* r) {
 }
 
 // The fast fp32 division over its whole range: random divisors in its range and quotients in
-// [2^-30, 8) must give exactly |v / s| (signed: v / s for round to nearest); tiny quotients must
-// agree with |v / s| on being zero and stay below 2^-28. The dividends: the product of a random
+// [2^-30, 8) must give exactly |v / s| (and v / s signed); tiny quotients must stay below 2^-28 in
+// magnitude (all that round to nearest and stochastic rounding with u >= 2^-24 need of them). The dividends: the product of a random
 // quotient and s, one ulp either side of it, or (the hard cases for a correctly rounded quotient)
 // within two ulps of the midpoint between the quotient and its successor times s.
 __global__ void check_division(uint64_t samples, Report* r) {
@@ -144,15 +144,12 @@ __global__ void check_division(uint64_t samples, Report* r) {
     if (!is_finite(v) || v == 0.0f) continue;
     const float want = abs_f(v / s);
     if (!(want < 16.0f)) continue;  // outside the fast path's domain (|v / s| <= G_max (1 + 2^-23) there)
-    if (abs_f(v) >= d.tiny_below) {
-      const float got_rn = fast_quotient_abs<false>(v, d), got_sr = fast_quotient_abs<true>(v, d);
-      if (float_bits(got_rn) != float_bits(want) || float_bits(got_sr) != float_bits(want) ||
-          float_bits(fast_quotient(v, d)) != float_bits(v / s))
+    const float got = fast_quotient_abs(v, d);
+    if (abs_f(v) >= s * 9.31322575e-10f /* 2^-30, exact scaling */) {
+      if (float_bits(got) != float_bits(want) || float_bits(fast_quotient(v, d)) != float_bits(v / s))
         report(r, float_bits(v), float_bits(s));
-    } else {
-      const float got_rn = fast_quotient_abs<false>(v, d), got_sr = fast_quotient_abs<true>(v, d);
-      if (!(got_rn < 3.7252903e-9f /* 2^-28 */) || (got_sr > 0.0f) != (want > 0.0f) || got_sr >= 3.7252903e-9f)
-        report(r, float_bits(v), float_bits(s));
+    } else if (!(got < 3.7252903e-9f /* 2^-28 */)) {
+      report(r, float_bits(v), float_bits(s));
     }
   }
 }
@@ -216,6 +213,45 @@ __global__ void check_elements(uint64_t samples, Report* r) {
   }
 }
 
+// Whole SR blocks through quantize_values (the kernels' per-block code) against quantize_element,
+// blocks made to hold what the fast path cannot round alone: values tiny against the block scale
+// (down to and past the point where |v| / s rounds to zero) and uniforms of 0 (a word below 256),
+// so that blocks with both must take the reference path; the rest are ordinary.
+template <Grid G, ScaleMode M>
+__global__ void check_sr_blocks(uint64_t samples, Report* r) {
+  constexpr int N = 16;
+  for (uint64_t k = blockIdx.x * static_cast<uint64_t>(blockDim.x) + threadIdx.x; k < samples;
+       k += static_cast<uint64_t>(gridDim.x) * blockDim.x) {
+    const Philox4 w = sample_words(k, 6);
+    const int max_index = G == Grid::e2m1 ? 4 + static_cast<int>(w.w[0] % 4u) : 1 + static_cast<int>(w.w[0] % 7u);
+    const float gmax = grid_magnitude(G, max_index);
+    const float amax_b = random_float(w.w[1], w.w[2], -40, 40, false);
+    float v[N], u24[N];
+    for (int j = 0; j < N; ++j) {
+      const Philox4 e = sample_words(k * N + j, 7);
+      const float frac = static_cast<float>(e.w[0] >> 8) * (1.0f / 16777216.0f);
+      v[j] = amax_b * frac * exp2_int(-static_cast<int>(e.w[1] % 161u));  // down to 2^-160 of amax
+      if ((e.w[1] & 0x70000u) == 0) v[j] = 0.0f;
+      if (e.w[2] & 1u) v[j] = -v[j];
+      u24[j] = uniform24(e.w[3]);
+      if ((e.w[2] & 0x1e0u) == 0 || ((w.w[3] & 7u) == 0 && j == static_cast<int>(w.w[3] >> 28))) u24[j] = 0.0f;
+    }
+    v[w.w[3] % N] = (w.w[3] & 0x100u) ? -amax_b : amax_b;
+    float amax = 0.0f;
+    for (int j = 0; j < N; ++j) amax = fmaxf(amax, fabsf(v[j]));
+    const TensorScale ts = make_tensor_scale(amax * 3.0f, gmax);
+    const BlockScale bs = make_block_scale(M, amax, gmax, ts);
+    float q[N];
+    uint32_t code[N];
+    for (int j = 0; j < N; ++j) q[j] = v[j];
+    quantize_values<N, G, Rounding::sr, M, true>(q, code, bs, true, max_index, [&](int j) { return u24[j]; });
+    for (int j = 0; j < N; ++j) {
+      const QuantizedElement want = quantize_element(v[j], bs, G, max_index, Rounding::sr, uniform_from_u24(u24[j]));
+      if (hw_float_to_bf16(q[j]) != want.out || code[j] != want.code) report(r, float_bits(v[j]), float_bits(amax));
+    }
+  }
+}
+
 // reciprocal_in_range against __frcp_rn on every float of [2^-60, 2^60] (the fast division's
 // divisors) and its negatives.
 __global__ void check_reciprocal(Report* r) {
@@ -257,6 +293,16 @@ __global__ void check_block_scale(const float* gmaxes, int n_gmax, const float* 
 }
 
 constexpr int kGrid = 132 * 16, kBlock = 256;
+
+template <Grid G, ScaleMode M>
+void check_sr_blocks_of() {
+  DeviceReport rep;
+  check_sr_blocks<G, M><<<kGrid, kBlock>>>(uint64_t{1} << 24, rep.get());
+  const Report r = rep.read();
+  INFO("grid " << static_cast<int>(G) << " scale " << static_cast<int>(M) << "; value / block amax as bits");
+  INFO(describe(r));
+  CHECK(r.mismatches == 0);
+}
 
 template <Grid G, Rounding R, ScaleMode M>
 void check_elements_of() {
@@ -337,6 +383,13 @@ TEST_CASE("gpu element rounding: whole elements equal quantize_element", "[gpu]"
   check_elements_of<Grid::e2m1, Rounding::sr, ScaleMode::e8m0>();
   check_elements_of<Grid::e1m2, Rounding::rn, ScaleMode::e8m0>();
   check_elements_of<Grid::e1m2, Rounding::sr, ScaleMode::e8m0>();
+}
+
+TEST_CASE("gpu element rounding: SR blocks with tiny values and zero uniforms equal quantize_element", "[gpu]") {
+  check_sr_blocks_of<Grid::e2m1, ScaleMode::fp32>();
+  check_sr_blocks_of<Grid::e1m2, ScaleMode::fp32>();
+  check_sr_blocks_of<Grid::e2m1, ScaleMode::e4m3x2>();
+  check_sr_blocks_of<Grid::e1m2, ScaleMode::e4m3x2>();
 }
 
 TEST_CASE("gpu element rounding: the range-checked reciprocal is __frcp_rn on its whole range", "[gpu]") {
