@@ -149,8 +149,21 @@ class Workspace {
     return storage_.get();
   }
 
+  // One device counter that is zero between calls: a kernel whose CTAs count themselves done on it
+  // (the last one then finishes the reduction) leaves it at zero again. Apart from the scratch
+  // bytes, which other calls overwrite; allocated on first use and zeroed on `stream` then, ahead
+  // of the kernel the caller launches there.
+  unsigned* zeroed_counter(cudaStream_t stream) {
+    if (counter_.size() == 0) {
+      counter_.reserve(1);
+      FP4_CUDA_CHECK(cudaMemsetAsync(counter_.get(), 0, sizeof(unsigned), stream));
+    }
+    return counter_.get();
+  }
+
  private:
   DeviceArray<unsigned char> storage_;
+  DeviceArray<unsigned> counter_;
 };
 
 }  // namespace fp4::cuda

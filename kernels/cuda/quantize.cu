@@ -2,9 +2,10 @@
 // fused quantize kernel itself is in quantize_kernels.cuh.
 //
 // e4m3x2 needs each copy's tensor amax before any block can be scaled: a first kernel reads x once
-// for both copies and leaves per-CTA maxima, a one-CTA kernel reduces them and makes the tensor
-// scales. Maxima of non-negative, non-NaN floats do not depend on the order of reduction, so the
-// result is deterministic (no atomics on floats).
+// for both copies and leaves per-CTA maxima, and its last CTA to finish (counted on the
+// workspace's zeroed counter) reduces them and makes the tensor scales. Maxima of non-negative,
+// non-NaN floats do not depend on the order of reduction, so the result is deterministic (the only
+// atomic is the integer count).
 #include "kernels/cuda/quantize.cuh"
 
 #include <algorithm>
@@ -72,9 +73,56 @@ __device__ void store_cta_maxima(float m_plain, float m_row, float m_col, float*
     for (int i = 0; i < 3; ++i) partials[blockIdx.x * 3 + i] = m[i];
 }
 
+struct FinalizeCopy {
+  bool present, rht, two_level;
+  float gmax;
+  float* amax_out;          // may be null
+  float* tensor_scale_out;  // may be null; written only for e4m3x2 (the quantize pass writes 1)
+};
+
+// What the amax pass's last CTA makes of the maxima: each copy's tensor scale (ts_out[0]: row copy,
+// ts_out[1]: column copy) and its amax / tensor_scale outputs.
+struct AmaxFinish {
+  FinalizeCopy row, col;
+  TensorScale* ts_out;
+  unsigned* done;  // Workspace::zeroed_counter: CTAs that have stored their maxima; left at 0
+};
+
+// Every CTA of an amax kernel ends here, after store_cta_maxima. Thread 0 makes its CTA's maxima
+// visible device-wide (the fence) before counting the CTA done; the CTA that counts last reads
+// every CTA's maxima (past L1, which never held them) and finishes: what a separate one-CTA kernel
+// did before, without its launch.
+__device__ void finish_amax(const float* partials, const AmaxFinish& f) {
+  __shared__ bool last;
+  __threadfence();
+  __syncthreads();  // also: thread 0 has read the first cta_max3's shared maxima before reuse
+  if (threadIdx.x == 0) last = atomicAdd(f.done, 1u) == gridDim.x - 1;
+  __syncthreads();
+  if (!last) return;
+  __threadfence();
+  float total[3] = {0.0f, 0.0f, 0.0f};
+  for (int i = threadIdx.x; i < static_cast<int>(gridDim.x); i += kThreads)
+#pragma unroll
+    for (int j = 0; j < 3; ++j) total[j] = fmaxf(total[j], __ldcg(partials + i * 3 + j));
+  cta_max3(total);
+  if (threadIdx.x != 0) return;
+  *f.done = 0;  // every other CTA has counted: the next pass starts from zero
+  const FinalizeCopy copies[2] = {f.row, f.col};
+  for (int i = 0; i < 2; ++i) {
+    const FinalizeCopy& c = copies[i];
+    if (!c.present) continue;
+    const float amax = c.rht ? total[1 + i] : total[0];
+    TensorScale ts{1.0f, 1.0f};
+    if (c.two_level) ts = make_tensor_scale(amax, c.gmax);
+    f.ts_out[i] = ts;
+    if (c.amax_out != nullptr) *c.amax_out = amax;
+    if (c.two_level && c.tensor_scale_out != nullptr) *c.tensor_scale_out = ts.dec;
+  }
+}
+
 // Per-CTA maxima over finite values, three of them: of |x|, of the row copy's values after its RHT
 // along rows, of the column copy's values after its RHT along columns. partials: [gridDim.x][3].
-__global__ void __launch_bounds__(kThreads) amax_kernel(const AmaxArgs a, float* partials) {
+__global__ void __launch_bounds__(kThreads) amax_kernel(const AmaxArgs a, float* partials, const AmaxFinish fin) {
   __shared__ __align__(16) bf16_t tile[16 * kPitch];
   float m_plain = 0.0f, m_row = 0.0f, m_col = 0.0f;
   for (int t = blockIdx.x; t < a.tiles; t += gridDim.x) {
@@ -115,6 +163,7 @@ __global__ void __launch_bounds__(kThreads) amax_kernel(const AmaxArgs a, float*
     __syncthreads();  // before the next tile overwrites this one
   }
   store_cta_maxima(m_plain, m_row, m_col, partials);
+  finish_amax(partials, fin);
 }
 
 // The same maxima when no column copy needs its RHT amax and cols % 16 == 0, without shared memory:
@@ -123,7 +172,8 @@ __global__ void __launch_bounds__(kThreads) amax_kernel(const AmaxArgs a, float*
 // partials[blockIdx.x][2] (the column maximum) is 0, as the tile kernel leaves it without col_rht.
 constexpr int kAmaxVecs = 4;
 __global__ void __launch_bounds__(kThreads) amax_rows_kernel(const bf16_t* x, int64_t nvec, bool row_rht,
-                                                             uint16_t row_signs, float* partials) {
+                                                             uint16_t row_signs, float* partials,
+                                                             const AmaxFinish fin) {
   float m_plain = 0.0f, m_row = 0.0f;
   const int64_t stride = static_cast<int64_t>(gridDim.x) * kThreads * kAmaxVecs;
   for (int64_t base = static_cast<int64_t>(blockIdx.x) * kThreads * kAmaxVecs + threadIdx.x; base < nvec;
@@ -153,6 +203,7 @@ __global__ void __launch_bounds__(kThreads) amax_rows_kernel(const bf16_t* x, in
     }
   }
   store_cta_maxima(m_plain, m_row, 0.0f, partials);  // no column RHT here: 0, as the tile kernel leaves it
+  finish_amax(partials, fin);
 }
 
 // The same maxima when only the column copy takes the RHT (the gradient's two copies under NVIDIA's
@@ -163,7 +214,8 @@ __global__ void __launch_bounds__(kThreads) amax_rows_kernel(const bf16_t* x, in
 // column vectors after the RHT. The row copy has no RHT, so partials[blockIdx.x][1] is 0, as the
 // tile kernel leaves it.
 __global__ void __launch_bounds__(kThreads) amax_cols_kernel(const bf16_t* x, int cols, int col_strips, int nstrips,
-                                                             uint16_t col_signs, float* partials) {
+                                                             uint16_t col_signs, float* partials,
+                                                             const AmaxFinish fin) {
   float m_plain = 0.0f, m_col = 0.0f;
   const int lane = threadIdx.x % 32;
   const int stride = static_cast<int>(gridDim.x) * kWarps;
@@ -189,36 +241,7 @@ __global__ void __launch_bounds__(kThreads) amax_cols_kernel(const bf16_t* x, in
     for (int r = 0; r < 16; ++r) m_col = max_abs_finite(max_abs_finite(m_col, v0[r]), v1[r]);
   }
   store_cta_maxima(m_plain, 0.0f, m_col, partials);  // no row RHT here: 0, as the tile kernel leaves it
-}
-
-struct FinalizeCopy {
-  bool present, rht, two_level;
-  float gmax;
-  float* amax_out;          // may be null
-  float* tensor_scale_out;  // may be null; written only for e4m3x2 (the quantize pass writes 1)
-};
-
-// One CTA: reduces the per-CTA maxima and makes each copy's tensor scale (ts_out[0]: row copy,
-// ts_out[1]: column copy).
-__global__ void __launch_bounds__(kThreads) finalize_amax_kernel(const float* partials, int n, FinalizeCopy row,
-                                                                 FinalizeCopy col, TensorScale* ts_out) {
-  float total[3] = {0.0f, 0.0f, 0.0f};
-  for (int i = threadIdx.x; i < n; i += kThreads)
-#pragma unroll
-    for (int j = 0; j < 3; ++j) total[j] = fmaxf(total[j], partials[i * 3 + j]);
-  cta_max3(total);
-  if (threadIdx.x != 0) return;
-  const FinalizeCopy copies[2] = {row, col};
-  for (int i = 0; i < 2; ++i) {
-    const FinalizeCopy& c = copies[i];
-    if (!c.present) continue;
-    const float amax = c.rht ? total[1 + i] : total[0];
-    TensorScale ts{1.0f, 1.0f};
-    if (c.two_level) ts = make_tensor_scale(amax, c.gmax);
-    ts_out[i] = ts;
-    if (c.amax_out != nullptr) *c.amax_out = amax;
-    if (c.two_level && c.tensor_scale_out != nullptr) *c.tensor_scale_out = ts.dec;
-  }
+  finish_amax(partials, fin);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -258,10 +281,10 @@ Source make_source(const bf16_t* x, int rows, int cols) {
   return Source{x, rows, cols, (cols + kTileCols - 1) / kTileCols, cols % 8 == 0};
 }
 
-// The amax pass: per-CTA maxima, then one CTA makes amax_t and the tensor scales (ts[0] for the row
-// copy, ts[1] for the column copy) and writes the copies' amax / tensor_scale outputs.
+// The amax pass: per-CTA maxima, then the last CTA makes amax_t and the tensor scales (ts[0] for the
+// row copy, ts[1] for the column copy) and writes the copies' amax / tensor_scale outputs.
 void launch_amax(const bf16_t* x, int rows, int cols, const CopyOut* row_copy, const CopyOut* col_copy,
-                 float* partials, TensorScale* ts, cudaStream_t stream) {
+                 float* partials, TensorScale* ts, unsigned* done, cudaStream_t stream) {
   AmaxArgs aa{};
   aa.src = make_source(x, rows, cols);
   aa.tiles = static_cast<int>((rows + 15) / 16 * static_cast<int64_t>(aa.src.col_tiles));
@@ -269,23 +292,6 @@ void launch_amax(const bf16_t* x, int rows, int cols, const CopyOut* row_copy, c
   aa.col_rht = col_copy != nullptr && col_copy->spec.rht;
   aa.row_signs = row_copy != nullptr ? row_copy->spec.rht_signs : 0;
   aa.col_signs = col_copy != nullptr ? col_copy->spec.rht_signs : 0;
-  int blocks = std::min(aa.tiles, kMaxAmaxBlocks);
-  if (!aa.col_rht && cols % 16 == 0) {
-    const int64_t nvec = static_cast<int64_t>(rows) * cols / 16;
-    blocks = static_cast<int>(std::min<int64_t>((nvec + kThreads * kAmaxVecs - 1) / (kThreads * kAmaxVecs), kMaxAmaxBlocks));
-    blocks = std::max(blocks, 1);
-    amax_rows_kernel<<<blocks, kThreads, 0, stream>>>(x, nvec, aa.row_rht, aa.row_signs, partials);
-  } else if (aa.col_rht && !aa.row_rht && rows % 16 == 0 && cols % 16 == 0) {
-    const int col_strips = (cols + 63) / 64;
-    const int64_t nstrips = static_cast<int64_t>(rows / 16) * col_strips;
-    if (nstrips > 0x7fffffff) throw std::invalid_argument("quantize_fused: tensor too large for one launch");
-    blocks = static_cast<int>(std::min<int64_t>((nstrips + kWarps - 1) / kWarps, kMaxAmaxBlocks));
-    amax_cols_kernel<<<blocks, kThreads, 0, stream>>>(x, cols, col_strips, static_cast<int>(nstrips), aa.col_signs,
-                                                      partials);
-  } else {
-    amax_kernel<<<blocks, kThreads, 0, stream>>>(aa, partials);
-  }
-  FP4_CUDA_CHECK(cudaGetLastError());
   auto fin = [](const CopyOut* c) {
     FinalizeCopy f{};
     f.present = c != nullptr;
@@ -297,7 +303,23 @@ void launch_amax(const bf16_t* x, int rows, int cols, const CopyOut* row_copy, c
     f.tensor_scale_out = c->tensor_scale;
     return f;
   };
-  finalize_amax_kernel<<<1, kThreads, 0, stream>>>(partials, blocks, fin(row_copy), fin(col_copy), ts);
+  const AmaxFinish finish{fin(row_copy), fin(col_copy), ts, done};
+  int blocks = std::min(aa.tiles, kMaxAmaxBlocks);
+  if (!aa.col_rht && cols % 16 == 0) {
+    const int64_t nvec = static_cast<int64_t>(rows) * cols / 16;
+    blocks = static_cast<int>(std::min<int64_t>((nvec + kThreads * kAmaxVecs - 1) / (kThreads * kAmaxVecs), kMaxAmaxBlocks));
+    blocks = std::max(blocks, 1);
+    amax_rows_kernel<<<blocks, kThreads, 0, stream>>>(x, nvec, aa.row_rht, aa.row_signs, partials, finish);
+  } else if (aa.col_rht && !aa.row_rht && rows % 16 == 0 && cols % 16 == 0) {
+    const int col_strips = (cols + 63) / 64;
+    const int64_t nstrips = static_cast<int64_t>(rows / 16) * col_strips;
+    if (nstrips > 0x7fffffff) throw std::invalid_argument("quantize_fused: tensor too large for one launch");
+    blocks = static_cast<int>(std::min<int64_t>((nstrips + kWarps - 1) / kWarps, kMaxAmaxBlocks));
+    amax_cols_kernel<<<blocks, kThreads, 0, stream>>>(x, cols, col_strips, static_cast<int>(nstrips), aa.col_signs,
+                                                      partials, finish);
+  } else {
+    amax_kernel<<<blocks, kThreads, 0, stream>>>(aa, partials, finish);
+  }
   FP4_CUDA_CHECK(cudaGetLastError());
 }
 
@@ -343,7 +365,7 @@ void quantize_fused(const bf16_t* x, int rows, int cols, const CopyOut* row_copy
 
   auto wants_amax = [](const CopyOut* c) { return c != nullptr && (two_level(c) || c->amax != nullptr); };
   if (wants_amax(row_copy) || wants_amax(col_copy))
-    launch_amax(x, rows, cols, row_copy, col_copy, partials, ts, stream);
+    launch_amax(x, rows, cols, row_copy, col_copy, partials, ts, workspace.zeroed_counter(stream), stream);
 
   if (row_copy != nullptr && col_copy != nullptr && row_copy->spec.block != col_copy->spec.block) {
     // Different block sizes need different tile heights: one launch each (x is read twice).
