@@ -303,6 +303,17 @@ __device__ __forceinline__ void block_scale_pair(const BlockScaler& k, float ama
 // One block's quantizer
 // ---------------------------------------------------------------------------------------------
 
+// numerics.h's quantize_element, out of line: the rare blocks' path (zero uniforms, scales outside
+// the fast division's range). Inlined at each of a kernel's call sites (a strip kernel quantizes
+// four blocks of 16 per strip, each with its own copy), the reference's IEEE division and branches
+// made up most of the SR strip kernel's machine code (167 KB for e2m1 with fp32 scales; 91 KB with
+// this call), whose hot path shares the instruction caches with it; a call per element costs
+// nothing where no block takes that path.
+__device__ __noinline__ inline QuantizedElement reference_element(float v, BlockScale bs, Grid g, int max_index,
+                                                                  Rounding rounding, float u) {
+  return quantize_element(v, bs, g, max_index, rounding, u);
+}
+
 // Everything a finite, non-zero block needs per element, fixed once per block. Built from
 // make_block_scale's result; `fast()` says whether the branch-free path is exact for this block
 // (always for e4m3x2 and e8m0; for fp32 when the scale is in the fast division's range).
@@ -377,8 +388,11 @@ struct BlockQuantizer {
     return r;
   }
 
-  // The reference path for blocks where !fast() (numerics.h as is).
+  // The reference path for blocks where !fast() (numerics.h as is); out of line for SR (see
+  // reference_element). The RN kernels keep it inline: at their 80-register cap (three CTAs a SM)
+  // the call's saved registers spilled.
   __device__ __forceinline__ QuantizedElement reference(float v, float u) const {
+    if constexpr (R == Rounding::sr) return reference_element(v, bs, G, max_index, R, u);
     return quantize_element(v, bs, G, max_index, R, u);
   }
 };

@@ -234,7 +234,7 @@ __global__ void __launch_bounds__(kThreads, strip_ctas_per_sm<R>()) fused_strip_
     const int g = lane & 3, f = (lane >> 2) & 1;
     const int gcb = col_strip * kStripCols + 16 * g;  // the block's first column
     const bool bvalid = gcb < cols;
-#pragma unroll
+#pragma unroll(R == Rounding::sr ? 1 : 2)
     for (int u = 0; u < 2; ++u) {
       const int r = 2 * (lane >> 2) + u;
       float v[B];
