@@ -6,8 +6,11 @@ The run must have one micro-step per optimizer step (bench/gpu_step_profile.sh s
 step taken is the second one: the kernels after the first step's last AdamW launch up to and
 including the second step's last AdamW launch. Kernels of the optimizer phase (gradient norm,
 AdamW) run once per step; all others once per micro-step, so they are weighed by --micro-steps
-to stand for a step of that many micro-steps. Prints a Markdown table: category, ms per step,
-share, launches per step; then the ten kernels that take the most time.
+to stand for a step of that many micro-steps. Under a 4-bit recipe that over-weighs the weights'
+quantized copies (and, under e4m3x2 recipes, their amax passes), which are made once per optimizer
+step: their kernels share names with the activations' copies, so the table cannot tell them
+apart; the step times of bench/gpu_train.sh are the real ones. Prints a Markdown table: category,
+ms per step, share, launches per step; then the ten kernels that take the most time.
 """
 import argparse
 import csv
