@@ -152,7 +152,10 @@ class Workspace {
   // One device counter that is zero between calls: a kernel whose CTAs count themselves done on it
   // (the last one then finishes the reduction) leaves it at zero again. Apart from the scratch
   // bytes, which other calls overwrite; allocated on first use and zeroed on `stream` then, ahead
-  // of the kernel the caller launches there.
+  // of the kernel the caller launches there. Like the scratch bytes, it is first used outside a
+  // stream capture (the engine runs each shape's first pass directly, then captures the next):
+  // a first use inside a capture would put the zeroing into the graph, so the counter would be
+  // zero only once that graph had run.
   unsigned* zeroed_counter(cudaStream_t stream) {
     if (counter_.size() == 0) {
       counter_.reserve(1);
