@@ -1,6 +1,11 @@
 // strip_divider.h — n / d for 0 <= n < 2^31 by one multiply and one shift, for the strip kernels
 // (quantize_rows.cu), which split each strip index into (row strip, column strip) twice per strip:
 // an integer division by a runtime divisor compiles to some 30 instructions on sm_90.
+// plain_strip_kernel (quantize_strips_plain.cu) instead walks its strips (locate once, then add the
+// stride's position and carry), which keeps the walk's state in registers across its loop; it runs
+// one CTA a SM with registers to spare. fused_strip_kernel's RN instances are at their 80-register
+// cap (three CTAs a SM): carrying that walk spilled 22-48 bytes in its four fp32 RN instances,
+// while the divider's constants live in the parameter bank and hold no register across the loop.
 //
 // The round-up method: with c = ceil(log2 d), k = 31 + c and m = ceil(2^k / d),
 // floor(n * m / 2^k) = floor(n / d) for every n < 2^31, since n * m / 2^k = n / d + n * e / (d 2^k)
