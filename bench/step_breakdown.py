@@ -2,15 +2,19 @@
 """Groups an Nsight Compute CSV (metric gpu__time_duration.sum, one row per kernel launch) of a
 short `fp4lab train --device cuda` run into the GPU time of one optimizer step.
 
-The run must have one micro-step per optimizer step (bench/gpu_step_profile.sh sets that up). The
-step taken is the second one: the kernels after the first step's last AdamW launch up to and
-including the second step's last AdamW launch. Kernels of the optimizer phase (gradient norm,
-AdamW) run once per step; all others once per micro-step, so they are weighed by --micro-steps
-to stand for a step of that many micro-steps. Under a 4-bit recipe that over-weighs the weights'
-quantized copies (and, under e4m3x2 recipes, their amax passes), which are made once per optimizer
-step: their kernels share names with the activations' copies, so the table cannot tell them
-apart; the step times of bench/gpu_train.sh are the real ones. Prints a Markdown table: category,
-ms per step, share, launches per step; then the ten kernels that take the most time.
+The step taken is the run's second one: the kernels after the first step's last AdamW launch up to
+and including the second step's last AdamW launch. A step of the profiled run holds
+--profiled-passes training passes (micro-steps; bench/gpu_step_profile.sh runs 2), each starting
+at its embedding_forward_kernel launch. What runs once per optimizer step is counted once: the
+optimizer phase (gradient norm, AdamW) and the step's first pass, which also makes the weights'
+bf16 copy and, under a 4-bit recipe, their quantized copies (with e4m3x2, their amax passes). The
+step's last pass, which makes none of those, stands for each of the other --micro-steps - 1
+passes of the step the table describes. So with 2 profiled passes the table is exact; with 1 (the
+older profiles) every pass is weighed --micro-steps times, which over-weighs the weights' copies,
+whose kernels share names with the activations' copies.
+
+Prints a Markdown table: category, ms per step, share, launches per step; then the twelve kernels
+that take the most time.
 """
 import argparse
 import csv
@@ -66,8 +70,12 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("csv")
     parser.add_argument("--micro-steps", type=int, default=8)
+    parser.add_argument("--profiled-passes", type=int, default=1,
+                        help="training passes per optimizer step in the profiled run")
     parser.add_argument("--title", default="")
     args = parser.parse_args()
+    if not 1 <= args.profiled_passes <= args.micro_steps:
+        sys.exit("--profiled-passes must be at least 1 and at most --micro-steps")
     launches = read_launches(args.csv)
     if not launches:
         sys.exit(f"{args.csv}: no gpu__time_duration.sum rows; see the .err file beside it")
@@ -82,12 +90,23 @@ def main():
     if len(ends) < 2:
         sys.exit(f"{args.csv}: found {len(ends)} optimizer step(s) among {len(launches)} launches; need 2")
     step = launches[ends[0] + 1: ends[1] + 1]
+    starts = [i for i, (name, _) in enumerate(step) if name == "embedding_forward_kernel"]
+    if len(starts) != args.profiled_passes:
+        sys.exit(f"{args.csv}: the second step holds {len(starts)} training passes "
+                 f"(embedding_forward_kernel launches), expected --profiled-passes {args.profiled_passes}")
     ms = defaultdict(float)
     count = defaultdict(int)
     per_kernel = defaultdict(float)
-    for name, t in step:
+    for i, (name, t) in enumerate(step):
         label = category(name)
-        weight = 1 if label.startswith("optimizer") else args.micro_steps
+        if label.startswith("optimizer"):
+            weight = 1  # once per step
+        elif args.profiled_passes == 1:
+            weight = args.micro_steps  # one pass a step profiled: every pass weighed alike
+        elif i >= starts[-1]:
+            weight = args.micro_steps - (args.profiled_passes - 1)  # the last pass stands for the rest
+        else:
+            weight = 1  # the first pass (it makes the weight copies) and any middle one
         ms[label] += weight * t
         count[label] += weight
         per_kernel[name] += weight * t
