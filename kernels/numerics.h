@@ -329,9 +329,11 @@ constexpr int kRhtSize = 16;
 constexpr uint16_t kRhtFixedSigns = (1u << 3) | (1u << 5) | (1u << 6) | (1u << 7) | (1u << 8) |
                                     (1u << 9) | (1u << 10) | (1u << 12) | (1u << 14) | (1u << 15);
 
-// v' = 1/4 * FWHT16(v ⊙ sigma), in place, fp32. Stages h = 1, 2, 4, 8; (a, b) -> (a + b, a - b).
-// The 1/4 is a power of two: exact except where a result is subnormal, identical on both sides.
-FP4_HD void rht16(float* v, uint16_t signs) {
+// FWHT16(v ⊙ sigma), in place, fp32, without the 1/4: the signs, then stages h = 1, 2, 4, 8,
+// (a, b) -> (a + b, a - b). rht16 is this followed by the 1/4; a tensor amax takes the maximum of
+// these unscaled values and scales it once (max_j RN(y_j / 4) = RN(max_j y_j / 4): rounding is
+// monotone), which is the same bits as the maximum of rht16's outputs.
+FP4_HD void fwht16_signed(float* v, uint16_t signs) {
 #if defined(__CUDA_ARCH__)
 #pragma unroll
 #endif
@@ -351,6 +353,12 @@ FP4_HD void rht16(float* v, uint16_t signs) {
       v[i + h] = a - b;
     }
   }
+}
+
+// v' = 1/4 * FWHT16(v ⊙ sigma), in place, fp32. Stages h = 1, 2, 4, 8; (a, b) -> (a + b, a - b).
+// The 1/4 is a power of two: exact except where a result is subnormal, identical on both sides.
+FP4_HD void rht16(float* v, uint16_t signs) {
+  fwht16_signed(v, signs);
 #if defined(__CUDA_ARCH__)
 #pragma unroll
 #endif

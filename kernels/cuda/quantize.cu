@@ -120,11 +120,39 @@ __device__ void finish_amax(const float* partials, const AmaxFinish& f) {
   }
 }
 
-// Per-CTA maxima over finite values, three of them: of |x|, of the row copy's values after its RHT
-// along rows, of the column copy's values after its RHT along columns. partials: [gridDim.x][3].
-__global__ void __launch_bounds__(kThreads) amax_kernel(const AmaxArgs a, float* partials, const AmaxFinish fin) {
-  __shared__ __align__(16) bf16_t tile[16 * kPitch];
-  float m_plain = 0.0f, m_row = 0.0f, m_col = 0.0f;
+// The amax kernels' running maxima, over finite values (a tensor amax ignores NaN and infinities):
+// of |x|, of the row copy's values after its RHT along rows, of the column copy's values after its
+// RHT along columns. The RHT maxima are taken over the butterfly's unscaled outputs
+// (fwht16_signed) and scaled by 1/4 once, at the end: the same bits as the maximum of rht16's
+// outputs (numerics.h), one multiply a value fewer.
+//
+// Each value costs one instruction, in two passes when needed: the fast pass takes fmaxf of |v|,
+// which drops NaNs (fmaxf returns the other operand) but keeps infinities, so its maximum equals
+// the maximum over finite values whenever it is finite. A thread (or, in the tile kernel, a CTA)
+// whose fast maxima are not all finite — an infinity among its values, or a butterfly that
+// overflowed fp32 — takes its values again with the exact step (max_abs_finite: a test and a
+// select a value more). Training's tensors hold no infinity, so the exact pass does not run there.
+struct AmaxMaxima {
+  float plain = 0.0f, row = 0.0f, col = 0.0f;  // row, col: before the RHT's 1/4
+  __device__ bool finite() const { return plain < kInf && row < kInf && col < kInf; }
+  static constexpr float kInf = __builtin_huge_valf();
+};
+
+template <bool kExact>
+__device__ __forceinline__ float amax_step(float m, float v) {
+  if constexpr (kExact) return max_abs_finite(m, v);
+  else return fmaxf(m, fabsf(v));
+}
+
+// This CTA's row of partials ([gridDim.x][3]), with the RHT maxima scaled by their 1/4.
+__device__ void store_amax_maxima(const AmaxMaxima& m, float* partials) {
+  store_cta_maxima(m.plain, m.row * 0.25f, m.col * 0.25f, partials);
+}
+
+// The tile kernel's maxima over this CTA's tiles (every thread of the CTA calls it: barriers).
+template <bool kExact>
+__device__ AmaxMaxima amax_tiles(const AmaxArgs& a, bf16_t* tile) {
+  AmaxMaxima m;
   for (int t = blockIdx.x; t < a.tiles; t += gridDim.x) {
     const int r0 = (t / a.src.col_tiles) * 16, c0 = (t % a.src.col_tiles) * kTileCols;
     load_tile<16>(a.src, r0, c0, tile);
@@ -138,11 +166,11 @@ __global__ void __launch_bounds__(kThreads) amax_kernel(const AmaxArgs a, float*
       unpack8(*reinterpret_cast<const uint4*>(p), v);
       unpack8(*reinterpret_cast<const uint4*>(p + 8), v + 8);
 #pragma unroll
-      for (int j = 0; j < 16; ++j) m_plain = max_abs_finite(m_plain, v[j]);
+      for (int j = 0; j < 16; ++j) m.plain = amax_step<kExact>(m.plain, v[j]);
       if (a.row_rht) {
-        rht16(v, a.row_signs);
+        fwht16_signed(v, a.row_signs);
 #pragma unroll
-        for (int j = 0; j < 16; ++j) m_row = max_abs_finite(m_row, v[j]);
+        for (int j = 0; j < 16; ++j) m.row = amax_step<kExact>(m.row, v[j]);
       }
     }
     if (a.col_rht) {
@@ -152,17 +180,25 @@ __global__ void __launch_bounds__(kThreads) amax_kernel(const AmaxArgs a, float*
 #pragma unroll
       for (int r = 0; r < 16; ++r) {
         const uint32_t w = *reinterpret_cast<const uint32_t*>(tile + r * kPitch + lc);
-        v0[r] = bf16_to_float(static_cast<bf16_t>(w & 0xffffu));
-        v1[r] = bf16_to_float(static_cast<bf16_t>(w >> 16));
+        v0[r] = bits_float(w << 16);
+        v1[r] = bits_float(w & 0xffff0000u);
       }
-      rht16(v0, a.col_signs);
-      rht16(v1, a.col_signs);
+      fwht16_signed(v0, a.col_signs);
+      fwht16_signed(v1, a.col_signs);
 #pragma unroll
-      for (int r = 0; r < 16; ++r) m_col = max_abs_finite(max_abs_finite(m_col, v0[r]), v1[r]);
+      for (int r = 0; r < 16; ++r) m.col = amax_step<kExact>(amax_step<kExact>(m.col, v0[r]), v1[r]);
     }
     __syncthreads();  // before the next tile overwrites this one
   }
-  store_cta_maxima(m_plain, m_row, m_col, partials);
+  return m;
+}
+
+// Per-CTA maxima through a shared tile, for any shape and either RHT. partials: [gridDim.x][3].
+__global__ void __launch_bounds__(kThreads) amax_kernel(const AmaxArgs a, float* partials, const AmaxFinish fin) {
+  __shared__ __align__(16) bf16_t tile[16 * kPitch];
+  AmaxMaxima m = amax_tiles<false>(a, tile);
+  if (__syncthreads_or(!m.finite())) m = amax_tiles<true>(a, tile);
+  store_amax_maxima(m, partials);
   finish_amax(partials, fin);
 }
 
@@ -171,10 +207,9 @@ __global__ void __launch_bounds__(kThreads) amax_kernel(const AmaxArgs a, float*
 // and each thread reads whole vectors (two 16-byte loads each, kAmaxVecs vectors issued at once).
 // partials[blockIdx.x][2] (the column maximum) is 0, as the tile kernel leaves it without col_rht.
 constexpr int kAmaxVecs = 4;
-__global__ void __launch_bounds__(kThreads) amax_rows_kernel(const bf16_t* x, int64_t nvec, bool row_rht,
-                                                             uint16_t row_signs, float* partials,
-                                                             const AmaxFinish fin) {
-  float m_plain = 0.0f, m_row = 0.0f;
+template <bool kExact>
+__device__ AmaxMaxima amax_row_vectors(const bf16_t* x, int64_t nvec, bool row_rht, uint16_t row_signs) {
+  AmaxMaxima m;
   const int64_t stride = static_cast<int64_t>(gridDim.x) * kThreads * kAmaxVecs;
   for (int64_t base = static_cast<int64_t>(blockIdx.x) * kThreads * kAmaxVecs + threadIdx.x; base < nvec;
        base += stride) {
@@ -194,15 +229,23 @@ __global__ void __launch_bounds__(kThreads) amax_rows_kernel(const bf16_t* x, in
       unpack8(raw[u][0], v);
       unpack8(raw[u][1], v + 8);
 #pragma unroll
-      for (int j = 0; j < 16; ++j) m_plain = max_abs_finite(m_plain, v[j]);
+      for (int j = 0; j < 16; ++j) m.plain = amax_step<kExact>(m.plain, v[j]);
       if (row_rht) {
-        rht16(v, row_signs);
+        fwht16_signed(v, row_signs);
 #pragma unroll
-        for (int j = 0; j < 16; ++j) m_row = max_abs_finite(m_row, v[j]);
+        for (int j = 0; j < 16; ++j) m.row = amax_step<kExact>(m.row, v[j]);
       }
     }
   }
-  store_cta_maxima(m_plain, m_row, 0.0f, partials);  // no column RHT here: 0, as the tile kernel leaves it
+  return m;
+}
+
+__global__ void __launch_bounds__(kThreads) amax_rows_kernel(const bf16_t* x, int64_t nvec, bool row_rht,
+                                                             uint16_t row_signs, float* partials,
+                                                             const AmaxFinish fin) {
+  AmaxMaxima m = amax_row_vectors<false>(x, nvec, row_rht, row_signs);
+  if (!m.finite()) m = amax_row_vectors<true>(x, nvec, row_rht, row_signs);
+  store_amax_maxima(m, partials);  // no column RHT here: 0, as the tile kernel leaves it
   finish_amax(partials, fin);
 }
 
@@ -213,10 +256,9 @@ __global__ void __launch_bounds__(kThreads) amax_rows_kernel(const bf16_t* x, in
 // contiguous bytes across the warp, all 16 in flight at once): |x| of both, and their two 16-element
 // column vectors after the RHT. The row copy has no RHT, so partials[blockIdx.x][1] is 0, as the
 // tile kernel leaves it.
-__global__ void __launch_bounds__(kThreads) amax_cols_kernel(const bf16_t* x, int cols, int col_strips, int nstrips,
-                                                             uint16_t col_signs, float* partials,
-                                                             const AmaxFinish fin) {
-  float m_plain = 0.0f, m_col = 0.0f;
+template <bool kExact>
+__device__ AmaxMaxima amax_col_strips(const bf16_t* x, int cols, int col_strips, int nstrips, uint16_t col_signs) {
+  AmaxMaxima m;
   const int lane = threadIdx.x % 32;
   const int stride = static_cast<int>(gridDim.x) * kWarps;
   for (int strip = static_cast<int>(blockIdx.x) * kWarps + static_cast<int>(threadIdx.x) / 32; strip < nstrips;
@@ -233,14 +275,22 @@ __global__ void __launch_bounds__(kThreads) amax_cols_kernel(const bf16_t* x, in
     for (int r = 0; r < 16; ++r) {
       v0[r] = bits_float(w[r] << 16);  // column c (the low half), as bf16_to_float
       v1[r] = bits_float(w[r] & 0xffff0000u);
-      m_plain = max_abs_finite(max_abs_finite(m_plain, v0[r]), v1[r]);
+      m.plain = amax_step<kExact>(amax_step<kExact>(m.plain, v0[r]), v1[r]);
     }
-    rht16(v0, col_signs);
-    rht16(v1, col_signs);
+    fwht16_signed(v0, col_signs);
+    fwht16_signed(v1, col_signs);
 #pragma unroll
-    for (int r = 0; r < 16; ++r) m_col = max_abs_finite(max_abs_finite(m_col, v0[r]), v1[r]);
+    for (int r = 0; r < 16; ++r) m.col = amax_step<kExact>(amax_step<kExact>(m.col, v0[r]), v1[r]);
   }
-  store_cta_maxima(m_plain, 0.0f, m_col, partials);  // no row RHT here: 0, as the tile kernel leaves it
+  return m;
+}
+
+__global__ void __launch_bounds__(kThreads) amax_cols_kernel(const bf16_t* x, int cols, int col_strips, int nstrips,
+                                                             uint16_t col_signs, float* partials,
+                                                             const AmaxFinish fin) {
+  AmaxMaxima m = amax_col_strips<false>(x, cols, col_strips, nstrips, col_signs);
+  if (!m.finite()) m = amax_col_strips<true>(x, cols, col_strips, nstrips, col_signs);
+  store_amax_maxima(m, partials);  // no row RHT here: 0, as the tile kernel leaves it
   finish_amax(partials, fin);
 }
 

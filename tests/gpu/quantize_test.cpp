@@ -559,3 +559,71 @@ TEST_CASE("gpu quantizer: blocks whose RHT overflows fp32 are non-finite, as in 
       }
   }
 }
+
+TEST_CASE("gpu quantizer: the tensor amax ignores NaNs and infinities on each amax kernel's fast and exact paths",
+          "[gpu]") {
+  // The amax pass (quantize.cu) takes each thread's maxima with one fmaxf a value, which drops NaNs
+  // but keeps infinities, and takes a thread's (the tile kernel: a CTA's) values again with the
+  // finite-only step when its maxima are not finite; the RHT maxima are taken before the 1/4 and
+  // scaled once. Each of its three kernels meets, on a tensor large enough for many CTAs: NaNs
+  // alone (the fast path must drop them), NaNs and one infinity in one CTA's share, finite values
+  // whose butterfly overflows in a few 16-vectors, and subnormal values only (the 1/4 of the
+  // maximum rounds as the maximum of the rounded values). The tensor scale and amax must equal the
+  // reference's bit for bit.
+  const int rows = 1024, cols = 512;
+  const size_t n = static_cast<size_t>(rows) * cols;
+  auto nans = [&](uint64_t seed) {
+    std::vector<bf16_t> x = make_input(rows, cols, Dist::gaussian, seed);
+    for (size_t i = 7; i < n; i += 40009) x[i] = (i & 1) ? kBf16QuietNaN : bf16_t{0xffc1};
+    return x;
+  };
+  std::vector<std::pair<const char*, std::vector<bf16_t>>> inputs;
+  inputs.emplace_back("NaNs only", nans(31));
+  {
+    std::vector<bf16_t> x = nans(32);
+    x[n / 2 + 3 * cols + 5] = 0x7f80;  // +Inf
+    x[n / 2 + 9 * cols + 6] = 0xff80;  // -Inf, in the same CTA's share
+    inputs.emplace_back("NaNs and infinities", x);
+  }
+  {
+    std::vector<bf16_t> x = make_input(rows, cols, Dist::gaussian, 33);
+    // Two 16-vectors along a row and two along a column whose butterflies overflow fp32.
+    for (int j = 0; j < 16; ++j) {
+      x[static_cast<size_t>(100) * cols + 32 + j] = float_to_bf16(std::ldexp(1.5f, 126));
+      x[static_cast<size_t>(800) * cols + 480 + j] = float_to_bf16(std::ldexp(-1.75f, 126));
+      x[static_cast<size_t>(208 + j) * cols + 66] = float_to_bf16(std::ldexp(1.25f, 126));
+      x[static_cast<size_t>(512 + j) * cols + 301] = float_to_bf16(std::ldexp(-1.5f, 126));
+    }
+    inputs.emplace_back("RHT overflow", x);
+  }
+  inputs.emplace_back("subnormal", make_input(rows, cols, Dist::tiny, 34));
+
+  const Preset& nv = kPresets[2];      // e4m3x2: the amax pass always runs
+  const Preset& uni = kPresets[4];     // ufp4-e4m3: the RHT on both copies
+  const Variant plain{false, Rounding::rn, false}, rht{true, Rounding::sr, false};
+  for (const auto& [name, x] : inputs) {
+    INFO(name);
+    // amax_rows_kernel: the row copy alone, without and with its RHT.
+    compare(x, rows, cols, make_spec(nv, BlockAlong::row, plain), make_spec(nv, BlockAlong::column, plain), true,
+            "amax_rows_kernel, no RHT");
+    for (const Variant& v : {plain, rht}) {
+      const QuantSpec rs = make_spec(nv, BlockAlong::row, v);
+      INFO("amax_rows_kernel, row copy alone, " << describe(rs));
+      const GpuResult got = run_gpu(x, rows, cols, &rs, nullptr, true, false);
+      check_copy(cpu::quantize(x.data(), rows, cols, rs), *got.row, true);
+    }
+    // amax_cols_kernel: the RHT on the column copy alone (NVIDIA's gradient copies), and the column
+    // copy alone with its RHT.
+    compare(x, rows, cols, make_spec(nv, BlockAlong::row, plain), make_spec(nv, BlockAlong::column, rht), true,
+            "amax_cols_kernel", false);
+    {
+      const QuantSpec cs = make_spec(nv, BlockAlong::column, rht);
+      INFO("amax_cols_kernel, column copy alone");
+      const GpuResult got = run_gpu(x, rows, cols, nullptr, &cs, true, false);
+      check_copy(cpu::quantize(x.data(), rows, cols, cs), *got.col, true);
+    }
+    // amax_kernel (the tile kernel): the RHT on both copies.
+    compare(x, rows, cols, make_spec(uni, BlockAlong::row, rht), make_spec(uni, BlockAlong::column, rht), true,
+            "amax_kernel", false);
+  }
+}
