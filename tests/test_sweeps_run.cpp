@@ -76,6 +76,18 @@ std::vector<pid_t> live_trainers(const fs::path& run_root) {
   return pids;
 }
 
+// Runs under `run_root` whose trainer has written a train row. train() installs the trainer's stop
+// handler before anything else, so such a trainer checkpoints on a SIGTERM; one still starting up
+// (loading its libraries) dies of it, with nothing trained and nothing to checkpoint.
+int runs_with_train_rows(const fs::path& run_root) {
+  int runs = 0;
+  std::error_code ec;
+  if (!fs::is_directory(run_root, ec)) return 0;
+  for (const auto& d : fs::directory_iterator(run_root, ec))
+    runs += fp4::test::slurp(d.path() / "metrics.jsonl").find("\"kind\":\"train\"") != std::string::npos;
+  return runs;
+}
+
 // Train rows written under `run_root` so far, re-done steps included: the sweep's progress clock.
 int64_t train_rows(const fs::path& run_root) {
   int64_t rows = 0;
@@ -251,12 +263,13 @@ TEST_CASE("Ctrl-C stops a sweep cleanly and the rerun finishes it", "[sweeps][sw
   ScratchDir dir;
   const fs::path toml = fp4::test::write_tiny_grid(dir.path(), "stop", "recipe = [\"bf16\", \"ufp4\"]\ntokens = [6400]\n");
   const pid_t orch = fp4::test::start_fp4lab({"sweep", "run", "--plain", toml.string()}, dir / "stop.log");
-  // Wait until both runs have trained a little, then interrupt as a terminal would.
-  for (int i = 0; i < 200 && fp4::test::slurp(dir / "stop.log").find("resume") == std::string::npos; ++i) {
+  // Wait until both runs have trained a step, then interrupt as a terminal would. Waiting for the
+  // processes alone (and a fixed pause) was not enough on a loaded machine: a trainer still loading
+  // its libraries when the orchestrator's SIGTERM came died of it, leaving no checkpoint to check.
+  // On a slow machine this waits longer; if both runs finish first, the checks below still hold.
+  for (int i = 0; i < 6000 && runs_with_train_rows(dir / "stop-runs") < 2; ++i)
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    if (live_trainers(dir / "stop-runs").size() == 2) break;
-  }
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  REQUIRE(runs_with_train_rows(dir / "stop-runs") == 2);
   ::kill(orch, SIGINT);
   const int code = fp4::test::wait_fp4lab(orch);
   INFO(fp4::test::slurp(dir / "stop.log"));
