@@ -281,7 +281,15 @@ void CudaModel::linear_forward(const model::StepContext& ctx, int block, int pos
   const QuantSpec sw = engine::site_slot_spec(s, engine::Slot::fprop_w);
   cuda::CopyOut cx = copy_out(sx, q_a_.get(), ts + 0);
   if (probe_ != nullptr) cx.codes = probe_codes_a_.get();
-  quantize_copies(xb, t, k, &cx, nullptr, nonfinite_.get(), ws_quant_, stream_);
+  if (pass_backward_ && probe_ == nullptr) {
+    // The weight gradient's copy of X from this same read of X, kept for the backward (x_col_).
+    const int id = 4 * block + pos;
+    const cuda::CopyOut cxw =
+        copy_out(engine::site_slot_spec(s, engine::Slot::wgrad_x), x_col_[id]->get(), x_col_ts_.get() + id);
+    quantize_copies(xb, t, k, &cx, &cxw, nonfinite_.get(), ws_quant_, stream_);
+  } else {
+    quantize_copies(xb, t, k, &cx, nullptr, nonfinite_.get(), ws_quant_, stream_);
+  }
   if (probe_ != nullptr) measure(s, engine::Slot::fprop_x, xb, t, k, cx);
   const float* ts_w = nullptr;
   const bf16_t* qw = probe_ != nullptr ? probe_weight_copy(s, block, pos, engine::Slot::fprop_w, sw, &ts_w)
@@ -316,7 +324,15 @@ void CudaModel::linear_backward(const model::StepContext& ctx, int block, int po
   }
   // dY's two copies (dgrad's along N, wgrad's along T) come from one read of dY.
   quantize_copies(dyb, t, n, &c_dy_d, &c_dy_w, nonfinite_.get(), ws_quant_, stream_);
-  quantize_copies(xb, t, k, &c_x_w, nullptr, nonfinite_.get(), ws_quant_, stream_);
+  // X's weight-gradient copy: made by the forward of a training pass (x_col_), here for a probe.
+  const bf16_t* qx = q_d_.get();
+  const float* ts_x = ts + 3;
+  if (probe_ == nullptr) {
+    qx = x_col_[4 * block + pos]->get();
+    ts_x = x_col_ts_.get() + 4 * block + pos;
+  } else {
+    quantize_copies(xb, t, k, &c_x_w, nullptr, nonfinite_.get(), ws_quant_, stream_);
+  }
   if (probe_ != nullptr) measure(s, engine::Slot::dgrad_dy, dyb, t, n, c_dy_d);
   const float* ts_w = nullptr;
   const bf16_t* qw = probe_ != nullptr ? probe_weight_copy(s, block, pos, engine::Slot::dgrad_w, s_w_d, &ts_w)
@@ -333,8 +349,8 @@ void CudaModel::linear_backward(const model::StepContext& ctx, int block, int po
   // differently from its host-scalar one in the last bit of some outputs (tests/gpu/ops_test.cpp):
   // still deterministic, and within the tolerance the GPU-vs-CPU tests hold (the GEMMs' sums run in
   // another order than the CPU's anyway). Its own alpha slot: dgrad's may still be pending.
-  const float* alpha_w = alpha_of(s_dy_w, ts + 2, s_x_w, ts + 3, scalars_.get() + 3);
-  weight_gradient(n, k, alpha_w, q_c_.get(), q_d_.get(), dw);
+  const float* alpha_w = alpha_of(s_dy_w, ts + 2, s_x_w, ts_x, scalars_.get() + 3);
+  weight_gradient(n, k, alpha_w, q_c_.get(), qx, dw);
 }
 
 // ---- Passes --------------------------------------------------------------------------------------
@@ -442,6 +458,15 @@ void CudaModel::prepare(const model::Batch& batch) {
     q_a_.reserve(r * std::max(widest_k, widest_n));  // X (fprop) or dY (dgrad)
     q_c_.reserve(r * widest_n);
     q_d_.reserve(r * widest_k);
+    // Each quantized linear's wgrad_x copy, kept from the forward to the backward.
+    if (static_cast<int>(x_col_.size()) != 4 * L) {
+      x_col_.clear();
+      for (int i = 0; i < 4 * L; ++i) x_col_.push_back(std::make_unique<DeviceArray<bf16_t>>());
+    }
+    for (int l = 0; l < L; ++l)
+      for (int pos = 0; pos < 4; ++pos)
+        if (!keep_bf16_[l]) x_col_[4 * l + pos]->reserve(r * static_cast<size_t>(weight_view(l, pos).shape[1]));
+    x_col_ts_.reserve(static_cast<size_t>(4 * L));
   }
   head_w_.reserve(static_cast<size_t>(V) * d);
   size_t wgrad_floats = 0;
@@ -496,6 +521,7 @@ double CudaModel::run(const model::StepContext& ctx, bool backward, float grad_s
 }
 
 void CudaModel::enqueue_pass(const model::StepContext& ctx, bool backward, float grad_scale) {
+  pass_backward_ = backward;  // linear_forward then makes X's weight-gradient copies too (x_col_)
   const model::ModelConfig& c = config();
   const int L = c.n_layers, d = c.d_model, f = c.d_ff, V = c.vocab_size;
   const int H = c.n_heads, hd = c.head_dim, R = rows_, B = batch_, S = seq_;

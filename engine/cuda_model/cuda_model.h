@@ -314,6 +314,16 @@ class CudaModel {
   cuda::Workspace ws_flash_;
   DeviceArray<bf16_t> q_a_, q_c_, q_d_;  // dequantized copies of the activation and gradient slots
   DeviceArray<float> tensor_scales_;    // 4 floats: those slots' S_dec (index 1, a weight's, unused)
+  // A training pass makes each quantized block linear's wgrad_x copy (X blocked along T, the weight
+  // gradient's operand) in its forward, from the same read of X as the fprop_x copy (one fused
+  // quantize call with both copies; with e4m3x2 scales one amax pass for both), and keeps it until
+  // the backward's weight gradient, instead of reading X again there: [block * 4 + position], its
+  // tensor scale (S_dec, or 1) in x_col_ts_ at the same index. Same copies, same bits: the spec is
+  // the one the backward would use (site_slot_spec of the same step context). The probe keeps
+  // making wgrad_x in the backward (q_d_), where it measures it in the CPU probe's order.
+  std::vector<std::unique_ptr<DeviceArray<bf16_t>>> x_col_;
+  DeviceArray<float> x_col_ts_;
+  bool pass_backward_ = false;  // the pass being enqueued has a backward (enqueue_pass)
   // 4 floats: 0 and 1 (device-side beta values), the fprop/dgrad alpha slot, the wgrad alpha slot.
   DeviceArray<float> scalars_;
   // The LM head's weight-gradient split-K: chunk count (fixed by the row count) and partials.

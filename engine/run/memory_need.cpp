@@ -86,9 +86,11 @@ MemoryNeed device_memory_need(const RunConfig& c, uint32_t vocab) {
   // fp32 qkv and att (4 bytes), and x_mid, h1b, h2b, attb, qkvb, ab and gate|up (2 bytes); the
   // residual stream at every block boundary (bf16), the final norm, the logits, and the backward's
   // fp32 (dres, dh, datt, dqkv) and bf16 (the linears' outputs, dY, dX) scratch; the quantizer's
-  // three operand buffers.
+  // three operand buffers, and under a 4-bit recipe every block linear's weight-gradient copy of X,
+  // kept from the forward to the backward (X is d wide for qkv, attn_out and mlp_in, f for mlp_out).
   const double fp32_per_row = s.L * (s.H + 2 + 4 * s.d) + s.d + s.V + 2 + 6 * s.d;
-  const double bf16_per_row = s.L * (7 * s.d + 3 * s.f) + (s.L + 1) * s.d + 3 * s.d + s.f + widest + s.d;
+  const double bf16_per_row = s.L * (7 * s.d + 3 * s.f) + (s.L + 1) * s.d + 3 * s.d + s.f + widest + s.d +
+                              (c.recipe.quantized ? s.L * (3 * s.d + s.f) : 0.0);
   need.activations = s.rows * (4 * fp32_per_row + 2 * bf16_per_row + 8 + 2 * 3 * widest);
   need.data = 8.0 * static_cast<double>(c.train.micro_batch) * (c.model.seq_len + 1);
   need.weights += 64.0 * 1024 * 1024;  // cuBLASLt's workspace and the small per-pass buffers
