@@ -76,16 +76,13 @@ std::vector<pid_t> live_trainers(const fs::path& run_root) {
   return pids;
 }
 
-// Runs under `run_root` whose trainer has written a train row. train() installs the trainer's stop
-// handler before anything else, so such a trainer checkpoints on a SIGTERM; one still starting up
-// (loading its libraries) dies of it, with nothing trained and nothing to checkpoint.
-int runs_with_train_rows(const fs::path& run_root) {
-  int runs = 0;
-  std::error_code ec;
-  if (!fs::is_directory(run_root, ec)) return 0;
-  for (const auto& d : fs::directory_iterator(run_root, ec))
-    runs += fp4::test::slurp(d.path() / "metrics.jsonl").find("\"kind\":\"train\"") != std::string::npos;
-  return runs;
+// Train rows in one run directory's metrics.jsonl, re-done steps included.
+int64_t train_rows_of_run(const fs::path& run_dir) {
+  int64_t rows = 0;
+  const std::string text = fp4::test::slurp(run_dir / "metrics.jsonl");
+  for (size_t p = text.find("\"kind\":\"train\""); p != std::string::npos; p = text.find("\"kind\":\"train\"", p + 1))
+    ++rows;
+  return rows;
 }
 
 // Train rows written under `run_root` so far, re-done steps included: the sweep's progress clock.
@@ -93,12 +90,19 @@ int64_t train_rows(const fs::path& run_root) {
   int64_t rows = 0;
   std::error_code ec;
   if (!fs::is_directory(run_root, ec)) return 0;
-  for (const auto& d : fs::directory_iterator(run_root, ec)) {
-    const std::string text = fp4::test::slurp(d.path() / "metrics.jsonl");
-    for (size_t p = text.find("\"kind\":\"train\""); p != std::string::npos; p = text.find("\"kind\":\"train\"", p + 1))
-      ++rows;
-  }
+  for (const auto& d : fs::directory_iterator(run_root, ec)) rows += train_rows_of_run(d.path());
   return rows;
+}
+
+// Runs under `run_root` whose trainer has written a train row. train() installs the trainer's stop
+// handler before anything else, so such a trainer checkpoints on a SIGTERM; one still starting up
+// (loading its libraries) dies of it, with nothing trained and nothing to checkpoint.
+int runs_with_train_rows(const fs::path& run_root) {
+  int runs = 0;
+  std::error_code ec;
+  if (!fs::is_directory(run_root, ec)) return 0;
+  for (const auto& d : fs::directory_iterator(run_root, ec)) runs += train_rows_of_run(d.path()) > 0;
+  return runs;
 }
 
 }  // namespace

@@ -281,15 +281,14 @@ void CudaModel::linear_forward(const model::StepContext& ctx, int block, int pos
   const QuantSpec sw = engine::site_slot_spec(s, engine::Slot::fprop_w);
   cuda::CopyOut cx = copy_out(sx, q_a_.get(), ts + 0);
   if (probe_ != nullptr) cx.codes = probe_codes_a_.get();
-  if (pass_backward_ && probe_ == nullptr) {
-    // The weight gradient's copy of X from this same read of X, kept for the backward (x_col_).
-    const int id = 4 * block + pos;
-    const cuda::CopyOut cxw =
-        copy_out(engine::site_slot_spec(s, engine::Slot::wgrad_x), x_col_[id]->get(), x_col_ts_.get() + id);
-    quantize_copies(xb, t, k, &cx, &cxw, nonfinite_.get(), ws_quant_, stream_);
-  } else {
-    quantize_copies(xb, t, k, &cx, nullptr, nonfinite_.get(), ws_quant_, stream_);
-  }
+  // A training pass also makes the weight gradient's copy of X from this read of X, kept for the
+  // backward (x_col_).
+  cuda::CopyOut cxw;
+  const bool keep_wgrad_x = pass_backward_ && probe_ == nullptr;
+  if (keep_wgrad_x)
+    cxw = copy_out(engine::site_slot_spec(s, engine::Slot::wgrad_x), x_col_[s.linear_id]->get(),
+                   x_col_ts_.get() + s.linear_id);
+  quantize_copies(xb, t, k, &cx, keep_wgrad_x ? &cxw : nullptr, nonfinite_.get(), ws_quant_, stream_);
   if (probe_ != nullptr) measure(s, engine::Slot::fprop_x, xb, t, k, cx);
   const float* ts_w = nullptr;
   const bf16_t* qw = probe_ != nullptr ? probe_weight_copy(s, block, pos, engine::Slot::fprop_w, sw, &ts_w)
@@ -325,14 +324,9 @@ void CudaModel::linear_backward(const model::StepContext& ctx, int block, int po
   // dY's two copies (dgrad's along N, wgrad's along T) come from one read of dY.
   quantize_copies(dyb, t, n, &c_dy_d, &c_dy_w, nonfinite_.get(), ws_quant_, stream_);
   // X's weight-gradient copy: made by the forward of a training pass (x_col_), here for a probe.
-  const bf16_t* qx = q_d_.get();
-  const float* ts_x = ts + 3;
-  if (probe_ == nullptr) {
-    qx = x_col_[4 * block + pos]->get();
-    ts_x = x_col_ts_.get() + 4 * block + pos;
-  } else {
-    quantize_copies(xb, t, k, &c_x_w, nullptr, nonfinite_.get(), ws_quant_, stream_);
-  }
+  const bf16_t* qx = probe_ == nullptr ? x_col_[s.linear_id]->get() : q_d_.get();
+  const float* ts_x = probe_ == nullptr ? x_col_ts_.get() + s.linear_id : ts + 3;
+  if (probe_ != nullptr) quantize_copies(xb, t, k, &c_x_w, nullptr, nonfinite_.get(), ws_quant_, stream_);
   if (probe_ != nullptr) measure(s, engine::Slot::dgrad_dy, dyb, t, n, c_dy_d);
   const float* ts_w = nullptr;
   const bf16_t* qw = probe_ != nullptr ? probe_weight_copy(s, block, pos, engine::Slot::dgrad_w, s_w_d, &ts_w)
