@@ -24,8 +24,8 @@
 #include "fit/fit_output.h"
 #include "fit/fitter.h"
 #include "fit/stored_fit.h"
+#include "store/store.h"
 #include "sweeps/spec.h"
-#include "sweeps/store.h"
 
 namespace fp4::cli {
 
@@ -122,8 +122,8 @@ class FitProgressPrinter {
 };
 
 // The store read-only when it can be (printing stored fits is a pure read); null for --points.
-std::unique_ptr<sweeps::Store> open_for_reading(const std::filesystem::path& path) {
-  return sweeps::Store::open(path, sweeps::Store::Mode::read_only);
+std::unique_ptr<store::Store> open_for_reading(const std::filesystem::path& path) {
+  return store::Store::open(path, store::Store::Mode::read_only);
 }
 
 void run_fit(const FitCliOptions& o) {
@@ -144,7 +144,7 @@ void run_fit(const FitCliOptions& o) {
   fit::FitRequest request = request_from(fit_table, o, n_kind);
   request.recipes_named = !o.recipes.empty();
 
-  std::unique_ptr<sweeps::Store> store;
+  std::unique_ptr<store::Store> store;
   fit::FitData data;
   if (!o.points.empty()) {
     if (o.n_kind) throw UserError("--n applies to a store; a points file gives N itself");
@@ -157,7 +157,7 @@ void run_fit(const FitCliOptions& o) {
     } catch (const std::invalid_argument&) {
       // An older schema cannot be read without migrating; a writable open migrates it (and
       // refuses what is not a store at all, with its own message).
-      store = sweeps::Store::open(store_path, sweeps::Store::Mode::read_write);
+      store = store::Store::open(store_path, store::Store::Mode::read_write);
     }
     // A study's grid picks its own runs out of a store that other grids share; --store fits them all.
     data = spec ? fit::load_grid_data(*store, *spec, n_kind) : fit::load_store_data(*store, n_kind);
@@ -191,7 +191,7 @@ void run_fit(const FitCliOptions& o) {
     }
     if (store) {
       store.reset();
-      store = sweeps::Store::open(store_path, sweeps::Store::Mode::read_write);
+      store = store::Store::open(store_path, store::Store::Mode::read_write);
       for (size_t i = 0; i < fitted.size(); ++i) {
         const fit::PlannedFit& p = plan.fits[i];
         std::optional<fit::StoredFit> found;

@@ -8,8 +8,8 @@
 #include "cli/commands.h"
 #include "cli/number_options.h"
 #include "reports/report.h"
+#include "store/store.h"
 #include "sweeps/spec.h"
-#include "sweeps/store.h"
 
 namespace fp4::cli {
 
@@ -37,17 +37,17 @@ void register_report_commands(CLI::App& app) {
     if (o->spec.empty() == o->store.empty())
       throw UserError("report: give exactly one of STUDY.toml or --store FILE.db");
     std::unique_ptr<sweeps::SweepSpec> spec;
-    std::unique_ptr<sweeps::Store> store;
+    std::unique_ptr<store::Store> store;
     std::filesystem::path store_path;
     if (!o->spec.empty()) {
       spec = std::make_unique<sweeps::SweepSpec>(sweeps::load_sweep_spec(o->spec));
       store_path = spec->store;
-      store = sweeps::Store::open(store_path, sweeps::Store::Mode::read_if_present);
+      store = store::Store::open(store_path, store::Store::Mode::read_if_present);
     } else {
       store_path = o->store;
       if (!std::filesystem::exists(store_path))
         throw UserError("report: " + o->store + ": no such store; name a study's .db file, or its TOML");
-      store = sweeps::Store::open(store_path, sweeps::Store::Mode::read_only);
+      store = store::Store::open(store_path, store::Store::Mode::read_only);
     }
     reports::ReportOptions r;
     r.out_dir = o->out.empty() ? reports::default_report_dir(spec.get(), store_path) : std::filesystem::path(o->out);

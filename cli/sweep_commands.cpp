@@ -13,12 +13,12 @@
 #include "base/user_error.h"
 #include "cli/commands.h"
 #include "cli/number_options.h"
+#include "store/store.h"
 #include "sweeps/gpu_list.h"
 #include "sweeps/ingest.h"
 #include "sweeps/local_executor.h"
 #include "sweeps/slurm.h"
 #include "sweeps/spec.h"
-#include "sweeps/store.h"
 #include "sweeps/sweep_plan.h"
 
 namespace fp4::cli {
@@ -26,8 +26,8 @@ namespace fp4::cli {
 namespace {
 
 // The store read-only when it exists (plan and status never write), null when it does not yet.
-std::unique_ptr<sweeps::Store> open_existing_store(const sweeps::SweepSpec& spec) {
-  return sweeps::Store::open(spec.store, sweeps::Store::Mode::read_if_present);
+std::unique_ptr<store::Store> open_existing_store(const sweeps::SweepSpec& spec) {
+  return store::Store::open(spec.store, store::Store::Mode::read_if_present);
 }
 
 struct SweepCliOptions {
@@ -139,13 +139,13 @@ void register_sweep_commands(CLI::App& app) {
     std::vector<std::filesystem::path> dirs(o->dirs.begin(), o->dirs.end());
     if (!o->spec.empty()) {
       const sweeps::SweepSpec spec = sweeps::load_sweep_spec(o->spec);
-      auto store = sweeps::Store::open(spec.store, sweeps::Store::Mode::read_write);
-      store->record_grid(spec);
+      auto store = store::Store::open(spec.store, store::Store::Mode::read_write);
+      store->record_grid(sweeps::grid_record(spec));
       const auto sum = sweeps::ingest_run_dirs(*store, &spec, dirs, std::cout);
       std::cout << "ingested " << sum.dirs << " run directories, " << sum.rows << " rows\n";
     } else {
       if (dirs.empty()) throw UserError("sweep ingest --store: name the run directories to import");
-      auto store = sweeps::Store::open(o->store, sweeps::Store::Mode::read_write);
+      auto store = store::Store::open(o->store, store::Store::Mode::read_write);
       const auto sum = sweeps::ingest_run_dirs(*store, nullptr, dirs, std::cout);
       std::cout << "ingested " << sum.dirs << " run directories, " << sum.rows << " rows\n";
     }

@@ -13,8 +13,8 @@
 #include <sstream>
 
 #include "base/user_error.h"
+#include "store/store.h"
 #include "sweeps/spec.h"
-#include "sweeps/store.h"
 
 namespace fp4::fit {
 
@@ -66,7 +66,7 @@ double parse_cell(const std::string& cell, const std::string& where, const char*
 
 // The points and exclusions of `runs` (rows of the final_losses view), for load_store_data and
 // load_grid_data.
-FitData data_from_runs(const sweeps::Store& store, const std::vector<sweeps::FinalLossRecord>& runs,
+FitData data_from_runs(const store::Store& store, const std::vector<store::FinalLossRecord>& runs,
                        const std::string& n_kind) {
   if (n_kind != "nonembedding" && n_kind != "total")
     throw UserError("n must be \"nonembedding\" or \"total\", got \"" + n_kind + "\"");
@@ -75,15 +75,15 @@ FitData data_from_runs(const sweeps::Store& store, const std::vector<sweeps::Fin
   data.source = "store";
   data.origin = store.path().string();
   std::set<std::string> baselines;
-  for (const sweeps::FinalLossRecord& r : runs) {
+  for (const store::FinalLossRecord& r : runs) {
     if (r.baseline) baselines.insert(r.recipe);
     auto exclude = [&](const std::string& reason) {
-      data.excluded.push_back({r.id, r.name, r.recipe, sweeps::run_state_name(r.state), reason});
+      data.excluded.push_back({r.id, r.name, r.recipe, store::run_state_name(r.state), reason});
     };
     const double n = static_cast<double>(n_kind == "total" ? r.n_params : r.n_params_nonembedding);
     const double d = static_cast<double>(r.tokens);
-    if (r.state != sweeps::RunState::succeeded) {
-      exclude(std::string("state ") + sweeps::run_state_name(r.state) + (r.error.empty() ? "" : ": " + r.error));
+    if (r.state != store::RunState::succeeded) {
+      exclude(std::string("state ") + store::run_state_name(r.state) + (r.error.empty() ? "" : ": " + r.error));
     } else if (!r.final_step) {
       exclude("no eval/loss recorded");
     } else if (!std::isfinite(r.final_loss)) {
@@ -98,7 +98,7 @@ FitData data_from_runs(const sweeps::Store& store, const std::vector<sweeps::Fin
   return data;
 }
 
-std::vector<sweeps::FinalLossRecord> store_runs(const sweeps::Store& store) {
+std::vector<store::FinalLossRecord> store_runs(const store::Store& store) {
   auto runs = store.final_losses();
   if (runs.empty())
     throw UserError(store.path().string() +
@@ -108,19 +108,19 @@ std::vector<sweeps::FinalLossRecord> store_runs(const sweeps::Store& store) {
 
 }  // namespace
 
-FitData load_store_data(const sweeps::Store& store, const std::string& n_kind) {
+FitData load_store_data(const store::Store& store, const std::string& n_kind) {
   FitData data = data_from_runs(store, store_runs(store), n_kind);
   sort_data(data);
   return data;
 }
 
-FitData load_grid_data(const sweeps::Store& store, const sweeps::SweepSpec& spec, const std::string& n_kind) {
+FitData load_grid_data(const store::Store& store, const sweeps::SweepSpec& spec, const std::string& n_kind) {
   // By run id, not by the grid's row in the store: a grid row is the TOML's exact text, so an
   // edited comment would lose every run, while the ids change only when the computation does.
   std::map<std::string, const sweeps::GridPoint*> declared;
   for (const sweeps::GridPoint& p : spec.points) declared.emplace(p.id, &p);
-  std::vector<sweeps::FinalLossRecord> runs;
-  for (sweeps::FinalLossRecord& r : store_runs(store))
+  std::vector<store::FinalLossRecord> runs;
+  for (store::FinalLossRecord& r : store_runs(store))
     if (declared.erase(r.id) > 0) runs.push_back(std::move(r));
   FitData data = data_from_runs(store, runs, n_kind);
   data.grid = spec.name;

@@ -9,7 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "base/user_error.h"
-#include "sweeps/store.h"
+#include "store/store.h"
 
 namespace fp4::fit {
 
@@ -229,7 +229,7 @@ std::string format_fits(const std::vector<StoredFit>& fits, OutputFormat format,
   } else {
     json all = json::array();
     for (const StoredFit& f : fits) {
-      const sweeps::FitRecord r = to_record(f);
+      const store::FitRecord r = to_record(f);
       all.push_back({{"id", r.id},
                      {"law", r.law},
                      {"scope", r.scope},

@@ -7,7 +7,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "sweeps/store.h"
+#include "store/store.h"
 
 namespace fp4::fit {
 
@@ -479,8 +479,8 @@ std::vector<std::string> StoredFit::recipes() const {
   return out;
 }
 
-sweeps::FitRecord to_record(const StoredFit& fit) {
-  sweeps::FitRecord r;
+store::FitRecord to_record(const StoredFit& fit) {
+  store::FitRecord r;
   r.id = fit.id;
   r.law = fit.law;
   r.scope = fit.scope;
@@ -496,7 +496,7 @@ sweeps::FitRecord to_record(const StoredFit& fit) {
   return r;
 }
 
-StoredFit from_record(const sweeps::FitRecord& r) {
+StoredFit from_record(const store::FitRecord& r) {
   StoredFit fit;
   fit.id = r.id;
   fit.law = r.law;
@@ -523,23 +523,23 @@ StoredFit from_record(const sweeps::FitRecord& r) {
   return fit;
 }
 
-int64_t insert_fit(sweeps::Store& store, const StoredFit& fit) { return store.insert_fit(to_record(fit)); }
+int64_t insert_fit(store::Store& store, const StoredFit& fit) { return store.insert_fit(to_record(fit)); }
 
-std::vector<StoredFit> read_all_fits(const sweeps::Store& store) {
+std::vector<StoredFit> read_all_fits(const store::Store& store) {
   std::vector<StoredFit> out;
-  for (const sweeps::FitRecord& r : store.fits()) out.push_back(from_record(r));
+  for (const store::FitRecord& r : store.fits()) out.push_back(from_record(r));
   return out;
 }
 
-std::vector<StoredFit> read_fits(const sweeps::Store& store) {
-  std::map<std::pair<std::string, std::string>, sweeps::FitRecord> latest;  // rows come by id
-  for (sweeps::FitRecord& r : store.fits()) latest[{r.law, r.scope}] = std::move(r);
+std::vector<StoredFit> read_fits(const store::Store& store) {
+  std::map<std::pair<std::string, std::string>, store::FitRecord> latest;  // rows come by id
+  for (store::FitRecord& r : store.fits()) latest[{r.law, r.scope}] = std::move(r);
   std::vector<StoredFit> out;
   for (const auto& [key, r] : latest) out.push_back(from_record(r));
   return out;
 }
 
-std::optional<StoredFit> find_fit(const sweeps::Store& store, const std::string& law, const std::string& scope,
+std::optional<StoredFit> find_fit(const store::Store& store, const std::string& law, const std::string& scope,
                                   const std::string& input_hash) {
   const auto r = store.find_fit(law, scope, input_hash);
   if (!r) return std::nullopt;

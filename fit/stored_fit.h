@@ -24,10 +24,10 @@
 #include "fit/laws.h"
 #include "fit/statistics.h"
 
-namespace fp4::sweeps {
+namespace fp4::store {
 class Store;
 struct FitRecord;
-}  // namespace fp4::sweeps
+}  // namespace fp4::store
 
 namespace fp4::fit {
 
@@ -206,18 +206,18 @@ struct StoredFit {
 // std::runtime_error naming the row id and the field.
 //   read_fits:     the latest fit (highest id) of each (law, scope), ordered by law, then scope.
 //   read_all_fits: every row, by id.
-std::vector<StoredFit> read_fits(const sweeps::Store& store);
-std::vector<StoredFit> read_all_fits(const sweeps::Store& store);
+std::vector<StoredFit> read_fits(const store::Store& store);
+std::vector<StoredFit> read_all_fits(const store::Store& store);
 // The latest fit with exactly this law, scope and input hash (what `fp4lab fit` reuses), or nullopt.
-std::optional<StoredFit> find_fit(const sweeps::Store& store, const std::string& law, const std::string& scope,
+std::optional<StoredFit> find_fit(const store::Store& store, const std::string& law, const std::string& scope,
                                   const std::string& input_hash);
 
 // Conversions between a StoredFit and its row (the JSON columns of docs/fit.md).
-sweeps::FitRecord to_record(const StoredFit& fit);
-StoredFit from_record(const sweeps::FitRecord& record);
+store::FitRecord to_record(const StoredFit& fit);
+StoredFit from_record(const store::FitRecord& record);
 // Writes a new row (the id and created of `fit` are ignored: the store assigns the id, and
 // `created` is written as given unless it is 0, then now). Returns the new id.
-int64_t insert_fit(sweeps::Store& store, const StoredFit& fit);
+int64_t insert_fit(store::Store& store, const StoredFit& fit);
 
 // The law's loss at (n, d) for `recipe`: the point estimate, or one replicate's parameters.
 // For chinchilla, `recipe` must be the fit's scope or ""; for precision, one of its recipes.

@@ -44,7 +44,7 @@ int finished_since(const fit::StoredFit& f, const Study& st) {
     const bool unfinished = e.reason.rfind("not in the store", 0) == 0 || e.state == "pending" ||
                             e.state == "running" || e.state == "orphaned";
     if (!unfinished || e.run_id.empty() || !st.main_ids.count(e.run_id)) continue;
-    if (const StudyRun* r = st.run(e.run_id); r != nullptr && r->record.state == sweeps::RunState::succeeded) ++n;
+    if (const StudyRun* r = st.run(e.run_id); r != nullptr && r->record.state == store::RunState::succeeded) ++n;
   }
   return n;
 }
@@ -92,11 +92,11 @@ const fit::StoredFit* law_for(const FitChoice& fits, const std::string& recipe) 
   return nullptr;
 }
 
-double fit_n(const fit::StoredFit& f, const sweeps::RunRecord& run) {
+double fit_n(const fit::StoredFit& f, const store::RunRecord& run) {
   return static_cast<double>(f.options.n_kind == "total" ? run.n_params : run.n_params_nonembedding);
 }
 
-std::optional<fit::Estimate> fitted_gap(const FitChoice& fits, const std::string& recipe, const sweeps::RunRecord& run,
+std::optional<fit::Estimate> fitted_gap(const FitChoice& fits, const std::string& recipe, const store::RunRecord& run,
                                         std::string* law) {
   const double d = static_cast<double>(run.tokens);
   try {

@@ -56,12 +56,12 @@ std::string fit_grid_label(const fit::StoredFit& f);
 const fit::StoredFit* law_for(const FitChoice& fits, const std::string& recipe);
 
 // A run's N as `f` counts it (options.n: non-embedding or total parameters).
-double fit_n(const fit::StoredFit& f, const sweeps::RunRecord& run);
+double fit_n(const fit::StoredFit& f, const store::RunRecord& run);
 
 // The gap the fitted laws give for `recipe` at the grid point of `run` (its N and D), with its
 // bootstrap interval: from the precision fit when there is one, else from the recipe's and the
 // baseline's chinchilla fits of one `fp4lab fit` call (paired replicates). `law` names the source.
-std::optional<fit::Estimate> fitted_gap(const FitChoice& fits, const std::string& recipe, const sweeps::RunRecord& run,
+std::optional<fit::Estimate> fitted_gap(const FitChoice& fits, const std::string& recipe, const store::RunRecord& run,
                                         std::string* law);
 
 }  // namespace fp4::reports

@@ -27,7 +27,7 @@ Twins bf16_twins(const Study& st, bool main_points_only) {
 }
 
 bool finished_with_loss(const StudyRun& r) {
-  return r.record.state == sweeps::RunState::succeeded && r.final_loss.has_value();
+  return r.record.state == store::RunState::succeeded && r.final_loss.has_value();
 }
 
 PairedDifference paired_difference(const std::vector<const StudyRun*>& a, const std::vector<const StudyRun*>& b) {
@@ -70,7 +70,7 @@ std::vector<double> trailing_mean(const std::vector<double>& v, int window) {
 
 GapCurve train_gap_curve(const Study& st, const TwinPair& p, int window) {
   GapCurve g;
-  auto rows_of = [&](const StudyRun* r) -> const std::vector<sweeps::MetricRow>* {
+  auto rows_of = [&](const StudyRun* r) -> const std::vector<store::MetricRow>* {
     const auto run = st.curves.find(r->record.id);
     if (run == st.curves.end()) return nullptr;
     const auto loss = run->second.find("train/loss");

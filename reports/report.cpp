@@ -64,7 +64,7 @@ std::filesystem::path default_report_dir(const sweeps::SweepSpec* spec, const st
   return store.parent_path() / (store.stem().string() + "-report");
 }
 
-ReportFiles write_report(const sweeps::Store* store, const StudySpecs& specs, const ReportOptions& options) {
+ReportFiles write_report(const store::Store* store, const StudySpecs& specs, const ReportOptions& options) {
   if (options.out_dir.empty()) throw std::logic_error("write_report: no output directory");
   // Before anything else: without gnuplot there is no report, and the user can fix that.
   const std::filesystem::path gnuplot = find_gnuplot(options.gnuplot);

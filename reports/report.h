@@ -13,8 +13,8 @@
 #include <vector>
 
 #include "reports/study.h"
+#include "store/store.h"
 #include "sweeps/spec.h"
-#include "sweeps/store.h"
 
 namespace fp4::reports {
 
@@ -37,7 +37,7 @@ struct ReportFiles {
 // `store` may be null when the specs name a store that does not exist yet (nothing has run);
 // `specs` is find_study_specs(the TOML given), or empty with --store (reports/study.h).
 // Throws fp4::UserError when gnuplot is missing or the output directory cannot be made.
-ReportFiles write_report(const sweeps::Store* store, const StudySpecs& specs, const ReportOptions& options);
+ReportFiles write_report(const store::Store* store, const StudySpecs& specs, const ReportOptions& options);
 
 // The default output directory: <TOML directory>/<sweep name>-report, or <store directory>/<store
 // stem>-report.

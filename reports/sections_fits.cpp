@@ -32,7 +32,7 @@ std::string with_interval(double value, const fit::Interval& ci, int significant
 std::vector<const StudyRun*> main_finished_runs(const Study& st) {
   std::vector<const StudyRun*> out;
   for (const StudyRun* r : st.main_runs())
-    if (r->record.state == sweeps::RunState::succeeded && r->final_loss) out.push_back(r);
+    if (r->record.state == store::RunState::succeeded && r->final_loss) out.push_back(r);
   return out;
 }
 

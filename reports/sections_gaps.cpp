@@ -57,7 +57,7 @@ std::map<PointKey, ObservedPoint> observed_points(const ReportContext& ctx, int*
   std::map<PointKey, ObservedPoint> out;
   *unfinished = *excluded = 0;
   auto left_out = [](const std::string& state) { return state == "failed" || state == "diverged"; };
-  for (const GapRow& g : st.gaps) {
+  for (const store::Bf16GapRow& g : st.gaps) {
     const StudyRun* run = st.run(g.id);
     if (run == nullptr || !keys.count(run->replicate_key)) continue;
     if (left_out(g.state) || left_out(g.bf16_state)) {

@@ -69,7 +69,7 @@ Section probe_section(ReportContext& ctx) {
                                      "∏ eta ≈ exp(−Σ δ_k) over the network's GEMMs.")}});
   {
     std::set<std::string> probed;
-    for (const ProbeSlotRow& p : st.probes) probed.insert(p.run_id);
+    for (const store::RunProbeRow& p : st.probes) probed.insert(p.run_id);
     const std::map<std::string, PointFacts> facts = st.points();
     for (const DeclaredGrid* g : probe_grids) {
       size_t have = 0, want = 0;
@@ -93,7 +93,7 @@ Section probe_section(ReportContext& ctx) {
   Curves alpha, eta;
   std::vector<std::vector<std::string>> slot_csv, gemm_csv;
   const auto slot_last = last_steps(st.probes);
-  for (const ProbeSlotRow& p : st.probes) {
+  for (const store::RunProbeRow& p : st.probes) {
     const StudyRun* r = run_of.count(p.run_id) ? run_of[p.run_id] : nullptr;
     if (r == nullptr) continue;
     auto num = [](double v) { return std::isfinite(v) ? fmt::format("{:.17g}", v) : std::string("nan"); };
@@ -114,7 +114,7 @@ Section probe_section(ReportContext& ctx) {
   };
   std::map<std::string, std::map<std::string, Product>> products;  // run → gemm → product
   const auto gemm_last = last_steps(st.probe_gemms);
-  for (const ProbeGemmRow& p : st.probe_gemms) {
+  for (const store::RunProbeGemmRow& p : st.probe_gemms) {
     const StudyRun* r = run_of.count(p.run_id) ? run_of[p.run_id] : nullptr;
     if (r == nullptr) continue;
     auto num = [](double v) { return std::isfinite(v) ? fmt::format("{:.17g}", v) : std::string("nan"); };

@@ -17,7 +17,7 @@ namespace fp4::reports {
 
 namespace {
 
-using sweeps::RunState;
+using store::RunState;
 
 // A word as a POSIX shell reads it: as it is when it holds only characters no shell treats
 // specially, else single-quoted.
@@ -112,7 +112,7 @@ Table data_table(const Study& st) {
 
 Table state_table(const Study& st) {
   std::map<std::string, int> counts;
-  for (const StudyRun& r : st.runs) ++counts[sweeps::run_state_name(r.record.state)];
+  for (const StudyRun& r : st.runs) ++counts[store::run_state_name(r.record.state)];
   Table t;
   t.caption = "Runs by state";
   t.header = {"state", "runs", "meaning"};
@@ -303,12 +303,12 @@ Section runs_section(ReportContext& ctx) {
     const int64_t done = last_train_step(st, rec.id);
     t.rows.push_back({{rec.name}, ctx.recipe_cell(rec.recipe), {rec.model}, {fmt_count(static_cast<double>(rec.n_params_nonembedding))},
                       {fmt_count(static_cast<double>(rec.tokens))}, {std::to_string(rec.seed)},
-                      {sweeps::run_state_name(rec.state)}, {fmt::format("{}/{}", done, r.steps)},
+                      {store::run_state_name(rec.state)}, {fmt::format("{}/{}", done, r.steps)},
                       {r.final_loss ? fmt_loss(*r.final_loss) : (r.final_is_nan ? "not finite" : "—")},
                       {r.grids.empty() ? "—" : fmt::format("{}", fmt::join(r.grids, ", "))}});
     csv.push_back({csv_field(rec.name), rec.id, csv_field(rec.recipe), rec.baseline ? "1" : "0", csv_field(rec.model),
                    std::to_string(rec.n_params), std::to_string(rec.n_params_nonembedding), std::to_string(rec.tokens),
-                   fmt::format("{:.17g}", rec.flops_per_token), std::to_string(rec.seed), sweeps::run_state_name(rec.state),
+                   fmt::format("{:.17g}", rec.flops_per_token), std::to_string(rec.seed), store::run_state_name(rec.state),
                    std::to_string(r.steps), std::to_string(done), r.final_step >= 0 ? std::to_string(r.final_step) : "",
                    r.final_loss ? fmt::format("{:.17g}", *r.final_loss) : (r.final_is_nan ? "nan" : ""),
                    csv_field(fmt::format("{}", fmt::join(r.grids, ";")))});
@@ -357,10 +357,10 @@ Section excluded_section(ReportContext& ctx) {
     if (excluded(rec.state)) {
       std::string reason = rec.error;
       if (reason.empty()) reason = rec.state == RunState::diverged ? "diverged (no detail recorded)" : "no error recorded";
-      ex.rows.push_back({{rec.name}, ctx.recipe_cell(rec.recipe), {sweeps::run_state_name(rec.state)},
+      ex.rows.push_back({{rec.name}, ctx.recipe_cell(rec.recipe), {store::run_state_name(rec.state)},
                          {std::to_string(rec.attempts)}, {one_line(reason)}});
     } else if (!finished(rec.state)) {
-      miss.rows.push_back({{rec.name}, ctx.recipe_cell(rec.recipe), {sweeps::run_state_name(rec.state)},
+      miss.rows.push_back({{rec.name}, ctx.recipe_cell(rec.recipe), {store::run_state_name(rec.state)},
                            {fmt::format("step {} of {}", last_train_step(st, rec.id), r.steps)}});
     }
   }

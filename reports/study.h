@@ -1,7 +1,7 @@
 // study.h — everything a report shows that the store holds, read once: the grids and their axes,
-// the runs with their states, final losses and curves, the BF16-relative gaps, the probe's rows,
-// the attempts with their provenance, and the stored fits (read through fit/stored_fit.h). A
-// report is rendered from a Study, so the renderers never touch SQL.
+// the runs with their states, final losses and curves, the BF16-relative gaps, the shrinkage
+// probe's rows, the attempts with their provenance, and the stored fits (read through
+// fit/stored_fit.h). All of it comes through store/'s API, so the report holds no SQL.
 //
 // Reading is read-only and works on a store that a sweep is writing right now (WAL): the report
 // then shows what has finished and names what is missing.
@@ -18,8 +18,8 @@
 #include <nlohmann/json.hpp>
 
 #include "fit/stored_fit.h"
+#include "store/store.h"
 #include "sweeps/spec.h"
-#include "sweeps/store.h"
 
 namespace fp4::reports {
 
@@ -69,7 +69,7 @@ struct DeclaredGrid {
 };
 
 struct StudyRun {
-  sweeps::RunRecord record;
+  store::RunRecord record;
   int64_t steps = 0;                    // train.steps of its config
   int64_t batch_tokens = 0;
   std::string data_source;              // the config's data source, as written
@@ -103,23 +103,6 @@ struct PointFacts {
   const StudyRun* run = nullptr;        // null: not in the store yet
 };
 
-// One row of the bf16_gap view (docs/sweeps.md).
-struct GapRow {
-  std::string id, name, recipe, model, state, bf16_id, bf16_state;
-  int64_t n_params_nonembedding = 0, tokens = 0, final_step = 0, bf16_step = 0;
-  uint64_t seed = 0;
-  double loss = 0, bf16_loss = 0, gap = 0;  // NaN when the quantized run's loss is not finite
-};
-
-struct ProbeSlotRow {
-  std::string run_id;
-  sweeps::ProbeRow row;                 // non-finite measurements read as NaN
-};
-struct ProbeGemmRow {
-  std::string run_id;
-  sweeps::ProbeGemmRow row;
-};
-
 struct Study {
   std::string name;                     // the TOML's [sweep] name, else the first grid's, else the store's stem
   std::filesystem::path store_path;     // empty when the store does not exist yet
@@ -139,12 +122,11 @@ struct Study {
   // of these runs; the other grids add seeds (noise floor), ablations and probes.
   std::set<std::string> main_ids;
   std::string main_label;               // "first-study (results/first-study/study.toml)"
-  // run id → metric key → rows by step.
-  std::map<std::string, std::map<std::string, std::vector<sweeps::MetricRow>>> curves;
-  std::vector<GapRow> gaps;
-  std::vector<ProbeSlotRow> probes;
-  std::vector<ProbeGemmRow> probe_gemms;
-  std::vector<sweeps::Store::AttemptRecord> attempts;  // every attempt, by id
+  store::Curves curves;                 // run id → metric key → rows by step
+  std::vector<store::Bf16GapRow> gaps;
+  std::vector<store::RunProbeRow> probes;
+  std::vector<store::RunProbeGemmRow> probe_gemms;
+  std::vector<store::Store::AttemptRecord> attempts;  // every attempt, by id
   std::vector<fit::StoredFit> fits;     // every stored fit, by id: fit::read_all_fits (reports/fits.h chooses)
   std::string fits_error;               // why the fits could not be read ("" when they could)
 
@@ -165,6 +147,6 @@ struct Study {
 // Reads a study. `store` may be null (a TOML whose sweep has not run yet); the specs, when given,
 // add the study's name (the main TOML's), its grids and the points they declare that the store
 // does not hold yet.
-Study load_study(const sweeps::Store* store, const StudySpecs& specs);
+Study load_study(const store::Store* store, const StudySpecs& specs);
 
 }  // namespace fp4::reports

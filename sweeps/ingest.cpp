@@ -28,7 +28,7 @@ std::string run_id_of_dir(const fs::path& dir) {
 
 }  // namespace
 
-IngestSummary ingest_run_dirs(Store& store, const SweepSpec* spec, std::vector<fs::path> dirs, std::ostream& out) {
+IngestSummary ingest_run_dirs(store::Store& store, const SweepSpec* spec, std::vector<fs::path> dirs, std::ostream& out) {
   if (dirs.empty() && spec != nullptr) {
     for (const GridPoint& p : spec->points)
       if (const auto rec = store.run(p.id); rec && fs::is_directory(rec->dir)) dirs.emplace_back(rec->dir);
@@ -36,7 +36,7 @@ IngestSummary ingest_run_dirs(Store& store, const SweepSpec* spec, std::vector<f
   IngestSummary sum;
   for (const fs::path& dir : dirs) {
     const std::string id = run_id_of_dir(dir);
-    const std::optional<RunRecord> rec = store.run(id);
+    const std::optional<store::RunRecord> rec = store.run(id);
     if (!rec)
       throw UserError(fmt::format("{}: run {} is not in {}: ingest it with --spec <the grid TOML that "
                                   "declares it>",
@@ -53,23 +53,23 @@ IngestSummary ingest_run_dirs(Store& store, const SweepSpec* spec, std::vector<f
     const RunDirOutcome o = read_outcome(dir);
     std::string what = "no outcome yet";
     if (o.final) {
-      what = run_state_name(o.state);
+      what = store::run_state_name(o.state);
       if (rec->state != o.state) {
         // One attempt row per outcome learned, so ingesting again adds nothing.
-        Provenance p;
+        store::Provenance p;
         const HeartbeatInfo h = read_heartbeat(dir);
         p.host = h.host.empty() ? "unknown" : h.host;
         p.devices = "external";
         const int64_t attempt = store.begin_attempt(id, p, now, 0);
-        AttemptEnd end;
+        store::AttemptEnd end;
         end.state = o.state;
-        end.exit_code = o.state == RunState::succeeded ? 0 : o.state == RunState::diverged ? 3 : 1;
+        end.exit_code = o.state == store::RunState::succeeded ? 0 : o.state == store::RunState::diverged ? 3 : 1;
         end.error = o.detail;
         store.end_attempt(attempt, end, now);
         store.set_state(id, o.state, o.detail);
       }
-    } else if (rec->state == RunState::pending || rec->state == RunState::running) {
-      store.set_state(id, RunState::orphaned, "");
+    } else if (rec->state == store::RunState::pending || rec->state == store::RunState::running) {
+      store.set_state(id, store::RunState::orphaned, "");
       what = "no outcome yet: orphaned (the next `sweep run` resumes it)";
     }
     out << fmt::format("ingested {}: {} new row(s), {}\n", rec->name, r.rows, what);

@@ -10,8 +10,8 @@
 #include <ostream>
 #include <vector>
 
+#include "store/store.h"
 #include "sweeps/spec.h"
-#include "sweeps/store.h"
 
 namespace fp4::sweeps {
 
@@ -22,7 +22,7 @@ struct IngestSummary {
 // Each directory must hold a run of the store (matched by the hash of its config.json, or of
 // run.json before the trainer wrote one); one that does not is a UserError naming it
 // and what to do. Empty `dirs` means every run directory the store knows for `spec`'s grid.
-IngestSummary ingest_run_dirs(Store& store, const SweepSpec* spec, std::vector<std::filesystem::path> dirs,
+IngestSummary ingest_run_dirs(store::Store& store, const SweepSpec* spec, std::vector<std::filesystem::path> dirs,
                               std::ostream& out);
 
 }  // namespace fp4::sweeps

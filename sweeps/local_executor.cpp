@@ -16,20 +16,20 @@
 
 #include <fmt/format.h>
 
+#include "base/child_process.h"
 #include "base/clock.h"
 #include "base/directory_lock.h"
 #include "base/format.h"
 #include "base/stop_signals.h"
 #include "base/user_error.h"
 #include "engine/run/config.h"
+#include "store/store.h"
 #include "sweeps/gpu_list.h"
 #include "sweeps/lease_owner.h"
 #include "sweeps/mps_daemon.h"
-#include "base/child_process.h"
 #include "sweeps/provenance.h"
 #include "sweeps/run_dir_reader.h"
 #include "sweeps/run_duration.h"
-#include "sweeps/store.h"
 #include "sweeps/sweep_plan.h"
 
 namespace fp4::sweeps {
@@ -102,7 +102,7 @@ class LocalExecutor {
   const LocalRunOptions& o_;
   std::ostream& out_;
   std::string owner_;
-  std::unique_ptr<Store> store_;
+  std::unique_ptr<store::Store> store_;
   std::vector<Slot> slots_;
   int cpu_threads_ = 1;
   std::deque<QueueItem> queue_;
@@ -182,9 +182,9 @@ void LocalExecutor::check_heartbeat(Child& c, double now) {
 bool LocalExecutor::launch(QueueItem& item, size_t slot) {
   const GridPoint& p = *item.point;
   const double now = unix_time_s();
-  std::optional<RunRecord> rec = store_->run(p.id);
+  std::optional<store::RunRecord> rec = store_->run(p.id);
   if (!rec) throw std::logic_error("run " + p.id + " vanished from the store");
-  if (rec->state == RunState::succeeded || rec->state == RunState::diverged) return false;  // done by another
+  if (rec->state == store::RunState::succeeded || rec->state == store::RunState::diverged) return false;  // done by another
   if (!rec->lease_owner.empty() && rec->lease_owner != owner_) {
     const OwnerLiveness live = owner_liveness(rec->lease_owner);
     if (live == OwnerLiveness::alive || (live == OwnerLiveness::unknown && rec->lease_expires > now)) {
@@ -218,11 +218,11 @@ bool LocalExecutor::launch(QueueItem& item, size_t slot) {
   // Attempts left open by an orchestrator that died (no live lease holder got this far) are closed
   // first, so every attempt row ends with an exit code: unknown here, so recorded as a kill (an
   // interruption, not a failure), with the reason.
-  for (const Store::AttemptRecord& a : store_->attempts(p.id)) {
+  for (const store::Store::AttemptRecord& a : store_->attempts(p.id)) {
     if (a.end != 0) continue;
-    AttemptEnd gone;
+    store::AttemptEnd gone;
     gone.exit_code = -SIGKILL;
-    gone.state = RunState::orphaned;
+    gone.state = store::RunState::orphaned;
     gone.error = "no outcome recorded: its orchestrator died";
     store_->end_attempt(a.id, gone, now);
   }
@@ -269,28 +269,28 @@ void LocalExecutor::finish(Child& c, const ExitStatus& st) {
   const GridPoint& p = *c.point;
   ingest(c);
   const RunDirOutcome outcome = read_outcome(c.dir);
-  AttemptEnd end;
+  store::AttemptEnd end;
   end.exit_code = st.signaled ? -st.code : st.code;
   bool requeue = false;
   std::string verdict;
-  if (!st.signaled && st.code == 0 && outcome.final && outcome.state == RunState::succeeded) {
-    end.state = RunState::succeeded;
+  if (!st.signaled && st.code == 0 && outcome.final && outcome.state == store::RunState::succeeded) {
+    end.state = store::RunState::succeeded;
     const std::optional<double> loss = store_->final_loss(p.id);
     verdict = loss ? fmt::format("succeeded (final loss {:.4f})", *loss) : "succeeded";
   } else if (!st.signaled && st.code == 3) {
-    end.state = RunState::diverged;
+    end.state = store::RunState::diverged;
     end.error = outcome.detail;
     verdict = "diverged: " + outcome.detail;
   } else if (!attempt_failed(end.exit_code)) {
     // Interrupted or busy: resumable. Requeued unless we are stopping or it keeps being killed.
-    end.state = RunState::orphaned;
+    end.state = store::RunState::orphaned;
     end.error = st.code == 75 && !st.signaled ? "directory in use by another process" : "interrupted (" + st.describe() + ")";
     const int n = ++interruptions_[p.id];
     requeue = !stopping_ && n <= spec_.executor.max_attempts;
     verdict = end.error + (requeue ? ": resuming" : ": left for the next `sweep run`");
   } else {
-    end.state = RunState::failed;
-    end.error = outcome.final && outcome.state == RunState::failed && !outcome.detail.empty()
+    end.state = store::RunState::failed;
+    end.error = outcome.final && outcome.state == store::RunState::failed && !outcome.detail.empty()
                     ? "fp4lab: failed: " + outcome.detail
                     : last_error_line(c.dir);
     if (end.error.empty()) end.error = st.describe();
@@ -301,11 +301,11 @@ void LocalExecutor::finish(Child& c, const ExitStatus& st) {
   store_->set_state(p.id, end.state, end.error);
   store_->release_lease(p.id, owner_);
   slots_[c.slot].busy = false;
-  if (durations_ && end.state == RunState::succeeded) durations_->measure(*store_, p.id);
-  if (end.state != RunState::orphaned) {
+  if (durations_ && end.state == store::RunState::succeeded) durations_->measure(*store_, p.id);
+  if (end.state != store::RunState::orphaned) {
     ++finished_;
     remaining_tokens_.erase(p.id);
-    if (end.state == RunState::failed) ++failed_;
+    if (end.state == store::RunState::failed) ++failed_;
   }
   say(fmt::format("{} {} [{}/{}]", p.name, verdict, finished_, total_));
   if (requeue) queue_.push_back({&p, now + (st.code == 75 && !st.signaled ? 1.0 : 0.0)});
@@ -327,8 +327,8 @@ bool LocalExecutor::fits_before_deadline(const QueueItem& item, double now) {
 }
 
 int LocalExecutor::run() {
-  store_ = Store::open(spec_.store, Store::Mode::read_write);
-  store_->record_grid(spec_);
+  store_ = store::Store::open(spec_.store, store::Store::Mode::read_write);
+  store_->record_grid(grid_record(spec_));
   const double start = unix_time_s();
   const std::vector<PlanEntry> plan = plan_sweep(spec_, store_.get(), start, o_.retry_failed);
 
@@ -341,7 +341,7 @@ int LocalExecutor::run() {
       // A run that resumes has only its remaining tokens to train.
       int64_t done = 0;
       if (e.record) {
-        const std::vector<MetricRow> rows = store_->metrics(e.point->id, "train/loss");
+        const std::vector<store::MetricRow> rows = store_->metrics(e.point->id, "train/loss");
         if (!rows.empty()) done = rows.back().tokens;
       }
       remaining_tokens_[e.point->id] = std::max<int64_t>(0, e.point->tokens - done);

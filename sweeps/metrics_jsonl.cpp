@@ -1,4 +1,4 @@
-// metrics_jsonl.cpp — parse_metrics_jsonl (declared in store.h): metrics.jsonl text as written by
+// metrics_jsonl.cpp — see metrics_jsonl.h: metrics.jsonl text as written by
 // engine/run/metrics (docs/train.md "metrics.jsonl") into the rows the store keeps.
 //
 // Rules, each for a reason:
@@ -18,13 +18,17 @@
 #include <string_view>
 #include <type_traits>
 
-#include "sweeps/store.h"
+#include "sweeps/metrics_jsonl.h"
 
 namespace fp4::sweeps {
 
 namespace {
 
 using nlohmann::json;
+using store::MetricRow;
+using store::MetricsBatch;
+using store::ProbeGemmRow;
+using store::ProbeRow;
 
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 
@@ -69,7 +73,7 @@ double value_field(const json& row, const char* name) {
   return v.get<double>();
 }
 
-// A probe row's fields (engine/run/probe_rows.h), each read as its type says.
+// A probe row's fields (base/probe_rows.h), each read as its type says.
 template <class Row>
 Row probe_row(const json& row) {
   Row r;

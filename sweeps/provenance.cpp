@@ -1,7 +1,6 @@
 // provenance.cpp — see provenance.h.
 #include "sweeps/provenance.h"
 
-#include <sqlite3.h>
 #include <unistd.h>
 
 #include <Eigen/Core>
@@ -24,7 +23,7 @@ std::string host_name() {
 namespace {
 
 // "NVIDIA H200, 570.124.06" → name and driver of the first GPU; nothing when nvidia-smi is absent.
-void probe_gpu(Provenance& p) {
+void probe_gpu(store::Provenance& p) {
   const std::optional<std::string> out =
       capture_output({"nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"});
   if (!out) return;
@@ -42,8 +41,8 @@ void probe_gpu(Provenance& p) {
 
 }  // namespace
 
-Provenance current_provenance(const std::string& devices) {
-  Provenance p;
+store::Provenance current_provenance(const std::string& devices) {
+  store::Provenance p;
   p.host = host_name();
   p.devices = devices;
   p.git_commit = FP4LAB_GIT_COMMIT;
@@ -54,7 +53,7 @@ Provenance current_provenance(const std::string& devices) {
 #endif
   probe_gpu(p);
   p.libraries = {
-      {"sqlite", sqlite3_libversion()},
+      {"sqlite", store::sqlite_library_version()},
       {"eigen", fmt::format("{}.{}.{}", EIGEN_WORLD_VERSION, EIGEN_MAJOR_VERSION, EIGEN_MINOR_VERSION)},
       {"openssl", OpenSSL_version(OPENSSL_VERSION)},
       {"fmt", fmt::format("{}.{}.{}", FMT_VERSION / 10000, FMT_VERSION / 100 % 100, FMT_VERSION % 100)},

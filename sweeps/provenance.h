@@ -4,7 +4,7 @@
 
 #include <string>
 
-#include "sweeps/store.h"
+#include "store/store.h"
 
 namespace fp4::sweeps {
 
@@ -13,7 +13,7 @@ namespace fp4::sweeps {
 // against; the first GPU's name and driver as nvidia-smi reports them (empty without one); the
 // versions of the libraries that shape results or the store (SQLite, Eigen, OpenSSL, fmt).
 // `devices` is the caller's ("cpu:2", "cuda:0").
-Provenance current_provenance(const std::string& devices);
+store::Provenance current_provenance(const std::string& devices);
 
 // The host name (gethostname), "unknown" if it cannot be read.
 std::string host_name();

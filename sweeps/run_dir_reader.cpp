@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "base/files.h"
+#include "sweeps/metrics_jsonl.h"
 #include "sweeps/provenance.h"
 
 namespace fp4::sweeps {
@@ -35,7 +36,7 @@ void write_requested_config(const fs::path& dir, const nlohmann::json& config) {
   write_file_atomic(path, {text});
 }
 
-IngestResult ingest_metrics_file(Store& store, const std::string& run_id, const fs::path& dir, int64_t offset) {
+IngestResult ingest_metrics_file(store::Store& store, const std::string& run_id, const fs::path& dir, int64_t offset) {
   IngestResult r;
   r.offset = offset;
   const fs::path path = dir / "metrics.jsonl";
@@ -51,12 +52,12 @@ IngestResult ingest_metrics_file(Store& store, const std::string& run_id, const 
   if (static_cast<int64_t>(size) < offset) offset = 0;
   if (static_cast<int64_t>(size) == offset) return r;
   const std::string text = read_from(path, offset);
-  const MetricsBatch batch = parse_metrics_jsonl(text, path.string());
+  const store::MetricsBatch batch = parse_metrics_jsonl(text, path.string());
   if (batch.consumed_bytes == 0) return r;
   store.ingest(run_id, batch, offset + batch.consumed_bytes);
   r.offset = offset + batch.consumed_bytes;
   r.rows = static_cast<int64_t>(batch.metrics.size() + batch.probes.size() + batch.probe_gemms.size());
-  for (const MetricRow& m : batch.metrics) {
+  for (const store::MetricRow& m : batch.metrics) {
     if (m.key == "train/loss" && m.step >= r.last_step) {
       r.last_step = m.step;
       r.last_tokens = m.tokens;
@@ -79,12 +80,12 @@ RunDirOutcome read_outcome(const fs::path& dir) {
   if (!j.is_object() || !j.contains("state") || !j["state"].is_string()) return o;
   const std::string state = j["state"].get<std::string>();
   if (state == "succeeded") {
-    o.state = RunState::succeeded;
+    o.state = store::RunState::succeeded;
   } else if (state == "diverged") {
-    o.state = RunState::diverged;
+    o.state = store::RunState::diverged;
     if (j.contains("reason") && j["reason"].is_string()) o.detail = j["reason"].get<std::string>();
   } else if (state == "failed") {
-    o.state = RunState::failed;
+    o.state = store::RunState::failed;
     if (j.contains("error") && j["error"].is_string()) o.detail = j["error"].get<std::string>();
   } else {
     return o;

@@ -11,7 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "sweeps/store.h"
+#include "store/store.h"
 
 namespace fp4::sweeps {
 
@@ -36,13 +36,13 @@ struct IngestResult {
 // transaction, upserts: idempotent). A file shorter than `offset` (the directory was started
 // over) is read again from the start. A missing file ingests nothing and gives offset 0, so the
 // file a new directory gets is read from its first byte (a store carried to another machine).
-IngestResult ingest_metrics_file(Store& store, const std::string& run_id, const std::filesystem::path& dir,
+IngestResult ingest_metrics_file(store::Store& store, const std::string& run_id, const std::filesystem::path& dir,
                                  int64_t offset);
 
 // status.json's verdict: `final` is false when there is none (the run has no outcome yet).
 struct RunDirOutcome {
   bool final = false;
-  RunState state = RunState::pending;  // succeeded, diverged or failed when final
+  store::RunState state = store::RunState::pending;  // succeeded, diverged or failed when final
   std::string detail;                  // the divergence reason or the failure's error
   int64_t step = 0;
 };

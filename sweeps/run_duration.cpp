@@ -15,16 +15,16 @@ double median(std::vector<double> v) {
 
 }  // namespace
 
-RunDurationModel::RunDurationModel(const Store& store) {
-  for (const RunRecord& r : store.runs())
-    if (r.state == RunState::succeeded) measure(store, r.id);
+RunDurationModel::RunDurationModel(const store::Store& store) {
+  for (const store::RunRecord& r : store.runs())
+    if (r.state == store::RunState::succeeded) measure(store, r.id);
 }
 
-void RunDurationModel::measure(const Store& store, const std::string& run_id) {
-  const std::optional<RunRecord> r = store.run(run_id);
-  if (!r || r->state != RunState::succeeded || r->tokens <= 0) return;
+void RunDurationModel::measure(const store::Store& store, const std::string& run_id) {
+  const std::optional<store::RunRecord> r = store.run(run_id);
+  if (!r || r->state != store::RunState::succeeded || r->tokens <= 0) return;
   double seconds = 0;
-  for (const Store::AttemptRecord& a : store.attempts(run_id)) {
+  for (const store::Store::AttemptRecord& a : store.attempts(run_id)) {
     if (a.end <= 0) return;  // an attempt still open: not a finished measurement
     seconds += std::max(0.0, a.end - a.start);
   }

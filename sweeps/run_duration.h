@@ -16,17 +16,17 @@
 #include <utility>
 #include <vector>
 
+#include "store/store.h"
 #include "sweeps/spec.h"
-#include "sweeps/store.h"
 
 namespace fp4::sweeps {
 
 class RunDurationModel {
  public:
   // Reads every succeeded run of the store with finished attempts.
-  explicit RunDurationModel(const Store& store);
+  explicit RunDurationModel(const store::Store& store);
   // Adds (or replaces) one run's measurement, e.g. when it has just succeeded.
-  void measure(const Store& store, const std::string& run_id);
+  void measure(const store::Store& store, const std::string& run_id);
   // Expected wall seconds for `tokens_left` more training tokens of `point`; empty when nothing
   // in the store says.
   std::optional<double> estimate_s(const GridPoint& point, int64_t tokens_left) const;

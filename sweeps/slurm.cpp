@@ -6,14 +6,14 @@
 
 #include <fmt/format.h>
 
+#include "base/child_process.h"
 #include "base/clock.h"
 #include "base/files.h"
 #include "base/format.h"
-#include "base/user_error.h"
-#include "base/child_process.h"
 #include "base/shell_quote.h"
+#include "base/user_error.h"
+#include "store/store.h"
 #include "sweeps/run_dir_reader.h"
-#include "sweeps/store.h"
 #include "sweeps/sweep_plan.h"
 
 namespace fp4::sweeps {
@@ -81,15 +81,15 @@ int write_slurm_job(const SweepSpec& spec, const SlurmOptions& o, std::ostream& 
   refuse_control_characters("--fp4lab", trainer.string());
   refuse_control_characters("the sweep name", spec.name);
   const std::string output = output_pattern(spec.run_root);
-  auto store = Store::open(spec.store, Store::Mode::read_write);
-  store->record_grid(spec);
+  auto store = store::Store::open(spec.store, store::Store::Mode::read_write);
+  store->record_grid(grid_record(spec));
   const double now = unix_time_s();
   const std::vector<PlanEntry> plan = plan_sweep(spec, store.get(), now, o.retry_failed);
   std::vector<std::string> dirs;
   bool gpu = false;
   for (const PlanEntry& e : plan) {
     if (!e.will_run) continue;
-    const std::optional<RunRecord> rec = store->run(e.point->id);
+    const std::optional<store::RunRecord> rec = store->run(e.point->id);
     const fs::path dir = rec->dir;
     refuse_control_characters("the run directory", dir.string());
     fs::create_directories(dir);

@@ -460,4 +460,21 @@ SweepSpec load_sweep_spec(const fs::path& file, DataCheck check) {
   return parse_sweep_spec(text, file, dir.lexically_normal(), check);
 }
 
+store::GridRecord grid_record(const SweepSpec& spec) {
+  store::GridRecord g;
+  g.text_hash = spec.text_hash;
+  g.name = spec.name;
+  g.file = spec.file;
+  g.base_dir = spec.base_dir;
+  g.run_root = spec.run_root;
+  g.text = spec.text;
+  g.fit = spec.fit.is_null() ? json::object() : spec.fit;
+  g.axis_names = spec.axis_names;
+  for (const GridPoint& p : spec.points)
+    g.points.push_back({p.id, p.name, p.canonical.empty() ? p.config.dump() : p.canonical, p.match_key,
+                        p.recipe_label, p.model_label, p.baseline, p.n_params, p.n_params_nonembedding, p.tokens,
+                        p.seed, p.flops_per_token, p.axes});
+  return g;
+}
+
 }  // namespace fp4::sweeps

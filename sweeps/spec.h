@@ -19,6 +19,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "store/store.h"
+
 namespace fp4::sweeps {
 
 // [executor]: how `sweep run` schedules runs on this machine.
@@ -86,6 +88,9 @@ SweepSpec parse_sweep_spec(const std::string& text, const std::filesystem::path&
                            const std::filesystem::path& base_dir, DataCheck check = DataCheck::plan);
 // Reads the file (an unreadable file is a UserError naming it) and parses it.
 SweepSpec load_sweep_spec(const std::filesystem::path& file, DataCheck check = DataCheck::plan);
+
+// The grid as the store records it (Store::record_grid).
+store::GridRecord grid_record(const SweepSpec& spec);
 
 // "50M", "1.5B", "262k", "1000": tokens written compactly for run names.
 std::string compact_count(int64_t n);

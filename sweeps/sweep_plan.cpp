@@ -35,14 +35,14 @@ bool attempt_failed(int exit_code) {
   return true;
 }
 
-PlanAction classify_record(const RunRecord& r, double now) {
+PlanAction classify_record(const store::RunRecord& r, double now) {
   switch (r.state) {
-    case RunState::pending: return PlanAction::pending;
-    case RunState::succeeded: return PlanAction::done;
-    case RunState::diverged: return PlanAction::diverged;
-    case RunState::failed: return PlanAction::failed;
-    case RunState::orphaned: return PlanAction::orphaned;
-    case RunState::running: break;
+    case store::RunState::pending: return PlanAction::pending;
+    case store::RunState::succeeded: return PlanAction::done;
+    case store::RunState::diverged: return PlanAction::diverged;
+    case store::RunState::failed: return PlanAction::failed;
+    case store::RunState::orphaned: return PlanAction::orphaned;
+    case store::RunState::running: break;
   }
   if (r.lease_owner.empty()) return PlanAction::orphaned;
   switch (owner_liveness(r.lease_owner)) {
@@ -53,7 +53,7 @@ PlanAction classify_record(const RunRecord& r, double now) {
   return PlanAction::orphaned;
 }
 
-std::vector<PlanEntry> plan_sweep(const SweepSpec& spec, const Store* store, double now, bool retry_failed) {
+std::vector<PlanEntry> plan_sweep(const SweepSpec& spec, const store::Store* store, double now, bool retry_failed) {
   std::vector<PlanEntry> plan;
   plan.reserve(spec.points.size());
   for (const GridPoint& p : spec.points) {
@@ -82,7 +82,7 @@ std::vector<PlanEntry> plan_sweep(const SweepSpec& spec, const Store* store, dou
           break;
         case PlanAction::failed: {
           int failures = 0;
-          for (const Store::AttemptRecord& a : store->attempts(p.id))
+          for (const store::Store::AttemptRecord& a : store->attempts(p.id))
             if (a.end != 0 && attempt_failed(a.exit_code)) ++failures;
           const bool capped = failures >= spec.executor.max_attempts;
           e.will_run = retry_failed && !capped;
@@ -129,7 +129,7 @@ void print_plan(const SweepSpec& spec, const std::vector<PlanEntry>& plan, std::
                      counts_line(counts), to_run);
 }
 
-void print_status(const SweepSpec& spec, const std::vector<PlanEntry>& plan, const Store* store, std::ostream& out) {
+void print_status(const SweepSpec& spec, const std::vector<PlanEntry>& plan, const store::Store* store, std::ostream& out) {
   std::map<std::string, int> counts;
   // axis → value → action → count, in the axis's declaration order and the values' first appearance.
   std::map<std::string, std::vector<std::string>> value_order;
@@ -165,7 +165,7 @@ void print_status(const SweepSpec& spec, const std::vector<PlanEntry>& plan, con
     std::map<std::string, std::string> in_grid;  // id → this grid's name for it
     for (const PlanEntry& e : plan) in_grid[e.point->id] = e.point->name;
     bool gap_header = false;
-    for (const Store::GapRow& g : store->bf16_gaps()) {
+    for (const store::Bf16GapRow& g : store->bf16_gaps()) {
       const auto named = in_grid.find(g.id);
       if (named == in_grid.end()) continue;
       if (!gap_header)
@@ -177,7 +177,7 @@ void print_status(const SweepSpec& spec, const std::vector<PlanEntry>& plan, con
   }
   for (const PlanEntry& e : plan) {
     if (e.action != PlanAction::running || !e.record || store == nullptr) continue;
-    const std::vector<MetricRow> loss = store->metrics(e.point->id, "train/loss");
+    const std::vector<store::MetricRow> loss = store->metrics(e.point->id, "train/loss");
     const int64_t steps = e.record->config_json.empty() ? 0
                               : nlohmann::json::parse(e.record->config_json)["train"]["steps"].get<int64_t>();
     out << fmt::format("running: {} step {}/{}{}\n", e.point->name, loss.empty() ? 0 : loss.back().step, steps,

@@ -9,8 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "store/store.h"
 #include "sweeps/spec.h"
-#include "sweeps/store.h"
 
 namespace fp4::sweeps {
 
@@ -29,7 +29,7 @@ const char* plan_action_name(PlanAction a);  // "new", "pending", "orphaned", "r
 struct PlanEntry {
   const GridPoint* point = nullptr;
   PlanAction action = PlanAction::new_run;
-  std::optional<RunRecord> record;   // absent for new runs
+  std::optional<store::RunRecord> record;   // absent for new runs
   bool will_run = false;             // `sweep run` would start or resume it
   std::string note;                  // why not, or extra detail ("held by host/pid", "2 of 3 attempts failed")
 };
@@ -41,17 +41,17 @@ bool attempt_failed(int exit_code);
 
 // The state a stored run is really in at `now`: a `running` run whose lease holder is gone (dead
 // on this host, or its lease expired) is orphaned.
-PlanAction classify_record(const RunRecord& r, double now);
+PlanAction classify_record(const store::RunRecord& r, double now);
 
 // One entry per grid point, in the spec's order. `store` may be null (no store file yet).
-std::vector<PlanEntry> plan_sweep(const SweepSpec& spec, const Store* store, double now, bool retry_failed);
+std::vector<PlanEntry> plan_sweep(const SweepSpec& spec, const store::Store* store, double now, bool retry_failed);
 
 // `sweep plan`'s table: one line per run (action, name, id prefix, N, D, recipe, note) and a
 // count per action.
 void print_plan(const SweepSpec& spec, const std::vector<PlanEntry>& plan, std::ostream& out);
 
 // `sweep status`: counts per state, per axis value, each failed run's last error line and log.
-void print_status(const SweepSpec& spec, const std::vector<PlanEntry>& plan, const Store* store,
+void print_status(const SweepSpec& spec, const std::vector<PlanEntry>& plan, const store::Store* store,
                   std::ostream& out);
 
 }  // namespace fp4::sweeps

@@ -26,8 +26,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "store/store.h"
 #include "sweeps/spec.h"
-#include "sweeps/store.h"
 #include "tests/sweeps_test_helpers.h"
 #include "tests/test_support.h"
 
@@ -142,17 +142,17 @@ class HandStudy {
     return spec_.points.back();
   }
   // Records the grid (call once, after the adds).
-  sweeps::Store& record() {
-    store_ = sweeps::Store::open(spec_.store, sweeps::Store::Mode::read_write);
-    store_->record_grid(spec_);
+  store::Store& record() {
+    store_ = store::Store::open(spec_.store, store::Store::Mode::read_write);
+    store_->record_grid(fp4::sweeps::grid_record(spec_));
     return *store_;
   }
   // Train and eval losses for every step (loss(step) from `f`), then the outcome.
-  void train(const sweeps::GridPoint& p, const std::function<double(int64_t)>& loss, sweeps::RunState state,
+  void train(const sweeps::GridPoint& p, const std::function<double(int64_t)>& loss, store::RunState state,
              const std::string& error = "") {
     const int64_t steps = p.config["train"]["steps"].get<int64_t>();
     const int64_t batch = p.config["train"]["batch_tokens"].get<int64_t>();
-    sweeps::MetricsBatch b;
+    store::MetricsBatch b;
     for (int64_t s = 1; s <= steps; ++s) {
       const double v = loss(s);
       b.metrics.push_back({"train/loss", s, s * batch, v, !std::isfinite(v)});
@@ -161,7 +161,7 @@ class HandStudy {
     store_->ingest(p.id, b, 0);
     store_->set_state(p.id, state, error);
   }
-  sweeps::Store& store() { return *store_; }
+  store::Store& store() { return *store_; }
   const sweeps::SweepSpec& spec() const { return spec_; }
   std::filesystem::path store_path() const { return spec_.store; }
   // Closes the store (the report opens it read-only itself).
@@ -170,7 +170,7 @@ class HandStudy {
  private:
   std::filesystem::path dir_;
   sweeps::SweepSpec spec_;
-  std::unique_ptr<sweeps::Store> store_;
+  std::unique_ptr<store::Store> store_;
 };
 
 // `fp4lab report ARGS` (already shell-quoted), run in `dir`.

@@ -11,7 +11,7 @@
 #include "fit/fit_data.h"
 #include "fit/fitter.h"
 #include "fit/stored_fit.h"
-#include "sweeps/store.h"
+#include "store/store.h"
 
 using fp4::fit::FitRequest;
 using fp4::fit::Law;

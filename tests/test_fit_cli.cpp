@@ -14,14 +14,14 @@
 
 #include "fit/laws.h"
 #include "fit/stored_fit.h"
+#include "store/store.h"
 #include "sweeps/spec.h"
-#include "sweeps/store.h"
 #include "tests/test_support.h"
 
-using fp4::sweeps::MetricRow;
-using fp4::sweeps::MetricsBatch;
-using fp4::sweeps::RunState;
-using fp4::sweeps::Store;
+using fp4::store::MetricRow;
+using fp4::store::MetricsBatch;
+using fp4::store::RunState;
+using fp4::store::Store;
 using fp4::test::run_fp4lab;
 using fp4::test::ScratchDir;
 using nlohmann::json;
@@ -52,7 +52,7 @@ fp4::sweeps::SweepSpec make_study(const std::filesystem::path& toml, const std::
   fp4::test::spit(toml, text);
   const auto spec = fp4::sweeps::load_sweep_spec(toml);
   auto store = Store::open(spec.store, Store::Mode::read_write);
-  store->record_grid(spec);
+  store->record_grid(fp4::sweeps::grid_record(spec));
   fp4::fit::LawParameters law;
   law.E = 1.2;
   law.A = 100;

@@ -18,7 +18,7 @@
 #include "fit/fit_output.h"
 #include "fit/fitter.h"
 #include "fit/synthetic_data.h"
-#include "sweeps/store.h"
+#include "store/store.h"
 #include "tests/test_support.h"
 
 using fp4::fit::FitData;

@@ -12,8 +12,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "store/store.h"
 #include "sweeps/spec.h"
-#include "sweeps/store.h"
 #include "tests/test_support.h"
 
 using fp4::test::run_fp4lab;
@@ -104,7 +104,7 @@ TEST_CASE("fp4lab fit: a study fits exactly its own grid's runs of a store that 
     REQUIRE(r.exit_code == 0);
   }
   std::set<std::string> all_runs;
-  for (const auto& run : fp4::sweeps::Store::open(dir / "shared.db", fp4::sweeps::Store::Mode::read_only)->runs())
+  for (const auto& run : fp4::store::Store::open(dir / "shared.db", fp4::store::Store::Mode::read_only)->runs())
     all_runs.insert(run.id);
   // 18 + 12 + 6 points, of which 6 (noise seed 0) and 2 (ablation bf16, ufp4 seed 0) are the main grid's.
   REQUIRE(all_runs.size() == 28);

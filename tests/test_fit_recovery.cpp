@@ -12,7 +12,7 @@
 #include "fit/fitter.h"
 #include "fit/stored_fit.h"
 #include "fit/synthetic_data.h"
-#include "sweeps/store.h"
+#include "store/store.h"
 
 using fp4::fit::FitRequest;
 using fp4::fit::Law;
@@ -145,10 +145,10 @@ TEST_CASE("fit determinism: both laws, their gaps, slopes and held-out checks ar
   request.grid.beta = {0.5};
   const auto plan = fp4::fit::plan_fits(data, request);
   REQUIRE(plan.fits.size() == 4);  // chinchilla bf16, e2m1, ufp4; precision
-  std::vector<std::vector<fp4::sweeps::FitRecord>> by_threads;
+  std::vector<std::vector<fp4::store::FitRecord>> by_threads;
   for (int threads : {1, 3, 8}) {
     request.threads = threads;
-    std::vector<fp4::sweeps::FitRecord> records;
+    std::vector<fp4::store::FitRecord> records;
     for (const StoredFit& f : fp4::fit::run_fits(data, request, plan)) records.push_back(fp4::fit::to_record(f));
     by_threads.push_back(std::move(records));
   }

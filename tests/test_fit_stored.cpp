@@ -15,15 +15,15 @@
 #include "fit/laws.h"
 #include "fit/statistics.h"
 #include "fit/stored_fit.h"
-#include "sweeps/store.h"
-#include "sweeps/store_schema.h"
+#include "store/schema.h"
+#include "store/store.h"
 #include "tests/test_support.h"
 
 using fp4::fit::BootstrapSample;
 using fp4::fit::Estimate;
 using fp4::fit::LawParameters;
 using fp4::fit::StoredFit;
-using fp4::sweeps::Store;
+using fp4::store::Store;
 using fp4::test::ScratchDir;
 
 namespace {
@@ -376,7 +376,7 @@ TEST_CASE("stored fit: a gap between two chinchilla fits pairs replicates by ind
 
 TEST_CASE("stored fit: rows missing keys read as defaults; malformed rows name the row and column",
           "[fit][fit_stored]") {
-  fp4::sweeps::FitRecord r;
+  fp4::store::FitRecord r;
   r.id = 7;
   r.law = "chinchilla";
   r.scope = "bf16";
@@ -391,7 +391,7 @@ TEST_CASE("stored fit: rows missing keys read as defaults; malformed rows name t
   CHECK(f.optimizer.best_start == -1);
 
   // A precision fit stored before comparisons existed: its predictions have no "comparisons" key.
-  fp4::sweeps::FitRecord old = fp4::fit::to_record(sample_precision_fit());
+  fp4::store::FitRecord old = fp4::fit::to_record(sample_precision_fit());
   auto predictions = nlohmann::json::parse(old.predictions_json);
   REQUIRE(predictions.contains("comparisons"));
   predictions.erase("comparisons");
@@ -414,7 +414,7 @@ TEST_CASE("stored fit: a version-2 store's fits gain predictions_json when migra
   {
     sqlite3* db = nullptr;
     REQUIRE(sqlite3_open(path.c_str(), &db) == SQLITE_OK);
-    fp4::sweeps::detail::migrate_store(db, path, 2);
+    fp4::store::detail::migrate_store(db, path, 2);
     REQUIRE(sqlite3_exec(db,
                          "INSERT INTO fits (law, scope, input_hash, params_json, n_points, fp4lab_version, created) "
                          "VALUES ('chinchilla', 'bf16', 'h', '{\"E\": 2}', 3, '0.1.0', 1.0)",

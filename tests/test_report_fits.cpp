@@ -10,7 +10,7 @@
 #include "tests/report_test_helpers.h"
 
 namespace fs = std::filesystem;
-using fp4::sweeps::RunState;
+using fp4::store::RunState;
 using fp4::test::HtmlDom;
 using fp4::test::ScratchDir;
 
@@ -239,7 +239,7 @@ TEST_CASE("report after fp4lab fit on a real tiny study shows the stored fits' o
   HtmlDom dom(fp4::test::slurp(out / "report.html"));
   CHECK(dom.text().find("Not a fit of the main grid") == std::string::npos);  // fp4lab fit fitted exactly these runs
 
-  auto store = fp4::sweeps::Store::open(dir / "tinyfit.db", fp4::sweeps::Store::Mode::read_only);
+  auto store = fp4::store::Store::open(dir / "tinyfit.db", fp4::store::Store::Mode::read_only);
   const auto fits = fp4::fit::read_fits(*store);
   REQUIRE(fits.size() == 4);  // chinchilla bf16, e2m1, ufp4, precision joint
   const auto tables = dom.tables();

@@ -8,7 +8,7 @@
 #include "tests/report_test_helpers.h"
 
 namespace fs = std::filesystem;
-using fp4::sweeps::RunState;
+using fp4::store::RunState;
 using fp4::test::HtmlDom;
 using fp4::test::ScratchDir;
 

@@ -23,7 +23,7 @@
 #include "tests/report_test_helpers.h"
 
 namespace fs = std::filesystem;
-using fp4::sweeps::Store;
+using fp4::store::Store;
 using fp4::test::HtmlDom;
 using fp4::test::ScratchDir;
 
@@ -69,7 +69,7 @@ double number(const std::string& s) { return s.empty() ? std::nan("") : std::str
 
 // What the test knows of each run, from the store alone.
 struct Known {
-  fp4::sweeps::RunRecord rec;
+  fp4::store::RunRecord rec;
   double loss = std::nan("");
   std::string same_but_seed, same_but_recipe_and_seed;  // the config without the seeds (and recipe)
   std::set<std::string> grids;

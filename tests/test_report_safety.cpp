@@ -15,7 +15,7 @@
 #include "tests/report_test_helpers.h"
 
 namespace fs = std::filesystem;
-using fp4::sweeps::RunState;
+using fp4::store::RunState;
 using fp4::test::HtmlDom;
 using fp4::test::ScratchDir;
 
@@ -52,7 +52,7 @@ TEST_CASE("report safety: hostile names are escaped for HTML, Markdown, CSV and 
   h.train(q2, [](int64_t s) { return 2.92 - 0.05 * s; }, RunState::succeeded);
   h.train(failed, [](int64_t s) { return 3.0 - 0.01 * s; }, RunState::failed, kEvilError);
   // Probe rows with a hostile linear name: it reaches a gnuplot title and an HTML table.
-  fp4::sweeps::MetricsBatch probes;
+  fp4::store::MetricsBatch probes;
   for (int layer = 0; layer < 2; ++layer)
     for (const char* gemm : {"fprop", "dgrad", "wgrad"}) {
       probes.probe_gemms.push_back({10, layer, kEvilLinear, gemm, 0.99, 0.98, 0.99 * 0.98});

@@ -10,13 +10,13 @@
 #include <filesystem>
 #include <string>
 
-#include "sweeps/store.h"
+#include "store/store.h"
 #include "tests/sweeps_test_helpers.h"
 
 #ifdef FP4LAB_HAVE_CUDA
 namespace fs = std::filesystem;
-using fp4::sweeps::RunState;
-using fp4::sweeps::Store;
+using fp4::store::RunState;
+using fp4::store::Store;
 using fp4::test::ScratchDir;
 
 namespace {

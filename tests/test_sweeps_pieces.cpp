@@ -12,13 +12,13 @@
 #include <string>
 
 #include "base/duration.h"
+#include "store/store.h"
 #include "sweeps/local_executor.h"
-#include "sweeps/store.h"
 #include "tests/sweeps_test_helpers.h"
 
 namespace fs = std::filesystem;
-using fp4::sweeps::RunState;
-using fp4::sweeps::Store;
+using fp4::store::RunState;
+using fp4::store::Store;
 using fp4::test::ScratchDir;
 
 namespace {

@@ -15,13 +15,13 @@
 #include <set>
 
 #include "base/directory_lock.h"
+#include "store/store.h"
 #include "sweeps/spec.h"
-#include "sweeps/store.h"
 #include "tests/sweeps_test_helpers.h"
 
 namespace fs = std::filesystem;
-using fp4::sweeps::RunState;
-using fp4::sweeps::Store;
+using fp4::store::RunState;
+using fp4::store::Store;
 using fp4::test::ScratchDir;
 
 namespace {
@@ -54,7 +54,7 @@ std::map<std::string, std::map<std::string, std::vector<Row>>> all_rows(const St
   return out;
 }
 
-int64_t steps_of(const fp4::sweeps::RunRecord& r) {
+int64_t steps_of(const fp4::store::RunRecord& r) {
   return nlohmann::json::parse(r.config_json)["train"]["steps"].get<int64_t>();
 }
 

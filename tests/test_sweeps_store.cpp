@@ -1,4 +1,4 @@
-// test_sweeps_store.cpp — the sweep store (sweeps/store.h): opening, pragmas and migrations, grids
+// test_sweeps_store.cpp — the sweep store (store/store.h): opening, pragmas and migrations, grids
 // and runs, leases, attempts, parsing and ingesting metrics.jsonl, the views on a hand-built study,
 // the documented example queries, and many writers at once. Grid points are built by hand here so
 // that these tests do not depend on the TOML parser.
@@ -23,38 +23,39 @@
 #include <nlohmann/json.hpp>
 
 #include "base/user_error.h"
-#include "sweeps/store.h"
-#include "sweeps/store_schema.h"
+#include "store/schema.h"
+#include "store/store.h"
+#include "sweeps/metrics_jsonl.h"
 #include "tests/test_support.h"
 
-using fp4::sweeps::AttemptEnd;
-using fp4::sweeps::GridPoint;
-using fp4::sweeps::MetricRow;
-using fp4::sweeps::MetricsBatch;
+using fp4::store::AttemptEnd;
+using fp4::store::GridPointRecord;
+using fp4::store::GridRecord;
+using fp4::store::MetricRow;
+using fp4::store::MetricsBatch;
 using fp4::sweeps::parse_metrics_jsonl;
-using fp4::sweeps::parse_run_state;
-using fp4::sweeps::Provenance;
-using fp4::sweeps::RunRecord;
-using fp4::sweeps::RunState;
-using fp4::sweeps::Store;
-using fp4::sweeps::SweepSpec;
+using fp4::store::parse_run_state;
+using fp4::store::Provenance;
+using fp4::store::RunRecord;
+using fp4::store::RunState;
+using fp4::store::Store;
 using fp4::test::ScratchDir;
 using nlohmann::json;
 
 namespace {
 
 // A grid point as the spec module would make it; ids are readable stand-ins for SHA-256 digests.
-GridPoint point(const std::string& name, const std::string& recipe, const std::string& match_key, uint64_t seed = 0) {
-  GridPoint p;
+GridPointRecord point(const std::string& name, const std::string& recipe, const std::string& match_key,
+                      uint64_t seed = 0) {
+  GridPointRecord p;
   p.id = "id-" + name;
   p.name = name;
-  p.config = json{{"recipe", recipe}, {"train", {{"seed", seed}}}, {"match", match_key}};
-  p.canonical = p.config.dump();
+  p.config_json = json{{"recipe", recipe}, {"train", {{"seed", seed}}}, {"match", match_key}}.dump();
   p.match_key = match_key;
   p.axes = {{"recipe", recipe}, {"seed", std::to_string(seed)}};
-  p.recipe_label = recipe;
+  p.recipe = recipe;
   p.baseline = recipe == "bf16";
-  p.model_label = "d2";
+  p.model = "d2";
   p.n_params = 1000;
   p.n_params_nonembedding = 600;
   p.tokens = 50000;
@@ -63,14 +64,13 @@ GridPoint point(const std::string& name, const std::string& recipe, const std::s
   return p;
 }
 
-SweepSpec spec_of(const std::string& text, const std::filesystem::path& dir, std::vector<GridPoint> points) {
-  SweepSpec s;
+GridRecord spec_of(const std::string& text, const std::filesystem::path& dir, std::vector<GridPointRecord> points) {
+  GridRecord s;
   s.file = dir / "grid.toml";
   s.base_dir = dir;
   s.text = text;
   s.text_hash = "hash-of-" + text;
   s.name = "study";
-  s.store = dir / "study.db";
   s.run_root = dir / "runs";
   s.axis_names = {"recipe", "seed"};
   s.fit = json::object();
@@ -200,7 +200,7 @@ pid_t spawn(const std::function<void()>& body, const std::filesystem::path& erro
 TEST_CASE("sweeps store: run states have names and parse back", "[sweeps][sweeps_store]") {
   for (RunState s : {RunState::pending, RunState::running, RunState::succeeded, RunState::failed, RunState::diverged,
                      RunState::orphaned})
-    CHECK(parse_run_state(fp4::sweeps::run_state_name(s)) == s);
+    CHECK(parse_run_state(fp4::store::run_state_name(s)) == s);
   CHECK_THROWS_AS(parse_run_state("done"), fp4::UserError);
 }
 
@@ -217,7 +217,7 @@ TEST_CASE("sweeps store: a new store is created in WAL mode with a busy timeout,
     CHECK(query_int(store->handle(), "PRAGMA busy_timeout") == 30000);
     CHECK(query_int(store->handle(), "PRAGMA foreign_keys") == 1);
     CHECK(query_int(store->handle(), "PRAGMA synchronous") == 2);  // FULL
-    CHECK(query_int(store->handle(), "PRAGMA application_id") == fp4::sweeps::detail::kStoreApplicationId);
+    CHECK(query_int(store->handle(), "PRAGMA application_id") == fp4::store::detail::kStoreApplicationId);
     store->record_grid(spec_of("a", dir.path(), {point("p0", "bf16", "m0")}));
   }
   {
@@ -237,7 +237,7 @@ TEST_CASE("sweeps store: recording a grid twice changes nothing, and a second gr
           "[sweeps][sweeps_store]") {
   ScratchDir dir;
   auto store = Store::open(dir / "study.db", Store::Mode::read_write);
-  const SweepSpec first = spec_of("grid one", dir.path(),
+  const GridRecord first = spec_of("grid one", dir.path(),
                                   {point("a", "bf16", "m0"), point("b", "ufp4", "m0"), point("c", "e2m1", "m0")});
   const int64_t id1 = store->record_grid(first);
   CHECK(store->record_grid(first) == id1);
@@ -247,7 +247,7 @@ TEST_CASE("sweeps store: recording a grid twice changes nothing, and a second gr
 
   const RunRecord b = *store->run("id-b");
   CHECK(b.name == "b");
-  CHECK(b.config_json == first.points[1].canonical);
+  CHECK(b.config_json == first.points[1].config_json);
   CHECK(b.match_key == "m0");
   CHECK(b.recipe == "ufp4");
   CHECK_FALSE(b.baseline);
@@ -267,10 +267,10 @@ TEST_CASE("sweeps store: recording a grid twice changes nothing, and a second gr
 
   // The second grid shares run b (under another name and axes) and adds d; b keeps its state.
   store->set_state("id-b", RunState::succeeded, "");
-  GridPoint shared = point("b-renamed", "ufp4", "m0");
+  GridPointRecord shared = point("b-renamed", "ufp4", "m0");
   shared.id = "id-b";
   shared.axes = {{"recipe", "ufp4"}, {"lr", "0.001"}};
-  const SweepSpec second = spec_of("grid two", dir.path(), {point("d", "nvfp4", "m0"), shared});
+  const GridRecord second = spec_of("grid two", dir.path(), {point("d", "nvfp4", "m0"), shared});
   const int64_t id2 = store->record_grid(second);
   CHECK(id2 != id1);
   CHECK(store->runs().size() == 4);
@@ -497,7 +497,7 @@ std::vector<std::string> table_columns(sqlite3* db, const std::string& table) {
   return out;
 }
 
-// The same, as a probe row's field list (engine/run/probe_rows.h) says they must be: the run, then
+// The same, as a probe row's field list (base/probe_rows.h) says they must be: the run, then
 // every field (integers INTEGER NOT NULL, text TEXT NOT NULL, reals REAL that may be NULL), the run
 // and the key fields forming the primary key in order.
 template <class Row>
@@ -516,12 +516,12 @@ std::vector<std::string> columns_of_row() {
 }  // namespace
 
 TEST_CASE("sweeps store: the probe tables have exactly the probe rows' fields as columns", "[sweeps][sweeps_store]") {
-  // The schema's CREATE TABLE is a migration (store_schema.cpp) and stays as written; this holds
+  // The schema's CREATE TABLE is a migration (store/schema.cpp) and stays as written; this holds
   // it to the one list of fields the trainer writes and the ingest reads and inserts.
   ScratchDir dir;
   auto store = Store::open(dir / "study.db", Store::Mode::read_write);
-  CHECK(table_columns(store->handle(), "probes") == columns_of_row<fp4::sweeps::ProbeRow>());
-  CHECK(table_columns(store->handle(), "probe_gemms") == columns_of_row<fp4::sweeps::ProbeGemmRow>());
+  CHECK(table_columns(store->handle(), "probes") == columns_of_row<fp4::store::ProbeRow>());
+  CHECK(table_columns(store->handle(), "probe_gemms") == columns_of_row<fp4::store::ProbeGemmRow>());
   // Every field a trainer's row carries comes back out of the store.
   const std::string row =
       R"({"kind":"probe","step":7,"tokens":700,"layer":2,"linear":"qkv","slot":"fprop_x","gemm":"fprop","alpha":0.5,"nmse":0.25,"sqnr_db":6.0,"shrink":-0.125,"b_eff":0.75,"count":64,"nonfinite":3})"
@@ -787,7 +787,7 @@ TEST_CASE("sweeps store: a version-1 file is migrated and its rows survive", "[s
   {
     sqlite3* db = nullptr;
     REQUIRE(sqlite3_open(path.c_str(), &db) == SQLITE_OK);
-    fp4::sweeps::detail::migrate_store(db, path, 1);
+    fp4::store::detail::migrate_store(db, path, 1);
     CHECK(query_int(db, "PRAGMA user_version") == 1);
     CHECK(query_int(db, "SELECT count(*) FROM sqlite_schema WHERE name = 'probes'") == 0);
     exec_sql(db, R"sql(
@@ -840,11 +840,11 @@ TEST_CASE("sweeps store: migrating commits once, so no reader sees a version bet
     const auto path = dir / ("from" + std::to_string(from) + ".db");
     sqlite3* db = nullptr;
     REQUIRE(sqlite3_open(path.c_str(), &db) == SQLITE_OK);
-    if (from > 0) fp4::sweeps::detail::migrate_store(db, path, from);
+    if (from > 0) fp4::store::detail::migrate_store(db, path, from);
     int commits = 0;
     sqlite3_commit_hook(
         db, [](void* n) { ++*static_cast<int*>(n); return 0; }, &commits);
-    fp4::sweeps::detail::migrate_store(db, path, Store::latest_schema_version());
+    fp4::store::detail::migrate_store(db, path, Store::latest_schema_version());
     INFO("from version " << from);
     CHECK(commits == 1);
     CHECK(query_int(db, "PRAGMA user_version") == Store::latest_schema_version());
@@ -911,9 +911,9 @@ TEST_CASE("sweeps store: several processes writing at once never see database is
 
   // Every writer records the same grid (idempotent), then works on its own run while leasing a
   // shared one; a reader polls the views meanwhile. A pipe starts them all at the same moment.
-  std::vector<GridPoint> points = {point("shared", "bf16", "m0")};
+  std::vector<GridPointRecord> points = {point("shared", "bf16", "m0")};
   for (int w = 0; w < kWriters; ++w) points.push_back(point("w" + std::to_string(w), "ufp4", "m" + std::to_string(w)));
-  const SweepSpec spec = spec_of("busy", dir.path(), points);
+  const GridRecord spec = spec_of("busy", dir.path(), points);
 
   int start_pipe[2];
   REQUIRE(pipe(start_pipe) == 0);

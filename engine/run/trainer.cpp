@@ -34,7 +34,7 @@
 #include "engine/run/memory_need.h"
 #include "engine/run/metrics.h"
 #include "engine/run/optimizer.h"
-#include "engine/run/probe_rows.h"
+#include "base/probe_rows.h"
 #include "engine/run/ranks.h"
 #include "engine/run/run_dir.h"
 #include "engine/run/schedule.h"
@@ -144,7 +144,7 @@ const char* gemm_name(int g) {
   return names[g];
 }
 
-// A probe row (engine/run/probe_rows.h) as metrics.jsonl carries it: its kind, the tokens seen at
+// A probe row (base/probe_rows.h) as metrics.jsonl carries it: its kind, the tokens seen at
 // its step, and its fields, a non-finite real as null.
 template <class Row>
 json probe_row_json(const Row& r, int64_t tokens) {

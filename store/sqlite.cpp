@@ -1,12 +1,12 @@
-// store_sqlite.cpp — see store_sqlite.h.
-#include "sweeps/store_sqlite.h"
+// sqlite.cpp — see sqlite.h.
+#include "store/sqlite.h"
 
 #include <algorithm>
 #include <chrono>
 #include <stdexcept>
 #include <thread>
 
-namespace fp4::sweeps::detail {
+namespace fp4::store::detail {
 
 namespace {
 
@@ -152,4 +152,4 @@ void WriteTransaction::commit() {
   open_ = false;
 }
 
-}  // namespace fp4::sweeps::detail
+}  // namespace fp4::store::detail

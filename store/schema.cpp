@@ -1,13 +1,13 @@
-// store_schema.cpp — see store_schema.h. The SQL here is the schema's single definition;
+// schema.cpp — see schema.h. The SQL here is the schema's single definition;
 // docs/sweeps.md "The store" explains it table by table.
-#include "sweeps/store_schema.h"
+#include "store/schema.h"
 
 #include <stdexcept>
 #include <string>
 
-#include "sweeps/store_sqlite.h"
+#include "store/sqlite.h"
 
-namespace fp4::sweeps::detail {
+namespace fp4::store::detail {
 
 namespace {
 
@@ -225,4 +225,4 @@ void migrate_store(sqlite3* db, const std::filesystem::path& path, int target_ve
   tx.commit();
 }
 
-}  // namespace fp4::sweeps::detail
+}  // namespace fp4::store::detail

@@ -1,4 +1,4 @@
-// store_schema.h — the store's schema as a list of migrations (private to sweeps/ and its tests).
+// schema.h — the store's schema as a list of migrations (private to store/ and its tests).
 //
 // Migration k takes a file from `PRAGMA user_version` k-1 to k. Each runs in its own BEGIN
 // IMMEDIATE transaction that re-reads user_version first (another orchestrator may have migrated the
@@ -13,7 +13,7 @@
 #include <filesystem>
 #include <vector>
 
-namespace fp4::sweeps::detail {
+namespace fp4::store::detail {
 
 // PRAGMA application_id of a sweep store ("FP4S"): tells our files from other SQLite databases.
 inline constexpr int32_t kStoreApplicationId = 0x46503453;
@@ -37,4 +37,4 @@ int read_user_version(sqlite3* db, const std::filesystem::path& path);
 // make an old file.
 void migrate_store(sqlite3* db, const std::filesystem::path& path, int target_version);
 
-}  // namespace fp4::sweeps::detail
+}  // namespace fp4::store::detail

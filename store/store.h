@@ -1,5 +1,7 @@
 // store.h — the study's SQLite store (docs/sweeps.md "The store" documents every table and view
-// with example queries).
+// with example queries). Every SQL statement of fp4lab is in store/; what goes in and comes out is
+// plain records: no sweep spec, no engine type, so fit/ and reports/ read a store without linking
+// the engine.
 //
 // One file per study, WAL journal, a busy timeout so that a reader (`sweep status`) or a second
 // orchestrator waits instead of failing with "database is locked". Every change that touches more
@@ -13,6 +15,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -20,13 +23,12 @@
 
 #include <nlohmann/json.hpp>
 
+#include "base/probe_rows.h"
 #include "base/user_error.h"
-#include "engine/run/probe_rows.h"
-#include "sweeps/spec.h"
 
 struct sqlite3;
 
-namespace fp4::sweeps {
+namespace fp4::store {
 
 // The life of a run. `orphaned` is stored when an orchestrator finds a running run whose lease
 // has expired (its orchestrator died); the next `sweep run` resumes it from its last checkpoint.
@@ -79,9 +81,18 @@ struct MetricRow {
   double value = 0;               // meaningless when is_nan
   bool is_nan = false;
 };
-// The probe's rows, as the trainer writes them (their fields are listed once, there).
-using ProbeRow = run::SlotProbeRow;       // kind "probe": one quantized slot at one step
-using ProbeGemmRow = run::GemmProbeRow;   // kind "probe_gemm"
+// The shrinkage probe's rows, as the trainer writes them (their fields are listed once, there).
+using ProbeRow = SlotProbeRow;            // kind "probe": one quantized slot at one step
+using ProbeGemmRow = GemmProbeRow;        // kind "probe_gemm"
+// A probe row with the run it belongs to, as the report reads every run's rows at once.
+struct RunProbeRow {
+  std::string run_id;
+  ProbeRow row;                   // non-finite measurements read as NaN
+};
+struct RunProbeGemmRow {
+  std::string run_id;
+  ProbeGemmRow row;
+};
 // What ingesting a slice of metrics.jsonl produced.
 struct MetricsBatch {
   std::vector<MetricRow> metrics;
@@ -113,12 +124,62 @@ struct FinalLossRecord {
   RunState state = RunState::pending;
   std::optional<int64_t> final_step;   // nullopt: no eval/loss recorded
   double final_loss = 0;               // NaN when the last eval/loss was not finite
+  bool final_is_nan = false;           // the last eval/loss was recorded as not finite
 };
 
-// Parses complete lines of metrics.jsonl text (docs/train.md). A malformed complete line throws
-// std::runtime_error naming `source` and the line number; a trailing line without '\n' is left
-// for later (consumed_bytes stops before it).
-MetricsBatch parse_metrics_jsonl(std::string_view text, const std::string& source);
+// One grid point as a grid records it: the run it names (inserted as pending when new) and this
+// grid's name and axis values for it.
+struct GridPointRecord {
+  std::string id, name;
+  std::string config_json;        // the canonical resolved config (the hashed bytes)
+  std::string match_key, recipe, model;
+  bool baseline = false;
+  int64_t n_params = 0, n_params_nonembedding = 0, tokens = 0;
+  uint64_t seed = 0;
+  double flops_per_token = 0;
+  std::map<std::string, std::string> axes;  // axis name → this point's value as text
+};
+
+// A grid as the study's TOML declares it (sweeps/ reads the TOML into one; docs/sweeps.md).
+struct GridRecord {
+  std::string text_hash;          // SHA-256 of text: one row per distinct text
+  std::string name;               // [sweep] name
+  std::filesystem::path file, base_dir, run_root;
+  std::string text;               // the TOML text, byte for byte
+  nlohmann::json fit = nlohmann::json::object();  // its [fit] table as JSON, {} when absent
+  std::vector<std::string> axis_names;            // declaration order
+  std::vector<GridPointRecord> points;            // grid order
+};
+
+// A grid as the store holds it, with the runs it links in grid order.
+struct StoredGrid {
+  int64_t id = 0;
+  std::string name, file, base_dir, run_root, text, text_hash;
+  nlohmann::json fit;                             // {} when absent or unreadable
+  std::vector<std::string> axis_names;
+  struct Link {
+    std::string run_id;
+    nlohmann::json axes;                          // this grid's axis values for the run ({} when unreadable)
+  };
+  std::vector<Link> links;
+  double created = 0;
+};
+
+// One row of the bf16_gap view (docs/sweeps.md): a quantized run beside its BF16 run at the same
+// grid point (recipe, model, D and seed). `loss` is NaN when the quantized run's final loss is not
+// finite (then so is `gap`).
+struct Bf16GapRow {
+  std::string id, name, recipe, model, state, bf16_id, bf16_state;
+  int64_t n_params_nonembedding = 0, tokens = 0, final_step = 0, bf16_step = 0;
+  uint64_t seed = 0;
+  double loss = 0, bf16_loss = 0, gap = 0;
+};
+
+// Every metric of every run: run id → metric key → rows by step.
+using Curves = std::map<std::string, std::map<std::string, std::vector<MetricRow>>>;
+
+// The version of the SQLite library the store runs on ("3.40.1"), for provenance.
+std::string sqlite_library_version();
 
 class Store {
  public:
@@ -139,10 +200,12 @@ class Store {
   const std::filesystem::path& path() const { return path_; }
 
   // Records a grid (its TOML text, hash, name, path) and its points: new runs are inserted as
-  // pending with their directory spec.run_root/<id>; runs already present are left as they are
+  // pending with their directory grid.run_root/<id>; runs already present are left as they are
   // (only linked to this grid, with this grid's axis values). One transaction. Returns the grid's
   // row id.
-  int64_t record_grid(const SweepSpec& spec);
+  int64_t record_grid(const GridRecord& grid);
+  // Every grid recorded, by id, with its links.
+  std::vector<StoredGrid> grids() const;
 
   std::optional<RunRecord> run(const std::string& id) const;
   std::vector<RunRecord> runs() const;                            // every run, by name
@@ -176,16 +239,13 @@ class Store {
   int64_t metric_count(const std::string& run_id) const;
   // The last eval/loss of a run (the validation loss at the end), if any.
   std::optional<double> final_loss(const std::string& run_id) const;
-  // The bf16_gap view (docs/sweeps.md): each quantized run beside its BF16 run at the same grid
-  // point, by recipe, model, D and seed. `loss` is NaN when the quantized run's final loss is not
-  // finite (then so is `gap`).
-  struct GapRow {
-    std::string id, name, recipe, model, state;
-    int64_t n_params_nonembedding = 0, tokens = 0;
-    uint64_t seed = 0;
-    double loss = 0, bf16_loss = 0, gap = 0;
-  };
-  std::vector<GapRow> bf16_gaps() const;
+  // Every metric row of the store.
+  Curves curves() const;
+  // The bf16_gap view, by recipe, N (non-embedding), D, seed and name.
+  std::vector<Bf16GapRow> bf16_gaps() const;
+  // Every probe row of the store, by run and then the row's key.
+  std::vector<RunProbeRow> probes() const;
+  std::vector<RunProbeGemmRow> probe_gemms() const;
   struct AttemptRecord {
     int64_t id = 0;
     std::string run_id;
@@ -208,7 +268,7 @@ class Store {
   std::optional<FitRecord> find_fit(const std::string& law, const std::string& scope,
                                     const std::string& input_hash) const;
 
-  // Raw access for tests and the report generator.
+  // Raw access for the store's tests.
   sqlite3* handle() const { return db_; }
 
  private:
@@ -217,4 +277,4 @@ class Store {
   std::filesystem::path path_;
 };
 
-}  // namespace fp4::sweeps
+}  // namespace fp4::store

@@ -8,10 +8,10 @@
 #include <string>
 
 #include "base/clock.h"
-#include "sweeps/store.h"
-#include "sweeps/store_sqlite.h"
+#include "store/sqlite.h"
+#include "store/store.h"
 
-namespace fp4::sweeps {
+namespace fp4::store {
 
 using detail::Statement;
 
@@ -39,7 +39,8 @@ std::vector<FinalLossRecord> Store::final_losses() const {
     r.state = parse_run_state(s.column_text(11));
     if (!s.is_null(12)) {
       r.final_step = s.column_int64(12);
-      const bool nan = s.column_int64(14) != 0 || s.is_null(13);
+      r.final_is_nan = s.column_int64(14) != 0;
+      const bool nan = r.final_is_nan || s.is_null(13);
       r.final_loss = nan ? std::numeric_limits<double>::quiet_NaN() : s.column_double(13);
     }
     out.push_back(std::move(r));
@@ -103,4 +104,4 @@ std::optional<FitRecord> Store::find_fit(const std::string& law, const std::stri
   return f;
 }
 
-}  // namespace fp4::sweeps
+}  // namespace fp4::store

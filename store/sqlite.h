@@ -1,5 +1,5 @@
-// store_sqlite.h — the thin layer over the SQLite C API that the store is written with (private to
-// sweeps/: nothing outside the store includes it, except its tests).
+// sqlite.h — the thin layer over the SQLite C API that the store is written with (private to
+// store/: nothing outside the store includes it, except its tests).
 //
 // Why a layer: every statement is prepared and bound (never formatted with values), every error
 // names the store file and what was being done, and the two places where a writer could still meet
@@ -17,7 +17,7 @@
 #include <string>
 #include <string_view>
 
-namespace fp4::sweeps::detail {
+namespace fp4::store::detail {
 
 // How long a writer waits for another writer's lock, in SQLite's busy handler and again in our own
 // retries where the handler does not apply. Sweep transactions are milliseconds long; 30 s only
@@ -92,4 +92,4 @@ class WriteTransaction {
   bool open_ = true;
 };
 
-}  // namespace fp4::sweeps::detail
+}  // namespace fp4::store::detail

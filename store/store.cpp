@@ -1,10 +1,11 @@
 // store.cpp — the Store (store.h): opening and migrating the file, grids and runs, leases,
-// attempts, and ingesting metrics. The SQL layer is store_sqlite.h, the schema store_schema.h,
-// the metrics.jsonl parser metrics_jsonl.cpp.
-#include "sweeps/store.h"
+// attempts, ingesting metrics and reading them back. The SQL layer is sqlite.h, the schema
+// schema.h; fits and final losses are store_fits.cpp.
+#include "store/store.h"
 
 #include <sqlite3.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <stdexcept>
@@ -16,10 +17,10 @@
 
 #include "base/clock.h"
 #include "base/user_error.h"
-#include "sweeps/store_schema.h"
-#include "sweeps/store_sqlite.h"
+#include "store/schema.h"
+#include "store/sqlite.h"
 
-namespace fp4::sweeps {
+namespace fp4::store {
 
 using detail::Statement;
 using detail::WriteTransaction;
@@ -115,6 +116,51 @@ double nan_if_null(const Statement& s, int column) {
   return s.is_null(column) ? std::numeric_limits<double>::quiet_NaN() : s.column_double(column);
 }
 
+// A JSON column as stored, or `fallback` where its text does not parse (a reader shows what it can).
+json json_or(const std::string& text, json fallback) {
+  try {
+    return json::parse(text);
+  } catch (const json::exception&) {
+    return fallback;
+  }
+}
+
+// The SELECT of one kind of probe row from `table`: (run, the row's fields) as columns, ordered by
+// run and the row's key.
+template <class Row>
+std::string probe_select_sql(const char* table) {
+  std::vector<std::string> columns{"run"}, keys{"run"};
+  Row r;
+  Row::for_each_field(r, [&](const char* name, bool key, const auto&) {
+    columns.push_back(name);
+    if (key) keys.push_back(name);
+  });
+  return fmt::format("SELECT {} FROM {} ORDER BY {}", fmt::join(columns, ", "), table, fmt::join(keys, ", "));
+}
+
+// Reads probe_select_sql's columns into (run id, row); a NULL real is NaN.
+template <class RunRow>
+std::vector<RunRow> read_probe_rows(Statement& s) {
+  std::vector<RunRow> out;
+  while (s.step()) {
+    RunRow out_row;
+    out_row.run_id = s.column_text(0);
+    int column = 1;
+    decltype(out_row.row)::for_each_field(out_row.row, [&](const char*, bool, auto& v) {
+      using V = std::decay_t<decltype(v)>;
+      if constexpr (std::is_same_v<V, std::string>)
+        v = s.column_text(column);
+      else if constexpr (std::is_same_v<V, double>)
+        v = nan_if_null(s, column);
+      else
+        v = static_cast<V>(s.column_int64(column));
+      ++column;
+    });
+    out.push_back(std::move(out_row));
+  }
+  return out;
+}
+
 // A count from the "run" row when it is there and an integer; nullopt leaves the column as it is.
 std::optional<int64_t> run_info_integer(const json& info, const char* name) {
   const auto it = info.find(name);
@@ -142,6 +188,8 @@ RunState parse_run_state(const std::string& text) {
   throw UserError("\"" + text +
                   "\" is not a run state (pending, running, succeeded, failed, diverged, orphaned)");
 }
+
+std::string sqlite_library_version() { return sqlite3_libversion(); }
 
 // ---- Opening ----------------------------------------------------------------------------------
 
@@ -237,7 +285,7 @@ std::unique_ptr<Store> Store::open(const std::filesystem::path& path, Mode reque
 
 // ---- Grids and runs ---------------------------------------------------------------------------
 
-int64_t Store::record_grid(const SweepSpec& spec) {
+int64_t Store::record_grid(const GridRecord& grid) {
   const double now = unix_time_s();
   WriteTransaction tx(db_, path_);
 
@@ -245,19 +293,19 @@ int64_t Store::record_grid(const SweepSpec& spec) {
   Statement insert_grid(db_, path_,
                         "INSERT INTO grids (text_hash, name, file, base_dir, run_root, axis_names, fit_json, text, "
                         "created) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9) ON CONFLICT (text_hash) DO NOTHING");
-  insert_grid.bind(1, spec.text_hash)
-      .bind(2, spec.name)
-      .bind(3, spec.file.string())
-      .bind(4, spec.base_dir.string())
-      .bind(5, spec.run_root.string())
-      .bind(6, json(spec.axis_names).dump())
-      .bind(7, (spec.fit.is_null() ? json::object() : spec.fit).dump())
-      .bind(8, spec.text)
+  insert_grid.bind(1, grid.text_hash)
+      .bind(2, grid.name)
+      .bind(3, grid.file.string())
+      .bind(4, grid.base_dir.string())
+      .bind(5, grid.run_root.string())
+      .bind(6, json(grid.axis_names).dump())
+      .bind(7, (grid.fit.is_null() ? json::object() : grid.fit).dump())
+      .bind(8, grid.text)
       .bind(9, now);
   insert_grid.run();
   Statement grid_id(db_, path_, "SELECT id FROM grids WHERE text_hash = ?1");
-  grid_id.bind(1, spec.text_hash);
-  if (!grid_id.step()) throw std::runtime_error(path_.string() + ": grid " + spec.text_hash + " vanished");
+  grid_id.bind(1, grid.text_hash);
+  if (!grid_id.step()) throw std::runtime_error(path_.string() + ": grid " + grid.text_hash + " vanished");
   const int64_t id = grid_id.column_int64(0);
   grid_id.reset();
 
@@ -272,21 +320,21 @@ int64_t Store::record_grid(const SweepSpec& spec) {
                  "ON CONFLICT (grid, run) DO UPDATE SET position = excluded.position, name = excluded.name, "
                  "axes_json = excluded.axes_json");
   int64_t position = 0;
-  for (const GridPoint& p : spec.points) {
+  for (const GridPointRecord& p : grid.points) {
     insert_run.reset();
     insert_run.bind(1, p.id)
         .bind(2, p.name)
-        .bind(3, p.canonical.empty() ? p.config.dump() : p.canonical)
+        .bind(3, p.config_json)
         .bind(4, p.match_key)
-        .bind(5, p.recipe_label)
+        .bind(5, p.recipe)
         .bind(6, int64_t{p.baseline ? 1 : 0})
-        .bind(7, p.model_label)
+        .bind(7, p.model)
         .bind(8, p.n_params)
         .bind(9, p.n_params_nonembedding)
         .bind(10, p.tokens)
         .bind(11, seed_to_column(p.seed))
         .bind(12, p.flops_per_token)
-        .bind(13, (spec.run_root / p.id).string())
+        .bind(13, (grid.run_root / p.id).string())
         .bind(14, now);
     insert_run.run();
     link.reset();
@@ -295,6 +343,36 @@ int64_t Store::record_grid(const SweepSpec& spec) {
   }
   tx.commit();
   return id;
+}
+
+std::vector<StoredGrid> Store::grids() const {
+  std::vector<StoredGrid> grids;
+  Statement s(db_, path_,
+              "SELECT id, name, file, base_dir, run_root, axis_names, fit_json, text, text_hash, created "
+              "FROM grids ORDER BY id");
+  while (s.step()) {
+    StoredGrid g;
+    g.id = s.column_int64(0);
+    g.name = s.column_text(1);
+    g.file = s.column_text(2);
+    g.base_dir = s.column_text(3);
+    g.run_root = s.column_text(4);
+    for (const json& a : json_or(s.column_text(5), json::array()))
+      if (a.is_string()) g.axis_names.push_back(a.get<std::string>());
+    g.fit = json_or(s.column_text(6), json::object());
+    g.text = s.column_text(7);
+    g.text_hash = s.column_text(8);
+    g.created = nan_if_null(s, 9);
+    grids.push_back(std::move(g));
+  }
+  Statement links(db_, path_, "SELECT grid, run, axes_json FROM grid_runs ORDER BY grid, position");
+  while (links.step()) {
+    const int64_t id = links.column_int64(0);
+    const auto it = std::find_if(grids.begin(), grids.end(), [&](const StoredGrid& g) { return g.id == id; });
+    if (it == grids.end()) continue;
+    it->links.push_back({links.column_text(1), json_or(links.column_text(2), json::object())});
+  }
+  return grids;
 }
 
 std::optional<RunRecord> Store::run(const std::string& id) const {
@@ -549,27 +627,57 @@ std::optional<double> Store::final_loss(const std::string& run_id) const {
   return v;
 }
 
-std::vector<Store::GapRow> Store::bf16_gaps() const {
-  Statement s(db_, path_,
-              "SELECT name, recipe, model, state, n_params_nonembedding, tokens, seed, loss, bf16_loss, gap, id "
-              "FROM bf16_gap ORDER BY recipe, n_params_nonembedding, tokens, seed, name");
-  std::vector<GapRow> rows;
+Curves Store::curves() const {
+  Statement s(db_, path_, "SELECT run, key, step, tokens, value, is_nan FROM metrics ORDER BY run, key, step");
+  Curves out;
   while (s.step()) {
-    GapRow r;
-    r.name = s.column_text(0);
-    r.recipe = s.column_text(1);
-    r.model = s.column_text(2);
-    r.state = s.column_text(3);
-    r.n_params_nonembedding = s.column_int64(4);
-    r.tokens = s.column_int64(5);
-    r.seed = static_cast<uint64_t>(s.column_int64(6));  // stored as the uint64's bits
-    r.loss = nan_if_null(s, 7);
-    r.bf16_loss = nan_if_null(s, 8);
-    r.gap = nan_if_null(s, 9);
-    r.id = s.column_text(10);
+    MetricRow m;
+    m.key = s.column_text(1);
+    m.step = s.column_int64(2);
+    m.tokens = s.column_int64(3);
+    m.is_nan = s.column_int64(5) != 0;
+    m.value = m.is_nan ? std::numeric_limits<double>::quiet_NaN() : nan_if_null(s, 4);
+    out[s.column_text(0)][m.key].push_back(std::move(m));
+  }
+  return out;
+}
+
+std::vector<Bf16GapRow> Store::bf16_gaps() const {
+  Statement s(db_, path_,
+              "SELECT id, name, recipe, model, state, bf16_id, bf16_state, n_params_nonembedding, tokens, "
+              "final_step, bf16_step, seed, loss, bf16_loss, gap FROM bf16_gap "
+              "ORDER BY recipe, n_params_nonembedding, tokens, seed, name");
+  std::vector<Bf16GapRow> rows;
+  while (s.step()) {
+    Bf16GapRow r;
+    r.id = s.column_text(0);
+    r.name = s.column_text(1);
+    r.recipe = s.column_text(2);
+    r.model = s.column_text(3);
+    r.state = s.column_text(4);
+    r.bf16_id = s.column_text(5);
+    r.bf16_state = s.column_text(6);
+    r.n_params_nonembedding = s.column_int64(7);
+    r.tokens = s.column_int64(8);
+    r.final_step = s.column_int64(9);
+    r.bf16_step = s.column_int64(10);
+    r.seed = seed_from_column(s.column_int64(11));
+    r.loss = nan_if_null(s, 12);
+    r.bf16_loss = nan_if_null(s, 13);
+    r.gap = nan_if_null(s, 14);
     rows.push_back(std::move(r));
   }
   return rows;
 }
 
-}  // namespace fp4::sweeps
+std::vector<RunProbeRow> Store::probes() const {
+  Statement s(db_, path_, probe_select_sql<ProbeRow>("probes"));
+  return read_probe_rows<RunProbeRow>(s);
+}
+
+std::vector<RunProbeGemmRow> Store::probe_gemms() const {
+  Statement s(db_, path_, probe_select_sql<ProbeGemmRow>("probe_gemms"));
+  return read_probe_rows<RunProbeGemmRow>(s);
+}
+
+}  // namespace fp4::store

@@ -11,7 +11,7 @@
 #include <cstdint>
 #include <string>
 
-namespace fp4::run {
+namespace fp4 {
 
 // kind "probe": one quantized slot of one block linear, at one step.
 struct SlotProbeRow {
@@ -62,4 +62,4 @@ struct GemmProbeRow {
   }
 };
 
-}  // namespace fp4::run
+}  // namespace fp4

@@ -1,0 +1,69 @@
+// test_layers.cpp — the arrows of ARCHITECTURE.md that a grep can hold: every SQL statement of
+// fp4lab lives in store/ (issue 31), so no other module of the product names a table in a string
+// or includes SQLite. The tests are outside the rule: they check the store from outside, as a user
+// with the sqlite3 shell would.
+#include <catch2/catch.hpp>
+
+#include <filesystem>
+#include <regex>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "tests/test_support.h"
+
+namespace fs = std::filesystem;
+
+namespace {
+
+// The C++ and CUDA sources of the product's modules other than store/.
+std::vector<fs::path> sources_outside_store(const fs::path& root) {
+  std::vector<fs::path> out;
+  for (const char* module : {"base", "kernels", "engine", "sweeps", "fit", "reports", "cli", "bench"}) {
+    if (!fs::is_directory(root / module)) continue;
+    for (const auto& e : fs::recursive_directory_iterator(root / module)) {
+      const std::string ext = e.path().extension().string();
+      if (e.is_regular_file() && (ext == ".cpp" || ext == ".h" || ext == ".cu" || ext == ".cuh")) out.push_back(e.path());
+    }
+  }
+  return out;
+}
+
+// A line without its `//` comment (a comment may name a table; a statement is code).
+std::string code_of(const std::string& line) {
+  const size_t comment = line.find("//");
+  return comment == std::string::npos ? line : line.substr(0, comment);
+}
+
+}  // namespace
+
+TEST_CASE("no SQL statement and no SQLite header outside store/", "[layers]") {
+  const fs::path root = FP4LAB_SOURCE_DIR;
+  const std::regex sql(R"(\b(SELECT|INSERT\s+INTO|UPDATE\s+\w+\s+SET|DELETE\s+FROM|CREATE\s+(TABLE|VIEW|INDEX)|ALTER\s+TABLE|PRAGMA)\b)");
+  const std::regex sqlite_include(R"(#\s*include\s*[<"]sqlite3\.h[>"])");
+  const std::vector<fs::path> files = sources_outside_store(root);
+  REQUIRE(files.size() > 50);  // the walk found the tree
+  int offending = 0;
+  for (const fs::path& file : files) {
+    std::istringstream lines(fp4::test::slurp(file));
+    int number = 0;
+    for (std::string line; std::getline(lines, line);) {
+      ++number;
+      const std::string code = code_of(line);
+      if (std::regex_search(code, sql) || std::regex_search(code, sqlite_include)) {
+        ++offending;
+        UNSCOPED_INFO(fs::relative(file, root).string() << ":" << number << ": " << line);
+      }
+    }
+  }
+  CHECK(offending == 0);
+}
+
+TEST_CASE("the SQL check sees a statement where one is written", "[layers]") {
+  // The pattern of the test above, on lines it must and must not flag.
+  const std::regex sql(R"(\b(SELECT|INSERT\s+INTO|UPDATE\s+\w+\s+SET|DELETE\s+FROM|CREATE\s+(TABLE|VIEW|INDEX)|ALTER\s+TABLE|PRAGMA)\b)");
+  CHECK(std::regex_search(code_of(R"(  Statement s(db, "SELECT id FROM runs");)"), sql));
+  CHECK(std::regex_search(code_of(R"(  q("UPDATE runs SET state = ?2");)"), sql));
+  CHECK_FALSE(std::regex_search(code_of("  // the store's CREATE TABLE holds the same list"), sql));
+  CHECK_FALSE(std::regex_search(code_of("  const bool selected = select(runs);"), sql));
+}
