@@ -121,11 +121,6 @@ class FitProgressPrinter {
   double start_ = 0;
 };
 
-// The store read-only when it can be (printing stored fits is a pure read); null for --points.
-std::unique_ptr<store::Store> open_for_reading(const std::filesystem::path& path) {
-  return store::Store::open(path, store::Store::Mode::read_only);
-}
-
 void run_fit(const FitCliOptions& o) {
   const int sources = !o.spec.empty() + !o.store.empty() + !o.points.empty();
   if (sources != 1)
@@ -152,13 +147,8 @@ void run_fit(const FitCliOptions& o) {
   } else {
     if (!std::filesystem::exists(store_path))
       throw UserError(store_path.string() + ": no store yet: run the study first (fp4lab sweep run STUDY.toml)");
-    try {
-      store = open_for_reading(store_path);
-    } catch (const std::invalid_argument&) {
-      // An older schema cannot be read without migrating; a writable open migrates it (and
-      // refuses what is not a store at all, with its own message).
-      store = store::Store::open(store_path, store::Store::Mode::read_write);
-    }
+    // Read-only (printing stored fits is a pure read), once an older schema is migrated.
+    store = store::Store::open(store_path, store::Store::Mode::read_migrating);
     // A study's grid picks its own runs out of a store that other grids share; --store fits them all.
     data = spec ? fit::load_grid_data(*store, *spec, n_kind) : fit::load_store_data(*store, n_kind);
   }

@@ -98,14 +98,14 @@ Table study_grids_table(const Study& st) {
 Table data_table(const Study& st) {
   // Runs grouped by (source, fingerprint): one row each, so a study that mixed data shows it.
   std::map<std::pair<std::string, std::string>, int> groups;
-  for (const StudyRun& r : st.runs) ++groups[{r.data_source, r.data_fingerprint}];
+  for (const StudyRun& r : st.runs) ++groups[{r.data_source, r.record.data_fingerprint}];
   Table t;
   t.caption = "Training data";
   t.header = {"source", "fingerprint (SHA-256, as the trainer reported it)", "runs"};
   t.numeric = {false, false, true};
   for (const auto& [key, n] : groups)
     t.rows.push_back({{key.first},
-                      {key.second.empty() ? "not reported yet (no run directory with a metrics.jsonl run row)" : key.second},
+                      {key.second.empty() ? "not reported yet (no run row of its trainer ingested)" : key.second},
                       {std::to_string(n)}});
   return t;
 }

@@ -5,7 +5,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <fstream>
 #include <set>
 #include <stdexcept>
 
@@ -48,21 +47,6 @@ std::vector<StudyGrid> read_grids(const store::Store& store) {
     grids.push_back(std::move(g));
   }
   return grids;
-}
-
-// The data fingerprint the trainer reported in its first `run` row (docs/train.md), read from the
-// head of the run directory's metrics.jsonl; "" when the directory or the row is not there.
-std::string reported_fingerprint(const std::string& dir) {
-  std::ifstream in(std::filesystem::path(dir) / "metrics.jsonl", std::ios::binary);
-  if (!in) return "";
-  std::string line;
-  for (int k = 0; k < 8 && std::getline(in, line); ++k) {  // the run row comes first; look a little further
-    const nlohmann::json row = parse_json_or(line, nullptr);
-    if (row.is_object() && row.value("kind", "") == "run" && row.contains("data_fingerprint") &&
-        row["data_fingerprint"].is_string())
-      return row["data_fingerprint"].get<std::string>();
-  }
-  return "";
 }
 
 nlohmann::json without_seeds(nlohmann::json c) {
@@ -235,7 +219,6 @@ Study load_study(const store::Store* store, const StudySpecs& specs) {
       r.probe_every = probe_every_of(config);
       r.replicate_key = replicate_key(config);
       r.comparison_key = comparison_key(config);
-      r.data_fingerprint = reported_fingerprint(rec.dir);
       r.grids = grids_of_run[rec.id];
       r.record = std::move(rec);
       st.runs.push_back(std::move(r));

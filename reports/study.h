@@ -73,7 +73,6 @@ struct StudyRun {
   int64_t steps = 0;                    // train.steps of its config
   int64_t batch_tokens = 0;
   std::string data_source;              // the config's data source, as written
-  std::string data_fingerprint;         // what the trainer reported (metrics.jsonl's run row); "" unknown
   int64_t final_step = -1;              // the last eval/loss's step; -1: none yet
   std::optional<double> final_loss;     // that loss when finite
   bool final_is_nan = false;

@@ -182,6 +182,15 @@ constexpr const char* kMigration3 = R"sql(
 ALTER TABLE fits ADD COLUMN predictions_json TEXT NOT NULL DEFAULT '{}';
 )sql";
 
+// Version 4: the data fingerprint each run's trainer reported (its `run` row), so that the report
+// reads it from the store rather than from run directories. ingested_bytes goes back to 0: the next
+// ingest of a run directory reads its metrics.jsonl from the first line again (upserts make that
+// change nothing else) and finds the `run` row that carries the fingerprint.
+constexpr const char* kMigration4 = R"sql(
+ALTER TABLE runs ADD COLUMN data_fingerprint TEXT NOT NULL DEFAULT '';
+UPDATE runs SET ingested_bytes = 0;
+)sql";
+
 static_assert(kStoreApplicationId == 1179661395, "kMigration1 writes this number literally");
 
 }  // namespace
@@ -192,6 +201,7 @@ const std::vector<Migration>& store_migrations() {
       {2, "probes, probe_gemms, provenance, fits; runs.ingested_bytes; views final_losses, bf16_gap, run_progress",
        kMigration2},
       {3, "fits.predictions_json", kMigration3},
+      {4, "runs.data_fingerprint; ingested_bytes reset so that the next ingest reads it", kMigration4},
   };
   return steps;
 }

@@ -38,7 +38,7 @@ uint64_t seed_from_column(int64_t bits) { return static_cast<uint64_t>(bits); }
 // The columns of `runs` in RunRecord order; read_run() reads them by these indices.
 constexpr const char* kRunColumns =
     "id, name, config_json, match_key, recipe, baseline, model, n_params, n_params_nonembedding, tokens, seed, "
-    "flops_per_token, state, attempts, dir, error, lease_owner, lease_expires, ingested_bytes";
+    "flops_per_token, state, attempts, dir, error, lease_owner, lease_expires, ingested_bytes, data_fingerprint";
 
 RunRecord read_run(const Statement& s) {
   RunRecord r;
@@ -61,6 +61,7 @@ RunRecord read_run(const Statement& s) {
   r.lease_owner = s.column_text(16);
   r.lease_expires = s.column_double(17);
   r.ingested_bytes = s.column_int64(18);
+  r.data_fingerprint = s.column_text(19);
   return r;
 }
 
@@ -174,6 +175,12 @@ std::optional<double> run_info_number(const json& info, const char* name) {
   return it->get<double>();
 }
 
+std::optional<std::string> run_info_text(const json& info, const char* name) {
+  const auto it = info.find(name);
+  if (it == info.end() || !it->is_string()) return std::nullopt;
+  return it->get<std::string>();
+}
+
 }  // namespace
 
 const char* run_state_name(RunState s) {
@@ -205,7 +212,8 @@ std::unique_ptr<Store> Store::open(const std::filesystem::path& path, Mode reque
   const std::string name = path.string();
   std::error_code ec;
   const bool if_present = requested == Mode::read_if_present;
-  const Mode mode = if_present ? Mode::read_only : requested;
+  const bool migrating = requested == Mode::read_migrating;
+  const Mode mode = if_present || migrating ? Mode::read_only : requested;
   if (std::filesystem::is_directory(path, ec))
     throw UserError(name + " is a directory, not a sweep store: the store is one SQLite file; set [sweep] store "
                            "(or --store) to a file path, e.g. " + (path / "study.db").string());
@@ -261,6 +269,11 @@ std::unique_ptr<Store> Store::open(const std::filesystem::path& path, Mode reque
     if (version == 0)
       throw UserError(name + " is empty, not a sweep store yet; check the path (a store is created "
                              "by the first `fp4lab sweep run` of its grid)");
+    if (version < latest && migrating) {
+      store.reset();  // closed before the writable open migrates the file
+      open(path, Mode::read_write);
+      return open(path, Mode::read_only);
+    }
     if (version < latest)
       throw UserError(
           name + ": store schema version " + std::to_string(version) + " is older than this fp4lab's (" +
@@ -394,7 +407,7 @@ std::vector<RunRecord> Store::runs_of_grid(const std::string& text_hash) const {
   Statement s(db_, path_,
               "SELECT r.id, r.name, r.config_json, r.match_key, r.recipe, r.baseline, r.model, r.n_params, "
               "r.n_params_nonembedding, r.tokens, r.seed, r.flops_per_token, r.state, r.attempts, r.dir, r.error, "
-              "r.lease_owner, r.lease_expires, r.ingested_bytes "
+              "r.lease_owner, r.lease_expires, r.ingested_bytes, r.data_fingerprint "
               "FROM grids AS g JOIN grid_runs AS gr ON gr.grid = g.id JOIN runs AS r ON r.id = gr.run "
               "WHERE g.text_hash = ?1 ORDER BY gr.position");
   s.bind(1, text_hash);
@@ -541,7 +554,7 @@ void Store::ingest(const std::string& run_id, const MetricsBatch& batch, int64_t
                 "UPDATE runs SET n_params = coalesce(?2, n_params), "
                 "n_params_nonembedding = coalesce(?3, n_params_nonembedding), "
                 "flops_per_token = coalesce(?4, flops_per_token), tokens = coalesce(?5, tokens), "
-                "ingested_bytes = ?6, updated = ?7 WHERE id = ?1");
+                "data_fingerprint = coalesce(?8, data_fingerprint), ingested_bytes = ?6, updated = ?7 WHERE id = ?1");
   const json info = batch.run_info.is_object() ? batch.run_info : json::object();
   run.bind(1, run_id)
       .bind(2, run_info_integer(info, "n_params"))
@@ -549,7 +562,8 @@ void Store::ingest(const std::string& run_id, const MetricsBatch& batch, int64_t
       .bind(4, run_info_number(info, "flops_per_token"))
       .bind(5, run_info_integer(info, "tokens_total"))
       .bind(6, new_offset)
-      .bind(7, unix_time_s());
+      .bind(7, unix_time_s())
+      .bind(8, run_info_text(info, "data_fingerprint"));
   run.run();
   if (sqlite3_changes(db_) == 0)
     throw std::runtime_error(path_.string() + ": ingest: no run " + run_id + " in the store");

@@ -54,6 +54,7 @@ struct RunRecord {
   std::string lease_owner;        // "" when no lease
   double lease_expires = 0;       // Unix seconds
   int64_t ingested_bytes = 0;     // metrics.jsonl bytes already ingested (complete lines only)
+  std::string data_fingerprint;   // what the trainer reported in its run row; "" until ingested
 };
 
 // Where and how an attempt ran (provenance, one row per attempt).
@@ -186,7 +187,9 @@ class Store {
   // read_if_present: read-only, but a missing file or one that holds no store yet (another
   // process is creating it right now) gives null instead of an error: what `sweep plan` and
   // `sweep status` want, since they must work before and while a sweep runs.
-  enum class Mode { read_only, read_write, read_if_present };
+  // read_migrating: read-only, but a file at an older schema is first migrated by a writable open:
+  // what `fp4lab fit` wants, which reads a store and may then add fits to it.
+  enum class Mode { read_only, read_write, read_if_present, read_migrating };
   // Opens (read_write: creates if missing, migrates an older schema; read_only: a missing file or
   // an older schema is a UserError naming the file and what to do). A schema newer
   // than this fp4lab knows is refused either way.
@@ -229,7 +232,7 @@ class Store {
 
   // Upserts a parsed batch for a run (metric (run, key, step) replaces the old value, likewise
   // probes) and advances runs.ingested_bytes to `new_offset`, in one transaction. run_info, when
-  // present, updates the run's counts (n_params, flops_per_token, tokens).
+  // present, updates the run's counts (n_params, flops_per_token, tokens) and data fingerprint.
   void ingest(const std::string& run_id, const MetricsBatch& batch, int64_t new_offset);
   // Forgets everything ingested for a run (a run directory that was started over).
   void reset_metrics(const std::string& run_id);

@@ -566,6 +566,7 @@ TEST_CASE("report of a study-shaped store: each section selects its runs and sho
   const std::string head = fp4::test::slurp(fs::path(first.dir) / "metrics.jsonl").substr(0, 2000);
   const auto fingerprint = nlohmann::json::parse(head.substr(0, head.find('\n')))["data_fingerprint"];
   CHECK(text.find(fingerprint.get<std::string>()) != std::string::npos);
+  CHECK(first.data_fingerprint == fingerprint.get<std::string>());  // what the report read: the store's
   const auto attempts = store->attempts(first.id);
   REQUIRE(!attempts.empty());
   CHECK(text.find(attempts[0].provenance.git_commit) != std::string::npos);

@@ -538,8 +538,9 @@ TEST_CASE("sweeps store: ingesting a growing metrics.jsonl is idempotent and adv
   auto store = Store::open(dir / "study.db", Store::Mode::read_write);
   store->record_grid(spec_of("g", dir.path(), {point("r", "ufp4", "m0")}));
   const std::string run_row =
-      R"({"kind":"run","step":0,"tokens":0,"event":"start","n_params":4321,"n_params_nonembedding":321,"flops_per_token":2222.25,"tokens_total":51200})"
+      R"({"kind":"run","step":0,"tokens":0,"event":"start","n_params":4321,"n_params_nonembedding":321,"flops_per_token":2222.25,"tokens_total":51200,"data_fingerprint":"fp-of-the-data"})"
       "\n";
+  CHECK(store->run("id-r")->data_fingerprint.empty());  // nothing reported yet
   std::string file = run_row + eval_row(0, "5.5") + train_row(1, "5.0") + train_row(2, "4.5") + "{\"kind\":\"tra";
 
   // The orchestrator's loop: parse from the stored offset, ingest, repeat.
@@ -557,6 +558,7 @@ TEST_CASE("sweeps store: ingesting a growing metrics.jsonl is idempotent and adv
   CHECK(r.n_params_nonembedding == 321);
   CHECK(r.flops_per_token == 2222.25);
   CHECK(r.tokens == 51200);
+  CHECK(r.data_fingerprint == "fp-of-the-data");
 
   // Nothing new: the same rows.
   ingest_from_offset();
@@ -576,8 +578,9 @@ TEST_CASE("sweeps store: ingesting a growing metrics.jsonl is idempotent and adv
   CHECK(store->metrics("id-r", "train/loss").size() == 3);
   CHECK(store->metrics("id-r", "train/loss")[2].value == 4.2);
   CHECK(store->final_loss("id-r") == 4.4);
-  // A batch without a "run" row leaves the counts alone.
+  // A batch without a "run" row leaves the counts and the fingerprint alone.
   CHECK(store->run("id-r")->n_params == 4321);
+  CHECK(store->run("id-r")->data_fingerprint == "fp-of-the-data");
 
   store->reset_metrics("id-r");
   CHECK(store->metric_count("id-r") == 0);
@@ -829,6 +832,39 @@ TEST_CASE("sweeps store: a version-1 file is migrated and its rows survive", "[s
   CHECK(store->final_loss("r1") == 2.5);
   store.reset();
   CHECK(Store::open(path, Store::Mode::read_only)->schema_version() == Store::latest_schema_version());
+}
+
+TEST_CASE("sweeps store: a version-3 file learns the data fingerprints at its next ingest", "[sweeps][sweeps_store]") {
+  // Version 4 adds runs.data_fingerprint and sets every ingested_bytes back to 0, so that the next
+  // ingest reads each metrics.jsonl from its run row again.
+  ScratchDir dir;
+  const auto path = dir / "v3.db";
+  {
+    sqlite3* db = nullptr;
+    REQUIRE(sqlite3_open(path.c_str(), &db) == SQLITE_OK);
+    fp4::store::detail::migrate_store(db, path, 3);
+    exec_sql(db, R"sql(
+      INSERT INTO runs (id, name, config_json, match_key, recipe, baseline, model, n_params, n_params_nonembedding,
+                        tokens, seed, flops_per_token, state, attempts, dir, created, updated, ingested_bytes)
+        VALUES ('r3', 'v3-run', '{}', 'm', 'ufp4', 0, 'd2', 10, 6, 500, 3, 36.0, 'succeeded', 1, '/runs/r3', 1, 1, 4096);
+    )sql");
+    sqlite3_close(db);
+  }
+  // Read-only, refused; read_migrating migrates it and reads it.
+  user_error([&] { Store::open(path, Store::Mode::read_only); }, path);
+  auto store = Store::open(path, Store::Mode::read_migrating);
+  CHECK(store->schema_version() == Store::latest_schema_version());
+  RunRecord r = *store->run("r3");
+  CHECK(r.ingested_bytes == 0);
+  CHECK(r.data_fingerprint.empty());
+  store.reset();
+  store = Store::open(path, Store::Mode::read_write);
+  store->ingest("r3", batch_of(R"({"kind":"run","step":0,"tokens":0,"event":"start","data_fingerprint":"fp3"})"
+                               "\n" + eval_row(10, "2.5")),
+                64);
+  r = *store->run("r3");
+  CHECK(r.data_fingerprint == "fp3");
+  CHECK(r.ingested_bytes == 64);
 }
 
 TEST_CASE("sweeps store: migrating commits once, so no reader sees a version between", "[sweeps][sweeps_store]") {
