@@ -2,14 +2,14 @@
 #include <iostream>
 #include <limits>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "base/user_error.h"
 #include "cli/commands.h"
 #include "cli/number_options.h"
 #include "reports/report.h"
-#include "store/store.h"
-#include "sweeps/spec.h"
+#include "sweeps/study.h"
 
 namespace fp4::cli {
 
@@ -36,25 +36,14 @@ void register_report_commands(CLI::App& app) {
   report->callback([o] {
     if (o->spec.empty() == o->store.empty())
       throw UserError("report: give exactly one of STUDY.toml or --store FILE.db");
-    std::unique_ptr<sweeps::SweepSpec> spec;
-    std::unique_ptr<store::Store> store;
-    std::filesystem::path store_path;
-    if (!o->spec.empty()) {
-      spec = std::make_unique<sweeps::SweepSpec>(sweeps::load_sweep_spec(o->spec));
-      store_path = spec->store;
-      store = store::Store::open(store_path, store::Store::Mode::read_if_present);
-    } else {
-      store_path = o->store;
-      if (!std::filesystem::exists(store_path))
-        throw UserError("report: " + o->store + ": no such store; name a study's .db file, or its TOML");
-      store = store::Store::open(store_path, store::Store::Mode::read_only);
-    }
+    std::optional<sweeps::Study> study;
+    if (!o->spec.empty()) study = sweeps::read_study(o->spec, sweeps::DataCheck::plan, sweeps::Siblings::read);
     reports::ReportOptions r;
-    r.out_dir = o->out.empty() ? reports::default_report_dir(spec.get(), store_path) : std::filesystem::path(o->out);
+    r.out_dir = o->out;
     r.smooth_steps = o->smooth_steps;
     r.spec_argument = o->spec;
     r.store_argument = o->store;
-    const reports::ReportFiles files = reports::write_report(store.get(), reports::find_study_specs(spec.get()), r);
+    const reports::ReportFiles files = reports::report_study(study ? &study->declared : nullptr, o->store, r);
     std::cout << files.html.string() << "\n";
   });
 }

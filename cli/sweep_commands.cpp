@@ -18,7 +18,7 @@
 #include "sweeps/ingest.h"
 #include "sweeps/local_executor.h"
 #include "sweeps/slurm.h"
-#include "sweeps/spec.h"
+#include "sweeps/study.h"
 #include "sweeps/sweep_plan.h"
 
 namespace fp4::cli {
@@ -63,7 +63,7 @@ void register_sweep_commands(CLI::App& app) {
   CLI::App* plan = sweep->add_subcommand("plan", "Print what `sweep run` would do with each run; writes nothing");
   plan->add_option("spec", o->spec, "The sweep's TOML file")->required();
   plan->callback([o] {
-    const sweeps::SweepSpec spec = sweeps::load_sweep_spec(o->spec);
+    const sweeps::SweepSpec spec = sweeps::read_study(o->spec, sweeps::DataCheck::plan, sweeps::Siblings::skip).spec;
     const auto store = open_existing_store(spec);
     sweeps::print_plan(spec, sweeps::plan_sweep(spec, store.get(), unix_time_s(), o->retry_failed), std::cout);
   });
@@ -84,7 +84,7 @@ void register_sweep_commands(CLI::App& app) {
                   "Start no run expected to end after this long (e.g. 9m30s, 2h, 600), then stop as Ctrl-C does "
                   "when it comes; estimates from the runs the store has seen finish");
   run->callback([o] {
-    const sweeps::SweepSpec spec = sweeps::load_sweep_spec(o->spec, sweeps::DataCheck::run);
+    const sweeps::SweepSpec spec = sweeps::read_study(o->spec, sweeps::DataCheck::run, sweeps::Siblings::skip).spec;
     sweeps::LocalRunOptions r;
     r.gpus = sweeps::parse_gpu_list(o->gpus, "--gpus " + o->gpus);
     r.jobs = o->jobs;
@@ -105,7 +105,7 @@ void register_sweep_commands(CLI::App& app) {
                                                      "safe while a sweep runs");
   status->add_option("spec", o->spec, "The sweep's TOML file")->required();
   status->callback([o] {
-    const sweeps::SweepSpec spec = sweeps::load_sweep_spec(o->spec);
+    const sweeps::SweepSpec spec = sweeps::read_study(o->spec, sweeps::DataCheck::plan, sweeps::Siblings::skip).spec;
     const auto store = open_existing_store(spec);
     sweeps::print_status(spec, sweeps::plan_sweep(spec, store.get(), unix_time_s(), false), store.get(), std::cout);
   });
@@ -119,7 +119,7 @@ void register_sweep_commands(CLI::App& app) {
       ->check(whole_number(0, 1000000));
   slurm->add_flag("--retry-failed", o->retry_failed, "Include failed runs");
   slurm->callback([o] {
-    const sweeps::SweepSpec spec = sweeps::load_sweep_spec(o->spec, sweeps::DataCheck::run);
+    const sweeps::SweepSpec spec = sweeps::read_study(o->spec, sweeps::DataCheck::run, sweeps::Siblings::skip).spec;
     sweeps::SlurmOptions s;
     s.out = o->out;
     s.sbatch_options = o->sbatch;
@@ -138,7 +138,7 @@ void register_sweep_commands(CLI::App& app) {
       throw UserError("sweep ingest: give exactly one of --spec grid.toml or --store FILE");
     std::vector<std::filesystem::path> dirs(o->dirs.begin(), o->dirs.end());
     if (!o->spec.empty()) {
-      const sweeps::SweepSpec spec = sweeps::load_sweep_spec(o->spec);
+      const sweeps::SweepSpec spec = sweeps::read_study(o->spec, sweeps::DataCheck::plan, sweeps::Siblings::skip).spec;
       auto store = store::Store::open(spec.store, store::Store::Mode::read_write);
       store->record_grid(sweeps::grid_record(spec));
       const auto sum = sweeps::ingest_run_dirs(*store, &spec, dirs, std::cout);

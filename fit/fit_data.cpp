@@ -14,7 +14,6 @@
 
 #include "base/user_error.h"
 #include "store/store.h"
-#include "sweeps/spec.h"
 
 namespace fp4::fit {
 
@@ -114,11 +113,11 @@ FitData load_store_data(const store::Store& store, const std::string& n_kind) {
   return data;
 }
 
-FitData load_grid_data(const store::Store& store, const sweeps::SweepSpec& spec, const std::string& n_kind) {
+FitData load_grid_data(const store::Store& store, const store::GridRecord& spec, const std::string& n_kind) {
   // By run id, not by the grid's row in the store: a grid row is the TOML's exact text, so an
   // edited comment would lose every run, while the ids change only when the computation does.
-  std::map<std::string, const sweeps::GridPoint*> declared;
-  for (const sweeps::GridPoint& p : spec.points) declared.emplace(p.id, &p);
+  std::map<std::string, const store::GridPointRecord*> declared;
+  for (const store::GridPointRecord& p : spec.points) declared.emplace(p.id, &p);
   std::vector<store::FinalLossRecord> runs;
   for (store::FinalLossRecord& r : store_runs(store))
     if (declared.erase(r.id) > 0) runs.push_back(std::move(r));
@@ -127,8 +126,8 @@ FitData load_grid_data(const store::Store& store, const sweeps::SweepSpec& spec,
   data.origin = fmt::format("{}'s runs in {}", spec.file.string(), store.path().string());
   std::set<std::string> baselines(data.baselines.begin(), data.baselines.end());
   for (const auto& [id, p] : declared) {
-    if (p->baseline) baselines.insert(p->recipe_label);
-    data.excluded.push_back({id, p->name, p->recipe_label, "",
+    if (p->baseline) baselines.insert(p->recipe);
+    data.excluded.push_back({id, p->name, p->recipe, "",
                              "not in the store: not run yet (fp4lab sweep run " + spec.file.string() + ")"});
   }
   data.baselines.assign(baselines.begin(), baselines.end());

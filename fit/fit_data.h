@@ -12,10 +12,8 @@
 
 namespace fp4::store {
 class Store;
+struct GridRecord;
 }  // namespace fp4::store
-namespace fp4::sweeps {
-struct SweepSpec;
-}  // namespace fp4::sweeps
 
 namespace fp4::fit {
 
@@ -42,10 +40,10 @@ struct FitData {
 // From a store: every run (n_kind "nonembedding" or "total"). Baselines are the recipes whose runs
 // are BF16 everywhere (runs.baseline). An empty store is a fp4::UserError.
 FitData load_store_data(const store::Store& store, const std::string& n_kind);
-// From a study's store: exactly the runs its grid declares (the spec's points, by run id), however
+// From a study's store: exactly the runs its grid declares (the grid's points, by run id), however
 // many other grids share the store. A point the store does not hold yet is excluded with the
 // reason "not in the store". An empty store is a fp4::UserError.
-FitData load_grid_data(const store::Store& store, const sweeps::SweepSpec& spec, const std::string& n_kind);
+FitData load_grid_data(const store::Store& store, const store::GridRecord& grid, const std::string& n_kind);
 // From a CSV with the header recipe,n,d,loss (any column order; blank lines skipped). A loss of
 // "nan" excludes the row; a malformed row is a fp4::UserError naming file:line and the column. The
 // baseline is the recipe named "bf16".

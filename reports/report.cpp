@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <memory>
 #include <system_error>
 
 #include "base/user_error.h"
@@ -59,16 +60,31 @@ Series ReportContext::recipe_series(const std::string& recipe, SeriesStyle style
   return s;
 }
 
-std::filesystem::path default_report_dir(const sweeps::SweepSpec* spec, const std::filesystem::path& store) {
-  if (spec != nullptr) return spec->base_dir / (spec->name + "-report");
+std::filesystem::path default_report_dir(const store::DeclaredStudy* declared, const std::filesystem::path& store) {
+  if (declared != nullptr) return declared->main.base_dir / (declared->main.name + "-report");
   return store.parent_path() / (store.stem().string() + "-report");
 }
 
-ReportFiles write_report(const store::Store* store, const StudySpecs& specs, const ReportOptions& options) {
+ReportFiles report_study(const store::DeclaredStudy* declared, const std::filesystem::path& store_path,
+                         ReportOptions options) {
+  std::unique_ptr<store::Store> store;
+  const std::filesystem::path path = declared != nullptr ? declared->main.store : store_path;
+  if (declared != nullptr) {
+    store = store::Store::open(path, store::Store::Mode::read_if_present);
+  } else {
+    if (!std::filesystem::exists(path))
+      throw UserError("report: " + path.string() + ": no such store; name a study's .db file, or its TOML");
+    store = store::Store::open(path, store::Store::Mode::read_only);
+  }
+  if (options.out_dir.empty()) options.out_dir = default_report_dir(declared, path);
+  return write_report(store.get(), declared, options);
+}
+
+ReportFiles write_report(const store::Store* store, const store::DeclaredStudy* declared, const ReportOptions& options) {
   if (options.out_dir.empty()) throw std::logic_error("write_report: no output directory");
   // Before anything else: without gnuplot there is no report, and the user can fix that.
   const std::filesystem::path gnuplot = find_gnuplot(options.gnuplot);
-  const Study study = load_study(store, specs);
+  const Study study = load_study(store, declared);
   ReportContext ctx(study, options, gnuplot);
 
   Document doc;

@@ -13,13 +13,13 @@
 #include <vector>
 
 #include "reports/study.h"
+#include "store/grid_record.h"
 #include "store/store.h"
-#include "sweeps/spec.h"
 
 namespace fp4::reports {
 
 struct ReportOptions {
-  std::filesystem::path out_dir;      // required
+  std::filesystem::path out_dir;      // required by write_report; report_study defaults it
   // The trailing window (in training steps) over which the train loss is averaged for the gap
   // over training; 0: 5% of each run's steps, at least 1.
   int smooth_steps = 0;
@@ -34,13 +34,19 @@ struct ReportFiles {
   std::vector<std::filesystem::path> written;  // every file, report.html last
 };
 
-// `store` may be null when the specs name a store that does not exist yet (nothing has run);
-// `specs` is find_study_specs(the TOML given), or empty with --store (reports/study.h).
+// `store` may be null when the study names a store that does not exist yet (nothing has run);
+// `declared` is the study its TOML declares (with the grids beside it), or null with --store.
 // Throws fp4::UserError when gnuplot is missing or the output directory cannot be made.
-ReportFiles write_report(const store::Store* store, const StudySpecs& specs, const ReportOptions& options);
+ReportFiles write_report(const store::Store* store, const store::DeclaredStudy* declared, const ReportOptions& options);
+
+// `fp4lab report`: opens the study's store read-only — with `declared`, its main grid's [sweep]
+// store, which may not exist yet; without, `store_path`, which must (a UserError says so) — and
+// writes the report, into options.out_dir or, when that is empty, the default directory.
+ReportFiles report_study(const store::DeclaredStudy* declared, const std::filesystem::path& store_path,
+                         ReportOptions options);
 
 // The default output directory: <TOML directory>/<sweep name>-report, or <store directory>/<store
 // stem>-report.
-std::filesystem::path default_report_dir(const sweeps::SweepSpec* spec, const std::filesystem::path& store);
+std::filesystem::path default_report_dir(const store::DeclaredStudy* declared, const std::filesystem::path& store);
 
 }  // namespace fp4::reports

@@ -65,13 +65,6 @@ int64_t probe_every_of(const nlohmann::json& config) {
   return every.is_number_integer() ? every.get<int64_t>() : 0;
 }
 
-// The same file, however it was named (one of them may not exist yet).
-bool same_file(const std::filesystem::path& a, const std::filesystem::path& b) {
-  std::error_code ea, eb;
-  const auto ca = std::filesystem::weakly_canonical(a, ea), cb = std::filesystem::weakly_canonical(b, eb);
-  return !ea && !eb ? ca == cb : a.lexically_normal() == b.lexically_normal();
-}
-
 }  // namespace
 
 std::string replicate_key(const nlohmann::json& config) { return without_seeds(config).dump(); }
@@ -80,30 +73,6 @@ std::string comparison_key(const nlohmann::json& config) {
   nlohmann::json c = without_seeds(config);
   if (c.is_object()) c.erase("recipe");
   return c.dump();
-}
-
-StudySpecs find_study_specs(const sweeps::SweepSpec* main) {
-  StudySpecs out;
-  out.main = main;
-  if (main == nullptr) return out;
-  // Named as the main TOML is: "results/first-study/ablation.toml" beside "results/first-study/study.toml".
-  const std::filesystem::path dir = main->file.parent_path();
-  std::vector<std::filesystem::path> files;
-  std::error_code ec;
-  for (const auto& e : std::filesystem::directory_iterator(dir.empty() ? "." : dir, ec)) {
-    const std::filesystem::path file = dir / e.path().filename();
-    if (file.extension() == ".toml" && e.is_regular_file(ec) && !same_file(file, main->file)) files.push_back(file);
-  }
-  std::sort(files.begin(), files.end());
-  for (const auto& f : files) {
-    try {
-      sweeps::SweepSpec s = sweeps::load_sweep_spec(f);
-      if (same_file(s.store, main->store)) out.others.push_back(std::move(s));
-    } catch (const std::exception& e) {
-      out.unreadable.push_back(e.what());
-    }
-  }
-  return out;
 }
 
 const StudyRun* Study::run(const std::string& id) const {
@@ -179,14 +148,14 @@ void mark_grids(Study& st) {
 
 }  // namespace
 
-Study load_study(const store::Store* store, const StudySpecs& specs) {
+Study load_study(const store::Store* store, const store::DeclaredStudy* declared) {
   Study st;
-  const sweeps::SweepSpec* spec = specs.main;
+  const store::GridRecord* spec = declared != nullptr ? &declared->main : nullptr;
   if (spec != nullptr) {
     st.name = spec->name;
     st.spec_file = spec->file;
+    st.unreadable_specs = declared->unreadable;
   }
-  st.unreadable_specs = specs.unreadable;
   if (store != nullptr) {
     st.store_path = store->path();
     st.store_display = st.store_path.string();
@@ -252,33 +221,35 @@ Study load_study(const store::Store* store, const StudySpecs& specs) {
   if (st.name.empty() && !st.grids.empty()) st.name = st.grids.front().name;
   if (st.name.empty() && !st.store_path.empty()) st.name = st.store_path.stem().string();
   // The study's grids: its TOMLs (the main one first), else the grids the store recorded.
-  std::vector<const sweeps::SweepSpec*> all_specs;
+  std::vector<const store::GridRecord*> all_specs;
   if (spec != nullptr) all_specs.push_back(spec);
-  for (const sweeps::SweepSpec& o : specs.others) all_specs.push_back(&o);
+  if (declared != nullptr)
+    for (const store::GridRecord& o : declared->others) all_specs.push_back(&o);
   std::set<std::string> known;
   for (const StudyRun& r : st.runs) known.insert(r.record.id);
-  for (const sweeps::SweepSpec* s : all_specs) {
+  for (const store::GridRecord* s : all_specs) {
     DeclaredGrid g;
     g.name = s->name;
     g.file = s->file.string();
     g.main = s == spec;
     g.text_hash = s->text_hash;
-    for (const sweeps::GridPoint& p : s->points) {
+    for (const store::GridPointRecord& p : s->points) {
       g.ids.push_back(p.id);
       if (known.insert(p.id).second) {
+        const nlohmann::json config = parse_json_or(p.config_json, nlohmann::json::object());
         UnrecordedPoint u;
         u.id = p.id;
         u.name = p.name;
-        u.recipe = p.recipe_label;
-        u.model = p.model_label;
+        u.recipe = p.recipe;
+        u.model = p.model;
         u.grid = s->name;
         u.n_params_nonembedding = p.n_params_nonembedding;
         u.tokens = p.tokens;
         u.seed = p.seed;
-        if (p.config.is_object() && p.config.contains("recipe")) u.recipe_json = p.config["recipe"];
-        u.probe_every = probe_every_of(p.config);
-        u.replicate_key = replicate_key(p.config);
-        u.comparison_key = comparison_key(p.config);
+        if (config.is_object() && config.contains("recipe")) u.recipe_json = config["recipe"];
+        u.probe_every = probe_every_of(config);
+        u.replicate_key = replicate_key(config);
+        u.comparison_key = comparison_key(config);
         st.unrecorded.push_back(std::move(u));
       }
     }

@@ -19,7 +19,6 @@
 
 #include "fit/stored_fit.h"
 #include "store/store.h"
-#include "sweeps/spec.h"
 
 namespace fp4::reports {
 
@@ -34,18 +33,6 @@ struct StudyGrid {
   double created = 0;
 };
 
-// The TOML files of a study: the one given, and every other TOML in its directory whose [sweep]
-// store is the same file (a study's main grid, its noise floor, ablation and probe grids share one
-// store: results/first-study/). With --store there are none, and the study is the grids the store
-// recorded.
-struct StudySpecs {
-  const sweeps::SweepSpec* main = nullptr;
-  std::vector<sweeps::SweepSpec> others;                // by file name
-  std::vector<std::string> unreadable;                  // "file: why" of TOMLs beside it that did not parse
-};
-// Finds the others beside `main` (an unreadable TOML is listed, not fatal: it may not be a sweep).
-StudySpecs find_study_specs(const sweeps::SweepSpec* main);
-
 // What groups runs, from a resolved run config: the config without its seeds (runs that differ
 // only in their seed are replicates of one grid point: the spread over seeds), and without its
 // seeds and its recipe (runs that can be compared pairwise, seed by seed, on the same batches).
@@ -54,8 +41,8 @@ StudySpecs find_study_specs(const sweeps::SweepSpec* main);
 std::string replicate_key(const nlohmann::json& config);
 std::string comparison_key(const nlohmann::json& config);
 
-// One grid of the study: a TOML of StudySpecs (declared points, recorded or not), or, with
-// --store, a grid the store recorded.
+// One grid of the study: a grid its TOMLs declare (points recorded or not), or, with --store, a
+// grid the store recorded.
 struct DeclaredGrid {
   std::string name, file;
   bool main = false;                                    // the grid the figures, fits and gap table are of
@@ -143,9 +130,9 @@ struct Study {
   std::vector<std::string> recipes() const;
 };
 
-// Reads a study. `store` may be null (a TOML whose sweep has not run yet); the specs, when given,
-// add the study's name (the main TOML's), its grids and the points they declare that the store
-// does not hold yet.
-Study load_study(const store::Store* store, const StudySpecs& specs);
+// Reads a study. `store` may be null (a TOML whose sweep has not run yet); `declared`, when given
+// (a TOML, read with the grids beside it: sweeps/study.h), adds the study's name (the main TOML's),
+// its grids and the points they declare that the store does not hold yet; null with --store.
+Study load_study(const store::Store* store, const store::DeclaredStudy* declared);
 
 }  // namespace fp4::reports

@@ -312,7 +312,7 @@ int64_t Store::record_grid(const GridRecord& grid) {
       .bind(4, grid.base_dir.string())
       .bind(5, grid.run_root.string())
       .bind(6, json(grid.axis_names).dump())
-      .bind(7, (grid.fit.is_null() ? json::object() : grid.fit).dump())
+      .bind(7, fit_table_json(grid.fit).dump())
       .bind(8, grid.text)
       .bind(9, now);
   insert_grid.run();

@@ -25,6 +25,7 @@
 
 #include "base/probe_rows.h"
 #include "base/user_error.h"
+#include "store/grid_record.h"
 
 struct sqlite3;
 
@@ -126,30 +127,6 @@ struct FinalLossRecord {
   std::optional<int64_t> final_step;   // nullopt: no eval/loss recorded
   double final_loss = 0;               // NaN when the last eval/loss was not finite
   bool final_is_nan = false;           // the last eval/loss was recorded as not finite
-};
-
-// One grid point as a grid records it: the run it names (inserted as pending when new) and this
-// grid's name and axis values for it.
-struct GridPointRecord {
-  std::string id, name;
-  std::string config_json;        // the canonical resolved config (the hashed bytes)
-  std::string match_key, recipe, model;
-  bool baseline = false;
-  int64_t n_params = 0, n_params_nonembedding = 0, tokens = 0;
-  uint64_t seed = 0;
-  double flops_per_token = 0;
-  std::map<std::string, std::string> axes;  // axis name → this point's value as text
-};
-
-// A grid as the study's TOML declares it (sweeps/ reads the TOML into one; docs/sweeps.md).
-struct GridRecord {
-  std::string text_hash;          // SHA-256 of text: one row per distinct text
-  std::string name;               // [sweep] name
-  std::filesystem::path file, base_dir, run_root;
-  std::string text;               // the TOML text, byte for byte
-  nlohmann::json fit = nlohmann::json::object();  // its [fit] table as JSON, {} when absent
-  std::vector<std::string> axis_names;            // declaration order
-  std::vector<GridPointRecord> points;            // grid order
 };
 
 // A grid as the store holds it, with the runs it links in grid order.

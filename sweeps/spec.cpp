@@ -336,66 +336,65 @@ ExecutorSpec read_executor(const toml::table* t, const SpecErrors& errors) {
   return ex;
 }
 
-// [fit]: checked now so that a typo fails before hours of training, kept as given for the fitter.
-json read_fit(const toml::table* t, const SpecErrors& errors) {
-  json fit = json::object();
+// [fit]: checked now so that a typo fails before hours of training; fit/ applies it (fit_study.h).
+store::FitTable read_fit(const toml::table* t, const SpecErrors& errors) {
+  store::FitTable fit;
   if (t == nullptr) return fit;
   check_keys(*t, "fit", {"law", "n", "bootstrap", "seed", "huber_delta", "targets", "gamma"}, errors);
   if (const toml::node* n = t->get("law")) {
     if (!n->is_array() || n->as_array()->empty())
       errors.fail(loc_of(*n), "fit.law", "must be a non-empty array of laws (\"chinchilla\", \"precision\"), got " + describe(*n));
-    fit["law"] = json::array();
     for (const toml::node& law : *n->as_array()) {
       const std::string s = read_string(law, "fit.law", errors);
       if (s != "chinchilla" && s != "precision")
         errors.fail(loc_of(law), "fit.law", "must be \"chinchilla\" or \"precision\", got \"" + s + "\"");
-      if (std::find(fit["law"].begin(), fit["law"].end(), s) != fit["law"].end())
+      if (std::find(fit.laws.begin(), fit.laws.end(), s) != fit.laws.end())
         errors.fail(loc_of(law), "fit.law", "lists \"" + s + "\" twice");
-      fit["law"].push_back(s);
+      fit.laws.push_back(s);
     }
   }
   if (const toml::node* n = t->get("n")) {
     const std::string s = read_string(*n, "fit.n", errors);
     if (s != "nonembedding" && s != "total")
       errors.fail(loc_of(*n), "fit.n", "must be \"nonembedding\" or \"total\", got \"" + s + "\"");
-    fit["n"] = s;
+    fit.n = s;
   }
   if (const toml::node* n = t->get("bootstrap")) {
     const int64_t b = read_integer(*n, "fit.bootstrap", errors);
     if (b < 0) errors.fail(loc_of(*n), "fit.bootstrap", fmt::format("must be >= 0 (0: no intervals), got {}", b));
-    fit["bootstrap"] = b;
+    fit.bootstrap = b;
   }
   if (const toml::node* n = t->get("seed")) {
     const int64_t s = read_integer(*n, "fit.seed", errors);
     if (s < 0) errors.fail(loc_of(*n), "fit.seed", fmt::format("must be >= 0, got {}", s));
-    fit["seed"] = s;
+    fit.seed = static_cast<uint64_t>(s);
   }
   if (const toml::node* n = t->get("huber_delta")) {
     const double d = read_number(*n, "fit.huber_delta", errors);
     if (!(d > 0)) errors.fail(loc_of(*n), "fit.huber_delta", "must be > 0, got " + describe(*n));
-    fit["huber_delta"] = d;
+    fit.huber_delta = d;
   }
   if (const toml::node* n = t->get("gamma")) {
     if (!n->is_boolean()) errors.fail(loc_of(*n), "fit.gamma", "must be true or false, got " + describe(*n));
-    fit["gamma"] = n->as_boolean()->get();
+    fit.gamma = n->as_boolean()->get();
   }
   if (const toml::node* n = t->get("targets")) {
     if (!n->is_array())
       errors.fail(loc_of(*n), "fit.targets", "must be an array of tables {n = <params>, d = <tokens>}, got " + describe(*n));
-    fit["targets"] = json::array();
+    fit.targets.emplace();
     for (const toml::node& target : *n->as_array()) {
       const toml::table& tt = require_table(target, "fit.targets", errors);
       check_keys(tt, "fit.targets", {"n", "d"}, errors);
-      json out = json::object();
-      for (const char* k : {"n", "d"}) {
+      double nd[2] = {0, 0};
+      for (int i = 0; i < 2; ++i) {
+        const char* k = i == 0 ? "n" : "d";
         const std::string key = std::string("fit.targets.") + k;
         const toml::node* v = tt.get(k);
         if (v == nullptr) errors.fail(loc_of(tt), key, "is required (e.g. {n = 1.5e9, d = 1e11})");
-        const double x = read_number(*v, key, errors);
-        if (!(x > 0)) errors.fail(loc_of(*v), key, "must be > 0, got " + describe(*v));
-        out[k] = x;
+        nd[i] = read_number(*v, key, errors);
+        if (!(nd[i] > 0)) errors.fail(loc_of(*v), key, "must be > 0, got " + describe(*v));
       }
-      fit["targets"].push_back(out);
+      fit.targets->emplace_back(nd[0], nd[1]);
     }
   }
   return fit;
@@ -468,7 +467,8 @@ store::GridRecord grid_record(const SweepSpec& spec) {
   g.base_dir = spec.base_dir;
   g.run_root = spec.run_root;
   g.text = spec.text;
-  g.fit = spec.fit.is_null() ? json::object() : spec.fit;
+  g.store = spec.store;
+  g.fit = spec.fit;
   g.axis_names = spec.axis_names;
   for (const GridPoint& p : spec.points)
     g.points.push_back({p.id, p.name, p.canonical.empty() ? p.config.dump() : p.canonical, p.match_key,

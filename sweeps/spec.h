@@ -19,7 +19,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "store/store.h"
+#include "store/grid_record.h"
 
 namespace fp4::sweeps {
 
@@ -66,7 +66,7 @@ struct SweepSpec {
   std::filesystem::path store;    // [sweep] store, resolved against base_dir (default "<name>.db")
   std::filesystem::path run_root; // [sweep] run_root, resolved against base_dir (default "runs")
   ExecutorSpec executor;
-  nlohmann::json fit;             // [fit] as JSON (validated keys), {} when absent
+  store::FitTable fit;            // [fit], validated (every key unset when absent)
   std::vector<std::string> axis_names;  // in declaration order
   std::vector<GridPoint> points;        // grid order: the first axis varies slowest; duplicates
                                         // (two points with one id) are merged into one

@@ -112,7 +112,6 @@ class HandStudy {
     spec_.store = dir / "hand.db";
     spec_.run_root = dir / "runs";
     spec_.axis_names = {"model", "recipe", "seed"};
-    spec_.fit = nlohmann::json::object();
   }
   // The TOML path the grid is recorded with (shown in the report and in its commands).
   void set_file(const std::filesystem::path& file) { spec_.file = file; }

@@ -1,7 +1,7 @@
-// test_layers.cpp — the arrows of ARCHITECTURE.md that a grep can hold: every SQL statement of
-// fp4lab lives in store/ (issue 31), so no other module of the product names a table in a string
-// or includes SQLite. The tests are outside the rule: they check the store from outside, as a user
-// with the sqlite3 shell would.
+// test_layers.cpp — the arrows of ARCHITECTURE.md that a grep can hold (issue 31): every SQL
+// statement of fp4lab lives in store/, so no other module of the product names a table in a string
+// or includes SQLite (the tests are outside that rule: they check the store from outside, as a user
+// with the sqlite3 shell would); and a study's TOML is read by sweeps/ alone, once per command.
 #include <catch2/catch.hpp>
 
 #include <filesystem>
@@ -66,4 +66,43 @@ TEST_CASE("the SQL check sees a statement where one is written", "[layers]") {
   CHECK(std::regex_search(code_of(R"(  q("UPDATE runs SET state = ?2");)"), sql));
   CHECK_FALSE(std::regex_search(code_of("  // the store's CREATE TABLE holds the same list"), sql));
   CHECK_FALSE(std::regex_search(code_of("  const bool selected = select(runs);"), sql));
+}
+
+namespace {
+
+// Every source file below `module` (C++ only), with its text.
+std::vector<std::pair<fs::path, std::string>> module_sources(const fs::path& root, const char* module) {
+  std::vector<std::pair<fs::path, std::string>> out;
+  for (const fs::path& f : sources_outside_store(root))
+    if (fs::relative(f, root).begin()->string() == module) out.emplace_back(f, fp4::test::slurp(f));
+  return out;
+}
+
+size_t count_of(const std::string& text, const std::string& what) {
+  size_t n = 0;
+  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+  return n;
+}
+
+}  // namespace
+
+TEST_CASE("a study is read once per command, by sweeps/ alone", "[layers]") {
+  // fit/ and reports/ include nothing of sweeps/, the engine or the kernels (the link check holds
+  // their libraries to it too): they take the study as store::DeclaredStudy and cannot parse it.
+  const fs::path root = FP4LAB_SOURCE_DIR;
+  for (const char* module : {"fit", "reports"})
+    for (const auto& [file, text] : module_sources(root, module)) {
+      INFO(fs::relative(file, root).string());
+      for (const char* other : {"#include \"sweeps/", "#include \"engine/", "#include \"kernels/"})
+        CHECK(count_of(text, other) == 0);
+    }
+  // Only sweeps/ parses a sweep TOML; the commands ask it through read_study, `fit` and `report`
+  // once each.
+  for (const char* module : {"base", "engine", "store", "fit", "reports", "cli"})
+    for (const auto& [file, text] : module_sources(root, module)) {
+      INFO(fs::relative(file, root).string());
+      CHECK(count_of(text, "load_sweep_spec(") + count_of(text, "parse_sweep_spec(") == 0);
+    }
+  CHECK(count_of(fp4::test::slurp(root / "cli/fit_commands.cpp"), "read_study(") == 1);
+  CHECK(count_of(fp4::test::slurp(root / "cli/report_commands.cpp"), "read_study(") == 1);
 }

@@ -8,7 +8,7 @@
 #include <string>
 
 #include "reports/report.h"
-#include "sweeps/spec.h"
+#include "sweeps/study.h"
 #include "tests/report_test_helpers.h"
 
 namespace fs = std::filesystem;
@@ -28,8 +28,9 @@ TEST_CASE("scripts/demo.sh ends by writing the default study's report, at the pa
   CHECK(sweep_run == "\"$build/cli/fp4lab\" sweep run \"$root/demo/study.toml\"");
   // fp4lab report prints the path of report.html (tests/test_report_real.cpp checks the output); for
   // the demo's TOML that is demo/demo-report/report.html, the path the README and docs give.
-  const auto spec = fp4::sweeps::load_sweep_spec(root / "scripts/demo-study.toml");
-  CHECK(fp4::reports::default_report_dir(&spec, spec.store).filename() == "demo-report");  // beside the TOML: demo/
+  const auto study = fp4::sweeps::read_study(root / "scripts/demo-study.toml", fp4::sweeps::DataCheck::plan,
+                                             fp4::sweeps::Siblings::skip);
+  CHECK(fp4::reports::default_report_dir(&study.declared, study.spec.store).filename() == "demo-report");  // beside the TOML: demo/
   const std::string readme = fp4::test::slurp(root / "README.md");
   CHECK(readme.find("`demo/demo-report/report.html`") != std::string::npos);
   CHECK(readme.find("fp4lab report demo/study.toml") != std::string::npos);

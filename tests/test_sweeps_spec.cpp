@@ -159,7 +159,7 @@ targets = [{n = 1.5e9, d = 1e11}]
   CHECK(s.executor.max_attempts == 4);
   CHECK(s.executor.order == "declared");
   CHECK(s.executor.heartbeat_timeout_s == 90.5);
-  CHECK(s.fit == json::parse(R"({"law": ["chinchilla", "precision"], "n": "total", "bootstrap": 200, "seed": 7,
+  CHECK(fp4::store::fit_table_json(s.fit) == json::parse(R"({"law": ["chinchilla", "precision"], "n": "total", "bootstrap": 200, "seed": 7,
                                  "huber_delta": 0.001, "targets": [{"n": 1.5e9, "d": 1e11}]})"));
 
   // Declaration order, whatever order toml++ keeps its keys in.
@@ -502,7 +502,7 @@ TEST_CASE("sweep spec: no grid, or an empty one, is one point", "[sweeps][sweeps
   CHECK(none.axis_names.empty());
   CHECK(only_point(empty).id == only_point(none).id);
   CHECK(only_point(none).name == "d2-65.5k-bf16-s0");
-  CHECK(none.fit == json::object());
+  CHECK(fp4::store::fit_table_json(none.fit) == json::object());
   CHECK(none.executor.order == "largest");
   CHECK(none.store == "/study/one.db");
   CHECK(none.run_root == "/study/runs");

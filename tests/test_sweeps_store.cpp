@@ -73,7 +73,6 @@ GridRecord spec_of(const std::string& text, const std::filesystem::path& dir, st
   s.name = "study";
   s.run_root = dir / "runs";
   s.axis_names = {"recipe", "seed"};
-  s.fit = json::object();
   s.points = std::move(points);
   return s;
 }
