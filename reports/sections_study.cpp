@@ -197,15 +197,15 @@ std::vector<Block> reproduce_blocks(const ReportContext& ctx) {
     sh += "\ngit checkout " + shell_word(*commits.rbegin()) + "\n";
   }
   sh += "scripts/build.sh                 # installs the Debian packages, builds build/cli/fp4lab\n";
-  const std::string study_arg = !ctx.options.spec_argument.empty()
-                                    ? shell_word(ctx.options.spec_argument)
-                                    : "--store " + shell_word(ctx.options.store_argument);
+  const std::string spec_arg = display_path(ctx.options.spec_argument, st.repo_root);
+  const std::string study_arg = !spec_arg.empty() ? shell_word(spec_arg)
+                                                  : "--store " + shell_word(display_path(ctx.options.store_argument, st.repo_root));
   // The study's grids, the main one first, then any other grid the store recorded.
   std::vector<std::string> files;
   auto add = [&](const std::string& f) {
     if (!f.empty() && std::find(files.begin(), files.end(), f) == files.end()) files.push_back(f);
   };
-  if (!ctx.options.spec_argument.empty()) add(ctx.options.spec_argument);
+  add(spec_arg);
   for (const DeclaredGrid& g : st.declared) add(g.file);
   std::set<std::string> declared_texts, recorded;
   for (const DeclaredGrid& g : st.declared) declared_texts.insert(g.text_hash);

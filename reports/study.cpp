@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 #include <set>
 #include <stdexcept>
 
@@ -146,7 +147,41 @@ void mark_grids(Study& st) {
   }
 }
 
+// The root of the git work tree holding `file` (a directory with a .git entry: a directory, or the
+// file a worktree or submodule has); empty when there is none.
+std::filesystem::path work_tree_of(const std::filesystem::path& file) {
+  std::error_code ec;
+  std::filesystem::path dir = std::filesystem::absolute(file, ec).lexically_normal().parent_path();
+  if (ec) return {};
+  for (;;) {
+    if (std::filesystem::exists(dir / ".git", ec)) return dir;
+    if (!dir.has_relative_path()) return {};
+    dir = dir.parent_path();
+  }
+}
+
 }  // namespace
+
+std::string display_path(const std::string& path, const std::filesystem::path& repo_root) {
+  std::error_code ec;
+  const std::filesystem::path cwd = std::filesystem::current_path(ec);
+  if (ec || path.empty()) return path;
+  std::filesystem::path p(path);
+  if (p.is_relative()) {
+    if (!std::filesystem::exists(p, ec)) return path;
+    p = cwd / p;
+  }
+  p = p.lexically_normal();
+  const auto inside = [&](const std::filesystem::path& dir) -> std::optional<std::string> {
+    if (dir.empty()) return std::nullopt;
+    const std::filesystem::path rel = p.lexically_relative(dir);
+    if (rel.empty() || *rel.begin() == "..") return std::nullopt;
+    return rel.string();
+  };
+  if (const auto rel = inside(repo_root)) return *rel;
+  if (const auto rel = inside(cwd)) return *rel;
+  return path;
+}
 
 Study load_study(const store::Store* store, const store::DeclaredStudy* declared) {
   Study st;
@@ -156,18 +191,14 @@ Study load_study(const store::Store* store, const store::DeclaredStudy* declared
     st.spec_file = spec->file;
     st.unreadable_specs = declared->unreadable;
   }
+  if (spec != nullptr) st.repo_root = work_tree_of(spec->file);
+  else if (store != nullptr) st.repo_root = work_tree_of(store->path());
+  if (store != nullptr) st.store_display = display_path(store->path().string(), st.repo_root);
   if (store != nullptr) {
     st.store_path = store->path();
-    st.store_display = st.store_path.string();
-    std::error_code ec;
-    const auto abs = std::filesystem::absolute(st.store_path, ec);
-    const auto cwd = std::filesystem::current_path(ec);
-    if (!ec) {
-      const auto rel = abs.lexically_normal().lexically_relative(cwd);
-      if (!rel.empty() && *rel.begin() != "..") st.store_display = rel.string();
-    }
     st.schema_version = store->schema_version();
     st.grids = read_grids(*store);
+    for (StudyGrid& g : st.grids) g.file = display_path(g.file, st.repo_root);
     std::map<std::string, std::vector<std::string>> grids_of_run;  // by grid id
     for (const StudyGrid& g : st.grids)
       for (const std::string& id : g.run_ids) {
@@ -230,7 +261,7 @@ Study load_study(const store::Store* store, const store::DeclaredStudy* declared
   for (const store::GridRecord* s : all_specs) {
     DeclaredGrid g;
     g.name = s->name;
-    g.file = s->file.string();
+    g.file = display_path(s->file.string(), st.repo_root);
     g.main = s == spec;
     g.text_hash = s->text_hash;
     for (const store::GridPointRecord& p : s->points) {

@@ -92,9 +92,10 @@ struct PointFacts {
 struct Study {
   std::string name;                     // the TOML's [sweep] name, else the first grid's, else the store's stem
   std::filesystem::path store_path;     // empty when the store does not exist yet
-  // The store's path as the report prints it: relative to the working directory when it lies
-  // under it (the report of a study committed to a repository, written from its root, names no
-  // machine's directories), else absolute.
+  // The git work tree that holds the study (its TOML, else its store); empty when none does. The
+  // report writes the paths inside it relative to its root (display_path).
+  std::filesystem::path repo_root;
+  // The store's path as the report prints it (display_path).
   std::string store_display;
   std::filesystem::path spec_file;      // the TOML given, if any
   int schema_version = 0;
@@ -129,6 +130,13 @@ struct Study {
   // Recipe labels of the runs and of the points not recorded yet, sorted.
   std::vector<std::string> recipes() const;
 };
+
+// A path as the report prints it, so that a report names no machine's directories where it need
+// not and its "Reproduce" commands run from the repository's root: relative to `repo_root` when it
+// lies inside it, else relative to the working directory when it lies under that, else as given.
+// A relative path is read against the working directory when it names a file there; otherwise (a
+// path recorded in the store from another working directory) it is kept as given.
+std::string display_path(const std::string& path, const std::filesystem::path& repo_root);
 
 // Reads a study. `store` may be null (a TOML whose sweep has not run yet); `declared`, when given
 // (a TOML, read with the grids beside it: sweeps/study.h), adds the study's name (the main TOML's),

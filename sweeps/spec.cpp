@@ -445,6 +445,19 @@ SweepSpec parse_sweep_spec(const std::string& text, const fs::path& file, const 
 }
 
 SweepSpec load_sweep_spec(const fs::path& file, DataCheck check) {
+  // A sweep spec is a page of TOML. A device, a FIFO or a directory given by mistake is refused
+  // before it is opened (reading /dev/zero never ends), and so is a file too big to be a spec.
+  constexpr uintmax_t kMaxSpecBytes = uintmax_t{1} << 20;
+  std::error_code ec;
+  const fs::file_status status = fs::status(file, ec);
+  if (!ec && fs::exists(status) && !fs::is_regular_file(status))
+    throw UserError(file.string() + ": not a regular file; a sweep spec is a TOML file");
+  if (!ec && fs::is_regular_file(status)) {
+    const uintmax_t bytes = fs::file_size(file, ec);
+    if (!ec && bytes > kMaxSpecBytes)
+      throw UserError(fmt::format("{}: {} bytes, more than a sweep spec's limit of {} (1 MiB); is it the TOML file?",
+                                  file.string(), bytes, kMaxSpecBytes));
+  }
   std::string text;
   try {
     text = read_file(file);
@@ -453,7 +466,6 @@ SweepSpec load_sweep_spec(const fs::path& file, DataCheck check) {
   }
   // Runs execute in the spec's directory; an absolute path keeps that true whatever the caller's
   // working directory is later.
-  std::error_code ec;
   fs::path dir = fs::absolute(file, ec).parent_path();
   if (ec) dir = file.parent_path();
   return parse_sweep_spec(text, file, dir.lexically_normal(), check);

@@ -137,7 +137,9 @@ void print_status(const SweepSpec& spec, const std::vector<PlanEntry>& plan, con
   for (const PlanEntry& e : plan) {
     const char* a = plan_action_name(e.action);
     ++counts[a];
-    for (const auto& [axis, value] : e.point->axes) {
+    for (const auto& [axis, written] : e.point->axes) {
+      // A model written as a table reads as its label ("L1-d16"), as in the run names.
+      const std::string& value = axis == "model" ? e.point->model_label : written;
       auto& order = value_order[axis];
       if (std::find(order.begin(), order.end(), value) == order.end()) order.push_back(value);
       ++per_axis[axis][value][a];

@@ -80,6 +80,19 @@ TEST_CASE("a store path that is a directory is a user error", "[cli][sweeps]") {
   refused("sweep ingest --store " + shell_quote((dir / "s.db").string()) + " x", dir, "is a directory");
 }
 
+TEST_CASE("a sweep spec that is not a regular file, or too big to be one, is refused before it is read", "[cli][sweeps]") {
+  ScratchDir dir;
+  // /dev/zero used to be read until memory ran out (std::bad_alloc, exit 1).
+  for (const std::string command : {"sweep run --plain ", "sweep plan ", "sweep status ", "fit ", "report "})
+    refused(command + "/dev/zero", dir, "/dev/zero: not a regular file; a sweep spec is a TOML file");
+  fs::create_directories(dir / "a-directory.toml");
+  refused("sweep run --plain " + shell_quote((dir / "a-directory.toml").string()), dir, "not a regular file");
+  fp4::test::spit(dir / "big.toml", std::string((1 << 20) + 1, '#'));
+  refused("sweep run --plain " + shell_quote((dir / "big.toml").string()), dir,
+          "big.toml: 1048577 bytes, more than a sweep spec's limit of 1048576 (1 MiB)");
+  CHECK_FALSE(fs::exists(dir / "runs"));
+}
+
 TEST_CASE("numeric options say what they take, in words", "[cli]") {
   ScratchDir dir;
   fp4::test::TinyGrid g;

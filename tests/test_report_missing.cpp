@@ -172,3 +172,34 @@ TEST_CASE("report: a missing gnuplot, store or argument is one line and exit cod
   CHECK(garbage.exit_code == 2);
   CHECK(std::count(garbage.err.begin(), garbage.err.end(), '\n') == 1);
 }
+
+TEST_CASE("report paths inside the study's repository are written relative to its root, from another directory",
+          "[report][report_missing]") {
+  ScratchDir dir;
+  const fs::path repo = dir / "repo";
+  fs::create_directories(repo / ".git");
+  fs::create_directories(repo / "study");
+  const fs::path toml = fp4::test::write_tiny_grid(repo / "study", "paths", "recipe = [\"bf16\"]\ntokens = [256]\n");
+  // fp4lab runs in the test's working directory, neither the repository nor above it.
+  const auto sweep = fp4::test::run_fp4lab("sweep run --plain '" + toml.string() + "'", dir);
+  INFO(sweep.err);
+  REQUIRE(sweep.exit_code == 0);
+  const auto report = [&] {
+    const auto r = fp4::test::run_report("'" + toml.string() + "' --out '" + (dir / "out").string() + "'", dir.path());
+    INFO(r.err);
+    REQUIRE(r.exit_code == 0);
+    return fp4::test::slurp(dir / "out" / "report.md");
+  };
+  // Run the way scripts/demo.sh runs it (absolute paths, from wherever the user is): the report
+  // names the store, the grid and the commands to reproduce it from the repository's root.
+  std::string md = report();
+  CHECK(md.find(dir.path().string()) == std::string::npos);
+  CHECK(md.find("`study/paths.db`") != std::string::npos);
+  CHECK(md.find("| paths | study/paths.toml |") != std::string::npos);
+  CHECK(md.find("build/cli/fp4lab sweep run study/paths.toml\n") != std::string::npos);
+  CHECK(md.find("build/cli/fp4lab report study/paths.toml\n") != std::string::npos);
+  // Outside any repository and outside the working directory a path is written as given.
+  fs::remove_all(repo / ".git");
+  md = report();
+  CHECK(md.find("build/cli/fp4lab report " + toml.string() + "\n") != std::string::npos);
+}

@@ -133,3 +133,26 @@ TEST_CASE("sbatch_quote escapes what sbatch's parser treats specially", "[sweeps
   CHECK(fp4::sweeps::sbatch_quote("plain") == "\"plain\"");
   CHECK(fp4::sweeps::sbatch_quote("a \"b\" c\\d #e 'f'") == "\"a \\\"b\\\" c\\\\d #e 'f'\"");
 }
+
+TEST_CASE("sweep slurm --max-parallel: N throttles the array to N tasks at once, 0 (the default) to none", "[sweeps][slurm]") {
+  ScratchDir dir;
+  const fs::path toml = dir / "s.toml";
+  fp4::test::spit(toml, tiny_spec(""));
+  const auto array_line = [&](const std::string& flags) {
+    const fs::path job = dir / "job.sbatch";
+    const auto r = fp4::test::run_fp4lab("sweep slurm " + shell_quote(toml.string()) + " --out " +
+                                             shell_quote(job.string()) + flags,
+                                         dir);
+    INFO(r.err);
+    REQUIRE(r.exit_code == 0);
+    const std::string script = fp4::test::slurp(job);
+    const size_t at = script.find("#SBATCH --array=");
+    REQUIRE(at != std::string::npos);
+    return script.substr(at, script.find('\n', at) - at);
+  };
+  CHECK(array_line("") == "#SBATCH --array=0-0");
+  CHECK(array_line(" --max-parallel 0") == "#SBATCH --array=0-0");
+  CHECK(array_line(" --max-parallel 3") == "#SBATCH --array=0-0%3");
+  const auto r = fp4::test::run_fp4lab("sweep slurm " + shell_quote(toml.string()) + " --out j --max-parallel -1", dir);
+  CHECK(r.exit_code == 2);
+}

@@ -600,7 +600,7 @@ TEST_CASE("sweep spec: load_sweep_spec reads the file and resolves paths against
 
 TEST_CASE("sweep spec: the studies shipped in the repository parse", "[sweeps][sweeps_spec]") {
   const std::filesystem::path src = FP4LAB_SOURCE_DIR;
-  CHECK(fp4::sweeps::load_sweep_spec(src / "scripts/demo-study.toml").points.size() == 6);
+  CHECK(fp4::sweeps::load_sweep_spec(src / "scripts/demo-study.toml").points.size() == 36);
   const auto study = src / "results/first-study/study.toml";
   const auto noise = src / "results/first-study/noise-floor.toml";
   // Every build reads them, with or without CUDA: planning, reporting and fitting a study trained on
@@ -667,4 +667,18 @@ TEST_CASE("sweep spec: a linked axis gives each value of another axis its own va
              Catch::Contains("grid.train.lr.extra"));
   CHECK_THAT(error_of(grid + "\"train.lr\" = {with = \"model\", values = [1e-3, \"fast\"]}\n"),
              Catch::Contains("grid.train.lr: must be a number"));
+}
+
+TEST_CASE("sweep status names a model written as a table by its label, as the run names do", "[sweeps][sweeps_spec]") {
+  fp4::test::ScratchDir dir;
+  const auto toml = dir / "labels.toml";
+  fp4::test::spit(toml,
+                  "[sweep]\nname = \"labels\"\n[data]\nsource = \"synthetic:markov?order=1&vocab=64\"\n"
+                  "[model]\nseq_len = 32\n[train]\ntokens = 256\nbatch_tokens = 128\nmicro_batch = 2\n"
+                  "[grid]\nmodel = [\"d1\", {n_layers = 1, d_model = 16, n_heads = 1, head_dim = 16}]\n");
+  const auto status = fp4::test::run_fp4lab("sweep status '" + toml.string() + "'", dir);
+  INFO(status.err);
+  REQUIRE(status.exit_code == 0);
+  CHECK(status.out.find("by model:\n  d1               new 1\n  L1-d16           new 1\n") != std::string::npos);
+  CHECK(status.out.find("d_model") == std::string::npos);
 }
