@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Installs the Debian 12 packages that only the tests use: a single-node Slurm (slurm-wlm and
-# munge) for tests/slurm/real_slurm.sh, and Chromium for the report's browser test
-# (tests/test_report_browser.cpp). Idempotent; best effort: when the packages cannot be
+# munge) for tests/slurm/real_slurm.sh, Chromium for the report's browser test
+# (tests/test_report_browser.cpp), and Python 3 for the second study's analysis scripts
+# (results/second-study/test_*.py). Idempotent; best effort: when the packages cannot be
 # installed (no root, no network), it says so and returns 0, and those tests report "skipped" with
 # the reason. The daemons are never started here (and not as services): the test starts its own.
 set -uo pipefail
-packages=(slurm-wlm munge chromium)
+packages=(slurm-wlm munge chromium python3)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
