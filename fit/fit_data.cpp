@@ -204,11 +204,4 @@ std::string baseline_of(const FitData& data) {
   return data.baselines.empty() ? "" : data.baselines[0];
 }
 
-std::vector<FitPoint> points_of(const FitData& data, const std::string& recipe) {
-  std::vector<FitPoint> out;
-  for (const FitPoint& p : data.points)
-    if (p.recipe == recipe) out.push_back(p);
-  return out;
-}
-
 }  // namespace fp4::fit

@@ -56,7 +56,4 @@ FitData select_recipes(const FitData& data, const std::vector<std::string>& reci
 // The one baseline recipe ("" when none); two are a fp4::UserError asking to narrow with --recipe.
 std::string baseline_of(const FitData& data);
 
-// Points of one recipe, in data order.
-std::vector<FitPoint> points_of(const FitData& data, const std::string& recipe);
-
 }  // namespace fp4::fit

@@ -87,7 +87,4 @@ struct Document {
 // dropped. (Used for every section id, so the HTML and the Markdown link the same way.)
 std::string slug(const std::string& title);
 
-// The figure and table numbers in reading order, e.g. for "Figure 3".
-int count_figures(const Document& doc);
-
 }  // namespace fp4::reports

@@ -37,10 +37,7 @@ std::string fmt_number(double v, int significant) {
   return fmt::format("{:.{}g}", v, significant);
 }
 
-std::string fmt_interval(double lo, double hi, std::string (*f)(double)) {
-  if (!std::isfinite(lo) || !std::isfinite(hi)) return "";
-  return fmt::format("[{}, {}]", f(lo), f(hi));
-}
+std::string csv_number(double v) { return std::isfinite(v) ? fmt::format("{:.17g}", v) : std::string(); }
 
 std::string fmt_utc(double t) {
   if (!(t > 0)) return kNone;

@@ -25,8 +25,6 @@ namespace fp4::reports {
 
 namespace {
 
-std::string num(double v) { return std::isfinite(v) ? fmt::format("{:.17g}", v) : std::string(); }
-
 // "+0.512% [+0.31%, +0.70%]", or the mean alone with fewer than two pairs.
 std::string percent_with_interval(const Spread& s) {
   if (s.n == 0) return "—";
@@ -194,11 +192,11 @@ Section ablation_section(ReportContext& ctx) {
       csv.push_back({csv_field(grids_of(g)), csv_field(example->record.model),
                      std::to_string(example->record.n_params_nonembedding), std::to_string(example->record.tokens),
                      csv_field(recipe), csv_field(setting), csv_field(role.member ? role.family : ""),
-                     std::to_string(sp.n), num(sp.mean), num(sp.sd), compared ? std::to_string(delta.n) : "",
-                     compared ? num(delta.mean) : "", compared ? num(delta.lo) : "", compared ? num(delta.hi) : "",
-                     has_gap ? num(gap.mean) : "", has_gap ? num(gap.lo) : "", has_gap ? num(gap.hi) : "",
+                     std::to_string(sp.n), csv_number(sp.mean), csv_number(sp.sd), compared ? std::to_string(delta.n) : "",
+                     compared ? csv_number(delta.mean) : "", compared ? csv_number(delta.lo) : "", compared ? csv_number(delta.hi) : "",
+                     has_gap ? csv_number(gap.mean) : "", has_gap ? csv_number(gap.lo) : "", has_gap ? csv_number(gap.hi) : "",
                      role.paper_row ? csv_field(role.paper_row->label) : "",
-                     role.paper_row ? num(role.paper_row->loss) : ""});
+                     role.paper_row ? csv_number(role.paper_row->loss) : ""});
     }
     t.csv = "ablation.csv";
     s.blocks.push_back(std::move(t));

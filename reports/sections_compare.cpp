@@ -20,8 +20,6 @@ namespace fp4::reports {
 
 namespace {
 
-std::string num(double v) { return std::isfinite(v) ? fmt::format("{:.17g}", v) : std::string(); }
-
 // d in percentage points of the BF16 loss: "-0.244 pp".
 std::string pp(double d) { return std::isfinite(d) ? fmt::format("{:+.3f} pp", 100 * d) : "—"; }
 std::string pp_interval(const fit::Interval& ci) {
@@ -96,9 +94,9 @@ Section comparison_section(ReportContext& ctx) {
   std::vector<std::vector<std::string>> csv;
   auto row = [&](const fit::RecipeComparison& c, const char* kind, double n, double d, int64_t count, int64_t wins,
                  double value, double sd, const fit::Interval& ci) {
-    csv.push_back({std::to_string(f.id), csv_field(c.recipe), csv_field(c.against), csv_field(c.baseline), kind, num(n),
-                   num(d), count < 0 ? "" : std::to_string(count), wins < 0 ? "" : std::to_string(wins), num(value),
-                   num(sd), num(ci.lo), num(ci.hi)});
+    csv.push_back({std::to_string(f.id), csv_field(c.recipe), csv_field(c.against), csv_field(c.baseline), kind, csv_number(n),
+                   csv_number(d), count < 0 ? "" : std::to_string(count), wins < 0 ? "" : std::to_string(wins), csv_number(value),
+                   csv_number(sd), csv_number(ci.lo), csv_number(ci.hi)});
   };
 
   Table overall;

@@ -19,8 +19,6 @@ namespace fp4::reports {
 
 namespace {
 
-std::string num(double v) { return std::isfinite(v) ? fmt::format("{:.17g}", v) : std::string(); }
-
 // "0.347 [0.31, 0.38]"; the value alone without an interval.
 std::string with_interval(double value, const fit::Interval& ci, int significant = 4) {
   std::string s = fmt_number(value, significant);
@@ -109,8 +107,8 @@ Figure loss_vs_n(ReportContext& ctx, const FitChoice& fits, const std::vector<co
             y_hi = std::max(y_hi, e.value);
           }
           if (e.ci.known()) band.rows.push_back({n, e.ci.lo, e.ci.hi});
-          csv.push_back({csv_field(law->law), csv_field(law->scope), csv_field(recipe), std::to_string(d), num(n),
-                         num(e.value), num(e.ci.lo), num(e.ci.hi)});
+          csv.push_back({csv_field(law->law), csv_field(law->scope), csv_field(recipe), std::to_string(d), csv_number(n),
+                         csv_number(e.value), csv_number(e.ci.lo), csv_number(e.ci.hi)});
         }
         p.series.push_back(std::move(band));
         p.series.push_back(std::move(line));
@@ -178,7 +176,7 @@ Figure residual_figure(ReportContext& ctx, const FitChoice& fits) {
           if (r.recipe == recipe) {
             s.rows.push_back({r.n, 100 * r.log_residual});
             csv.push_back({csv_field(f->law), csv_field(f->scope), csv_field(r.run_name), r.run_id, csv_field(r.recipe),
-                           num(r.n), num(r.d), num(r.observed), num(r.fitted), num(r.log_residual)});
+                           csv_number(r.n), csv_number(r.d), csv_number(r.observed), csv_number(r.fitted), csv_number(r.log_residual)});
           }
       if (!s.rows.empty()) p.series.push_back(std::move(s));
     }
@@ -229,7 +227,7 @@ Table shown_fits_table(ReportContext& ctx, const FitChoice& fits) {
                       {c.passed_over == 0 ? "0" : fmt::format("{} other{}", c.passed_over, c.passed_over == 1 ? "" : "s")}});
     csv.push_back({std::to_string(f.id), csv_field(f.law), csv_field(f.scope), csv_field(f.options.grid),
                    csv_field(f.options.source), std::to_string(f.n_points), csv_field(f.input_hash),
-                   csv_field(f.options.data_hash), num(f.created), csv_field(fmt_utc(f.created)),
+                   csv_field(f.options.data_hash), csv_number(f.created), csv_field(fmt_utc(f.created)),
                    csv_field(f.fp4lab_version), std::to_string(static_cast<int>(c.rank)), std::to_string(c.passed_over)});
   }
   t.csv = ctx.csv("fits_shown.csv",
@@ -260,7 +258,7 @@ Table parameter_table(ReportContext& ctx, const FitChoice& fits) {
                       {f->optimizer.termination.empty() ? "—" : f->optimizer.termination}});
     for (const fit::ParameterEstimate& p : f->parameters)
       csv.push_back({std::to_string(f->id), csv_field(f->law), csv_field(f->scope), csv_field(p.name),
-                     csv_field(p.recipe), num(p.value), num(p.ci.lo), num(p.ci.hi)});
+                     csv_field(p.recipe), csv_number(p.value), csv_number(p.ci.lo), csv_number(p.ci.hi)});
   }
   t.csv = ctx.csv("fits.csv", {"fit_id", "law", "scope", "parameter", "recipe", "value", "lo", "hi"}, csv);
   return t;
@@ -287,7 +285,7 @@ std::vector<Block> held_out_blocks(ReportContext& ctx, const FitChoice& fits) {
                         {fmt_percent(hr.max_abs_rel_error, 2).substr(1)}});
       for (const fit::HeldOutPoint& p : hr.points)
         csv.push_back({csv_field(f->law), csv_field(f->scope), csv_field(hr.recipe), csv_field(p.run_name), p.run_id,
-                       num(p.n), num(p.d), num(p.observed), num(p.predicted), num(p.rel_error)});
+                       csv_number(p.n), csv_number(p.d), csv_number(p.observed), csv_number(p.predicted), csv_number(p.rel_error)});
     }
   }
   t.csv = ctx.csv("held_out.csv",

@@ -83,8 +83,6 @@ std::map<PointKey, ObservedPoint> observed_points(const ReportContext& ctx, int*
   return out;
 }
 
-std::string num(double v) { return std::isfinite(v) ? fmt::format("{:.17g}", v) : std::string(); }
-
 // "+0.512% [+0.31%, +0.70%]".
 std::string gap_with_interval(const fit::Estimate& e) {
   std::string s = fmt_percent(e.value);
@@ -114,9 +112,9 @@ Section prediction_subsection(ReportContext& ctx, const FitChoice& fits) {
       if (p.loss.ci.known()) loss += " [" + fmt_loss(p.loss.ci.lo) + ", " + fmt_loss(p.loss.ci.hi) + "]";
       t.rows.push_back({{f->law}, ctx.recipe_cell(p.recipe), {fmt_count(p.target.n)}, {fmt_count(p.target.d)}, {loss},
                         {std::isfinite(p.gap.value) ? gap_with_interval(p.gap) : "— (baseline)"}, {reported}});
-      csv.push_back({csv_field(f->law), csv_field(f->scope), csv_field(p.recipe), num(p.target.n), num(p.target.d),
-                     num(p.loss.value), num(p.loss.ci.lo), num(p.loss.ci.hi), num(p.gap.value), num(p.gap.ci.lo),
-                     num(p.gap.ci.hi)});
+      csv.push_back({csv_field(f->law), csv_field(f->scope), csv_field(p.recipe), csv_number(p.target.n), csv_number(p.target.d),
+                     csv_number(p.loss.value), csv_number(p.loss.ci.lo), csv_number(p.loss.ci.hi), csv_number(p.gap.value), csv_number(p.gap.ci.lo),
+                     csv_number(p.gap.ci.hi)});
     }
   t.csv = ctx.csv("predictions.csv",
                   {"law", "scope", "recipe", "n", "d", "loss", "loss_lo", "loss_hi", "gap", "gap_lo", "gap_hi"}, csv);
@@ -159,7 +157,7 @@ Section slope_subsection(ReportContext& ctx, const FitChoice& fits) {
     else if (std::isfinite(sl.per_decade.value))
       reading = "no interval (no bootstrap)";
     t.rows.push_back({ctx.recipe_cell(recipe), {gap_with_interval(sl.per_decade)}, {std::to_string(sl.points)}, {reading}});
-    csv.push_back({csv_field(recipe), num(sl.per_decade.value), num(sl.per_decade.ci.lo), num(sl.per_decade.ci.hi),
+    csv.push_back({csv_field(recipe), csv_number(sl.per_decade.value), csv_number(sl.per_decade.ci.lo), csv_number(sl.per_decade.ci.hi),
                    std::to_string(sl.points)});
   }
   t.csv = ctx.csv("gap_slopes.csv", {"recipe", "slope_per_decade", "lo", "hi", "points"}, csv);
@@ -261,9 +259,9 @@ Section gap_section(ReportContext& ctx) {
                         {g.n > 1 ? fmt_percent(g.min) + " … " + fmt_percent(g.max) : "—"}, {fmt_percent(tg.mean)},
                         {fitted ? gap_with_interval(*fitted) : "—"}});
       csv.push_back({csv_field(k.recipe), csv_field(k.model), std::to_string(k.n), std::to_string(k.d),
-                     std::to_string(g.n), num(l.mean), num(b.mean), num(g.mean), num(g.sd), num(g.min), num(g.max),
-                     num(tg.mean), fitted ? csv_field(law) : "", fitted ? num(fitted->value) : "",
-                     fitted ? num(fitted->ci.lo) : "", fitted ? num(fitted->ci.hi) : "", num(g.lo), num(g.hi)});
+                     std::to_string(g.n), csv_number(l.mean), csv_number(b.mean), csv_number(g.mean), csv_number(g.sd), csv_number(g.min), csv_number(g.max),
+                     csv_number(tg.mean), fitted ? csv_field(law) : "", fitted ? csv_number(fitted->value) : "",
+                     fitted ? csv_number(fitted->ci.lo) : "", fitted ? csv_number(fitted->ci.hi) : "", csv_number(g.lo), csv_number(g.hi)});
     }
   t.csv = ctx.csv("gaps.csv",
                   {"recipe", "model", "n_params_nonembedding", "tokens", "seeds", "loss_mean", "bf16_loss_mean",

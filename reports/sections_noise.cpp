@@ -21,9 +21,8 @@ namespace fp4::reports {
 
 namespace {
 
-std::string num(double v) { return std::isfinite(v) ? fmt::format("{:.17g}", v) : std::string(); }
-
-std::string percent_with_interval(const Spread& s) {
+// "+0.512% ± 0.101% [+0.31%, +0.70%]": the mean, the sd over seeds, the interval of the mean.
+std::string percent_with_spread(const Spread& s) {
   if (s.n == 0) return "—";
   std::string out = fmt_percent(s.mean);
   if (s.n >= 2) out += " ± " + fmt::format("{:.3f}%", 100 * s.sd);
@@ -132,11 +131,11 @@ Section noise_section(ReportContext& ctx) {
                       {std::to_string(sp.n)}, {fmt_loss(sp.mean)}, {fmt::format("{:.4f}", sp.sd)},
                       {fmt::format("{:.3f}%", 100 * sp.sd / sp.mean)},
                       {fmt_loss(sp.min) + " … " + fmt_loss(sp.max)},
-                      {rec.baseline ? "(baseline)" : g.bf16.empty() ? "no BF16 run here" : percent_with_interval(gap)}});
+                      {rec.baseline ? "(baseline)" : g.bf16.empty() ? "no BF16 run here" : percent_with_spread(gap)}});
     csv.push_back({csv_field(rec.model), std::to_string(rec.n_params_nonembedding), std::to_string(rec.tokens),
                    csv_field(rec.recipe), csv_field(grids_of(g.runs)), csv_field(fmt::format("{}", fmt::join(seeds, " "))),
-                   std::to_string(sp.n), num(sp.mean), num(sp.sd), num(sp.sd / sp.mean), num(sp.min), num(sp.max),
-                   std::to_string(gap.n), num(gap.mean), num(gap.sd), num(gap.lo), num(gap.hi)});
+                   std::to_string(sp.n), csv_number(sp.mean), csv_number(sp.sd), csv_number(sp.sd / sp.mean), csv_number(sp.min), csv_number(sp.max),
+                   std::to_string(gap.n), csv_number(gap.mean), csv_number(gap.sd), csv_number(gap.lo), csv_number(gap.hi)});
     // The figure: one panel per grid point, each seed's final loss by recipe with the mean ± sd.
     const std::string key = std::to_string(rec.n_params_nonembedding) + "/" + std::to_string(rec.tokens) + "/" +
                             g.example->comparison_key;

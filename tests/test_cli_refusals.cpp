@@ -1,5 +1,5 @@
-// test_cli_refusals.cpp — refusals that used to come late or not at all (issue 14, item 6): each
-// is one line on stderr with exit code 2, before anything is written.
+// test_cli_refusals.cpp — refusals that must come before any work: each is one line on stderr with
+// exit code 2, before anything is written.
 #include <catch2/catch.hpp>
 
 #include <algorithm>

@@ -95,14 +95,22 @@ TEST_CASE("rank launcher: rank 0's end is the run's; the others get the grace pe
 
 TEST_CASE("rank launcher: a stop request reaches every rank once", "[run][gpus][launcher]") {
   const fp4::test::ScratchDir tmp;
-  const std::string out = (tmp / "stopped").string();
+  const std::string out = (tmp / "stopped").string(), ready = (tmp / "ready").string();
   // Each rank checkpoints (appends a line) on its first SIGTERM and exits 143, as a trainer does.
-  std::thread signaller([] {
-    fp4::sleep_s(0.5);
+  // It says it is ready once its trap is set; the stop request waits for both (for 30 s at most:
+  // then it is sent anyway, and the count below fails instead of the test hanging).
+  std::thread signaller([&] {
+    const double deadline = fp4::monotonic_s() + 30.0;
+    while (fp4::monotonic_s() < deadline) {
+      const std::string lines = fp4::test::slurp(ready);
+      if (std::count(lines.begin(), lines.end(), '\n') == 2) break;
+      fp4::sleep_s(0.01);
+    }
     ::kill(::getpid(), SIGTERM);
   });
-  const LaunchOutcome o = run_script(
-      "trap 'kill $!; echo $RANK >> \"" + out + "\"; exit 143' TERM; sleep 60 & wait", 2);
+  const LaunchOutcome o = run_script("trap 'kill $!; echo $RANK >> \"" + out + "\"; exit 143' TERM; echo $RANK >> \"" +
+                                         ready + "\"; sleep 60 & wait",
+                                     2);
   signaller.join();
   CHECK_FALSE(o.signaled);
   CHECK(o.code == 143);

@@ -442,9 +442,11 @@ TEST_CASE("a trainer whose heartbeat falls silent is killed and its run resumed 
 
 #ifdef FP4LAB_HAVE_CUDA
 // Runs on device "cuda" go to GPU slots: --gpus names the GPUs, runs_per_gpu runs share one, and
-// each child sees only its GPU through CUDA_VISIBLE_DEVICES. A stand-in trainer records what it was
-// given, so this runs on any machine (a build with CUDA is needed only to accept device "cuda").
-TEST_CASE("runs on device cuda are spread over the GPU slots", "[sweeps][sweeps_run]") {
+// each child sees only its GPU through CUDA_VISIBLE_DEVICES. A stand-in trainer reports what it was
+// given and whether another run held its GPU while it ran (start and end markers the trainers leave
+// in a shared directory: their own account, no clock), so this runs on any machine (a build with
+// CUDA is needed only to accept device "cuda").
+TEST_CASE("runs on device cuda are spread over the GPU slots, two at once on a GPU", "[sweeps][sweeps_run]") {
   ScratchDir dir;
   fp4::test::TinyGrid g;
   g.grid = "seed = [0, 1, 2, 3, 4, 5]\ntokens = [1280]\n";
@@ -453,12 +455,28 @@ TEST_CASE("runs on device cuda are spread over the GPU slots", "[sweeps][sweeps_
   std::string text = fp4::test::slurp(toml);
   text.replace(text.find("[data]"), 0, "device = \"cuda\"\n");  // into [sweep]
   fp4::test::spit(toml, text);
+  const fs::path share = dir / "share";
+  fs::create_directories(share);
   const fs::path fake = dir / "fake-trainer.sh";
-  // argv: train --config DIR/run.json --dir DIR --resume --quiet
+  // argv: train --config DIR/run.json --dir DIR --resume --quiet. A trainer waits (a few seconds at
+  // most) until it sees another run's start marker without its end marker on the same GPU.
   fp4::test::spit(fake,
                   "#!/bin/sh\n"
-                  "printf '%s %s\\n' \"$CUDA_VISIBLE_DEVICES\" \"$(date +%s.%N)\" > \"$5/gpu.txt\"\n"
-                  "sleep 0.4\n"
+                  "gpu=\"$CUDA_VISIBLE_DEVICES\"\n"
+                  "me='" + share.string() + "'/\"$gpu.$(basename \"$5\")\"\n"
+                  ": > \"$me.start\"\n"
+                  "shared=alone\n"
+                  "i=0\n"
+                  "while [ $shared = alone ] && [ $i -lt 100 ]; do\n"
+                  "  for s in '" + share.string() + "'/\"$gpu\".*.start; do\n"
+                  "    peer=\"${s%.start}\"\n"
+                  "    if [ \"$peer\" != \"$me\" ] && [ ! -e \"$peer.end\" ]; then shared=shared; fi\n"
+                  "  done\n"
+                  "  [ $shared = alone ] && sleep 0.05\n"
+                  "  i=$((i + 1))\n"
+                  "done\n"
+                  "printf '%s %s' \"$gpu\" $shared > \"$5/gpu.txt\"\n"
+                  ": > \"$me.end\"\n"
                   "printf '{\"state\": \"succeeded\", \"step\": 10}' > \"$5/status.json\"\n");
   fs::permissions(fake, fs::perms::owner_all);
   const std::string cmd = "CUDA_VISIBLE_DEVICES=7 FP4LAB_TRAINER='" + fake.string() + "' '" + FP4LAB_BINARY +
@@ -468,24 +486,27 @@ TEST_CASE("runs on device cuda are spread over the GPU slots", "[sweeps][sweeps_
   INFO(fp4::test::slurp(dir / "gpus.log"));
   CHECK(WEXITSTATUS(status) == 0);
   auto store = Store::open(dir / "gpus.db", Store::Mode::read_only);
-  std::map<std::string, int> per_gpu;
+  std::map<std::string, int> per_gpu, shared_on;
   for (const auto& run : store->runs()) {
     CHECK(run.state == RunState::succeeded);
     const std::string seen = fp4::test::slurp(fs::path(run.dir) / "gpu.txt");
-    per_gpu[seen.substr(0, seen.find(' '))] += 1;
+    const std::string gpu = seen.substr(0, seen.find(' '));
+    per_gpu[gpu] += 1;
+    if (seen.substr(seen.find(' ') + 1) == "shared") shared_on[gpu] += 1;
     const auto attempts = store->attempts(run.id);
     REQUIRE(attempts.size() == 1);
     CHECK((attempts[0].provenance.devices == "cuda:2" || attempts[0].provenance.devices == "cuda:5"));
   }
-  // --gpus wins over CUDA_VISIBLE_DEVICES (7 is never seen); 6 runs over 2 GPUs × 2 slots each.
+  // --gpus wins over CUDA_VISIBLE_DEVICES (7 is never seen); 6 runs over 2 GPUs × 2 slots each, and
+  // on each GPU some run found another running beside it.
   CHECK(per_gpu.size() == 2);
-  CHECK(per_gpu["2"] >= 1);
-  CHECK(per_gpu["5"] >= 1);
   CHECK(per_gpu["2"] + per_gpu["5"] == 6);
+  CHECK(shared_on["2"] >= 1);
+  CHECK(shared_on["5"] >= 1);
 }
 
 // CUDA_VISIBLE_DEVICES is read by the same parser as --gpus: a UUID entry is a GPU like an index
-// and reaches its runs as written (it used to be dropped silently), a malformed entry is refused.
+// and reaches its runs as written, a malformed entry is refused.
 TEST_CASE("GPU UUIDs in CUDA_VISIBLE_DEVICES are slots too, handed on as written", "[sweeps][sweeps_run]") {
   ScratchDir dir;
   fp4::test::TinyGrid g;

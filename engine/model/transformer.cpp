@@ -46,12 +46,6 @@ void add(const T* a, const T* b, T* out, size_t n) {
 
 const char* storage_name(Storage s) { return s == Storage::bf16 ? "bf16" : "fp32"; }
 
-Storage parse_storage(const std::string& text) {
-  if (text == "bf16") return Storage::bf16;
-  if (text == "fp32") return Storage::fp32;
-  throw std::invalid_argument("storage must be \"bf16\" or \"fp32\", got \"" + text + "\"");
-}
-
 std::vector<ParamView> param_layout(const ModelConfig& c) {
   std::vector<ParamView> v;
   int64_t offset = 0;

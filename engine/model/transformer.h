@@ -42,7 +42,6 @@ namespace fp4::model {
 
 enum class Storage : uint8_t { bf16 = 0, fp32 = 1 };
 const char* storage_name(Storage s);                 // "bf16", "fp32"
-Storage parse_storage(const std::string& text);      // throws std::invalid_argument (one line)
 
 // ---- Parameters --------------------------------------------------------------------------------
 

@@ -236,8 +236,8 @@ __global__ void __launch_bounds__(kThreads, strip_ctas_per_sm<R>()) fused_strip_
     const bool bvalid = gcb < cols;
     // SR: the two blocks in a loop, not unrolled. The strip's code is straight-line, so its size is
     // what each warp streams through the instruction caches once per strip; a second copy of this
-    // block's Philox and rounding made the SR kernel 17 KB larger and slower (bench/RESULTS.md,
-    // session 27). RN keeps it unrolled: its blocks are short, and looping spilled at 80 registers.
+    // block's Philox and rounding made the SR kernel 17 KB larger and slower (bench/RESULTS.md).
+    // RN keeps it unrolled: its blocks are short, and looping spilled at 80 registers.
 #pragma unroll(R == Rounding::sr ? 1 : 2)
     for (int u = 0; u < 2; ++u) {
       const int r = 2 * (lane >> 2) + u;

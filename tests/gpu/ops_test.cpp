@@ -917,24 +917,6 @@ TEST_CASE("cuda gemm split-K on bf16 operands (the weight gradients) matches one
   }
 }
 
-// Milliseconds per call of fn (one warm-up, then the mean of five), on the default stream.
-template <class Fn>
-double time_ms(Fn&& fn) {
-  fn();
-  cudaEvent_t start, stop;
-  FP4_CUDA_CHECK(cudaEventCreate(&start));
-  FP4_CUDA_CHECK(cudaEventCreate(&stop));
-  FP4_CUDA_CHECK(cudaEventRecord(start, nullptr));
-  for (int i = 0; i < 5; ++i) fn();
-  FP4_CUDA_CHECK(cudaEventRecord(stop, nullptr));
-  FP4_CUDA_CHECK(cudaEventSynchronize(stop));
-  float ms = 0.0f;
-  FP4_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
-  return ms / 5.0;
-}
-
 // ---- Fused bf16 stores (ops.cuh's StoreOut and round_* flags) --------------------------------
 // A fused store must give exactly what the separate passes give: the fp32 output equals
 // round_to_bf16 of the plain op's output (or that output itself without rounding), the bf16 side
@@ -1557,8 +1539,9 @@ TEST_CASE("cuda rmsnorm dgain follows its documented summation order bit for bit
   }
 }
 
-TEST_CASE("cuda ops at training sizes match the CPU, with their times", "[gpu][ops]") {
+TEST_CASE("cuda ops at training sizes match the CPU", "[gpu][ops]") {
   // A d12-sized micro-batch: 8 sequences of 1024 tokens, d_model 768, 12 heads of 64, byte vocab.
+  // (bench/ops_bench.cpp times the same ops at this size.)
   const int B = 8, T = 1024, H = 12, hd = 64, d = H * hd, rows = B * T, V = 256;
   const size_t nd = static_cast<size_t>(rows) * d;
   cu::Workspace ws;
@@ -1574,9 +1557,6 @@ TEST_CASE("cuda ops at training sizes match the CPU, with their times", "[gpu][o
     DeviceArray<float> g_dout(dout), g_dtable(dtable0);
     cu::embedding_backward(g_tokens.get(), g_dout.get(), rows, d, V, g_dtable.get(), ws, nullptr);
     require_bits("embedding backward rows=8192 d=768 vocab=256", g_dtable.download(), dtable);
-    std::printf("[time] embedding_backward rows=%d d=%d: %.3f ms\n", rows, d, time_ms([&] {
-      cu::embedding_backward(g_tokens.get(), g_dout.get(), rows, d, V, g_dtable.get(), ws, nullptr);
-    }));
   }
   {  // RMSNorm forward and backward.
     const std::vector<float> x = normal(nd, 311), gain = normal(d, 312, 0.1f, 1.0f), dy = normal(nd, 313);
@@ -1589,39 +1569,8 @@ TEST_CASE("cuda ops at training sizes match the CPU, with their times", "[gpu][o
                          nullptr);
     require_bits("rmsnorm y rows=8192 d=768", g_y.download(), y);
     require_bits("rmsnorm dx rows=8192 d=768", g_dx.download(), dx);
-    std::printf("[time] rmsnorm_forward rows=%d d=%d: %.3f ms\n", rows, d, time_ms([&] {
-      cu::rmsnorm_forward(g_x.get(), g_gain.get(), rows, d, 1e-5f, g_y.get(), g_rstd.get(), nullptr);
-    }));
-    std::printf("[time] rmsnorm_backward rows=%d d=%d: %.3f ms\n", rows, d, time_ms([&] {
-      cu::rmsnorm_backward(g_x.get(), g_gain.get(), g_rstd.get(), g_dy.get(), rows, d, g_dx.get(), g_dgain.get(), ws,
-                           nullptr);
-    }));
   }
-  {  // The element-wise ops as the bf16 training step calls them (stores fused, bf16 copies written).
-    const int f = 2048;
-    const size_t nf = static_cast<size_t>(rows) * f;
-    DeviceArray<float> qkv(normal(nd * 3, 331)), u(normal(2 * nf, 332)), a(nf), da(normal(nf, 333)), du(2 * nf),
-        xa(normal(nd, 334)), xb(normal(nd, 335)), xo(nd);
-    DeviceArray<bf16_t> copy(2 * nf);
-    const cu::RopeTable table(T, hd, 10000.0);
-    const cu::StoreOut st{true, copy.get()};
-    std::printf("[time] rope_forward_qkv B=%d T=%d H=%d hd=%d: %.3f ms\n", B, T, H, hd, time_ms([&] {
-      cu::rope_forward_qkv(qkv.get(), B, T, H, hd, table, nullptr, st);
-    }));
-    std::printf("[time] swiglu_forward_round_u rows=%d f=%d: %.3f ms\n", rows, f, time_ms([&] {
-      cu::swiglu_forward_round_u(u.get(), rows, f, a.get(), nullptr, st);
-    }));
-    std::printf("[time] swiglu_backward rows=%d f=%d: %.3f ms\n", rows, f, time_ms([&] {
-      cu::swiglu_backward(u.get(), da.get(), rows, f, du.get(), nullptr, st, true);
-    }));
-    std::printf("[time] residual_add n=%zu: %.3f ms\n", nd, time_ms([&] {
-      cu::residual_add(xa.get(), xb.get(), xo.get(), nd, nullptr, st, true);
-    }));
-    std::printf("[time] round_to_bf16 + copy n=%zu: %.3f ms\n", nd, time_ms([&] {
-      cu::round_to_bf16(xo.get(), nd, copy.get(), nullptr);
-    }));
-  }
-  {  // Attention: one sequence of 1024 against the fp64 reference, then the full micro-batch timed.
+  {  // Attention: one sequence of 1024 against the fp64 reference.
     const int b1 = 1, h1 = 2, d1 = h1 * hd;
     const size_t nq = static_cast<size_t>(b1) * T * 3 * d1, no = static_cast<size_t>(b1) * T * d1,
                  nl = static_cast<size_t>(b1) * h1 * T;
@@ -1639,36 +1588,6 @@ TEST_CASE("cuda ops at training sizes match the CPU, with their times", "[gpu][o
     require_as_accurate("attention T=1024 out", g_out.download(), out, out64);
     require_as_accurate("attention T=1024 lse", g_lse.download(), lse, lse64);
     require_as_accurate("attention T=1024 dqkv", g_dqkv.download(), dqkv, dqkv64);
-
-    DeviceArray<float> f_qkv(normal(nd * 3, 323)), f_out(nd), f_lse(static_cast<size_t>(B) * H * T),
-        f_dout(normal(nd, 324)), f_dqkv(nd * 3);
-    std::printf("[time] attention_forward B=%d T=%d H=%d hd=%d: %.3f ms\n", B, T, H, hd, time_ms([&] {
-      cu::attention_forward(f_qkv.get(), B, T, H, hd, f_out.get(), f_lse.get(), nullptr);
-    }));
-    std::printf("[time] attention_backward B=%d T=%d H=%d hd=%d: %.3f ms\n", B, T, H, hd, time_ms([&] {
-      cu::attention_backward(f_qkv.get(), f_lse.get(), f_dout.get(), B, T, H, hd, f_dqkv.get(), ws, nullptr);
-    }));
-  }
-  {  // Cross-entropy over a byte vocabulary and a GPT-2-sized one; the qkv GEMM.
-    for (int vocab : {V, 50257}) {
-      const size_t n = static_cast<size_t>(rows) * vocab;
-      DeviceArray<float> z(n), loss(rows);
-      FP4_CUDA_CHECK(cudaMemset(z.get(), 0, n * sizeof(float)));  // the values do not matter for the time
-      std::vector<int32_t> targets(rows);
-      for (int r = 0; r < rows; ++r) targets[r] = (r * 7919) % vocab;
-      DeviceArray<int32_t> t(targets);
-      std::printf("[time] cross_entropy rows=%d vocab=%d (fused, in place): %.3f ms\n", rows, vocab, time_ms([&] {
-        cu::cross_entropy(z.get(), t.get(), rows, vocab, loss.get(), z.get(), 1.0f / rows, nullptr);
-      }));
-    }
-    cu::Gemm gemm;
-    DeviceArray<bf16_t> x(nd), w(static_cast<size_t>(3) * d * d);
-    FP4_CUDA_CHECK(cudaMemset(x.get(), 0x3c, nd * sizeof(bf16_t)));
-    FP4_CUDA_CHECK(cudaMemset(w.get(), 0x3c, static_cast<size_t>(3) * d * d * sizeof(bf16_t)));
-    DeviceArray<float> y(nd * 3);
-    const double ms = time_ms([&] { gemm.gemm(false, true, rows, 3 * d, d, 1.0f, x.get(), w.get(), 0.0f, y.get(), nullptr); });
-    std::printf("[time] gemm NT m=%d n=%d k=%d (qkv fprop): %.3f ms, %.1f TFLOP/s\n", rows, 3 * d, d, ms,
-                2.0 * rows * 3.0 * d * d / (ms * 1e-3) / 1e12);
   }
 }
 
