@@ -1,4 +1,4 @@
-// quantize_bench.cu — throughput of the fused quantizers (kernels/cuda/quantize.cuh) against a
+// quantize_bench.cu — throughput of the fused quantizers (kernels/cuda/quantize/quantize.cuh) against a
 // device-to-device copy measured in the same run.
 //
 // Usage: fp4lab_bench_quantize [rows cols [batches]]     (default 8192 8192 25)
@@ -21,7 +21,7 @@
 #include <vector>
 
 #include "kernels/cpu/quantize.h"  // scale_grid
-#include "kernels/cuda/quantize.cuh"
+#include "kernels/cuda/quantize/quantize.cuh"
 
 namespace {
 

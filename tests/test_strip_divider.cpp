@@ -1,4 +1,4 @@
-// The strip kernels' division by a runtime divisor (kernels/cuda/strip_divider.h): one multiply and
+// The strip kernels' division by a runtime divisor (kernels/cuda/quantize/strip_divider.h): one multiply and
 // one shift must give n / d exactly for every n in [0, 2^31) the kernels can pass. Checked here on
 // the host, where the same function runs: every n below 2^16 and around every multiple of d up to
 // there, and near 2^31 and near multiples of d there, for every d up to 4096 and for large and
@@ -8,7 +8,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "kernels/cuda/strip_divider.h"
+#include "kernels/cuda/quantize/strip_divider.h"
 
 namespace {
 

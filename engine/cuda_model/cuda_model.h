@@ -7,7 +7,7 @@
 // What runs where:
 //   - the block linears: bf16 operands (X as stored, the bf16 copy of the fp32 master weights, dY
 //     as bf16), fp32 accumulation in cuBLASLt (kernels/cuda/gemm.cuh). Under a quantized recipe
-//     each slot's operand is first quantized by kernels/cuda/quantize.cuh's fused quantizer, which
+//     each slot's operand is first quantized by kernels/cuda/quantize/quantize.cuh's fused quantizer, which
 //     is bit-identical to the CPU reference and uses the very QuantSpecs engine/quantized_linear
 //     builds (site_slot_spec: seeds, Philox streams, steps, RHT signs), and the GEMM multiplies the
 //     dequantized copies with alpha = the product of the two tensor scales (e4m3x2), as the CPU does,
@@ -49,7 +49,7 @@
 #include "kernels/cuda/gemm.cuh"
 #include "kernels/cuda/ops.cuh"
 #include "kernels/cuda/quant_metrics.cuh"
-#include "kernels/cuda/quantize.cuh"
+#include "kernels/cuda/quantize/quantize.cuh"
 
 namespace fp4::cuda_model {
 

@@ -1,4 +1,4 @@
-// [gpu] The branch-free element rounding of the fused kernels (kernels/cuda/quantize_element.cuh)
+// [gpu] The branch-free element rounding of the fused kernels (kernels/cuda/quantize/quantize_element.cuh)
 // against numerics.h on the device: every non-negative float for the two rounding steps, every
 // float for the bf16 conversion, every pair of significands for the fast fp32 division (2^46
 // quotients, about a minute), billions of random operands for the division's whole range and for
@@ -12,9 +12,9 @@
 #include <vector>
 
 #include "kernels/cuda/cuda_common.cuh"
-#include "kernels/cuda/quantize.cuh"
-#include "kernels/cuda/quantize_element.cuh"
-#include "kernels/cuda/quantize_kernels.cuh"
+#include "kernels/cuda/quantize/quantize.cuh"
+#include "kernels/cuda/quantize/quantize_element.cuh"
+#include "kernels/cuda/quantize/quantize_kernels.cuh"
 #include "kernels/numerics.h"
 #include "tests/gpu/device_report.cuh"
 

@@ -17,7 +17,7 @@
 // RN copies without the RHT take plain_strip_kernel (quantize_strips_plain.cu) before it.
 #include <stdexcept>
 
-#include "kernels/cuda/quantize_kernels.cuh"
+#include "kernels/cuda/quantize/quantize_kernels.cuh"
 
 namespace fp4::cuda::detail {
 

@@ -6,7 +6,7 @@
 // workspace's zeroed counter) reduces them and makes the tensor scales. Maxima of non-negative,
 // non-NaN floats do not depend on the order of reduction, so the result is deterministic (the only
 // atomic is the integer count).
-#include "kernels/cuda/quantize.cuh"
+#include "kernels/cuda/quantize/quantize.cuh"
 
 #include <algorithm>
 #include <cstdint>
@@ -14,7 +14,7 @@
 #include <string>
 
 #include "kernels/cpu/quantize.h"  // shape_error: the shape rules are the reference's
-#include "kernels/cuda/quantize_kernels.cuh"
+#include "kernels/cuda/quantize/quantize_kernels.cuh"
 
 namespace fp4::cuda {
 

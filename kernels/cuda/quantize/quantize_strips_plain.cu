@@ -27,7 +27,7 @@
 #include <cstring>
 #include <stdexcept>
 
-#include "kernels/cuda/quantize_kernels.cuh"
+#include "kernels/cuda/quantize/quantize_kernels.cuh"
 
 namespace fp4::cuda::detail {
 

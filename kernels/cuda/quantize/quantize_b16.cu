@@ -1,7 +1,7 @@
 // quantize_b16.cu — the fused quantize kernels for 16-element blocks (see quantize_kernels.cuh): the
 // generic instance and those specialized for the fp32 and e4m3x2 families of both grids. One block
 // size per file so that the two compile in parallel.
-#include "kernels/cuda/quantize_kernels.cuh"
+#include "kernels/cuda/quantize/quantize_kernels.cuh"
 
 namespace fp4::cuda::detail {
 

@@ -33,9 +33,9 @@
 #include <cstdint>
 #include <type_traits>
 
-#include "kernels/cuda/quantize.cuh"
-#include "kernels/cuda/quantize_element.cuh"
-#include "kernels/cuda/strip_divider.h"
+#include "kernels/cuda/quantize/quantize.cuh"
+#include "kernels/cuda/quantize/quantize_element.cuh"
+#include "kernels/cuda/quantize/strip_divider.h"
 #include "kernels/numerics.h"
 
 namespace fp4::cuda::detail {
