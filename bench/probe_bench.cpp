@@ -27,7 +27,7 @@
 #include <vector>
 
 #include "engine/cuda_model/cuda_backend.h"
-#include "engine/model/model_config.h"
+#include "engine/model/model_shape.h"
 #include "engine/recipe.h"
 #include "engine/run/backend.h"
 #include "kernels/cuda/cuda_common.cuh"  // FP4_CUDA_CHECK
@@ -139,7 +139,7 @@ int main(int argc, char** argv) try {
   std::printf("|---|---|---|---|---|---|%s\n", o.cpu_probe ? "---|" : "");
   for (const std::string& model : o.models) {
     for (const std::string& recipe_name : o.recipes) {
-      const fp4::model::ModelConfig mc = fp4::model::model_preset(model);
+      const fp4::model::ModelShape mc = fp4::model::model_preset(model);
       const fp4::engine::Recipe recipe = fp4::engine::recipe_preset(recipe_name);
       const std::vector<int> bf16_layers = fp4::engine::resolve_bf16_layers(recipe.bf16_layers, mc.n_layers);
       std::unique_ptr<fp4::run::TrainBackend> gpu = fp4::cuda_model::make_cuda_backend(mc, recipe, bf16_layers);

@@ -1,4 +1,4 @@
-// quant_commands.cpp — `fp4lab quant probe`: options in, engine/quant_probe out. No logic here
+// quant_commands.cpp — `fp4lab quant probe`: options in, quant/quantizer_probe out. No logic here
 // beyond turning option strings into a ProbeConfig (the engine's parsers do the checking) and
 // showing progress on a terminal.
 #include <unistd.h>
@@ -11,7 +11,7 @@
 
 #include "cli/commands.h"
 #include "cli/number_options.h"
-#include "engine/quant_probe.h"
+#include "quant/quantizer_probe.h"
 
 namespace fp4::cli {
 
@@ -39,11 +39,11 @@ void parse_list(const std::vector<std::string>& texts, std::vector<T>& out, Pars
 }
 
 void run_probe(const ProbeOptions& o) {
-  probe::ProbeConfig c;
-  parse_list(o.dists, c.dists, probe::parse_dist);
-  parse_list(o.grids, c.grids, probe::parse_grid);
-  parse_list(o.scales, c.scales, probe::parse_scale);
-  parse_list(o.rhts, c.rht, probe::parse_rht);
+  quant::ProbeConfig c;
+  parse_list(o.dists, c.dists, quant::parse_dist);
+  parse_list(o.grids, c.grids, quant::parse_grid);
+  parse_list(o.scales, c.scales, quant::parse_scale);
+  parse_list(o.rhts, c.rht, quant::parse_rht);
   c.params.nu = o.nu;
   c.params.outlier_rate = o.outlier_rate;
   c.params.outlier_scale = o.outlier_scale;
@@ -53,11 +53,11 @@ void run_probe(const ProbeOptions& o) {
   c.seed = o.seed;
   c.input = o.input;
   // Parse the output choices before the work, so a typo costs nothing.
-  const probe::Format format = probe::parse_format(o.format);
-  const probe::Tables tables = probe::parse_tables(o.table);
-  probe::validate(c);
+  const quant::Format format = quant::parse_format(o.format);
+  const quant::Tables tables = quant::parse_tables(o.table);
+  quant::validate(c);
 
-  probe::ProgressFn progress;
+  quant::ProgressFn progress;
   if (isatty(STDERR_FILENO)) {
     progress = [](int done, int total, const std::string& what) {
       if (what.empty())
@@ -67,8 +67,8 @@ void run_probe(const ProbeOptions& o) {
       std::fflush(stderr);
     };
   }
-  const probe::ProbeResult result = probe::run_probe(c, progress);
-  const std::string text = probe::format(result, format, tables);
+  const quant::ProbeResult result = quant::run_probe(c, progress);
+  const std::string text = quant::format(result, format, tables);
   std::fwrite(text.data(), 1, text.size(), stdout);
 }
 

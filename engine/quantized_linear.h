@@ -16,6 +16,7 @@
 #include <cstdint>
 
 #include "engine/recipe.h"
+#include "kernels/cpu/quant_metrics.h"
 #include "kernels/cpu/quantize.h"
 
 namespace fp4::engine {
@@ -24,13 +25,21 @@ namespace fp4::engine {
 struct LinearSite {
   const Recipe* recipe = nullptr;
   bool keep_bf16 = false;     // this block is in the recipe's bf16_layers
-  uint32_t linear_id = 0;     // block * 4 + position (qkv 0, attention out 1, MLP in 2, MLP out 3)
+  uint32_t linear_id = 0;     // linear_site(block, position) (base/linear_sites.h)
   uint64_t seed = 0;          // the run seed
   uint32_t step = 0;          // optimizer step
   uint32_t micro_step = 0;    // micro-step within the step (gradient accumulation)
 };
 
 bool site_is_quantized(const LinearSite& site);
+
+// One quantized slot of one block linear as the shrinkage probe measured it (NUMERICS.md §8), on
+// either backend.
+struct ProbedSlot {
+  uint32_t linear_id = 0;     // the site
+  Slot slot = Slot::fprop_x;
+  cpu::QuantMetrics metrics;
+};
 
 // The QuantSpec of one slot at one site, seed, stream, step and RHT signs filled in. Weight slots
 // draw with micro-step 0: the weight is the same tensor for every micro-step of a step.

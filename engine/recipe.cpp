@@ -7,7 +7,9 @@
 #include <optional>
 #include <set>
 #include <stdexcept>
+#include <string_view>
 
+#include "base/linear_sites.h"
 #include "base/parse_number.h"
 #include "base/user_error.h"
 
@@ -15,9 +17,10 @@ namespace fp4::engine {
 
 namespace {
 
-constexpr std::array<const char*, kSlotCount> kSlotNames = {"fprop_x",  "fprop_w",  "dgrad_dy",
-                                                           "dgrad_w",  "wgrad_dy", "wgrad_x"};
-constexpr std::array<const char*, 3> kGemmNames = {"fprop", "dgrad", "wgrad"};
+// base/linear_sites.h names the slots and GEMMs in the order of Slot and Gemm.
+static_assert(kSlotNames.size() == kSlotCount &&
+              kSlotNames[static_cast<int>(Slot::wgrad_x)] == std::string_view("wgrad_x"));
+static_assert(kGemmNames[static_cast<int>(Gemm::wgrad)] == std::string_view("wgrad"));
 constexpr std::array<const char*, 3> kOperandNames = {"x", "w", "dy"};
 
 [[noreturn]] void bad(const std::string& where, const std::string& what) {

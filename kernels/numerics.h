@@ -432,7 +432,7 @@ FP4_HD uint32_t philox_word_for_element(uint64_t seed, uint32_t stream, uint32_t
 // Element draws use counter word 1 = index >> 34, which is 0 for any tensor under 2^34 elements;
 // draws that are not per element use other values of word 1 so no two families share a counter:
 //   0xffffffff  RHT sign vectors (below)
-//   0xfffffffe  the quantization probe's samples (engine/quant_probe.cpp)
+//   0xfffffffe  the quantizer probe's samples (quant/quantizer_probe.cpp)
 //   top bits 10 the data sources' draws (engine/data/data_random.h)
 enum class Gemm : uint8_t { fprop = 0, dgrad = 1, wgrad = 2 };
 enum class Operand : uint8_t { x = 0, w = 1, dy = 2 };

@@ -9,6 +9,7 @@
 #include <set>
 #include <tuple>
 
+#include "base/linear_sites.h"
 #include "reports/escape.h"
 #include "reports/format.h"
 #include "reports/recipe_traits.h"
@@ -19,9 +20,9 @@ namespace fp4::reports {
 
 namespace {
 
-const std::vector<std::string> kLinears = {"qkv", "attn_out", "mlp_in", "mlp_out"};
-const std::vector<std::string> kSlots = {"fprop_x", "fprop_w", "dgrad_dy", "dgrad_w", "wgrad_dy", "wgrad_x"};
-const std::vector<std::string> kGemms = {"fprop", "dgrad", "wgrad"};
+const std::vector<std::string> kLinears(kLinearNames.begin(), kLinearNames.end());
+const std::vector<std::string> kSlots(kSlotNames.begin(), kSlotNames.end());
+const std::vector<std::string> kGemms(kGemmNames.begin(), kGemmNames.end());
 
 // Position in depth: block index plus the linear's place in the block (qkv 0, attn_out 1/4, ...).
 double depth(int layer, const std::string& linear) {

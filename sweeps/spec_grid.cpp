@@ -12,7 +12,7 @@
 
 #include "base/sha256.h"
 #include "base/user_error.h"
-#include "engine/model/model_config.h"
+#include "engine/model/model_shape.h"
 #include "engine/recipe.h"
 #include "engine/run/config.h"
 #include "sweeps/spec_internal.h"
@@ -127,7 +127,7 @@ AxisValue read_model_value(const toml::node& n, const SpecErrors& errors) {
   if (n.is_string()) {
     const std::string preset = n.as_string()->get();
     try {
-      (void)run::model_preset(preset);
+      run::check_model_preset(preset);
     } catch (const UserError& e) {
       errors.fail(loc_of(n), key, e.what());
     }
@@ -263,21 +263,10 @@ int64_t tokens_from_ratio(double tokens_per_param, int64_t n_nonembedding, const
   return std::max<int64_t>(1, tokens);
 }
 
-model::ModelConfig shape_of(const run::RunConfig& c, uint32_t vocab_size) {
-  model::ModelConfig m;
-  m.n_layers = c.model.n_layers;
-  m.d_model = c.model.d_model;
-  m.n_heads = c.model.n_heads;
-  m.head_dim = c.model.head_dim;
-  m.d_ff = c.model.d_ff;
-  m.vocab_size = static_cast<int>(vocab_size);
-  return m;
-}
-
 // "d4" when the shape is exactly the preset's, "L4-d256" for anything else.
 std::string model_label(const run::ModelConfig& m) {
   if (m.preset != "custom") {
-    const run::ModelConfig p = run::model_preset(m.preset);
+    const model::ModelShape p = model::model_preset(m.preset);
     if (p.n_layers == m.n_layers && p.d_model == m.d_model && p.n_heads == m.n_heads && p.head_dim == m.head_dim &&
         p.d_ff == m.d_ff)
       return m.preset;
@@ -343,7 +332,7 @@ class PointBuilder {
     for (const Axis& axis : axes_) point_text += (point_text.empty() ? "" : ", ") + axis.name + " = " + p.axes[axis.name];
     if (ratio != nullptr) {
       const run::RunConfig shape_only = resolve(model_probe(j), from_axes, point_text);
-      const int64_t n = model::nonembedding_params(shape_of(shape_only, base_.vocab_size));
+      const int64_t n = model::nonembedding_params(shape_only.model.shape(static_cast<int>(base_.vocab_size)));
       j["train"]["tokens"] = tokens_from_ratio(ratio->value.get<double>(), n, *ratio, errors_);
     }
 
@@ -358,7 +347,7 @@ class PointBuilder {
     if (p.recipe_label.empty()) p.recipe_label = c.recipe.name;
     p.baseline = !c.recipe.quantized;
     p.model_label = model_label(c.model);
-    const model::ModelConfig shape = shape_of(c, base_.vocab_size);
+    const model::ModelShape shape = c.model.shape(static_cast<int>(base_.vocab_size));
     p.n_params = model::total_params(shape);
     p.n_params_nonembedding = model::nonembedding_params(shape);
     p.flops_per_token = model::train_flops_per_token(shape, c.model.seq_len);

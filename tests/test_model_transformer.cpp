@@ -14,7 +14,7 @@
 #include <catch2/catch.hpp>
 
 #include "base/user_error.h"
-#include "engine/model/model_config.h"
+#include "engine/model/model_shape.h"
 #include "engine/model/transformer.h"
 #include "engine/recipe.h"
 #include "tests/test_model_helpers.h"
@@ -63,7 +63,7 @@ std::string error_of(const std::function<void()>& f) {
 }
 
 // The gradient-check model: 2 layers, d_model 32, 2 heads of 16, d_ff 64, vocabulary 17.
-ModelConfig tiny_config() { return model_explicit(2, 32, 2, 16, 64, 17); }
+ModelShape tiny_config() { return model_explicit(2, 32, 2, 16, 64, 17); }
 
 // Weights large enough that attention is far from uniform and every nonlinearity bends:
 // matrices at 8× the initialization (std 0.16), norm gains uniform in [0.5, 1.5].
@@ -86,7 +86,7 @@ TEST_CASE("model sizes: d_ff rule, parameter counts and FLOPs by hand", "[model]
   CHECK(nearest_d_ff(12) == 64);     // 32: a tie between 0 and 64; never below 64 anyway
   CHECK(nearest_d_ff(30) == 64);     // 80
 
-  const ModelConfig d2 = model_preset("d2");
+  const ModelShape d2 = model_preset("d2");
   CHECK(d2.n_layers == 2);
   CHECK(d2.d_model == 128);
   CHECK(d2.n_heads == 2);
@@ -100,7 +100,7 @@ TEST_CASE("model sizes: d_ff rule, parameter counts and FLOPs by hand", "[model]
   // FLOPs/token at T = 256: 6·377472 + 6·2·256·128 = 2264832 + 393216 = 2658048.
   CHECK(train_flops_per_token(d2, 256) == 2658048.0);
 
-  const ModelConfig d4 = model_preset("d4");
+  const ModelShape d4 = model_preset("d4");
   CHECK(d4.d_ff == 704);
   // Per block 4·256² + 3·256·704 + 2·256 = 262144 + 540672 + 512 = 803328.
   CHECK(block_params(d4) == 803328);
@@ -117,7 +117,7 @@ TEST_CASE("model sizes: d_ff rule, parameter counts and FLOPs by hand", "[model]
   };
   for (const Row& r : {Row{"d3", 1328448, 1426752, 8855424.0}, Row{"d5", 6045120, 6208960, 38728320.0},
                        Row{"d6", 10621824, 10818432, 67269888.0}}) {
-    const ModelConfig c = model_preset(r.preset);
+    const ModelShape c = model_preset(r.preset);
     INFO(r.preset);
     CHECK(nonembedding_params(c) == r.nonemb);
     CHECK(total_params(c) == r.total);
@@ -155,7 +155,7 @@ TEST_CASE("model config errors are one line", "[model]") {
 TEST_CASE("model rejects dimensions that do not fit the recipe's blocks", "[model]") {
   const engine::Recipe ufp4 = engine::recipe_preset("ufp4"), mxfp4 = engine::recipe_preset("mxfp4");
   // d_ff = 200 is MLP out's K: not a multiple of 16.
-  const ModelConfig ff200 = model_explicit(2, 64, 2, 32, 200);
+  const ModelShape ff200 = model_explicit(2, 64, 2, 32, 200);
   const std::string e1 = error_of([&] { Model m(ff200, ufp4, {}); });
   CHECK(e1.find("mlp_out (K = d_ff = 200") != std::string::npos);
   CHECK(e1.find("not a multiple of the block size 16") != std::string::npos);
@@ -183,7 +183,7 @@ TEST_CASE("model rejects dimensions that do not fit the recipe's blocks", "[mode
 }
 
 TEST_CASE("initialization: seeded, documented Box–Muller on Philox, GPT-2 scaling", "[model]") {
-  const ModelConfig c = model_preset("d2");
+  const ModelShape c = model_preset("d2");
   Model a(c, engine::recipe_preset("bf16"), {}), b(c, engine::recipe_preset("bf16"), {});
   a.init_params(7);
   b.init_params(7);
@@ -237,7 +237,7 @@ TEST_CASE("initialization: seeded, documented Box–Muller on Philox, GPT-2 scal
 //    2e-3 relative. Mistakes specific to the float path (operand conversion, weight offsets,
 //    gradient accumulation) are errors of order 1.
 TEST_CASE("whole-model gradient check against finite differences in double", "[model][gradcheck]") {
-  const ModelConfig c = tiny_config();
+  const ModelShape c = tiny_config();
   const engine::Recipe bf16 = engine::recipe_preset("bf16");
   Model mf(c, bf16, {}, Storage::fp32);
   mf.init_params(3);
@@ -291,7 +291,7 @@ TEST_CASE("whole-model gradient check against finite differences in double", "[m
 }
 
 TEST_CASE("forward/backward is bit-for-bit deterministic, whatever the thread count", "[model]") {
-  const ModelConfig c = model_explicit(2, 64, 2, 32, 128, 64);
+  const ModelShape c = model_explicit(2, 64, 2, 32, 128, 64);
   const Tokens tok = random_tokens(2, 32, c.vocab_size, 4);
   const StepContext ctx{42, 9, 1};
   const int threads = omp_get_max_threads();
@@ -325,7 +325,7 @@ TEST_CASE("forward/backward is bit-for-bit deterministic, whatever the thread co
 }
 
 TEST_CASE("stochastic rounding follows the step context", "[model]") {
-  const ModelConfig c = model_explicit(1, 64, 2, 32, 128, 64);
+  const ModelShape c = model_explicit(1, 64, 2, 32, 128, 64);
   const Tokens tok = random_tokens(2, 16, c.vocab_size, 4);
   Model m(c, engine::recipe_preset("ufp4"), {});
   m.init_params(5);
@@ -350,7 +350,7 @@ TEST_CASE("stochastic rounding follows the step context", "[model]") {
 }
 
 TEST_CASE("gradients accumulate across micro-steps, and uint16 tokens equal int32 tokens", "[model]") {
-  const ModelConfig c = model_explicit(2, 64, 2, 32, 128, 64);
+  const ModelShape c = model_explicit(2, 64, 2, 32, 128, 64);
   const Tokens tok = random_tokens(2, 16, c.vocab_size, 8);
   Model m(c, engine::recipe_preset("bf16"), {});
   m.init_params(2);
@@ -372,7 +372,7 @@ TEST_CASE("gradients accumulate across micro-steps, and uint16 tokens equal int3
 }
 
 TEST_CASE("a non-finite weight raises the non-finite flag", "[model]") {
-  const ModelConfig c = model_explicit(1, 64, 2, 32, 128, 64);
+  const ModelShape c = model_explicit(1, 64, 2, 32, 128, 64);
   const Tokens tok = random_tokens(2, 16, c.vocab_size, 8);
   for (const char* name : {"bf16", "ufp4"}) {
     Model m(c, engine::recipe_preset(name), {});
@@ -385,7 +385,7 @@ TEST_CASE("a non-finite weight raises the non-finite flag", "[model]") {
 }
 
 TEST_CASE("probe hook: every slot of every block linear, gradients untouched", "[model][probe]") {
-  const ModelConfig c = model_explicit(2, 64, 2, 32, 128, 64);
+  const ModelShape c = model_explicit(2, 64, 2, 32, 128, 64);
   const Tokens tok = random_tokens(2, 16, c.vocab_size, 8);
   Model m(c, engine::recipe_preset("ufp4"), {1});  // block 1 in bf16
   m.init_params(2);

@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "base/user_error.h"
-#include "engine/npy.h"
+#include "quant/npy.h"
 #include "tests/test_support.h"
 
 namespace {

@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "base/user_error.h"
-#include "engine/quant_probe.h"
+#include "quant/quantizer_probe.h"
 #include "engine/recipe.h"
 #include "kernels/cpu/quant_metrics.h"
 #include "kernels/cpu/quantize.h"
@@ -24,9 +24,9 @@ namespace {
 namespace fs = std::filesystem;
 using fp4::cpu::QuantMetrics;
 using fp4::cpu::quant_metrics;
-using fp4::probe::Dist;
-using fp4::probe::ProbeConfig;
-using fp4::probe::ProbeResult;
+using fp4::quant::Dist;
+using fp4::quant::ProbeConfig;
+using fp4::quant::ProbeResult;
 using namespace fp4::test;
 
 // A code with the given signed magnitude index (−7..7).
@@ -34,7 +34,7 @@ uint8_t code_of(int signed_index) {
   return static_cast<uint8_t>(signed_index < 0 ? 8 | -signed_index : signed_index);
 }
 
-const fp4::probe::ProbeRow& find_row(const ProbeResult& r, const std::string& dist, const std::string& grid,
+const fp4::quant::ProbeRow& find_row(const ProbeResult& r, const std::string& dist, const std::string& grid,
                                      fp4::ScaleMode scale, bool rht) {
   for (const auto& row : r.results)
     if (row.dist == dist && row.grid == grid && row.scale == scale && row.rht == rht) return row;
@@ -135,8 +135,8 @@ TEST_CASE("quant_metrics: b_eff of code histograms", "[quant_metrics]") {
 TEST_CASE("quant_metrics: a QuantizedTensor is measured as dequant * tensor_scale against the transformed input",
           "[quant_metrics]") {
   const int rows = 4, cols = 64;
-  const fp4::probe::Sample s =
-      fp4::probe::sample_distribution(Dist::laplace, {}, rows, cols, 7);
+  const fp4::quant::Sample s =
+      fp4::quant::sample_distribution(Dist::laplace, {}, rows, cols, 7);
   fp4::QuantSpec spec;
   spec.grid = fp4::Grid::e1m2;
   spec.gmax = 7.0f;
@@ -199,36 +199,36 @@ Moments moments(const std::vector<fp4::bf16_t>& v) {
 }  // namespace
 
 TEST_CASE("probe samplers: deterministic per seed and element with the intended moments", "[quant_probe]") {
-  const fp4::probe::DistParams params;
-  const auto g1 = fp4::probe::sample_distribution(Dist::gaussian, params, 256, 1024, 1);
-  const auto g2 = fp4::probe::sample_distribution(Dist::gaussian, params, 256, 1024, 1);
-  const auto g3 = fp4::probe::sample_distribution(Dist::gaussian, params, 256, 1024, 2);
+  const fp4::quant::DistParams params;
+  const auto g1 = fp4::quant::sample_distribution(Dist::gaussian, params, 256, 1024, 1);
+  const auto g2 = fp4::quant::sample_distribution(Dist::gaussian, params, 256, 1024, 1);
+  const auto g3 = fp4::quant::sample_distribution(Dist::gaussian, params, 256, 1024, 2);
   CHECK(g1.values == g2.values);
   CHECK(g1.values != g3.values);
   // Element i is the same whatever the shape that contains it.
-  const auto wide = fp4::probe::sample_distribution(Dist::gaussian, params, 1, 2048, 1);
+  const auto wide = fp4::quant::sample_distribution(Dist::gaussian, params, 1, 2048, 1);
   CHECK(std::equal(wide.values.begin(), wide.values.end(), g1.values.begin()));
 
   const Moments gm = moments(g1.values);
   CHECK(std::fabs(gm.mean) < 0.01);
   CHECK(gm.var == Approx(1.0).epsilon(0.01));
-  const Moments lm = moments(fp4::probe::sample_distribution(Dist::laplace, params, 256, 1024, 1).values);
+  const Moments lm = moments(fp4::quant::sample_distribution(Dist::laplace, params, 256, 1024, 1).values);
   CHECK(std::fabs(lm.mean) < 0.01);
   CHECK(lm.var == Approx(2.0).epsilon(0.02));  // Laplace(0, 1): variance 2
-  fp4::probe::DistParams t10 = params;
+  fp4::quant::DistParams t10 = params;
   t10.nu = 10.0;
-  const Moments tm = moments(fp4::probe::sample_distribution(Dist::student_t, t10, 256, 1024, 1).values);
+  const Moments tm = moments(fp4::quant::sample_distribution(Dist::student_t, t10, 256, 1024, 1).values);
   CHECK(tm.var == Approx(10.0 / 8.0).epsilon(0.03));  // nu / (nu − 2)
-  fp4::probe::DistParams t_half = params;
+  fp4::quant::DistParams t_half = params;
   t_half.nu = 0.5;  // Gamma with shape < 1: the boost path; must stay finite in bf16
-  for (fp4::bf16_t h : fp4::probe::sample_distribution(Dist::student_t, t_half, 64, 1024, 1).values)
+  for (fp4::bf16_t h : fp4::quant::sample_distribution(Dist::student_t, t_half, 64, 1024, 1).values)
     REQUIRE(fp4::is_finite(fp4::bf16_to_float(h)));
 
   // outliers = the gaussian tensor with a fraction `rate` of it multiplied by `scale`.
-  fp4::probe::DistParams out = params;
+  fp4::quant::DistParams out = params;
   out.outlier_rate = 0.01;
   out.outlier_scale = 20.0;
-  const auto o = fp4::probe::sample_distribution(Dist::outliers, out, 256, 1024, 1);
+  const auto o = fp4::quant::sample_distribution(Dist::outliers, out, 256, 1024, 1);
   int64_t changed = 0;
   for (size_t i = 0; i < o.values.size(); ++i) {
     if (o.values[i] == g1.values[i]) continue;
@@ -240,8 +240,8 @@ TEST_CASE("probe samplers: deterministic per seed and element with the intended 
 }
 
 TEST_CASE("probe samplers: uniform-bins pins one +-G_max per 16 and stays inside the bins", "[quant_probe]") {
-  const fp4::probe::GridChoice e2m1 = fp4::probe::parse_grid("e2m1");
-  const auto s = fp4::probe::sample_distribution(Dist::uniform_bins, {}, 8, 256, 3, e2m1);
+  const fp4::quant::GridChoice e2m1 = fp4::quant::parse_grid("e2m1");
+  const auto s = fp4::quant::sample_distribution(Dist::uniform_bins, {}, 8, 256, 3, e2m1);
   for (size_t i = 0; i < s.values.size(); ++i) {
     const float x = std::fabs(fp4::bf16_to_float(s.values[i]));
     if (i % 16 == 0) {
@@ -267,25 +267,25 @@ TEST_CASE("probe: uniform-bins per-level error is -0.125 at 2 and -0.25 at 4 for
           "[quant_probe]") {
   ProbeConfig c;
   c.dists = {Dist::uniform_bins};
-  c.grids = {fp4::probe::parse_grid("e2m1"), fp4::probe::parse_grid("e1m2")};
+  c.grids = {fp4::quant::parse_grid("e2m1"), fp4::quant::parse_grid("e1m2")};
   c.rht = {false};
   c.rows = 512;
   c.cols = 1024;
-  const ProbeResult r = fp4::probe::run_probe(c);
+  const ProbeResult r = fp4::quant::run_probe(c);
   REQUIRE(r.levels.size() == 3 * (7 + 7));  // three scale modes, seven levels per grid
 
   // The analytic values the table is compared with.
-  const fp4::probe::GridChoice e2m1 = c.grids[0], e1m2 = c.grids[1];
-  CHECK(fp4::probe::expected_level_error(e2m1, 4) == -0.125);  // q = 2
-  CHECK(fp4::probe::expected_level_error(e2m1, 6) == -0.25);   // q = 4
-  for (int i : {1, 2, 3, 5}) CHECK(fp4::probe::expected_level_error(e2m1, i) == 0.0);
-  for (int i = 1; i <= 6; ++i) CHECK(fp4::probe::expected_level_error(e1m2, i) == 0.0);
-  CHECK(fp4::probe::expected_level_error(e2m1, 7) == 0.5);   // top: half bin [5, 6]
-  CHECK(fp4::probe::expected_level_error(e1m2, 7) == 0.25);  // top: half bin [6.5, 7]
+  const fp4::quant::GridChoice e2m1 = c.grids[0], e1m2 = c.grids[1];
+  CHECK(fp4::quant::expected_level_error(e2m1, 4) == -0.125);  // q = 2
+  CHECK(fp4::quant::expected_level_error(e2m1, 6) == -0.25);   // q = 4
+  for (int i : {1, 2, 3, 5}) CHECK(fp4::quant::expected_level_error(e2m1, i) == 0.0);
+  for (int i = 1; i <= 6; ++i) CHECK(fp4::quant::expected_level_error(e1m2, i) == 0.0);
+  CHECK(fp4::quant::expected_level_error(e2m1, 7) == 0.5);   // top: half bin [5, 6]
+  CHECK(fp4::quant::expected_level_error(e1m2, 7) == 0.25);  // top: half bin [6.5, 7]
 
   // Measured: ~37k values per level; the mean's standard error is below 0.002 for the widest bin.
   const double tolerance = 0.01;
-  for (const fp4::probe::LevelRow& l : r.levels) {
+  for (const fp4::quant::LevelRow& l : r.levels) {
     INFO(l.grid << " " << fp4::engine::scale_mode_name(l.scale) << " level " << l.level << ": " << l.mean_error);
     CHECK(l.count > 30000);
     CHECK(std::fabs(l.mean_error - l.expected) < tolerance);
@@ -305,7 +305,7 @@ TEST_CASE("probe: on student-t(3) e2m1 beats e1m2 in SQNR without the RHT and lo
   c.cols = 1024;
   for (uint64_t seed : {0u, 1u}) {
     c.seed = seed;
-    const ProbeResult r = fp4::probe::run_probe(c);
+    const ProbeResult r = fp4::quant::run_probe(c);
     REQUIRE(r.results.size() == 4);
     const double e2m1_off = find_row(r, "student-t", "e2m1", fp4::ScaleMode::fp32, false).metrics.sqnr_db;
     const double e1m2_off = find_row(r, "student-t", "e1m2", fp4::ScaleMode::fp32, false).metrics.sqnr_db;
@@ -323,7 +323,7 @@ TEST_CASE("probe: on student-t(3) e2m1 beats e1m2 in SQNR without the RHT and lo
 TEST_CASE("probe: configurations that cannot run are refused with one line naming the option", "[quant_probe]") {
   auto message = [](const ProbeConfig& c) -> std::string {
     try {
-      fp4::probe::validate(c);
+      fp4::quant::validate(c);
     } catch (const fp4::UserError& e) {
       return e.what();
     }
@@ -345,20 +345,20 @@ TEST_CASE("probe: configurations that cannot run are refused with one line namin
   c = ProbeConfig{};
   c.rows = 1 << 20;
   CHECK_THAT(message(c), Catch::Contains("2^28"));
-  CHECK_THROWS_WITH(fp4::probe::parse_dist("cauchy"), Catch::StartsWith("--dist: unknown distribution 'cauchy'"));
-  CHECK_THROWS_WITH(fp4::probe::parse_grid("e2m1:5"), Catch::Contains("2, 3, 4 or 6"));
-  CHECK_THROWS_WITH(fp4::probe::parse_scale("fp8"), Catch::StartsWith("--scale: unknown scale mode 'fp8'"));
-  CHECK_THROWS_WITH(fp4::probe::parse_rht("maybe"), Catch::StartsWith("--rht"));
-  CHECK_THROWS_WITH(fp4::probe::parse_format("xml"), Catch::StartsWith("--format"));
-  CHECK(fp4::probe::parse_grid("E2M1:4").gmax == 4.0f);
-  CHECK(fp4::probe::parse_grid("e2m1:4").name == "e2m1:4");
+  CHECK_THROWS_WITH(fp4::quant::parse_dist("cauchy"), Catch::StartsWith("--dist: unknown distribution 'cauchy'"));
+  CHECK_THROWS_WITH(fp4::quant::parse_grid("e2m1:5"), Catch::Contains("2, 3, 4 or 6"));
+  CHECK_THROWS_WITH(fp4::quant::parse_scale("fp8"), Catch::StartsWith("--scale: unknown scale mode 'fp8'"));
+  CHECK_THROWS_WITH(fp4::quant::parse_rht("maybe"), Catch::StartsWith("--rht"));
+  CHECK_THROWS_WITH(fp4::quant::parse_format("xml"), Catch::StartsWith("--format"));
+  CHECK(fp4::quant::parse_grid("E2M1:4").gmax == 4.0f);
+  CHECK(fp4::quant::parse_grid("e2m1:4").name == "e2m1:4");
 }
 
 TEST_CASE("probe: a .npy input is probed as one tensor and a bad shape names the file", "[quant_probe]") {
   // A float32 file of the probe's own gaussian sample: the input path must reproduce the synthetic
   // rows exactly, since the values are bf16 already.
   const int rows = 16, cols = 256;
-  const auto g = fp4::probe::sample_distribution(Dist::gaussian, {}, rows, cols, 5);
+  const auto g = fp4::quant::sample_distribution(Dist::gaussian, {}, rows, cols, 5);
   auto write = [&](const std::string& name, int64_t r, int64_t k) {
     std::string data;
     for (int64_t i = 0; i < r * k; ++i) {
@@ -372,7 +372,7 @@ TEST_CASE("probe: a .npy input is probed as one tensor and a bad shape names the
   };
   ProbeConfig c;
   c.input = write("gauss.npy", rows, cols);
-  const ProbeResult from_file = fp4::probe::run_probe(c);
+  const ProbeResult from_file = fp4::quant::run_probe(c);
   REQUIRE(from_file.results.size() == 2 * 3 * 2);
   CHECK(from_file.results[0].dist == "gauss.npy");
   CHECK(from_file.input_dtype == "float32");
@@ -383,12 +383,12 @@ TEST_CASE("probe: a .npy input is probed as one tensor and a bad shape names the
   synth.rows = rows;
   synth.cols = cols;
   synth.seed = 5;
-  const ProbeResult from_samples = fp4::probe::run_probe(synth);
+  const ProbeResult from_samples = fp4::quant::run_probe(synth);
   for (size_t i = 0; i < from_file.results.size(); ++i)
     CHECK(from_file.results[i].metrics.alpha == from_samples.results[i].metrics.alpha);
 
   c.input = write("odd_cols.npy", 1, 200);
-  CHECK_THROWS_WITH(fp4::probe::run_probe(c), Catch::Contains("odd_cols.npy: its last axis (200) is not a multiple"));
+  CHECK_THROWS_WITH(fp4::quant::run_probe(c), Catch::Contains("odd_cols.npy: its last axis (200) is not a multiple"));
 }
 
 // ---------------------------------------------------------------------------------------------

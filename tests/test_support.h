@@ -108,7 +108,7 @@ inline std::string npy_dict(const std::string& descr, const std::string& shape) 
 
 // A .npy file as NumPy writes it: magic, version, header length, the dict padded with spaces to a
 // 64-byte boundary and ended by a newline, then the data. Built byte by byte here (not with
-// engine/npy) so that the reader is tested against the format, not against itself.
+// quant/npy) so that the reader is tested against the format, not against itself.
 inline std::string npy_bytes(const std::string& dict, const std::string& data, int major = 1) {
   const size_t prefix = major == 1 ? 10 : 12;
   std::string header = dict;

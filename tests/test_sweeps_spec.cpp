@@ -13,7 +13,7 @@
 
 #include "base/sha256.h"
 #include "base/user_error.h"
-#include "engine/model/model_config.h"
+#include "engine/model/model_shape.h"
 #include "engine/run/config.h"
 #include "sweeps/spec.h"
 #include "test_support.h"
@@ -204,7 +204,7 @@ targets = [{n = 1.5e9, d = 1e11}]
   CHECK(d2.config.at("recipe").at("slots").at("dgrad_dy").at("sr") == false);
   CHECK(d2.axes == std::map<std::string, std::string>{{"model", "d2"}, {"tokens", "1000000"}, {"recipe", "ufp4-no-sr"},
                                                       {"seed", "1"}, {"train.lr", "0.003"}});
-  fp4::model::ModelConfig shape = fp4::model::model_preset("d2");  // the data is bytes: vocabulary 256
+  fp4::model::ModelShape shape = fp4::model::model_preset("d2");  // the data is bytes: vocabulary 256
   CHECK(d2.n_params_nonembedding == fp4::model::nonembedding_params(shape));
   CHECK(d2.n_params == fp4::model::total_params(shape));
   CHECK(d2.flops_per_token == fp4::model::train_flops_per_token(shape, 128));
@@ -531,7 +531,7 @@ tokens_per_param = [20, 0.5]
     CHECK(p.tokens % 4096 == 0);
   }
   // The vocabulary of the synthetic source (64) counts into the total, not into N.
-  fp4::model::ModelConfig d2 = fp4::model::model_preset("d2", 64);
+  fp4::model::ModelShape d2 = fp4::model::model_preset("d2", 64);
   CHECK(s.points[0].n_params == fp4::model::total_params(d2));
   CHECK(s.points[0].n_params_nonembedding == fp4::model::nonembedding_params(d2));
 }

@@ -29,7 +29,7 @@ std::vector<cuda::AdamWRange> device_ranges(const std::vector<model::ParamView>&
 
 class CudaBackend final : public run::TrainBackend {
  public:
-  CudaBackend(const model::ModelConfig& config, const engine::Recipe& recipe, std::vector<int> bf16_layers)
+  CudaBackend(const model::ModelShape& config, const engine::Recipe& recipe, std::vector<int> bf16_layers)
       : model_(config, recipe, std::move(bf16_layers), model::Storage::bf16),
         ranges_(device_ranges(model_.views()), model_.n_params()) {
     m_.reserve(model_.n_params());
@@ -40,7 +40,7 @@ class CudaBackend final : public run::TrainBackend {
   }
 
   const char* device() const override { return "cuda"; }
-  const model::ModelConfig& config() const override { return model_.config(); }
+  const model::ModelShape& config() const override { return model_.config(); }
   const std::vector<model::ParamView>& views() const override { return model_.views(); }
   size_t n_params() const override { return model_.n_params(); }
 
@@ -95,10 +95,8 @@ class CudaBackend final : public run::TrainBackend {
     model_.params_changed();
     sample_memory();  // after a whole step every buffer of the run exists
   }
-  std::vector<run::SlotProbe> probe(const model::Batch& batch, const model::StepContext& ctx) override {
-    std::vector<run::SlotProbe> out;
-    for (const ProbedSlot& p : model_.probe(batch, ctx).slots) out.push_back({p.linear_id, p.slot, p.metrics});
-    return out;
+  std::vector<engine::ProbedSlot> probe(const model::Batch& batch, const model::StepContext& ctx) override {
+    return model_.probe(batch, ctx).slots;
   }
   int64_t peak_device_bytes() override {
     sample_memory();
@@ -203,7 +201,7 @@ double cuda_free_memory() {
   return static_cast<double>(free_bytes);
 }
 
-std::unique_ptr<run::TrainBackend> make_cuda_backend(const model::ModelConfig& config, const engine::Recipe& recipe,
+std::unique_ptr<run::TrainBackend> make_cuda_backend(const model::ModelShape& config, const engine::Recipe& recipe,
                                                      std::vector<int> bf16_layers) {
   return std::make_unique<CudaBackend>(config, recipe, std::move(bf16_layers));
 }

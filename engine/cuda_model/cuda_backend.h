@@ -28,7 +28,7 @@ double cuda_free_memory();
 
 // Throws UserError (one line, exit 2) when no CUDA device is visible, and as
 // model::Model's constructor for a bad configuration.
-std::unique_ptr<run::TrainBackend> make_cuda_backend(const model::ModelConfig& config, const engine::Recipe& recipe,
+std::unique_ptr<run::TrainBackend> make_cuda_backend(const model::ModelShape& config, const engine::Recipe& recipe,
                                                      std::vector<int> bf16_layers);
 
 }  // namespace fp4::cuda_model

@@ -14,6 +14,7 @@
 #include <string>
 #include <utility>
 
+#include "base/linear_sites.h"
 #include "base/user_error.h"
 #include "engine/quantized_linear.h"
 
@@ -35,7 +36,7 @@ void require_device() {
 
 }  // namespace
 
-CudaModel::CudaModel(const model::ModelConfig& config, const engine::Recipe& recipe, std::vector<int> bf16_layers,
+CudaModel::CudaModel(const model::ModelShape& config, const engine::Recipe& recipe, std::vector<int> bf16_layers,
                      model::Storage storage)
     : host_(config, recipe, bf16_layers, storage), storage_(storage) {
   require_device();
@@ -135,7 +136,7 @@ engine::LinearSite CudaModel::site(const model::StepContext& ctx, int block, int
   engine::LinearSite s;
   s.recipe = &host_.recipe();
   s.keep_bf16 = keep_bf16_[block];
-  s.linear_id = static_cast<uint32_t>(4 * block + pos);
+  s.linear_id = linear_site(block, pos);
   s.seed = ctx.seed;
   s.step = ctx.step;
   s.micro_step = ctx.micro_step;
@@ -355,7 +356,7 @@ bool CudaModel::use_flash(int seq_len) const {
 }
 
 void CudaModel::prepare(const model::Batch& batch) {
-  const model::ModelConfig& c = config();
+  const model::ModelShape& c = config();
   const int B = batch.batch_size, S = batch.seq_len, R = B * S;
   const int L = c.n_layers, d = c.d_model, f = c.d_ff, V = c.vocab_size;
   const size_t r = static_cast<size_t>(R);
@@ -516,7 +517,7 @@ double CudaModel::run(const model::StepContext& ctx, bool backward, float grad_s
 
 void CudaModel::enqueue_pass(const model::StepContext& ctx, bool backward, float grad_scale) {
   pass_backward_ = backward;  // linear_forward then makes X's weight-gradient copies too (x_col_)
-  const model::ModelConfig& c = config();
+  const model::ModelShape& c = config();
   const int L = c.n_layers, d = c.d_model, f = c.d_ff, V = c.vocab_size;
   const int H = c.n_heads, hd = c.head_dim, R = rows_, B = batch_, S = seq_;
   const float eps = static_cast<float>(c.norm_eps);
@@ -873,7 +874,7 @@ ProbeOutcome CudaModel::probe(const model::Batch& batch, const model::StepContex
                               const ProbeObserver& observer) {
   host_.validate_batch(batch, ctx, true);
   prepare(batch);
-  const model::ModelConfig& c = config();
+  const model::ModelShape& c = config();
   const size_t r = static_cast<size_t>(rows_), d = static_cast<size_t>(c.d_model), f = static_cast<size_t>(c.d_ff);
   const size_t widest_k = std::max(d, f), widest_n = std::max(3 * d, 2 * f);
   const size_t slots = static_cast<size_t>(c.n_layers) * 4 * engine::kSlotCount;
@@ -910,7 +911,7 @@ ProbeOutcome CudaModel::probe(const model::Batch& batch, const model::StepContex
   FP4_CUDA_CHECK(cudaStreamSynchronize(stream_));
   for (const auto& [linear_id, slot] : pass.order) {
     const size_t i = static_cast<size_t>(linear_id) * engine::kSlotCount + static_cast<size_t>(slot);
-    out.slots.push_back(ProbedSlot{linear_id, slot, cpu::metrics_from_sums(cuda::host_sums(sums[i]))});
+    out.slots.push_back(engine::ProbedSlot{linear_id, slot, cpu::metrics_from_sums(cuda::host_sums(sums[i]))});
   }
   return out;
 }

@@ -57,17 +57,10 @@ using cuda::DeviceArray;  // grows on demand (reserve), frees itself
 
 // ---- The shrinkage probe (NUMERICS.md §8; CudaModel::probe) ----
 
-// One quantized slot of one block linear, measured.
-struct ProbedSlot {
-  uint32_t linear_id = 0;  // block * 4 + position (qkv, attn_out, mlp_in, mlp_out)
-  engine::Slot slot = engine::Slot::fprop_x;
-  cpu::QuantMetrics metrics;
-};
-
 struct ProbeOutcome {
   double loss = 0.0;        // the pass's mean loss, as forward_backward would return it
   bool nonfinite = false;   // a quantizer met a NaN/Inf, or the loss is not finite
-  std::vector<ProbedSlot> slots;  // in the order the CPU model's probe reports them (probe())
+  std::vector<engine::ProbedSlot> slots;  // in the order the CPU model's probe reports them (probe())
 };
 
 // What one slot's measurement read, all device memory, valid only during the observer's call and
@@ -91,13 +84,13 @@ class CudaModel {
  public:
   // As model::Model's constructor (the same checks and one-line errors), plus: throws
   // UserError when no CUDA device is visible. Parameters start at zero.
-  CudaModel(const model::ModelConfig& config, const engine::Recipe& recipe, std::vector<int> bf16_layers,
+  CudaModel(const model::ModelShape& config, const engine::Recipe& recipe, std::vector<int> bf16_layers,
             model::Storage storage = model::Storage::bf16);
   ~CudaModel();
   CudaModel(const CudaModel&) = delete;
   CudaModel& operator=(const CudaModel&) = delete;
 
-  const model::ModelConfig& config() const { return host_.config(); }
+  const model::ModelShape& config() const { return host_.config(); }
   const engine::Recipe& recipe() const { return host_.recipe(); }
   const std::vector<model::ParamView>& views() const { return host_.views(); }
   size_t n_params() const { return n_params_; }
@@ -317,7 +310,7 @@ class CudaModel {
   // A training pass makes each quantized block linear's wgrad_x copy (X blocked along T, the weight
   // gradient's operand) in its forward, from the same read of X as the fprop_x copy (one fused
   // quantize call with both copies; with e4m3x2 scales one amax pass for both), and keeps it until
-  // the backward's weight gradient, instead of reading X again there: [block * 4 + position], its
+  // the backward's weight gradient, instead of reading X again there: [linear_site(block, position)], its
   // tensor scale (S_dec, or 1) in x_col_ts_ at the same index. Same copies, same bits: the spec is
   // the one the backward would use (site_slot_spec of the same step context). The probe keeps
   // making wgrad_x in the backward (q_d_), where it measures it in the CPU probe's order.

@@ -9,11 +9,11 @@
 #include <stdexcept>
 #include <type_traits>
 
+#include "base/linear_sites.h"
+
 namespace fp4::model {
 
 namespace {
-
-constexpr const char* kLinearNames[4] = {"qkv", "attn_out", "mlp_in", "mlp_out"};
 
 // FNV-1a, 32 bits: a parameter tensor's name → its Philox stream for initialization.
 uint32_t fnv1a32(const std::string& s) {
@@ -46,7 +46,7 @@ void add(const T* a, const T* b, T* out, size_t n) {
 
 const char* storage_name(Storage s) { return s == Storage::bf16 ? "bf16" : "fp32"; }
 
-std::vector<ParamView> param_layout(const ModelConfig& c) {
+std::vector<ParamView> param_layout(const ModelShape& c) {
   std::vector<ParamView> v;
   int64_t offset = 0;
   auto add_view = [&](std::string name, std::vector<int64_t> shape, ParamKind kind, int linear_id) {
@@ -60,11 +60,11 @@ std::vector<ParamView> param_layout(const ModelConfig& c) {
   for (int i = 0; i < c.n_layers; ++i) {
     const std::string p = "blocks." + std::to_string(i) + ".";
     add_view(p + "attn_norm", {d}, ParamKind::norm_gain, -1);
-    add_view(p + "qkv", {3 * d, d}, ParamKind::linear, 4 * i + 0);
-    add_view(p + "attn_out", {d, d}, ParamKind::linear, 4 * i + 1);
+    add_view(p + kLinearNames[0], {3 * d, d}, ParamKind::linear, linear_site(i, 0));
+    add_view(p + kLinearNames[1], {d, d}, ParamKind::linear, linear_site(i, 1));
     add_view(p + "mlp_norm", {d}, ParamKind::norm_gain, -1);
-    add_view(p + "mlp_in", {2 * f, d}, ParamKind::linear, 4 * i + 2);
-    add_view(p + "mlp_out", {d, f}, ParamKind::linear, 4 * i + 3);
+    add_view(p + kLinearNames[2], {2 * f, d}, ParamKind::linear, linear_site(i, 2));
+    add_view(p + kLinearNames[3], {d, f}, ParamKind::linear, linear_site(i, 3));
   }
   add_view("final_norm", {d}, ParamKind::norm_gain, -1);
   add_view("lm_head", {vocab, d}, ParamKind::lm_head, -1);
@@ -74,7 +74,7 @@ std::vector<ParamView> param_layout(const ModelConfig& c) {
 // ---- Construction ------------------------------------------------------------------------------
 
 template <typename T>
-BasicModel<T>::BasicModel(const ModelConfig& config, const engine::Recipe& recipe,
+BasicModel<T>::BasicModel(const ModelShape& config, const engine::Recipe& recipe,
                           std::vector<int> bf16_layers, Storage storage)
     : config_(config), recipe_(recipe), bf16_layers_(std::move(bf16_layers)), storage_(storage) {
   validate(config_);
@@ -124,7 +124,8 @@ void BasicModel<T>::init_params(uint64_t seed) {
       for (int64_t i = 0; i < v.size; ++i) p[i] = T(1);
       continue;
     }
-    const bool output_proj = v.linear_id >= 0 && (v.linear_id % 4 == 1 || v.linear_id % 4 == 3);
+    const bool output_proj =
+        v.linear_id >= 0 && (site_position(v.linear_id) == 1 || site_position(v.linear_id) == 3);
     const double std = 0.02 * (output_proj ? out_scale : 1.0);
     const uint32_t stream = fnv1a32(v.name);
 #pragma omp parallel for schedule(static)
@@ -152,7 +153,7 @@ engine::LinearSite BasicModel<T>::site(const StepContext& ctx, int block, int po
   engine::LinearSite s;
   s.recipe = &recipe_;
   s.keep_bf16 = keep_bf16_[block];
-  s.linear_id = static_cast<uint32_t>(4 * block + pos);
+  s.linear_id = linear_site(block, pos);
   s.seed = ctx.seed;
   s.step = ctx.step;
   s.micro_step = ctx.micro_step;

@@ -33,7 +33,7 @@
 #include <string_view>
 #include <vector>
 
-#include "engine/model/model_config.h"
+#include "engine/model/model_shape.h"
 #include "kernels/cpu/ops.h"
 #include "engine/quantized_linear.h"
 #include "engine/recipe.h"
@@ -62,10 +62,10 @@ struct ParamView {
   int64_t offset = 0;   // first element in the flat buffer
   int64_t size = 0;     // elements
   ParamKind kind = ParamKind::linear;
-  int linear_id = -1;   // block linears: 4·block + position (qkv 0, attn_out 1, mlp_in 2, mlp_out 3)
+  int linear_id = -1;   // block linears: linear_site(block, position) (base/linear_sites.h)
 };
 
-std::vector<ParamView> param_layout(const ModelConfig& c);
+std::vector<ParamView> param_layout(const ModelShape& c);
 
 // ---- Batches -----------------------------------------------------------------------------------
 
@@ -126,10 +126,10 @@ class BasicModel {
   // config.n_layers). Throws std::invalid_argument (one line) for a bad config, a bad recipe, a
   // block index out of range, or a dimension that does not fit the recipe's blocks.
   // Parameters start at zero: call init_params().
-  BasicModel(const ModelConfig& config, const engine::Recipe& recipe, std::vector<int> bf16_layers,
+  BasicModel(const ModelShape& config, const engine::Recipe& recipe, std::vector<int> bf16_layers,
              Storage storage = Storage::bf16);
 
-  const ModelConfig& config() const { return config_; }
+  const ModelShape& config() const { return config_; }
   const engine::Recipe& recipe() const { return recipe_; }
   const std::vector<int>& bf16_layers() const { return bf16_layers_; }
   Storage storage() const { return storage_; }
@@ -195,7 +195,7 @@ class BasicModel {
   bool block_linear_backward(const StepContext& ctx, int block, int pos, const T* x, const T* dy,
                              int rows, T* dx, T* g);
 
-  ModelConfig config_;
+  ModelShape config_;
   engine::Recipe recipe_;
   std::vector<int> bf16_layers_;
   std::vector<bool> keep_bf16_;  // per block

@@ -28,13 +28,13 @@ namespace {
 
 class CpuBackend final : public TrainBackend {
  public:
-  CpuBackend(const model::ModelConfig& config, const engine::Recipe& recipe, std::vector<int> bf16_layers)
+  CpuBackend(const model::ModelShape& config, const engine::Recipe& recipe, std::vector<int> bf16_layers)
       : model_(config, recipe, std::move(bf16_layers), model::Storage::bf16),
         opt_(model_.params().size()),
         ranges_(param_ranges(model_.views())) {}
 
   const char* device() const override { return "cpu"; }
-  const model::ModelConfig& config() const override { return model_.config(); }
+  const model::ModelShape& config() const override { return model_.config(); }
   const std::vector<model::ParamView>& views() const override { return model_.views(); }
   size_t n_params() const override { return model_.params().size(); }
 
@@ -60,8 +60,8 @@ class CpuBackend final : public TrainBackend {
   void adamw_step(const AdamWHyper& h, int64_t t, float clip) override {
     opt_.step(model_.params().data(), model_.grads().data(), ranges_, h, t, clip);
   }
-  std::vector<SlotProbe> probe(const model::Batch& batch, const model::StepContext& ctx) override {
-    std::vector<SlotProbe> measured;
+  std::vector<engine::ProbedSlot> probe(const model::Batch& batch, const model::StepContext& ctx) override {
+    std::vector<engine::ProbedSlot> measured;
     const model::ProbeFn fn = [&](const engine::LinearSite& site, engine::Slot slot, const bf16_t* operand, int rows,
                                   int cols) {
       if (!engine::site_is_quantized(site)) return;
@@ -80,7 +80,7 @@ class CpuBackend final : public TrainBackend {
 
 }  // namespace
 
-std::unique_ptr<TrainBackend> make_cpu_backend(const model::ModelConfig& config, const engine::Recipe& recipe,
+std::unique_ptr<TrainBackend> make_cpu_backend(const model::ModelShape& config, const engine::Recipe& recipe,
                                                std::vector<int> bf16_layers) {
   return std::make_unique<CpuBackend>(config, recipe, std::move(bf16_layers));
 }

@@ -16,9 +16,9 @@
 #include <vector>
 
 #include "engine/model/transformer.h"
+#include "engine/quantized_linear.h"
 #include "engine/recipe.h"
 #include "engine/run/optimizer.h"
-#include "kernels/cpu/quant_metrics.h"
 
 namespace fp4::run {
 
@@ -27,19 +27,12 @@ struct TrainState {
   std::vector<float> params, adam_m, adam_v;
 };
 
-// One quantized slot of one block linear as the shrinkage probe measured it (NUMERICS.md §8).
-struct SlotProbe {
-  uint32_t linear_id = 0;  // block * 4 + position (qkv, attn_out, mlp_in, mlp_out)
-  engine::Slot slot = engine::Slot::fprop_x;
-  cpu::QuantMetrics metrics;
-};
-
 class TrainBackend {
  public:
   virtual ~TrainBackend() = default;
 
   virtual const char* device() const = 0;  // "cpu", "cuda"
-  virtual const model::ModelConfig& config() const = 0;
+  virtual const model::ModelShape& config() const = 0;
   virtual const std::vector<model::ParamView>& views() const = 0;
   virtual size_t n_params() const = 0;
 
@@ -74,7 +67,7 @@ class TrainBackend {
   // measures with kernels/cpu/quant_metrics.h, the GPU on the device with
   // kernels/cuda/quant_metrics.cuh (the same copies, bit for bit; metrics within docs/probe.md's
   // tolerance).
-  virtual std::vector<SlotProbe> probe(const model::Batch& batch, const model::StepContext& ctx) = 0;
+  virtual std::vector<engine::ProbedSlot> probe(const model::Batch& batch, const model::StepContext& ctx) = 0;
 
   // Device memory high-water mark in bytes, or -1 where it means nothing (the CPU).
   virtual int64_t peak_device_bytes() { return -1; }
@@ -95,7 +88,7 @@ class TrainBackend {
 // The decay ranges AdamW needs: one per tensor, norm gains exempt.
 std::vector<ParamRange> param_ranges(const std::vector<model::ParamView>& views);
 
-std::unique_ptr<TrainBackend> make_cpu_backend(const model::ModelConfig& config, const engine::Recipe& recipe,
+std::unique_ptr<TrainBackend> make_cpu_backend(const model::ModelShape& config, const engine::Recipe& recipe,
                                                std::vector<int> bf16_layers);
 
 }  // namespace fp4::run

@@ -19,7 +19,7 @@
 #include "engine/data/data_source.h"
 #include "engine/data/manifest.h"
 #include "engine/data/synthetic_spec.h"
-#include "engine/model/model_config.h"
+#include "engine/model/model_shape.h"
 #include "engine/quantized_linear.h"
 
 namespace fp4::run {
@@ -143,10 +143,16 @@ ModelConfig read_model(const Where& w, const json* j) {
   m.preset = s.string("preset").value_or("custom");
   if (m.preset != "custom") {
     try {
-      m = model_preset(m.preset);
+      check_model_preset(m.preset);
     } catch (const UserError& e) {
       w.bad("model.preset", e.what());
     }
+    const model::ModelShape p = model::model_preset(m.preset);
+    m.n_layers = p.n_layers;
+    m.d_model = p.d_model;
+    m.head_dim = p.head_dim;
+    m.n_heads = p.n_heads;
+    m.d_ff = p.d_ff;
   } else if (!s.has("n_layers") || !s.has("d_model")) {
     w.bad("model", "needs a preset (\"d<L>\", e.g. \"d2\") or both n_layers and d_model");
   }
@@ -175,7 +181,7 @@ ModelConfig read_model(const Where& w, const json* j) {
   require_positive(w, "model.d_ff", m.d_ff);
   require_at_most(w, "model.d_ff", m.d_ff, kMaxDff, "2^18");
   // The model's own limits (e.g. the layer count the random-stream packing allows).
-  model::ModelConfig shape;
+  model::ModelShape shape;
   shape.n_layers = m.n_layers;
   shape.d_model = m.d_model;
   shape.n_heads = m.n_heads;
@@ -399,7 +405,7 @@ data::StreamOrder train_stream_order(const RunConfig& c) {
 
 int default_d_ff(int d_model) { return model::nearest_d_ff(d_model); }
 
-ModelConfig model_preset(const std::string& preset) {
+void check_model_preset(const std::string& preset) {
   const auto fail = [&] {
     throw UserError("must be \"d<L>\" with L from 1 to 64 (e.g. \"d4\") or \"custom\", got \"" +
                     preset + "\"");
@@ -408,14 +414,16 @@ ModelConfig model_preset(const std::string& preset) {
       preset.find_first_not_of("0123456789", 1) != std::string::npos)
     fail();
   if (parse_integer<int>(std::string_view(preset).substr(1)).value_or(0) > 64) fail();
-  const model::ModelConfig p = model::model_preset(preset);
-  ModelConfig m;
-  m.preset = preset;
-  m.n_layers = p.n_layers;
-  m.d_model = p.d_model;
-  m.head_dim = p.head_dim;
-  m.n_heads = p.n_heads;
-  m.d_ff = p.d_ff;
+}
+
+model::ModelShape ModelConfig::shape(int vocab_size) const {
+  model::ModelShape m;
+  m.n_layers = n_layers;
+  m.d_model = d_model;
+  m.n_heads = n_heads;
+  m.head_dim = head_dim;
+  m.d_ff = d_ff;
+  m.vocab_size = vocab_size;
   return m;
 }
 

@@ -17,10 +17,13 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/data/data_source.h"
+#include "engine/model/model_shape.h"
 #include "engine/recipe.h"
 
 namespace fp4::run {
 
+// The config's "model" section: a size preset's name, the dimensions it resolves to (the model's
+// shape, engine/model/model_shape.h, less the vocabulary, which the data sets) and the context.
 struct ModelConfig {
   std::string preset = "custom";  // "d<L>" fixes n_layers = L, d_model = 64·L; "custom" otherwise
   int n_layers = 0;
@@ -29,6 +32,10 @@ struct ModelConfig {
   int head_dim = 64;
   int d_ff = 0;                   // default: the multiple of 64 nearest 8/3 · d_model (SwiGLU)
   int seq_len = 256;
+
+  // The model's shape over a vocabulary of `vocab_size` tokens: the one way from a run config to
+  // the engine's model.
+  model::ModelShape shape(int vocab_size) const;
 };
 
 enum class Schedule : uint8_t { cosine = 0, wsd = 1 };
@@ -155,9 +162,9 @@ std::string config_canonical(const RunConfig& c);
 // SHA-256 of config_canonical, 64 hex digits.
 std::string config_hash(const RunConfig& c);
 
-// "d<L>" presets (engine/model): n_layers = L, d_model = 64·L, n_heads = L, head_dim 64, d_ff by
-// the rule below. Throws UserError for anything else.
-ModelConfig model_preset(const std::string& preset);
+// A preset name a run config accepts: "d<L>" with L from 1 to 64 (engine/model's model_preset
+// gives its dimensions). Throws UserError for anything else.
+void check_model_preset(const std::string& preset);
 // engine/model's rule: the multiple of 64 nearest to 8/3 · d_model.
 int default_d_ff(int d_model);
 

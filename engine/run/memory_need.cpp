@@ -9,7 +9,7 @@
 #include <fmt/format.h>
 
 #include "base/user_error.h"
-#include "engine/model/model_config.h"
+#include "engine/model/model_shape.h"
 
 namespace fp4::run {
 
@@ -20,13 +20,7 @@ struct Shape {
 };
 
 Shape shape_of(const RunConfig& c, uint32_t vocab) {
-  model::ModelConfig m;
-  m.n_layers = c.model.n_layers;
-  m.d_model = c.model.d_model;
-  m.n_heads = c.model.n_heads;
-  m.head_dim = c.model.head_dim;
-  m.d_ff = c.model.d_ff;
-  m.vocab_size = static_cast<int>(vocab);
+  const model::ModelShape m = c.model.shape(static_cast<int>(vocab));
   Shape s;
   s.L = c.model.n_layers;
   s.d = c.model.d_model;

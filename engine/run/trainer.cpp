@@ -19,12 +19,13 @@
 
 #include "base/clock.h"
 #include "base/directory_lock.h"
+#include "base/linear_sites.h"
 #include "base/files.h"
 #include "base/format.h"
 #include "base/stop_signals.h"
 #include "base/user_error.h"
 #include "engine/data/data_source.h"
-#include "engine/model/model_config.h"
+#include "engine/model/model_shape.h"
 #include "engine/model/transformer.h"
 #include "engine/run/backend.h"
 #include "engine/run/checkpoint.h"
@@ -135,15 +136,6 @@ EvalOutcome evaluate(TrainBackend& m, const EvalSet& e, int micro_batch, const m
 
 // ---- The shrinkage probe (NUMERICS.md §8) ------------------------------------------------------
 
-const char* linear_name(int position) {
-  static const char* names[4] = {"qkv", "attn_out", "mlp_in", "mlp_out"};
-  return names[position & 3];
-}
-const char* gemm_name(int g) {
-  static const char* names[3] = {"fprop", "dgrad", "wgrad"};
-  return names[g];
-}
-
 // A probe row (base/probe_rows.h) as metrics.jsonl carries it: its kind, the tokens seen at
 // its step, and its fields, a non-finite real as null.
 template <class Row>
@@ -164,15 +156,15 @@ json probe_row_json(const Row& r, int64_t tokens) {
 // "probe_gemm" row (eta) per GEMM. Touches no training state.
 void run_probe(TrainBackend& m, const EvalSet& e, int micro_batch, const model::StepContext& ctx,
                MetricsWriter& metrics, int64_t step, int64_t tokens) {
-  const std::vector<SlotProbe> measured = m.probe(e.tokens.view(0, std::min(micro_batch, e.tokens.batch)), ctx);
+  const std::vector<engine::ProbedSlot> measured = m.probe(e.tokens.view(0, std::min(micro_batch, e.tokens.batch)), ctx);
 
-  for (const SlotProbe& x : measured) {
+  for (const engine::ProbedSlot& x : measured) {
     SlotProbeRow r;
     r.step = step;
-    r.layer = static_cast<int>(x.linear_id / 4);
-    r.linear = linear_name(static_cast<int>(x.linear_id % 4));
+    r.layer = site_block(x.linear_id);
+    r.linear = kLinearNames[site_position(x.linear_id)];
     r.slot = engine::slot_name(x.slot);
-    r.gemm = gemm_name(static_cast<int>(engine::slot_gemm(x.slot)));
+    r.gemm = kGemmNames[static_cast<int>(engine::slot_gemm(x.slot))];
     r.alpha = x.metrics.alpha;
     r.nmse = x.metrics.nmse;
     r.sqnr_db = x.metrics.sqnr_db;
@@ -190,9 +182,9 @@ void run_probe(TrainBackend& m, const EvalSet& e, int micro_batch, const model::
       if (measured[j].linear_id != measured[i].linear_id || static_cast<int>(measured[j].slot) != slot_a + 1) continue;
       GemmProbeRow g;
       g.step = step;
-      g.layer = static_cast<int>(measured[i].linear_id / 4);
-      g.linear = linear_name(static_cast<int>(measured[i].linear_id % 4));
-      g.gemm = gemm_name(slot_a / 2);
+      g.layer = site_block(measured[i].linear_id);
+      g.linear = kLinearNames[site_position(measured[i].linear_id)];
+      g.gemm = kGemmNames[slot_a / 2];
       g.alpha_a = measured[i].metrics.alpha;
       g.alpha_b = measured[j].metrics.alpha;
       g.eta = measured[i].metrics.alpha * measured[j].metrics.alpha;
@@ -283,7 +275,7 @@ TrainResult run_loop(Setup& s, const TrainOptions& o, const RunPaths& paths, Tra
   heartbeat.set_step(step);
   heartbeat.set_phase("train");
 
-  const model::ModelConfig& mc = m.config();
+  const model::ModelShape& mc = m.config();
   const int64_t n_nonemb = model::nonembedding_params(mc);
   const double flops_per_token = model::train_flops_per_token(mc, t);
   json run_row = {{"kind", "run"},
@@ -559,9 +551,8 @@ void open_run(Setup& s) {
                  "memory on the GPU", s.config);
 #endif
   {
-    const model::ModelConfig mc =
-        model::model_explicit(s.config.model.n_layers, s.config.model.d_model, s.config.model.n_heads,
-                              s.config.model.head_dim, s.config.model.d_ff, static_cast<int>(s.data->vocab_size()));
+    const model::ModelShape mc = s.config.model.shape(static_cast<int>(s.data->vocab_size()));
+    model::validate(mc);
     std::vector<int> bf16_layers = engine::resolve_bf16_layers(s.config.recipe.bf16_layers, mc.n_layers);
     if (s.config.device == "cuda") {
 #ifdef FP4LAB_HAVE_CUDA

@@ -7,7 +7,7 @@
 //   nmse    = ‖Â − A‖² / ‖A‖²,  sqnr_db = −10·log10(nmse)
 //   b_eff   = exp(H) / 15                     H: entropy (nats) of the 15 signed codes, ±0 merged
 // Every sum is fp64 and is taken in element order, so the same inputs give the same bits on any
-// machine and any thread count. The quantization probe (engine/quant_probe) and the CPU training
+// machine and any thread count. The quantizer probe (quant/quantizer_probe) and the CPU training
 // backend's shrinkage probe measure through this file; the CUDA backend's probe measures with
 // kernels/cuda/quant_metrics.cuh, whose sums slot_metric_sums() below states on the CPU and whose
 // results go through metrics_from_sums(), so both backends' numbers come from one set of formulas.

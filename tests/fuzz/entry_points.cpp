@@ -13,7 +13,7 @@
 #include "engine/data/data_source.h"
 #include "engine/data/manifest.h"
 #include "engine/data/shard.h"
-#include "engine/npy.h"
+#include "quant/npy.h"
 #include "engine/run/checkpoint.h"
 #include "engine/run/config.h"
 #include "sweeps/spec.h"

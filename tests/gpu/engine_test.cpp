@@ -206,7 +206,7 @@ TEST_CASE("cuda model one micro-batch matches the CPU model loss and gradients",
   INFO("recipe " << recipe_name);
   // Two blocks, d_model 64 (one head of 64), d_ff 192, vocabulary 64; B·T = 2·32 rows. Every
   // dimension a multiple of 16 (nvfp4's 16×16 weight tiles included).
-  const fp4::model::ModelConfig mc = fp4::model::model_explicit(2, 64, 1, 64, 192, 64);
+  const fp4::model::ModelShape mc = fp4::model::model_explicit(2, 64, 1, 64, 192, 64);
   const fp4::engine::Recipe recipe = fp4::engine::recipe_preset(recipe_name);
   const std::vector<int> bf16_layers = fp4::engine::resolve_bf16_layers(recipe.bf16_layers, mc.n_layers);
   fp4::model::Model cpu(mc, recipe, bf16_layers);
@@ -381,7 +381,7 @@ class GraphsSetting {
 TEST_CASE("cuda graphs and enqueued passes give the bits of passes launched one by one", "[gpu][engine][graphs]") {
   const std::string recipe_name = GENERATE(as<std::string>{}, "bf16", "ufp4", "nvfp4", "e2m1");
   INFO("recipe " << recipe_name);
-  const fp4::model::ModelConfig mc = fp4::model::model_explicit(2, 64, 1, 64, 192, 64);
+  const fp4::model::ModelShape mc = fp4::model::model_explicit(2, 64, 1, 64, 192, 64);
   const fp4::engine::Recipe recipe = fp4::engine::recipe_preset(recipe_name);
   const std::vector<int> bf16_layers = fp4::engine::resolve_bf16_layers(recipe.bf16_layers, mc.n_layers);
   std::unique_ptr<fp4::cuda_model::CudaModel> direct, graphed;

@@ -105,7 +105,7 @@ struct SmallBatch {
 };
 
 // Two blocks, d_model 64, d_ff 192, vocabulary 64: every dimension fits every preset's blocks.
-fp4::model::ModelConfig small_model() { return fp4::model::model_explicit(2, 64, 1, 64, 192, 64); }
+fp4::model::ModelShape small_model() { return fp4::model::model_explicit(2, 64, 1, 64, 192, 64); }
 
 // A non-preset recipe that exercises what the presets leave out: per-step RHT signs on every
 // GEMM, stochastic rounding on every slot, and the last block kept in bf16 (not probed).
@@ -206,7 +206,7 @@ TEST_CASE("gpu probe: every slot's copy is the CPU quantize_slot's and its metri
   INFO("recipe " << name);
   const fp4::engine::Recipe recipe = recipe_named(name);
   REQUIRE(fp4::engine::recipe_error(recipe).empty());
-  const fp4::model::ModelConfig mc = small_model();
+  const fp4::model::ModelShape mc = small_model();
   const std::vector<int> bf16_layers = fp4::engine::resolve_bf16_layers(recipe.bf16_layers, mc.n_layers);
   fp4::cuda_model::CudaModel gpu(mc, recipe, bf16_layers);
   fp4::model::Model cpu(mc, recipe, bf16_layers);
@@ -263,7 +263,7 @@ TEST_CASE("gpu probe: every slot's copy is the CPU quantize_slot's and its metri
   REQUIRE(probed.slots.size() == cpu_order.size());
   REQUIRE(expected.size() == cpu_order.size());
   for (size_t i = 0; i < cpu_order.size(); ++i) {
-    const fp4::cuda_model::ProbedSlot& p = probed.slots[i];
+    const fp4::engine::ProbedSlot& p = probed.slots[i];
     INFO("linear " << p.linear_id << " slot " << fp4::engine::slot_name(p.slot));
     CHECK(p.linear_id == cpu_order[i].first);
     CHECK(p.slot == cpu_order[i].second);
@@ -294,7 +294,7 @@ TEST_CASE("gpu probe rows follow the CPU backend's on the same weights and batch
   const std::string name = GENERATE(as<std::string>{}, "e2m1", "ufp4", "nvfp4", "mxfp4", "ufp4-e4m3");
   INFO("recipe " << name);
   const fp4::engine::Recipe recipe = fp4::engine::recipe_preset(name);
-  const fp4::model::ModelConfig mc = small_model();
+  const fp4::model::ModelShape mc = small_model();
   const std::vector<int> bf16_layers = fp4::engine::resolve_bf16_layers(recipe.bf16_layers, mc.n_layers);
   auto cpu = fp4::run::make_cpu_backend(mc, recipe, bf16_layers);
   auto gpu = fp4::cuda_model::make_cuda_backend(mc, recipe, bf16_layers);
@@ -302,8 +302,8 @@ TEST_CASE("gpu probe rows follow the CPU backend's on the same weights and batch
   gpu->init(11);
   const SmallBatch tokens;
   const fp4::model::StepContext ctx{5, 3, 0};
-  const std::vector<fp4::run::SlotProbe> rc = cpu->probe(tokens.view(), ctx);
-  const std::vector<fp4::run::SlotProbe> rg = gpu->probe(tokens.view(), ctx);
+  const std::vector<fp4::engine::ProbedSlot> rc = cpu->probe(tokens.view(), ctx);
+  const std::vector<fp4::engine::ProbedSlot> rg = gpu->probe(tokens.view(), ctx);
   REQUIRE(rc.size() == static_cast<size_t>(mc.n_layers) * 4 * fp4::engine::kSlotCount);
   REQUIRE(rg.size() == rc.size());
   double worst_alpha = 0, worst_nmse = 0, worst_b_eff = 0;

@@ -18,7 +18,7 @@
 
 #include "kernels/cpu/quantize.h"
 #include "kernels/cuda/cuda_common.cuh"
-#include "kernels/cuda/quantize.cuh"
+#include "kernels/cuda/quantize/quantize.cuh"
 
 namespace {
 

@@ -1,5 +1,5 @@
-// model_config.cpp — see model_config.h.
-#include "engine/model/model_config.h"
+// model_shape.cpp — see model_shape.h.
+#include "engine/model/model_shape.h"
 
 #include <cmath>
 #include <stdexcept>
@@ -16,14 +16,14 @@ int nearest_d_ff(int d_model) {
   return static_cast<int>(64 * (m < 1 ? 1 : m));
 }
 
-ModelConfig model_preset(const std::string& name, int vocab_size) {
+ModelShape model_preset(const std::string& name, int vocab_size) {
   const std::string digits = name.size() > 1 && name[0] == 'd' ? name.substr(1) : std::string();
   if (digits.empty() || digits.size() > 4 || digits.find_first_not_of("0123456789") != std::string::npos ||
       digits[0] == '0')
     throw UserError("model preset \"" + name +
                     "\" is not d<L> (e.g. d4: 4 layers, d_model 256, 4 heads of 64)");
   const int layers = *parse_integer<int>(digits);  // at most 4 digits, checked above
-  ModelConfig c;
+  ModelShape c;
   c.n_layers = layers;
   c.d_model = 64 * layers;
   c.n_heads = layers;
@@ -34,9 +34,9 @@ ModelConfig model_preset(const std::string& name, int vocab_size) {
   return c;
 }
 
-ModelConfig model_explicit(int n_layers, int d_model, int n_heads, int head_dim, int d_ff,
+ModelShape model_explicit(int n_layers, int d_model, int n_heads, int head_dim, int d_ff,
                            int vocab_size) {
-  ModelConfig c;
+  ModelShape c;
   c.n_layers = n_layers;
   c.d_model = d_model;
   c.n_heads = n_heads;
@@ -47,7 +47,7 @@ ModelConfig model_explicit(int n_layers, int d_model, int n_heads, int head_dim,
   return c;
 }
 
-std::string config_error(const ModelConfig& c) {
+std::string config_error(const ModelShape& c) {
   auto s = [](auto v) { return std::to_string(v); };
   // Linear ids (block·4 + position) are 16 bits in the Philox stream (numerics.h).
   const int max_layers = static_cast<int>(kMaxLinearId / 4);
@@ -71,29 +71,29 @@ std::string config_error(const ModelConfig& c) {
   return {};
 }
 
-void validate(const ModelConfig& c) {
+void validate(const ModelShape& c) {
   if (std::string e = config_error(c); !e.empty()) throw UserError(e);
 }
 
-int64_t block_params(const ModelConfig& c) {
+int64_t block_params(const ModelShape& c) {
   const int64_t d = c.d_model, f = c.d_ff;
   return 4 * d * d + 3 * d * f + 2 * d;
 }
 
-int64_t nonembedding_params(const ModelConfig& c) {
+int64_t nonembedding_params(const ModelShape& c) {
   return c.n_layers * block_params(c) + c.d_model;
 }
 
-int64_t total_params(const ModelConfig& c) {
+int64_t total_params(const ModelShape& c) {
   return nonembedding_params(c) + 2 * int64_t{c.vocab_size} * c.d_model;
 }
 
-double train_flops_per_token(const ModelConfig& c, int seq_len) {
+double train_flops_per_token(const ModelShape& c, int seq_len) {
   return 6.0 * static_cast<double>(nonembedding_params(c)) +
          6.0 * c.n_layers * static_cast<double>(seq_len) * c.d_model;
 }
 
-std::string describe(const ModelConfig& c) {
+std::string describe(const ModelShape& c) {
   return "L=" + std::to_string(c.n_layers) + " d=" + std::to_string(c.d_model) +
          " H=" + std::to_string(c.n_heads) + " hd=" + std::to_string(c.head_dim) +
          " ff=" + std::to_string(c.d_ff) + " V=" + std::to_string(c.vocab_size);

@@ -1,5 +1,5 @@
-// quant_probe.cpp — see quant_probe.h.
-#include "engine/quant_probe.h"
+// quantizer_probe.cpp — see quantizer_probe.h.
+#include "quant/quantizer_probe.h"
 
 #include <fmt/format.h>
 
@@ -11,11 +11,11 @@
 #include <stdexcept>
 
 #include "base/user_error.h"
-#include "engine/npy.h"
+#include "quant/npy.h"
 #include "engine/recipe.h"
 #include "kernels/cpu/quantize.h"
 
-namespace fp4::probe {
+namespace fp4::quant {
 
 // The names of grids, scale modes and RHT sign policies are the recipe's (engine/recipe.h).
 using engine::grid_name;
@@ -706,4 +706,4 @@ std::string format(const ProbeResult& r, Format f, Tables tables) {
   return {};
 }
 
-}  // namespace fp4::probe
+}  // namespace fp4::quant

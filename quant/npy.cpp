@@ -2,7 +2,7 @@
 //   {'descr': '<f4', 'fortran_order': False, 'shape': (1024, 4096), }
 // which is parsed here with a small tokenizer rather than pattern matching, so that a key order,
 // spacing or quoting NumPy did not happen to use still reads, and garbage is refused.
-#include "engine/npy.h"
+#include "quant/npy.h"
 
 #include <cerrno>
 #include <cstring>

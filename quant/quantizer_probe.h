@@ -1,4 +1,4 @@
-// quant_probe.h — `fp4lab quant probe`: what the 4-bit quantizer does to a tensor.
+// quantizer_probe.h — `fp4lab quant probe`: what the 4-bit quantizer does to a tensor.
 //
 // For every distribution × grid × scale mode × RHT on/off the probe quantizes one bf16 tensor
 // with the CPU reference quantizer (kernels/cpu/quantize) and measures NUMERICS.md §8's alpha,
@@ -22,7 +22,7 @@
 #include "kernels/cpu/quant_metrics.h"
 #include "kernels/numerics.h"
 
-namespace fp4::probe {
+namespace fp4::quant {
 
 enum class Dist : uint8_t { gaussian = 0, laplace = 1, student_t = 2, outliers = 3, uniform_bins = 4 };
 
@@ -169,4 +169,4 @@ std::string format_csv(const ProbeResult& r, Tables tables = Tables::both);
 std::string format_json(const ProbeResult& r, Tables tables = Tables::both);
 std::string format(const ProbeResult& r, Format format, Tables tables = Tables::both);
 
-}  // namespace fp4::probe
+}  // namespace fp4::quant
