@@ -30,7 +30,7 @@ std::vector<cuda::AdamWRange> device_ranges(const std::vector<model::ParamView>&
 class CudaBackend final : public run::TrainBackend {
  public:
   CudaBackend(const model::ModelShape& config, const engine::Recipe& recipe, std::vector<int> bf16_layers)
-      : model_(config, recipe, std::move(bf16_layers), model::Storage::bf16),
+      : model_(config, recipe, std::move(bf16_layers)),
         ranges_(device_ranges(model_.views()), model_.n_params()) {
     m_.reserve(model_.n_params());
     v_.reserve(model_.n_params());

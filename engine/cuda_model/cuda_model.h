@@ -84,8 +84,7 @@ class CudaModel {
  public:
   // As model::Model's constructor (the same checks and one-line errors), plus: throws
   // UserError when no CUDA device is visible. Parameters start at zero.
-  CudaModel(const model::ModelShape& config, const engine::Recipe& recipe, std::vector<int> bf16_layers,
-            model::Storage storage = model::Storage::bf16);
+  CudaModel(const model::ModelShape& config, const engine::Recipe& recipe, std::vector<int> bf16_layers);
   ~CudaModel();
   CudaModel(const CudaModel&) = delete;
   CudaModel& operator=(const CudaModel&) = delete;
@@ -136,22 +135,22 @@ class CudaModel {
   ProbeOutcome probe(const model::Batch& batch, const model::StepContext& ctx, const ProbeObserver& observer = {});
 
  private:
-  // What a block keeps for its backward pass. A stored value (transformer.cpp's store()) is kept
-  // in bf16 where nothing needs its fp32 form: under Storage::bf16 the fp32 buffer would hold
-  // exactly the bf16 values, at twice the bytes to write and read. So with bf16 storage the MLP's
-  // gate|up is ub (its GEMM writes bf16, swiglu reads bf16) and, with the fused attention, q|k|v is
-  // qkvb only (RoPE in place) and the attention output attb only; u, qkv and att (fp32) serve
-  // Storage::fp32 and the fp32 reference attention. The norms' and SwiGLU's outputs exist only as
-  // the bf16 copies the next linear multiplies (h1b, h2b, ab): their fp32 values are read by
-  // nothing. float_to_bf16 of the stored fp32 values: the same bits as before, in half the bytes.
-  // The residual stream too (residb_, x_midb) under bf16 storage; resid_ and x_mid serve fp32.
+  // What a block keeps for its backward pass. The model stores activations in bf16 (the CPU
+  // model's Storage::bf16, the only storage a run config allows), and a stored value
+  // (transformer.cpp's store()) is kept in bf16 where nothing needs its fp32 form: an fp32 buffer
+  // would hold exactly the bf16 values, at twice the bytes to write and read. So the MLP's gate|up
+  // is ub (its GEMM writes bf16, swiglu reads bf16) and, with the fused attention, q|k|v is qkvb
+  // only (RoPE in place) and the attention output attb only; qkv and att (fp32) serve the fp32
+  // reference attention. The norms' and SwiGLU's outputs exist only as the bf16 copies the next
+  // linear multiplies (h1b, h2b, ab): their fp32 values are read by nothing. The residual stream
+  // too (residb_, x_midb).
   struct LayerActs {
-    DeviceArray<float> rstd1, qkv, lse, att, x_mid, rstd2, u;
+    DeviceArray<float> rstd1, qkv, lse, att, rstd2;
     DeviceArray<bf16_t> h1b, qkvb, attb, h2b, ub, ab, x_midb;
   };
-  // A linear's output: fp32 (`f32`) or, where the model stores it (Storage::bf16), bf16 (`bf16`),
-  // which the GEMM writes directly: its fp32 result rounded once by the epilogue, the same bits as
-  // an fp32 output and a store (cuda::Gemm::gemm's bf16 overload). Exactly one is set.
+  // A linear's output: fp32 (`f32`) or, where the model stores it, bf16 (`bf16`), which the GEMM
+  // writes directly: its fp32 result rounded once by the epilogue, the same bits as an fp32 output
+  // and a store (cuda::Gemm::gemm's bf16 overload). Exactly one is set.
   struct LinearOut {
     float* f32 = nullptr;
     bf16_t* bf16 = nullptr;
@@ -168,8 +167,8 @@ class CudaModel {
   bool weight_copies_stale() const;  // some weight copy predates the current weights
   // Waits for the pending passes and appends their results to harvested_.
   void harvest_pending();
-  void store(float* p, size_t n);  // round_to_bf16 in Storage::bf16 mode
-  // An op's output store: rounded to bf16 in Storage::bf16 mode, with an optional bf16 copy.
+  void store(float* p, size_t n);  // round_to_bf16: transformer.cpp's store()
+  // An op's output store: rounded to bf16, with an optional bf16 copy.
   cuda::StoreOut store_out(bf16_t* copy = nullptr) const;
   engine::LinearSite site(const model::StepContext& ctx, int block, int pos) const;
   const model::ParamView& weight_view(int block, int pos) const;
@@ -204,8 +203,8 @@ class CudaModel {
   // A norm gain's gradient: grad(view), or during a probe a scratch vector nobody reads.
   float* gain_grad(int view) { return probe_ != nullptr ? probe_dgain_.get() : grad(view); }
 
-  // The probe pass in flight (null outside probe()): the linears then quantize with codes, measure
-  // every slot and skip the weight gradients, and run() skips the other parameter gradients.
+  // The probe pass in flight (null outside probe()): the quantized linears then take the probe's
+  // paths below, and run() skips the other parameter gradients.
   struct ProbePass {
     const ProbeObserver* observer = nullptr;
     std::vector<std::pair<uint32_t, engine::Slot>> order;  // (linear_id, slot) as measured
@@ -219,6 +218,12 @@ class CudaModel {
   // buffer (the kept weight copies stay as they are) and measured.
   const bf16_t* probe_weight_copy(const engine::LinearSite& s, int block, int pos, engine::Slot slot,
                                   const QuantSpec& spec, const float** tensor_scale);
+  // A quantized linear's forward and backward during a probe: the training pass's copies and GEMMs,
+  // each copy quantized with its codes and measured (wgrad_x from X here, not kept from the
+  // forward), and no weight gradient.
+  void probe_linear_forward(const engine::LinearSite& s, int block, int pos, const bf16_t* xb, LinearOut y);
+  void probe_linear_backward(const engine::LinearSite& s, int block, int pos, const bf16_t* xb, const bf16_t* dyb,
+                             LinearOut dx);
 
   // CUDA graphs of the training pass. A study's small models spend most of a pass launching
   // kernels that run for microseconds; a graph launches the whole pass at once. A pass's buffers,
@@ -255,7 +260,6 @@ class CudaModel {
 
   model::Model host_;  // validation, initialization, views (it never runs a pass)
   std::vector<bool> keep_bf16_;
-  model::Storage storage_;
   size_t n_params_ = 0;
   int tok_emb_ = 0, final_norm_ = 0, lm_head_ = 0;
 
@@ -282,23 +286,21 @@ class CudaModel {
   size_t token_slot_ = 0;
   DeviceArray<int32_t> tokens_;          // inputs [rows] | targets [rows]
   std::unique_ptr<cuda::RopeTable> rope_;
-  std::vector<std::unique_ptr<DeviceArray<float>>> resid_;    // the residual stream, Storage::fp32
-  std::vector<std::unique_ptr<DeviceArray<bf16_t>>> residb_;  // the same, Storage::bf16
+  std::vector<std::unique_ptr<DeviceArray<bf16_t>>> residb_;  // the residual stream
   std::vector<std::unique_ptr<LayerActs>> acts_;
   DeviceArray<float> hf_, rstdf_, logits_, loss_rows_, head_w_;
-  DeviceArray<float> tmp_, dres_, da_, dh_, datt_, dqkv_;
+  DeviceArray<float> dh_, datt_, dqkv_;  // the LM head's dX (an fp32 product); the reference attention's
   DeviceArray<bf16_t> dyb_, hfb_;  // bf16 operands: the current linear's dY, the final norm's output
-  // With Storage::bf16: the attn_out and mlp_out linears' outputs (tmp_'s role), the mlp_out
-  // linear's dX (da_'s) and the qkv and mlp_in linears' dX (dh_'s; the LM head's dX, an fp32
-  // product, stays in dh_), which the next op reads once, stored.
+  // The attn_out and mlp_out linears' outputs, the mlp_out linear's dX and the qkv and mlp_in
+  // linears' dX, which the next op reads once, stored.
   DeviceArray<bf16_t> tmpb_, dab_, dhb_;
-  // With Storage::bf16, the residual gradient (dres_'s role: ∂loss/∂ the residual stream). Its
-  // values are bf16 (each addition into it is stored, rounded), so it is kept in bf16 alone and is
-  // itself the dY of the linears that write the residual stream (attn_out, mlp_out): no copy.
+  // The residual gradient (∂loss/∂ the residual stream). Its values are bf16 (each addition into it
+  // is stored, rounded), so it is kept in bf16 alone and is itself the dY of the linears that write
+  // the residual stream (attn_out, mlp_out): no copy.
   DeviceArray<bf16_t> dresb_;
   // Attention: the fused bf16 tensor-core kernel (kernels/cuda/flash_attention.cuh) when the shape
-  // allows it (head_dim 64, seq_len a multiple of 64) and activations are stored in bf16 (so its
-  // bf16 inputs are exactly the stored values); the fp32 reference kernel otherwise.
+  // allows it (head_dim 64, seq_len a multiple of 64; its bf16 inputs are exactly the stored
+  // values); the fp32 reference kernel otherwise.
   bool use_flash(int seq_len) const;
   // The fused kernel's bf16 dout (its qkv: LayerActs::qkvb). Its dq|dk|dv go, in bf16, into dyb_
   // (the qkv linear's dY once RoPE's backward has run in place there); datt_ and dqkv_ (fp32)

@@ -148,16 +148,15 @@ void BasicModel<T>::store(T* p, size_t n) const {
   for (size_t i = 0; i < n; ++i) p[i] = static_cast<T>(round_to_bf16(static_cast<float>(p[i])));
 }
 
+engine::LinearSite linear_site_at(const engine::Recipe& recipe, bool keep_bf16, const StepContext& ctx, int block,
+                                  int position) {
+  return {.recipe = &recipe, .keep_bf16 = keep_bf16, .linear_id = linear_site(block, position), .seed = ctx.seed,
+          .step = ctx.step, .micro_step = ctx.micro_step};
+}
+
 template <typename T>
 engine::LinearSite BasicModel<T>::site(const StepContext& ctx, int block, int pos) const {
-  engine::LinearSite s;
-  s.recipe = &recipe_;
-  s.keep_bf16 = keep_bf16_[block];
-  s.linear_id = linear_site(block, pos);
-  s.seed = ctx.seed;
-  s.step = ctx.step;
-  s.micro_step = ctx.micro_step;
-  return s;
+  return linear_site_at(recipe_, keep_bf16_[block], ctx, block, pos);
 }
 
 namespace {

@@ -94,6 +94,11 @@ struct StepContext {
   uint32_t micro_step = 0;  // micro-step within the step, at most 4095
 };
 
+// The site of the linear at `position` of `block` in a pass with context `ctx`, under `recipe`:
+// what both backends' linears quantize with.
+engine::LinearSite linear_site_at(const engine::Recipe& recipe, bool keep_bf16, const StepContext& ctx, int block,
+                                  int position);
+
 struct PassResult {
   double loss = 0.0;       // mean cross-entropy over the B·T tokens, nats per token
   bool nonfinite = false;  // a quantizer met a NaN/Inf, or the loss is not finite
