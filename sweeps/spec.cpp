@@ -472,16 +472,9 @@ SweepSpec load_sweep_spec(const fs::path& file, DataCheck check) {
 }
 
 store::GridRecord grid_record(const SweepSpec& spec) {
-  store::GridRecord g;
-  g.text_hash = spec.text_hash;
-  g.name = spec.name;
-  g.file = spec.file;
-  g.base_dir = spec.base_dir;
-  g.run_root = spec.run_root;
-  g.text = spec.text;
-  g.store = spec.store;
-  g.fit = spec.fit;
-  g.axis_names = spec.axis_names;
+  store::GridRecord g{.text_hash = spec.text_hash, .name = spec.name, .file = spec.file, .base_dir = spec.base_dir,
+                      .run_root = spec.run_root, .store = spec.store, .text = spec.text, .fit = spec.fit,
+                      .axis_names = spec.axis_names, .points = {}};
   for (const GridPoint& p : spec.points)
     g.points.push_back({p.id, p.name, p.canonical.empty() ? p.config.dump() : p.canonical, p.match_key,
                         p.recipe_label, p.model_label, p.baseline, p.n_params, p.n_params_nonembedding, p.tokens,

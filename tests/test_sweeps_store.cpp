@@ -98,6 +98,15 @@ void exec_sql(sqlite3* db, const std::string& sql) {
   REQUIRE(rc == SQLITE_OK);
 }
 
+// A store file at schema `version` (an older fp4lab's), holding the rows `sql` inserts.
+void write_old_store(const std::filesystem::path& path, int version, const std::string& sql) {
+  sqlite3* db = nullptr;
+  REQUIRE(sqlite3_open(path.c_str(), &db) == SQLITE_OK);
+  fp4::store::detail::migrate_store(db, path, version);
+  exec_sql(db, sql);
+  sqlite3_close(db);
+}
+
 // The message of the fp4::UserError `f` throws; checks it is one line naming `path`.
 template <typename F>
 std::string user_error(F&& f, const std::filesystem::path& path) {
@@ -838,17 +847,11 @@ TEST_CASE("sweeps store: a version-3 file learns the data fingerprints at its ne
   // ingest reads each metrics.jsonl from its run row again.
   ScratchDir dir;
   const auto path = dir / "v3.db";
-  {
-    sqlite3* db = nullptr;
-    REQUIRE(sqlite3_open(path.c_str(), &db) == SQLITE_OK);
-    fp4::store::detail::migrate_store(db, path, 3);
-    exec_sql(db, R"sql(
-      INSERT INTO runs (id, name, config_json, match_key, recipe, baseline, model, n_params, n_params_nonembedding,
-                        tokens, seed, flops_per_token, state, attempts, dir, created, updated, ingested_bytes)
-        VALUES ('r3', 'v3-run', '{}', 'm', 'ufp4', 0, 'd2', 10, 6, 500, 3, 36.0, 'succeeded', 1, '/runs/r3', 1, 1, 4096);
-    )sql");
-    sqlite3_close(db);
-  }
+  write_old_store(path, 3, R"sql(
+    INSERT INTO runs (id, name, config_json, match_key, recipe, baseline, model, n_params, n_params_nonembedding,
+                      tokens, seed, flops_per_token, state, attempts, dir, created, updated, ingested_bytes)
+      VALUES ('r3', 'v3-run', '{}', 'm', 'ufp4', 0, 'd2', 10, 6, 500, 3, 36.0, 'succeeded', 1, '/runs/r3', 1, 1, 4096);
+  )sql");
   // Read-only, refused; read_migrating migrates it and reads it.
   user_error([&] { Store::open(path, Store::Mode::read_only); }, path);
   auto store = Store::open(path, Store::Mode::read_migrating);

@@ -181,12 +181,7 @@ ModelConfig read_model(const Where& w, const json* j) {
   require_positive(w, "model.d_ff", m.d_ff);
   require_at_most(w, "model.d_ff", m.d_ff, kMaxDff, "2^18");
   // The model's own limits (e.g. the layer count the random-stream packing allows).
-  model::ModelShape shape;
-  shape.n_layers = m.n_layers;
-  shape.d_model = m.d_model;
-  shape.n_heads = m.n_heads;
-  shape.head_dim = m.head_dim;
-  shape.d_ff = m.d_ff;
+  const model::ModelShape shape = m.shape(model::ModelShape{}.vocab_size);  // the data's vocabulary comes later
   if (const std::string e = model::config_error(shape); !e.empty())
     throw UserError(w.file + ": " + e);
   return m;
@@ -417,14 +412,8 @@ void check_model_preset(const std::string& preset) {
 }
 
 model::ModelShape ModelConfig::shape(int vocab_size) const {
-  model::ModelShape m;
-  m.n_layers = n_layers;
-  m.d_model = d_model;
-  m.n_heads = n_heads;
-  m.head_dim = head_dim;
-  m.d_ff = d_ff;
-  m.vocab_size = vocab_size;
-  return m;
+  return {.n_layers = n_layers, .d_model = d_model, .n_heads = n_heads, .head_dim = head_dim, .d_ff = d_ff,
+          .vocab_size = vocab_size};
 }
 
 RunConfig config_from_json(const nlohmann::json& j, const std::string& file) {
