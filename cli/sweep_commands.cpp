@@ -6,6 +6,7 @@
 #include <iostream>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "base/clock.h"
@@ -13,7 +14,6 @@
 #include "base/user_error.h"
 #include "cli/commands.h"
 #include "cli/number_options.h"
-#include "store/store.h"
 #include "sweeps/gpu_list.h"
 #include "sweeps/ingest.h"
 #include "sweeps/local_executor.h"
@@ -24,11 +24,6 @@
 namespace fp4::cli {
 
 namespace {
-
-// The store read-only when it exists (plan and status never write), null when it does not yet.
-std::unique_ptr<store::Store> open_existing_store(const sweeps::SweepSpec& spec) {
-  return store::Store::open(spec.store, store::Store::Mode::read_if_present);
-}
 
 struct SweepCliOptions {
   std::string spec;
@@ -64,8 +59,7 @@ void register_sweep_commands(CLI::App& app) {
   plan->add_option("spec", o->spec, "The sweep's TOML file")->required();
   plan->callback([o] {
     const sweeps::SweepSpec spec = sweeps::read_study(o->spec, sweeps::DataCheck::plan, sweeps::Siblings::skip).spec;
-    const auto store = open_existing_store(spec);
-    sweeps::print_plan(spec, sweeps::plan_sweep(spec, store.get(), unix_time_s(), o->retry_failed), std::cout);
+    sweeps::show_plan(spec, unix_time_s(), o->retry_failed, std::cout);
   });
   plan->add_flag("--retry-failed", o->retry_failed, "Plan as `sweep run --retry-failed` would");
 
@@ -106,8 +100,7 @@ void register_sweep_commands(CLI::App& app) {
   status->add_option("spec", o->spec, "The sweep's TOML file")->required();
   status->callback([o] {
     const sweeps::SweepSpec spec = sweeps::read_study(o->spec, sweeps::DataCheck::plan, sweeps::Siblings::skip).spec;
-    const auto store = open_existing_store(spec);
-    sweeps::print_status(spec, sweeps::plan_sweep(spec, store.get(), unix_time_s(), false), store.get(), std::cout);
+    sweeps::show_status(spec, unix_time_s(), std::cout);
   });
 
   CLI::App* slurm = sweep->add_subcommand("slurm", "Write a Slurm array job (one task per run still to run)");
@@ -137,18 +130,15 @@ void register_sweep_commands(CLI::App& app) {
     if (o->spec.empty() == o->store.empty())
       throw UserError("sweep ingest: give exactly one of --spec grid.toml or --store FILE");
     std::vector<std::filesystem::path> dirs(o->dirs.begin(), o->dirs.end());
+    sweeps::IngestSummary sum;
     if (!o->spec.empty()) {
       const sweeps::SweepSpec spec = sweeps::read_study(o->spec, sweeps::DataCheck::plan, sweeps::Siblings::skip).spec;
-      auto store = store::Store::open(spec.store, store::Store::Mode::read_write);
-      store->record_grid(sweeps::grid_record(spec));
-      const auto sum = sweeps::ingest_run_dirs(*store, &spec, dirs, std::cout);
-      std::cout << "ingested " << sum.dirs << " run directories, " << sum.rows << " rows\n";
+      sum = sweeps::ingest_grid_run_dirs(spec, std::move(dirs), std::cout);
     } else {
       if (dirs.empty()) throw UserError("sweep ingest --store: name the run directories to import");
-      auto store = store::Store::open(o->store, store::Store::Mode::read_write);
-      const auto sum = sweeps::ingest_run_dirs(*store, nullptr, dirs, std::cout);
-      std::cout << "ingested " << sum.dirs << " run directories, " << sum.rows << " rows\n";
+      sum = sweeps::ingest_store_run_dirs(o->store, std::move(dirs), std::cout);
     }
+    std::cout << "ingested " << sum.dirs << " run directories, " << sum.rows << " rows\n";
   });
 }
 

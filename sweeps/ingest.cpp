@@ -1,6 +1,7 @@
 // ingest.cpp — see ingest.h.
 #include "sweeps/ingest.h"
 
+#include <utility>
 
 #include <fmt/format.h>
 
@@ -26,8 +27,7 @@ std::string run_id_of_dir(const fs::path& dir) {
   throw UserError(dir.string() + " holds no config.json or run.json: it is not a run directory");
 }
 
-}  // namespace
-
+// Empty `dirs` with a spec: every run directory the store knows for its grid.
 IngestSummary ingest_run_dirs(store::Store& store, const SweepSpec* spec, std::vector<fs::path> dirs, std::ostream& out) {
   if (dirs.empty() && spec != nullptr) {
     for (const GridPoint& p : spec->points)
@@ -75,6 +75,19 @@ IngestSummary ingest_run_dirs(store::Store& store, const SweepSpec* spec, std::v
     out << fmt::format("ingested {}: {} new row(s), {}\n", rec->name, r.rows, what);
   }
   return sum;
+}
+
+}  // namespace
+
+IngestSummary ingest_grid_run_dirs(const SweepSpec& spec, std::vector<fs::path> dirs, std::ostream& out) {
+  auto store = store::Store::open(spec.store, store::Store::Mode::read_write);
+  store->record_grid(grid_record(spec));
+  return ingest_run_dirs(*store, &spec, std::move(dirs), out);
+}
+
+IngestSummary ingest_store_run_dirs(const fs::path& store_path, std::vector<fs::path> dirs, std::ostream& out) {
+  auto store = store::Store::open(store_path, store::Store::Mode::read_write);
+  return ingest_run_dirs(*store, nullptr, std::move(dirs), out);
 }
 
 }  // namespace fp4::sweeps

@@ -20,9 +20,14 @@ struct IngestSummary {
 };
 
 // Each directory must hold a run of the store (matched by the hash of its config.json, or of
-// run.json before the trainer wrote one); one that does not is a UserError naming it
-// and what to do. Empty `dirs` means every run directory the store knows for `spec`'s grid.
-IngestSummary ingest_run_dirs(store::Store& store, const SweepSpec* spec, std::vector<std::filesystem::path> dirs,
-                              std::ostream& out);
+// run.json before the trainer wrote one); one that does not is a UserError naming it and what to do.
+
+// `sweep ingest --spec`: records the grid in its store (made when missing), then ingests `dirs`;
+// empty `dirs` means every run directory the store knows for the grid.
+IngestSummary ingest_grid_run_dirs(const SweepSpec& spec, std::vector<std::filesystem::path> dirs, std::ostream& out);
+
+// `sweep ingest --store`: `dirs` of runs the store at `store_path` already holds.
+IngestSummary ingest_store_run_dirs(const std::filesystem::path& store_path, std::vector<std::filesystem::path> dirs,
+                                    std::ostream& out);
 
 }  // namespace fp4::sweeps

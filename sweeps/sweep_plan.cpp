@@ -187,4 +187,14 @@ void print_status(const SweepSpec& spec, const std::vector<PlanEntry>& plan, con
   }
 }
 
+void show_plan(const SweepSpec& spec, double now, bool retry_failed, std::ostream& out) {
+  const auto store = store::Store::open(spec.store, store::Store::Mode::read_if_present);
+  print_plan(spec, plan_sweep(spec, store.get(), now, retry_failed), out);
+}
+
+void show_status(const SweepSpec& spec, double now, std::ostream& out) {
+  const auto store = store::Store::open(spec.store, store::Store::Mode::read_if_present);
+  print_status(spec, plan_sweep(spec, store.get(), now, false), store.get(), out);
+}
+
 }  // namespace fp4::sweeps

@@ -54,4 +54,9 @@ void print_plan(const SweepSpec& spec, const std::vector<PlanEntry>& plan, std::
 void print_status(const SweepSpec& spec, const std::vector<PlanEntry>& plan, const store::Store* store,
                   std::ostream& out);
 
+// `sweep plan` and `sweep status` as the commands run them: the grid's store opened read-only when
+// it exists (none yet: every run is new), judged at `now`; nothing is written.
+void show_plan(const SweepSpec& spec, double now, bool retry_failed, std::ostream& out);
+void show_status(const SweepSpec& spec, double now, std::ostream& out);
+
 }  // namespace fp4::sweeps
