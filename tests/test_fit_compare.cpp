@@ -26,6 +26,7 @@ using fp4::fit::FitRequest;
 using fp4::fit::Law;
 using fp4::fit::RecipeComparison;
 using fp4::fit::StoredFit;
+using fp4::test::count_of;
 
 namespace {
 
@@ -86,12 +87,6 @@ const fp4::fit::TargetPrediction& prediction(const StoredFit& f, const fp4::fit:
     if (p.target == t && p.recipe == r) return p;
   FAIL("no prediction for " << r);
   return f.predictions.front();
-}
-
-size_t count_of(const std::string& text, const std::string& needle) {
-  size_t n = 0;
-  for (size_t at = text.find(needle); at != std::string::npos; at = text.find(needle, at + 1)) ++n;
-  return n;
 }
 
 }  // namespace

@@ -281,10 +281,7 @@ TEST_CASE("report: gnuplot is a child of fp4lab with no arguments and the whole 
   // Each figure's whole script, its data as datablocks, came through standard input, the names in it
   // as gnuplot's single-quoted literals.
   const std::string scripts = fp4::test::slurp(input);
-  size_t terminals = 0;
-  for (size_t at = scripts.find("set terminal svg"); at != std::string::npos; at = scripts.find("set terminal svg", at + 1))
-    ++terminals;
-  CHECK(terminals == figures);
+  CHECK(fp4::test::count_of(scripts, "set terminal svg") == figures);
   CHECK(scripts.find("$p0s0 << EOD\n") != std::string::npos);
   CHECK(scripts.find(fp4::reports::gnuplot_quote(kEvilRecipe)) != std::string::npos);
   CHECK_FALSE(fs::exists(dir / "PWNED3"));

@@ -59,6 +59,13 @@ inline void spit(const std::filesystem::path& p, const std::string& bytes) {
   out << bytes;
 }
 
+// How many times `needle` starts in `text` (overlapping occurrences counted).
+inline size_t count_of(const std::string& text, const std::string& needle) {
+  size_t n = 0;
+  for (size_t at = text.find(needle); at != std::string::npos; at = text.find(needle, at + 1)) ++n;
+  return n;
+}
+
 // Every ```sql block of a Markdown text (the docs' example queries, which tests run).
 inline std::vector<std::string> sql_blocks(const std::string& doc) {
   std::vector<std::string> out;
