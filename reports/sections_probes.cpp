@@ -43,7 +43,7 @@ std::map<std::string, int64_t> last_steps(const std::vector<Row>& rows) {
 
 Section probe_section(ReportContext& ctx) {
   const Study& st = ctx.study;
-  Section s{slug("Quantization probes"), "Quantization probes", {}, {}};
+  Section s{slug("Shrinkage probe"), "Shrinkage probe", {}, {}};
   const std::vector<const DeclaredGrid*> probe_grids = st.grids_with(&DeclaredGrid::probes);
   if (st.probes.empty() && st.probe_gemms.empty()) {
     if (probe_grids.empty()) {

@@ -1,4 +1,4 @@
-// The quantization probe: the §8 metrics on hand-made inputs, the samplers, the paper's facts as
+// The quantizer probe: the §8 metrics on hand-made inputs, the samplers, the paper's facts as
 // the probe itself measures them, and `fp4lab quant probe` end to end through the built binary.
 #include <catch2/catch.hpp>
 

@@ -38,7 +38,7 @@ Rendered render(const std::string& args, const ScratchDir& dir) {
   }
   // Every section is there whatever is missing.
   for (const char* id : {"study", "runs", "loss-curves", "scaling", "gap-to-bf16", "precision-law", "noise-floor",
-                         "ablations", "quantization-probes", "excluded-and-missing-runs"})
+                         "ablations", "shrinkage-probe", "excluded-and-missing-runs"})
     CHECK(out.html.find("<section id=\"" + std::string(id) + "\">") != std::string::npos);
   return out;
 }

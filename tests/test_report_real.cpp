@@ -231,7 +231,7 @@ TEST_CASE("report of a study-shaped store: each section selects its runs and sho
            {"the-papers-reported-gaps", "The paper's reported gaps"}, {"gap-against-compute", "Gap against compute"},
            {"recipe-against-recipe", "Recipe against recipe"},
            {"precision-law", "Precision law"}, {"noise-floor", "Noise floor"},
-           {"ablations", "Ablations"}, {"quantization-probes", "Quantization probes"},
+           {"ablations", "Ablations"}, {"shrinkage-probe", "Shrinkage probe"},
            {"excluded-and-missing-runs", "Excluded and missing runs"}}) {
     INFO(title);
     CHECK(html.find("<section id=\"" + id + "\">") != std::string::npos);
