@@ -41,7 +41,8 @@ QuantSpec site_slot_spec(const LinearSite& site, Slot slot) {
 
 cpu::QuantizedTensor quantize_slot(const LinearSite& site, Slot slot, const bf16_t* t, int rows,
                                    int cols, bool keep_transformed) {
-  return cpu::quantize(t, rows, cols, site_slot_spec(site, slot), keep_transformed);
+  const int32_t* source_rows = slot_operand(slot) == Operand::w ? nullptr : site.source_rows;
+  return cpu::quantize(t, rows, cols, site_slot_spec(site, slot), keep_transformed, source_rows);
 }
 
 bool linear_forward(const LinearSite& site, const bf16_t* x, const bf16_t* w, int t, int k, int n,

@@ -29,6 +29,10 @@ struct LinearSite {
   uint64_t seed = 0;          // the run seed
   uint32_t step = 0;          // optimizer step
   uint32_t micro_step = 0;    // micro-step within the step (gradient accumulation)
+  // Null for a dense linear. For an MoE expert, whose X and dY rows are its group of the
+  // micro-batch's tokens: the token (row of the micro-batch) each row is, so that the SR draws of
+  // the X and dY slots are the token's, whatever group it sits in (cpu::quantize's source_rows).
+  const int32_t* source_rows = nullptr;
 };
 
 bool site_is_quantized(const LinearSite& site);

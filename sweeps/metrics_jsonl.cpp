@@ -89,23 +89,32 @@ Row probe_row(const json& row) {
   return r;
 }
 
+// Every numeric (or null) field of a row but kind, step, tokens and layer, as the metric key
+// prefix + field at the row's step.
+void push_values(const json& row, const std::string& prefix, MetricsBatch& out) {
+  const int64_t step = integer_field(row, "step");
+  const int64_t tokens = integer_field(row, "tokens");
+  for (const auto& [name, v] : row.items()) {
+    if (name == "kind" || name == "step" || name == "tokens" || name == "layer") continue;
+    if (!v.is_null() && !v.is_number()) continue;
+    MetricRow m;
+    m.key = prefix + name;
+    m.step = step;
+    m.tokens = tokens;
+    m.is_nan = v.is_null();
+    m.value = m.is_nan ? kNaN : v.get<double>();
+    out.metrics.push_back(std::move(m));
+  }
+}
+
 void parse_row(const json& row, MetricsBatch& out) {
   if (!row.is_object()) throw RowError("not a JSON object");
   const std::string kind = text_field(row, "kind");
   if (kind == "train" || kind == "eval") {
-    const int64_t step = integer_field(row, "step");
-    const int64_t tokens = integer_field(row, "tokens");
-    for (const auto& [name, v] : row.items()) {
-      if (name == "kind" || name == "step" || name == "tokens") continue;
-      if (!v.is_null() && !v.is_number()) continue;
-      MetricRow m;
-      m.key = kind + "/" + name;
-      m.step = step;
-      m.tokens = tokens;
-      m.is_nan = v.is_null();
-      m.value = m.is_nan ? kNaN : v.get<double>();
-      out.metrics.push_back(std::move(m));
-    }
+    push_values(row, kind + "/", out);
+  } else if (kind == "moe") {
+    // An MoE block's routing in a step (docs/train.md): key "moe/<layer>/<field>".
+    push_values(row, "moe/" + std::to_string(integer_field(row, "layer")) + "/", out);
   } else if (kind == ProbeRow::kKind) {
     out.probes.push_back(probe_row<ProbeRow>(row));
   } else if (kind == ProbeGemmRow::kKind) {

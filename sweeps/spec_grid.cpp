@@ -263,15 +263,17 @@ int64_t tokens_from_ratio(double tokens_per_param, int64_t n_nonembedding, const
   return std::max<int64_t>(1, tokens);
 }
 
-// "d4" when the shape is exactly the preset's, "L4-d256" for anything else.
+// "d4" (or "d4-e8k2") when the shape is exactly the preset's, "L4-d256" (or "L4-d256-e8k2") for
+// anything else.
 std::string model_label(const run::ModelConfig& m) {
   if (m.preset != "custom") {
     const model::ModelShape p = model::model_preset(m.preset);
     if (p.n_layers == m.n_layers && p.d_model == m.d_model && p.n_heads == m.n_heads && p.head_dim == m.head_dim &&
-        p.d_ff == m.d_ff)
+        p.d_ff == m.d_ff && p.moe == m.moe)
       return m.preset;
   }
-  return fmt::format("L{}-d{}", m.n_layers, m.d_model);
+  const std::string moe = m.moe.enabled() ? fmt::format("-e{}k{}", m.moe.n_experts, m.moe.top_k) : "";
+  return fmt::format("L{}-d{}{}", m.n_layers, m.d_model, moe);
 }
 
 std::string name_safe(const std::string& text) {
@@ -332,7 +334,8 @@ class PointBuilder {
     for (const Axis& axis : axes_) point_text += (point_text.empty() ? "" : ", ") + axis.name + " = " + p.axes[axis.name];
     if (ratio != nullptr) {
       const run::RunConfig shape_only = resolve(model_probe(j), from_axes, point_text);
-      const int64_t n = model::nonembedding_params(shape_only.model.shape(static_cast<int>(base_.vocab_size)));
+      // Tokens per active parameter: for an MoE model the parameters one token uses (docs/model.md).
+      const int64_t n = model::active_nonembedding_params(shape_only.model.shape(static_cast<int>(base_.vocab_size)));
       j["train"]["tokens"] = tokens_from_ratio(ratio->value.get<double>(), n, *ratio, errors_);
     }
 

@@ -226,7 +226,8 @@ TEST_CASE("run config: bad values are refused, naming the field", "[run][config]
         "run.json: train.batch_tokens (600) must be a multiple of train.micro_batch × model.seq_len (4 × 64 = 256), "
         "so that gradient accumulation is a whole number of micro-steps");
   CHECK(error_of(with(minimal(), "/model/preset"_json_pointer, "big")) ==
-        "run.json: model.preset must be \"d<L>\" with L from 1 to 64 (e.g. \"d4\") or \"custom\", got \"big\"");
+        "run.json: model.preset must be \"d<L>\" with L from 1 to 64 (e.g. \"d4\"), \"d<L>-e<E>k<K>\" (e.g. "
+        "\"d4-e8k2\": 8 experts, top-2) or \"custom\", got \"big\"");
   CHECK(error_of(with(minimal(), "/model/head_dim"_json_pointer, 63)) ==
         "run.json: model.head_dim must be even (RoPE rotates pairs of features), got 63");
   CHECK(error_of(with(minimal(), "/model/n_heads"_json_pointer, 3)) ==
@@ -319,4 +320,83 @@ TEST_CASE("run config: gpus is refused in one line when it cannot work", "[run][
   CHECK_THROWS_WITH(fp4::run::set_gpus(c, 3, "--gpus"), Catch::StartsWith("--gpus: gpus = 3 does not divide"));
   fp4::run::set_gpus(c, 2, "--gpus");
   CHECK(c.gpus == 2);
+}
+
+TEST_CASE("run config: model.moe resolves from a preset or its own fields, and a dense config writes none",
+          "[run][config][moe]") {
+  // Dense: no "moe" key, so every dense run id made before MoE existed is unchanged.
+  CHECK_FALSE(config_to_json(config_from_json(minimal(), "run.json"))["model"].contains("moe"));
+
+  // The preset: 8 experts, top-2 at half the dense width (d2: d_ff 320 → 160), renormalized, the
+  // default coefficients.
+  const RunConfig p = config_from_json(with(minimal(), "/model/preset"_json_pointer, "d2-e8k2"), "run.json");
+  CHECK(p.model.n_layers == 2);
+  CHECK(p.model.d_model == 128);
+  CHECK(p.model.moe.n_experts == 8);
+  CHECK(p.model.moe.top_k == 2);
+  CHECK(p.model.moe.d_ff_expert == 160);
+  CHECK(p.model.moe.renormalize);
+  CHECK(p.model.moe.every == 1);
+  CHECK(p.model.moe.n_shared == 0);
+  CHECK(p.model.moe.score == fp4::model::RouterScore::softmax);
+  CHECK(p.model.moe.balance_coef == 0.01);
+  CHECK(p.model.moe.z_coef == 0.001);
+  const json written = config_to_json(p);
+  CHECK(written["model"]["moe"] == json::parse(R"({"experts": 8, "top_k": 2, "d_ff_expert": 160, "shared": 0,
+      "every": 1, "score": "softmax", "renormalize": true, "balance_coef": 0.01, "z_coef": 0.001})"));
+  // Resolving the resolved form changes nothing, and any MoE field changes the hash.
+  CHECK(config_hash(config_from_json(written, "run.json")) == config_hash(p));
+  CHECK(config_hash(config_from_json(with(written, "/model/moe/z_coef"_json_pointer, 0.0), "run.json")) !=
+        config_hash(p));
+
+  // Fields on a dense preset: top-1 is not renormalized (Switch), the width follows top_k.
+  json explicit_moe = with(minimal(), "/model/moe"_json_pointer,
+                           json::parse(R"({"experts": 4, "top_k": 1, "score": "sigmoid", "shared": 1})"));
+  const RunConfig e = config_from_json(explicit_moe, "run.json");
+  CHECK(e.model.moe.n_experts == 4);
+  CHECK(e.model.moe.d_ff_expert == 192);  // d1: d_ff 192, top-1
+  CHECK_FALSE(e.model.moe.renormalize);
+  CHECK(e.model.moe.score == fp4::model::RouterScore::sigmoid);
+  CHECK(e.model.moe.n_shared == 1);
+  // A preset's top_k overridden: the width is the rule's for the new k.
+  const RunConfig k4 = config_from_json(
+      with(with(minimal(), "/model/preset"_json_pointer, "d2-e8k2"), "/model/moe"_json_pointer, json{{"top_k", 4}}),
+      "run.json");
+  CHECK(k4.model.moe.d_ff_expert == 96);  // 320 / 4 = 80 → the nearest multiple of 32, a tie, goes up
+}
+
+TEST_CASE("run config: bad model.moe fields are refused in one line, naming the field", "[run][config][moe]") {
+  const auto moe = [](const char* fields) {
+    return with(minimal(), "/model/moe"_json_pointer, json::parse(fields));
+  };
+  CHECK(error_of(moe(R"({"experts": 4})")) ==
+        "run.json: model.moe needs moe.experts and moe.top_k (or a preset \"d<L>-e<E>k<K>\")");
+  CHECK(error_of(moe(R"({"experts": 0, "top_k": 1})")) == "run.json: model.moe.experts must be > 0, got 0");
+  CHECK(error_of(moe(R"({"experts": 4, "top_k": 5})")) ==
+        "run.json: model.moe.top_k must be between 1 and model.moe.experts (4), got 5");
+  CHECK(error_of(moe(R"({"experts": 4, "top_k": 2, "every": 2})")) ==
+        "run.json: model.moe.every must be between 1 and model.n_layers (1), got 2");
+  CHECK(error_of(moe(R"({"experts": 4, "top_k": 2, "score": "relu"})")) ==
+        "run.json: model.moe.score must be \"softmax\" or \"sigmoid\", got \"relu\"");
+  CHECK(error_of(moe(R"({"experts": 4, "top_k": 2, "renormalize": 1})")) ==
+        "run.json: model.moe.renormalize must be true or false, got 1");
+  CHECK(error_of(moe(R"({"experts": 4, "top_k": 2, "balance_coef": -1})")) ==
+        "run.json: model.moe.balance_coef must be a finite number >= 0, got -1");
+  CHECK(error_of(moe(R"({"experts": 4, "top_k": 2, "shared": -1})")) ==
+        "run.json: model.moe.shared must be >= 0, got -1");
+  CHECK(error_of(moe(R"({"experts": 4, "top_k": 2, "capacity": 1.25})")).rfind(
+            "run.json: model.moe.capacity is not a known key (model.moe has: ", 0) == 0);
+  CHECK(error_of(with(minimal(), "/model/preset"_json_pointer, "d2-e8")) ==
+        "run.json: model.preset must be \"d<L>\" with L from 1 to 64 (e.g. \"d4\"), \"d<L>-e<E>k<K>\" (e.g. "
+        "\"d4-e8k2\": 8 experts, top-2) or \"custom\", got \"d2-e8\"");
+  CHECK(error_of(with(minimal(), "/model/preset"_json_pointer, "d2-e2k3")).rfind("run.json: model.preset must be", 0) == 0);
+  // The experts' dimensions against the recipe's blocks.
+  json ufp4 = with(moe(R"({"experts": 4, "top_k": 2, "d_ff_expert": 40})"), "/recipe"_json_pointer, "ufp4");
+  CHECK(error_of(ufp4) ==
+        "run.json: model.moe.d_ff_expert = 40 does not fit recipe \"ufp4\" (MoE expert output layer: input features "
+        "(K) = 40 is not a multiple of the block size 16 (slot fprop_x))");
+  // The probe does not measure experts yet.
+  CHECK(error_of(with(moe(R"({"experts": 4, "top_k": 2})"), "/probe/every"_json_pointer, 5)) ==
+        "run.json: probe.every must be 0 for an MoE model: the shrinkage probe does not measure the experts' "
+        "linears yet");
 }

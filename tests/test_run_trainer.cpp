@@ -19,6 +19,7 @@
 #include "engine/run/checkpoint.h"
 #include "engine/run/config.h"
 #include "engine/run/trainer.h"
+#include "sweeps/metrics_jsonl.h"
 #include "tests/run_test_helpers.h"
 #include "tests/test_support.h"
 
@@ -482,4 +483,77 @@ TEST_CASE("train: a synthetic source with 256 symbols reports no bits per byte (
       CHECK_FALSE(row.contains("bpb"));
     }
   CHECK(evals >= 1);
+}
+
+TEST_CASE("train: an MoE model writes its routing per step, and resumes bit for bit", "[run][trainer][moe]") {
+  // d1-e4k2: d1 with 4 experts of width 96, top-2, in its one block; e2m1 rounds dY stochastically.
+  json j = tiny_config("e2m1", 20);
+  j["model"]["preset"] = "d1-e4k2";
+  j["probe"]["every"] = 0;  // the probe does not measure experts yet (the config refuses it)
+  ScratchDir tmp;
+  const auto config = write_config(tmp, j);
+  const auto straight = tmp / "straight", split = tmp / "split";
+  REQUIRE(run_train(config, straight).outcome == Outcome::succeeded);
+  REQUIRE(run_train(config, split, false, 10).outcome == Outcome::interrupted);
+  REQUIRE(run_train(config, split, true).outcome == Outcome::succeeded);
+  require_same_run(straight, split);
+
+  const std::vector<json> rows = read_rows(straight);
+  int moe_rows = 0;
+  for (const json& r : rows) {
+    if (r["kind"] == "run") {
+      CHECK(r["n_params_active_nonembedding"].get<int64_t>() < r["n_params_nonembedding"].get<int64_t>());
+      CHECK(r.contains("n_params_active"));
+    }
+    if (r["kind"] == "train") {
+      CHECK(r["aux_loss"].get<double>() > 0.0);  // α·balance + β·z, both positive
+    }
+    if (r["kind"] != "moe") continue;
+    ++moe_rows;
+    CHECK(r["layer"] == 0);
+    const double lo = r["load_min"].get<double>(), hi = r["load_max"].get<double>();
+    CHECK(lo <= 0.25);
+    CHECK(hi >= 0.25);
+    CHECK(hi <= 1.0);
+    CHECK(r["load_cv"].get<double>() >= 0.0);
+    CHECK(r["balance"].get<double>() > 0.0);
+    CHECK(r["z"].get<double>() > 0.0);
+  }
+  CHECK(moe_rows == 20);
+
+  // The store's ingest keeps them as metrics "moe/<layer>/<field>" and "train/aux_loss".
+  const fp4::store::MetricsBatch batch = fp4::sweeps::parse_metrics_jsonl(slurp(straight / "metrics.jsonl"), "m");
+  std::map<std::string, int> keys;
+  for (const auto& m : batch.metrics) ++keys[m.key];
+  for (const char* k : {"moe/0/load_min", "moe/0/load_max", "moe/0/load_cv", "moe/0/balance", "moe/0/z"}) {
+    INFO(k);
+    CHECK(keys[k] == 20);
+  }
+  CHECK(keys["train/aux_loss"] == 20);
+
+  // On device "cuda" it is refused in one line before the directory is touched (in a build
+  // without CUDA the device itself is), and a config that names no device trains on the CPU.
+  json cuda = j;
+  cuda["device"] = "cuda";
+  const auto refused = tmp / "cuda";
+  try {
+    run_train(write_config(tmp, cuda, "cuda.json"), refused);
+    FAIL("an MoE model trained on device cuda");
+  } catch (const fp4::UserError& e) {
+    const std::string what = e.what();
+    INFO(what);
+    CHECK(what.find('\n') == std::string::npos);
+#ifdef FP4LAB_HAVE_CUDA
+    CHECK(what.find(fp4::model::kMoeCudaRefusal) != std::string::npos);
+#else
+    CHECK(what.find("device \"cuda\": this fp4lab was built without CUDA; ") != std::string::npos);
+#endif
+  }
+  CHECK_FALSE(std::filesystem::exists(refused));
+  json unnamed = tiny_config("bf16", 1);
+  unnamed["model"]["preset"] = "d1-e4k2";
+  unnamed.erase("device");
+  const auto picked = tmp / "picked";
+  REQUIRE(run_train(write_config(tmp, unnamed, "unnamed.json"), picked).outcome == Outcome::succeeded);
+  CHECK(json::parse(slurp(picked / "config.json"))["device"] == "cpu");
 }

@@ -37,6 +37,8 @@ void require_device() {
 
 CudaModel::CudaModel(const model::ModelShape& config, const engine::Recipe& recipe, std::vector<int> bf16_layers)
     : host_(config, recipe, bf16_layers, model::Storage::bf16) {
+  if (config.moe.enabled())  // before the device: the refusal holds on any machine
+    throw UserError(model::kMoeCudaRefusal);
   require_device();
   if (config.head_dim > cuda::kMaxHeadDim)
     throw UserError("model: head_dim = " + std::to_string(config.head_dim) +

@@ -115,7 +115,10 @@ void CudaModel::harvest_pending() {
   FP4_CUDA_CHECK(cudaStreamSynchronize(stream_));
   for (size_t p = 0; p < n; ++p) {
     const bool finite = pass_flag(flags[p], weight_flags.data() + p * w, pending_used_[p]) == 0 && std::isfinite(loss[p]);
-    harvested_.push_back(model::PassResult{loss[p] / pending_rows_[p], !finite});
+    model::PassResult r;
+    r.loss = loss[p] / pending_rows_[p];
+    r.nonfinite = !finite;
+    harvested_.push_back(r);
   }
   pending_used_.clear();
   pending_rows_.clear();

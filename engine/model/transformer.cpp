@@ -63,8 +63,19 @@ std::vector<ParamView> param_layout(const ModelShape& c) {
     add_view(p + kLinearNames[0], {3 * d, d}, ParamKind::linear, linear_site(i, 0));
     add_view(p + kLinearNames[1], {d, d}, ParamKind::linear, linear_site(i, 1));
     add_view(p + "mlp_norm", {d}, ParamKind::norm_gain, -1);
-    add_view(p + kLinearNames[2], {2 * f, d}, ParamKind::linear, linear_site(i, 2));
-    add_view(p + kLinearNames[3], {d, f}, ParamKind::linear, linear_site(i, 3));
+    if (!is_moe_block(c, i)) {
+      add_view(p + kLinearNames[2], {2 * f, d}, ParamKind::linear, linear_site(i, 2));
+      add_view(p + kLinearNames[3], {d, f}, ParamKind::linear, linear_site(i, 3));
+      continue;
+    }
+    const int64_t fe = c.moe.d_ff_expert;
+    add_view(p + "router", {c.moe.n_experts, d}, ParamKind::router, -1);
+    for (int j = 0; j < c.moe.n_experts + c.moe.n_shared; ++j) {
+      const std::string e = p + (j < c.moe.n_experts ? "experts." + std::to_string(j)
+                                                     : "shared." + std::to_string(j - c.moe.n_experts)) + ".";
+      add_view(e + kLinearNames[2], {2 * fe, d}, ParamKind::linear, static_cast<int>(expert_linear_site(c, i, j, 2)));
+      add_view(e + kLinearNames[3], {d, fe}, ParamKind::linear, static_cast<int>(expert_linear_site(c, i, j, 3)));
+    }
   }
   add_view("final_norm", {d}, ParamKind::norm_gain, -1);
   add_view("lm_head", {vocab, d}, ParamKind::lm_head, -1);
@@ -99,13 +110,29 @@ BasicModel<T>::BasicModel(const ModelShape& config, const engine::Recipe& recipe
   views_ = param_layout(config_);
   params_.assign(views_.back().offset + views_.back().size, T(0));
   grads_.assign(params_.size(), T(0));
+  int next = 1;  // tok_emb, then each block's tensors in param_layout's order
   for (int b = 0; b < L; ++b) {
-    const int first = 1 + 6 * b;  // tok_emb, then six tensors per block
-    blocks_.push_back({first, first + 1, first + 2, first + 3, first + 4, first + 5});
+    BlockViews v;
+    v.attn_norm = next;
+    v.qkv = next + 1;
+    v.attn_out = next + 2;
+    v.mlp_norm = next + 3;
+    next += 4;
+    if (!is_moe_block(config_, b)) {
+      v.mlp_in = next++;
+      v.mlp_out = next++;
+    } else {
+      v.router = next++;
+      for (int j = 0; j < config_.moe.n_experts + config_.moe.n_shared; ++j) {
+        v.expert_in.push_back(next++);
+        v.expert_out.push_back(next++);
+      }
+    }
+    blocks_.push_back(std::move(v));
   }
   tok_emb_ = 0;
-  final_norm_ = 1 + 6 * L;
-  lm_head_ = 2 + 6 * L;
+  final_norm_ = next;
+  lm_head_ = next + 1;
 }
 
 template <typename T>
@@ -124,8 +151,11 @@ void BasicModel<T>::init_params(uint64_t seed) {
       for (int64_t i = 0; i < v.size; ++i) p[i] = T(1);
       continue;
     }
-    const bool output_proj =
-        v.linear_id >= 0 && (site_position(v.linear_id) == 1 || site_position(v.linear_id) == 3);
+    // attn_out and every mlp_out (the dense MLP's and each expert's) write into the residual stream.
+    const auto ends_with = [&](std::string_view tail) {
+      return v.name.size() >= tail.size() && v.name.compare(v.name.size() - tail.size(), tail.size(), tail) == 0;
+    };
+    const bool output_proj = v.kind == ParamKind::linear && (ends_with(".attn_out") || ends_with(".mlp_out"));
     const double std = 0.02 * (output_proj ? out_scale : 1.0);
     const uint32_t stream = fnv1a32(v.name);
 #pragma omp parallel for schedule(static)
@@ -170,49 +200,64 @@ void to_bf16(const float* x, size_t n, std::vector<bf16_t>& out) {
 }  // namespace
 
 template <typename T>
-bool BasicModel<T>::block_linear_forward(const StepContext& ctx, int block, int pos, const T* x,
-                                         int rows, T* y) {
-  const ParamView& w = views_[weight_index(block, pos)];
+bool BasicModel<T>::linear_fwd(const engine::LinearSite& s, int view, const T* x, int rows, T* y) {
+  const ParamView& w = views_[view];
   const int n = static_cast<int>(w.shape[0]), k = static_cast<int>(w.shape[1]);
   if constexpr (std::is_same_v<T, float>) {
     to_bf16(x, static_cast<size_t>(rows) * k, xb_);
     const bf16_t* wb = w_bf16_.data() + w.offset;
-    const engine::LinearSite s = site(ctx, block, pos);
     if (probe_) {
       (*probe_)(s, engine::Slot::fprop_x, xb_.data(), rows, k);
       (*probe_)(s, engine::Slot::fprop_w, wb, n, k);
     }
     return engine::linear_forward(s, xb_.data(), wb, rows, k, n, y);
   } else {
-    (void)ctx;
+    (void)s;
     cpu::matmul<T>(false, true, rows, n, k, T(1), x, param(w), T(0), y);
     return true;
   }
 }
 
 template <typename T>
-bool BasicModel<T>::block_linear_backward(const StepContext& ctx, int block, int pos, const T* x,
-                                          const T* dy, int rows, T* dx, T* grads) {
-  const ParamView& w = views_[weight_index(block, pos)];
+bool BasicModel<T>::linear_bwd(const engine::LinearSite& s, int view, const T* x, const T* dy, int rows,
+                               int dw_rows, T* dx, T* grads) {
+  const ParamView& w = views_[view];
   const int n = static_cast<int>(w.shape[0]), k = static_cast<int>(w.shape[1]);
   if constexpr (std::is_same_v<T, float>) {
-    to_bf16(x, static_cast<size_t>(rows) * k, xb_);
-    to_bf16(dy, static_cast<size_t>(rows) * n, dyb_);
+    to_bf16(x, static_cast<size_t>(dw_rows) * k, xb_);
+    to_bf16(dy, static_cast<size_t>(dw_rows) * n, dyb_);
     const bf16_t* wb = w_bf16_.data() + w.offset;
-    const engine::LinearSite s = site(ctx, block, pos);
     if (probe_) {
       (*probe_)(s, engine::Slot::dgrad_dy, dyb_.data(), rows, n);
       (*probe_)(s, engine::Slot::dgrad_w, wb, n, k);
-      (*probe_)(s, engine::Slot::wgrad_dy, dyb_.data(), rows, n);
-      (*probe_)(s, engine::Slot::wgrad_x, xb_.data(), rows, k);
+      (*probe_)(s, engine::Slot::wgrad_dy, dyb_.data(), dw_rows, n);
+      (*probe_)(s, engine::Slot::wgrad_x, xb_.data(), dw_rows, k);
     }
-    return engine::linear_backward(s, xb_.data(), wb, dyb_.data(), rows, k, n, dx, grads + w.offset);
+    if (dw_rows == rows)
+      return engine::linear_backward(s, xb_.data(), wb, dyb_.data(), rows, k, n, dx, grads + w.offset);
+    // An expert's padded group: dgrad over its rows, wgrad over whole blocks of them.
+    const bool dgrad_ok = engine::linear_backward(s, xb_.data(), wb, dyb_.data(), rows, k, n, dx, nullptr);
+    const bool wgrad_ok = engine::linear_backward(s, xb_.data(), wb, dyb_.data(), dw_rows, k, n, nullptr,
+                                                  grads + w.offset);
+    return dgrad_ok && wgrad_ok;
   } else {
-    (void)ctx;
+    (void)s;
     cpu::matmul<T>(false, false, rows, k, n, T(1), dy, param(w), T(0), dx);
-    cpu::matmul<T>(true, false, n, k, rows, T(1), dy, x, T(1), grads + w.offset);
+    cpu::matmul<T>(true, false, n, k, dw_rows, T(1), dy, x, T(1), grads + w.offset);
     return true;
   }
+}
+
+template <typename T>
+bool BasicModel<T>::block_linear_forward(const StepContext& ctx, int block, int pos, const T* x,
+                                         int rows, T* y) {
+  return linear_fwd(site(ctx, block, pos), weight_index(block, pos), x, rows, y);
+}
+
+template <typename T>
+bool BasicModel<T>::block_linear_backward(const StepContext& ctx, int block, int pos, const T* x,
+                                          const T* dy, int rows, T* dx, T* grads) {
+  return linear_bwd(site(ctx, block, pos), weight_index(block, pos), x, dy, rows, rows, dx, grads);
 }
 
 template <typename T>
@@ -229,6 +274,19 @@ std::string BasicModel<T>::shape_error(int tokens) const {
       return std::string(kLinearNames[p]) + " (K = " + k_name[p] + " = " + std::to_string(k[p]) +
              ", N = " + n_name[p] + " = " + std::to_string(n[p]) + ") does not fit recipe " +
              recipe_.name + ": " + e;
+  }
+  if (config_.moe.enabled()) {
+    // An expert's group is padded to whole blocks of tokens: only its K and N bind.
+    const int fe = config_.moe.d_ff_expert;
+    const int ek[2] = {d, fe}, en[2] = {2 * fe, d};
+    const char* ek_name[2] = {"d_model", "d_ff_expert"};
+    const char* en_name[2] = {"2·d_ff_expert", "d_model"};
+    for (int p = 0; p < 2; ++p) {
+      if (std::string e = engine::linear_shape_error(recipe_, 1024, ek[p], en[p]); !e.empty())
+        return std::string("expert ") + kLinearNames[2 + p] + " (K = " + ek_name[p] + " = " + std::to_string(ek[p]) +
+               ", N = " + en_name[p] + " = " + std::to_string(en[p]) + ") does not fit recipe " + recipe_.name +
+               ": " + e;
+    }
   }
   return {};
 }
@@ -285,7 +343,9 @@ void BasicModel<T>::prepare(const Batch& batch) {
   resid_.resize(L + 1);
   for (auto& x : resid_) x.resize(r * d);
   acts_.resize(L);
-  for (LayerActs& a : acts_) {
+  moe_acts_.resize(L);
+  for (int l = 0; l < L; ++l) {
+    LayerActs& a = acts_[l];
     a.h1.resize(r * d);
     a.rstd1.resize(r);
     a.qkv.resize(r * 3 * d);
@@ -294,8 +354,10 @@ void BasicModel<T>::prepare(const Batch& batch) {
     a.x_mid.resize(r * d);
     a.h2.resize(r * d);
     a.rstd2.resize(r);
-    a.u.resize(r * 2 * f);
-    a.a.resize(r * f);
+    if (!is_moe_block(config_, l)) {  // an MoE block's activations are its experts' (moe_forward)
+      a.u.resize(r * 2 * f);
+      a.a.resize(r * f);
+    }
   }
   hf_.resize(r * d);
   rstdf_.resize(r);
@@ -346,11 +408,15 @@ double BasicModel<T>::run(const StepContext& ctx, T* g, T grad_scale, bool* fini
     store(A.x_mid.data(), rd);
     cpu::rmsnorm_forward(A.x_mid.data(), param(views_[w.mlp_norm]), R, d, eps, A.h2.data(), A.rstd2.data());
     store(A.h2.data(), rd);
-    ok &= block_linear_forward(ctx, l, 2, A.h2.data(), R, A.u.data());
-    store(A.u.data(), A.u.size());
-    cpu::swiglu_forward(A.u.data(), R, f, A.a.data());
-    store(A.a.data(), A.a.size());
-    ok &= block_linear_forward(ctx, l, 3, A.a.data(), R, tmp_.data());
+    if (is_moe_block(config_, l)) {
+      ok &= moe_forward(ctx, l, A.h2.data(), tmp_.data());
+    } else {
+      ok &= block_linear_forward(ctx, l, 2, A.h2.data(), R, A.u.data());
+      store(A.u.data(), A.u.size());
+      cpu::swiglu_forward(A.u.data(), R, f, A.a.data());
+      store(A.a.data(), A.a.size());
+      ok &= block_linear_forward(ctx, l, 3, A.a.data(), R, tmp_.data());
+    }
     store(tmp_.data(), rd);
     add(A.x_mid.data(), tmp_.data(), resid_[l + 1].data(), rd);
     store(resid_[l + 1].data(), rd);
@@ -381,11 +447,15 @@ double BasicModel<T>::run(const StepContext& ctx, T* g, T grad_scale, bool* fini
     LayerActs& A = acts_[l];
     const BlockViews& w = blocks_[l];
     // dres_ holds ∂loss/∂(block output). MLP branch: out = x_mid + mlp_out(swiglu(mlp_in(h2))).
-    ok &= block_linear_backward(ctx, l, 3, A.a.data(), dres_.data(), R, da_.data(), g);
-    store(da_.data(), da_.size());
-    cpu::swiglu_backward(A.u.data(), da_.data(), R, f, du_.data());
-    store(du_.data(), du_.size());
-    ok &= block_linear_backward(ctx, l, 2, A.h2.data(), du_.data(), R, dh_.data(), g);
+    if (is_moe_block(config_, l)) {
+      ok &= moe_backward(ctx, l, A.h2.data(), dres_.data(), dh_.data(), g, grad_scale);
+    } else {
+      ok &= block_linear_backward(ctx, l, 3, A.a.data(), dres_.data(), R, da_.data(), g);
+      store(da_.data(), da_.size());
+      cpu::swiglu_backward(A.u.data(), da_.data(), R, f, du_.data());
+      store(du_.data(), du_.size());
+      ok &= block_linear_backward(ctx, l, 2, A.h2.data(), du_.data(), R, dh_.data(), g);
+    }
     store(dh_.data(), rd);
     cpu::rmsnorm_backward(A.x_mid.data(), param(views_[w.mlp_norm]), A.rstd2.data(), dh_.data(), R, d,
                      dtmp_.data(), g + views_[w.mlp_norm].offset);
@@ -417,7 +487,17 @@ PassResult BasicModel<T>::forward_backward(const Batch& batch, const StepContext
   prepare(batch);
   bool finite = true;
   const double sum = run(ctx, grads_.data(), static_cast<T>(grad_scale), &finite);
-  return PassResult{sum / rows_, !finite};
+  PassResult r;
+  r.loss = sum / rows_;
+  r.nonfinite = !finite;
+  for (int l = 0; l < config_.n_layers; ++l) {
+    if (!is_moe_block(config_, l)) continue;
+    const MoeLayerStats& st = moe_acts_[l].stats;
+    r.aux_loss += config_.moe.balance_coef * st.balance + config_.moe.z_coef * st.z;
+    r.moe.push_back(st);
+  }
+  r.nonfinite = r.nonfinite || !std::isfinite(r.aux_loss);
+  return r;
 }
 
 template <typename T>
@@ -431,6 +511,8 @@ EvalResult BasicModel<T>::evaluate(const Batch& batch, const StepContext& ctx) {
 
 template <typename T>
 PassResult BasicModel<T>::probe(const Batch& batch, const StepContext& ctx, const ProbeFn& fn) {
+  if (config_.moe.enabled())
+    throw std::invalid_argument("model: the shrinkage probe does not measure an MoE model's expert linears yet");
   check_batch(batch, ctx, true);
   prepare(batch);
   probe_grads_.assign(params_.size(), T(0));  // the probe leaves the real gradients alone
@@ -441,7 +523,10 @@ PassResult BasicModel<T>::probe(const Batch& batch, const StepContext& ctx, cons
   probe_ = &fn;
   bool finite = true;
   const double sum = run(ctx, probe_grads_.data(), T(1), &finite);
-  return PassResult{sum / rows_, !finite};
+  PassResult r;
+  r.loss = sum / rows_;
+  r.nonfinite = !finite;
+  return r;
 }
 
 template class BasicModel<float>;

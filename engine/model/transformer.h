@@ -45,7 +45,7 @@ const char* storage_name(Storage s);                 // "bf16", "fp32"
 
 // ---- Parameters --------------------------------------------------------------------------------
 
-enum class ParamKind : uint8_t { embedding = 0, norm_gain = 1, linear = 2, lm_head = 3 };
+enum class ParamKind : uint8_t { embedding = 0, norm_gain = 1, linear = 2, lm_head = 3, router = 4 };
 
 // A named tensor in the flat fp32 parameter buffer; the gradient buffer has the same layout.
 // Matrices are [out, in] row-major (a linear computes y = x · Wᵀ). The order of the buffer:
@@ -55,14 +55,17 @@ enum class ParamKind : uint8_t { embedding = 0, norm_gain = 1, linear = 2, lm_he
 //   final_norm [d]
 //   lm_head [V, d]
 // qkv's rows are q (0..d-1) | k | v, head h at rows h·head_dim of each; mlp_in's rows are
-// gate (0..d_ff-1) | up.
+// gate (0..d_ff-1) | up. An MoE block (docs/model.md, "Mixture of experts") has, after mlp_norm,
+//   blocks.<i>.router [E, d], then for j = 0..E-1 blocks.<i>.experts.<j>.mlp_in [2·f_e, d] and
+//   .mlp_out [d, f_e], then for s = 0..S-1 blocks.<i>.shared.<s>.mlp_in and .mlp_out (same shapes).
 struct ParamView {
   std::string name;
   std::vector<int64_t> shape;
   int64_t offset = 0;   // first element in the flat buffer
   int64_t size = 0;     // elements
   ParamKind kind = ParamKind::linear;
-  int linear_id = -1;   // block linears: linear_site(block, position) (base/linear_sites.h)
+  int linear_id = -1;   // block linears: linear_site(block, position) (base/linear_sites.h);
+                        // expert linears: expert_linear_site (model_shape.h)
 };
 
 std::vector<ParamView> param_layout(const ModelShape& c);
@@ -99,9 +102,21 @@ struct StepContext {
 engine::LinearSite linear_site_at(const engine::Recipe& recipe, bool keep_bf16, const StepContext& ctx, int block,
                                   int position);
 
+// One MoE block's routing in one pass (docs/model.md, "Mixture of experts").
+struct MoeLayerStats {
+  int block = 0;
+  std::vector<int64_t> counts;  // token-to-expert assignments per routed expert (Σ = tokens · top_k)
+  double balance = 0.0;         // E · Σ_i f_i · P_i, without its coefficient (1 at perfect balance)
+  double z = 0.0;               // mean over tokens of (logsumexp of the router's logits)², without its coefficient
+};
+
 struct PassResult {
   double loss = 0.0;       // mean cross-entropy over the B·T tokens, nats per token
   bool nonfinite = false;  // a quantizer met a NaN/Inf, or the loss is not finite
+  // MoE models: Σ over MoE blocks of balance_coef · balance + z_coef · z, the auxiliary part of the
+  // objective the gradients follow (not in `loss`), and each MoE block's routing.
+  double aux_loss = 0.0;
+  std::vector<MoeLayerStats> moe;
 };
 
 struct EvalResult {
@@ -163,7 +178,8 @@ class BasicModel {
   EvalResult evaluate(const Batch& batch, const StepContext& ctx = {});
 
   // A forward and backward like forward_backward() that reports every block linear's six operands
-  // to `fn` and leaves grads() untouched.
+  // to `fn` and leaves grads() untouched. Refuses an MoE model (std::invalid_argument): its
+  // experts' linears are not probed yet.
   PassResult probe(const Batch& batch, const StepContext& ctx, const ProbeFn& fn);
 
   // The checks forward_backward() (backward = true) and evaluate() (false) run before any work:
@@ -177,8 +193,26 @@ class BasicModel {
   struct LayerActs {  // what a block keeps for its backward pass
     std::vector<T> h1, rstd1, qkv, lse, att, x_mid, h2, rstd2, u, a;
   };
-  struct BlockViews {  // indices into views_
-    int attn_norm, qkv, attn_out, mlp_norm, mlp_in, mlp_out;
+  struct BlockViews {  // indices into views_; an MoE block has mlp_in = mlp_out = -1 and its moe part
+    int attn_norm = -1, qkv = -1, attn_out = -1, mlp_norm = -1, mlp_in = -1, mlp_out = -1;
+    int router = -1;
+    std::vector<int> expert_in, expert_out;  // per expert j: routed 0..E-1, then shared
+  };
+  // What an MoE block keeps for its backward pass (moe_block.cpp). Expert j's group is the tokens
+  // routed to it in ascending token index (every token for a shared expert), padded with zero rows
+  // to a multiple of the recipe's wgrad block (`padded`): the wgrad GEMMs block along the tokens.
+  struct ExpertActs {
+    int rows = 0, padded = 0;
+    std::vector<int32_t> tokens;  // [padded]: the micro-batch row of each group row (pads: rows_ + i)
+    std::vector<int32_t> choice;  // [rows]: routed experts: t·k + c, the gate of each group row
+    std::vector<T> x, u, a, y;    // [padded, d], [rows, 2·f_e], [padded, f_e], [rows, d]
+    std::vector<T> dx;            // [rows, d]: the backward's share of dh, summed per token in expert order
+  };
+  struct MoeActs {
+    std::vector<T> logits, scores, gates, lse;  // [R, E], [R, E], [R, k], [R]
+    std::vector<int32_t> chosen, slot;          // [R, k]: expert, and the token's row in its group
+    std::vector<ExpertActs> experts;            // E + S
+    MoeLayerStats stats;
   };
 
   // Empty when the quantized block linears fit the recipe's blocks for a micro-batch of `tokens`
@@ -199,6 +233,16 @@ class BasicModel {
   bool block_linear_forward(const StepContext& ctx, int block, int pos, const T* x, int rows, T* y);
   bool block_linear_backward(const StepContext& ctx, int block, int pos, const T* x, const T* dy,
                              int rows, T* dx, T* g);
+  // Any linear: weights views_[view], Y[rows] = X · Wᵀ; the backward's dX over `rows` rows and
+  // dW (added into g) over `dw_rows` ≥ rows rows of x and dy (rows beyond `rows` are zero padding).
+  bool linear_fwd(const engine::LinearSite& s, int view, const T* x, int rows, T* y);
+  bool linear_bwd(const engine::LinearSite& s, int view, const T* x, const T* dy, int rows, int dw_rows, T* dx,
+                  T* g);
+  // The MoE block of `block` (moe_block.cpp): out [R, d] from h [R, d] (mlp_norm's output), and its
+  // backward from dout into dh (overwritten) and g. moe_forward fills stats with the routing.
+  bool moe_forward(const StepContext& ctx, int block, const T* h, T* out);
+  bool moe_backward(const StepContext& ctx, int block, const T* h, const T* dout, T* dh, T* g, T grad_scale);
+  int wgrad_row_multiple(int block) const;  // the padding of expert groups
 
   ModelShape config_;
   engine::Recipe recipe_;
@@ -216,9 +260,11 @@ class BasicModel {
   cpu::RopeTable<T> rope_;
   std::vector<std::vector<T>> resid_;  // [i]: the residual stream entering block i; [L]: leaving
   std::vector<LayerActs> acts_;
+  std::vector<MoeActs> moe_acts_;  // per block (empty for dense blocks)
   std::vector<T> hf_, rstdf_, logits_, loss_rows_, head_w_;
   std::vector<T> tmp_, dres_, dtmp_, da_, du_, dh_, datt_, dqkv_, probe_grads_;
   std::vector<bf16_t> w_bf16_, xb_, dyb_;  // bf16 operands of the block linears (T = float)
+  std::vector<T> moe_dh_;                  // the router's share of dh
   const ProbeFn* probe_ = nullptr;
 };
 

@@ -99,6 +99,13 @@ class Section {
     return v.get<std::string>();
   }
 
+  std::optional<bool> boolean(const char* key) const {
+    if (!has(key)) return std::nullopt;
+    const json& v = at(key);
+    if (!v.is_boolean()) w_.bad(field(key), "must be true or false, got " + v.dump());
+    return v.get<bool>();
+  }
+
   int small_int(const char* key, int fallback) const {
     const auto v = integer(key);
     if (!v) return fallback;
@@ -136,8 +143,56 @@ void require_at_most(const Where& w, const std::string& field, int64_t v, int64_
   if (v > max) w.bad(field, fmt::format("must be at most {} ({}), got {}", max, why, v));
 }
 
+// "model.moe": starts from the preset's MoE part (if the preset names one) and overrides it field by
+// field; a preset without experts needs moe.experts and moe.top_k. Defaults: d_ff_expert by
+// default_d_ff_expert, renormalize when top_k > 1, softmax scores, every = 1, no shared experts,
+// balance_coef 0.01, z_coef 0.001 (docs/model.md says why).
+model::MoeShape read_moe(const Where& w, const json* j, const ModelConfig& m) {
+  const Section s(w, j, "model.moe",
+                  {"experts", "top_k", "d_ff_expert", "shared", "every", "score", "renormalize", "balance_coef",
+                   "z_coef"});
+  model::MoeShape moe = m.moe;
+  if (j == nullptr) return moe;
+  if (!moe.enabled() && (!s.has("experts") || !s.has("top_k")))
+    w.bad("model.moe", "needs moe.experts and moe.top_k (or a preset \"d<L>-e<E>k<K>\")");
+  moe.n_experts = s.small_int("experts", moe.n_experts);
+  require_positive(w, "model.moe.experts", moe.n_experts);
+  require_at_most(w, "model.moe.experts", moe.n_experts, model::kMaxExperts, "experts per MoE block");
+  const bool k_given = s.has("top_k");
+  moe.top_k = s.small_int("top_k", moe.top_k);
+  if (moe.top_k < 1 || moe.top_k > moe.n_experts)
+    w.bad("model.moe.top_k", fmt::format("must be between 1 and model.moe.experts ({}), got {}", moe.n_experts, moe.top_k));
+  // A preset's width follows its top-k; a new top_k without a width takes the rule's width for it.
+  const int width = k_given || moe.d_ff_expert == 0 ? model::default_d_ff_expert(m.d_ff, moe.top_k) : moe.d_ff_expert;
+  moe.d_ff_expert = s.small_int("d_ff_expert", width);
+  require_positive(w, "model.moe.d_ff_expert", moe.d_ff_expert);
+  require_at_most(w, "model.moe.d_ff_expert", moe.d_ff_expert, kMaxDff, "2^18");
+  moe.n_shared = s.small_int("shared", moe.n_shared);
+  require_non_negative(w, "model.moe.shared", moe.n_shared);
+  require_at_most(w, "model.moe.shared", moe.n_shared, model::kMaxExperts, "experts per MoE block");
+  moe.every = s.small_int("every", moe.every == 0 ? 1 : moe.every);
+  if (moe.every < 1 || moe.every > m.n_layers)
+    w.bad("model.moe.every", fmt::format("must be between 1 and model.n_layers ({}), got {}", m.n_layers, moe.every));
+  const std::string score = s.string("score").value_or(model::router_score_name(moe.score));
+  if (score == "softmax") moe.score = model::RouterScore::softmax;
+  else if (score == "sigmoid") moe.score = model::RouterScore::sigmoid;
+  else w.bad("model.moe.score", "must be \"softmax\" or \"sigmoid\", got \"" + score + "\"");
+  moe.renormalize = s.boolean("renormalize").value_or(moe.top_k > 1);
+  if (!m.moe.enabled()) {
+    moe.balance_coef = model::kDefaultBalanceCoef;
+    moe.z_coef = model::kDefaultZCoef;
+  }
+  moe.balance_coef = s.number("balance_coef").value_or(moe.balance_coef);
+  if (!(moe.balance_coef >= 0) || !std::isfinite(moe.balance_coef))
+    w.bad("model.moe.balance_coef", fmt::format("must be a finite number >= 0, got {}", moe.balance_coef));
+  moe.z_coef = s.number("z_coef").value_or(moe.z_coef);
+  if (!(moe.z_coef >= 0) || !std::isfinite(moe.z_coef))
+    w.bad("model.moe.z_coef", fmt::format("must be a finite number >= 0, got {}", moe.z_coef));
+  return moe;
+}
+
 ModelConfig read_model(const Where& w, const json* j) {
-  const Section s(w, j, "model", {"preset", "n_layers", "d_model", "n_heads", "head_dim", "d_ff", "seq_len"});
+  const Section s(w, j, "model", {"preset", "n_layers", "d_model", "n_heads", "head_dim", "d_ff", "seq_len", "moe"});
   if (j == nullptr) w.bad("model", "is required (e.g. {\"preset\": \"d2\"})");
   ModelConfig m;
   m.preset = s.string("preset").value_or("custom");
@@ -153,6 +208,7 @@ ModelConfig read_model(const Where& w, const json* j) {
     m.head_dim = p.head_dim;
     m.n_heads = p.n_heads;
     m.d_ff = p.d_ff;
+    m.moe = p.moe;
   } else if (!s.has("n_layers") || !s.has("d_model")) {
     w.bad("model", "needs a preset (\"d<L>\", e.g. \"d2\") or both n_layers and d_model");
   }
@@ -180,6 +236,7 @@ ModelConfig read_model(const Where& w, const json* j) {
   m.d_ff = s.small_int("d_ff", default_d_ff(m.d_model));
   require_positive(w, "model.d_ff", m.d_ff);
   require_at_most(w, "model.d_ff", m.d_ff, kMaxDff, "2^18");
+  m.moe = read_moe(w, s.has("moe") ? &s.at("moe") : nullptr, m);
   // The model's own limits (e.g. the layer count the random-stream packing allows).
   const model::ModelShape shape = m.shape(model::ModelShape{}.vocab_size);  // the data's vocabulary comes later
   if (const std::string e = model::config_error(shape); !e.empty())
@@ -334,8 +391,17 @@ void check_blocks(const Where& w, const RunConfig& c) {
       {"qkv", c.model.d_model, fmt::format("model.d_model = {}", c.model.d_model), 3 * inner,
        fmt::format("3 × model.d_model = {}", 3 * inner)},
   };
+  std::vector<Linear> all(std::begin(linears), std::end(linears));
+  if (c.model.moe.enabled()) {
+    // An expert's tokens are a group of the micro-batch padded to whole blocks, so only K and N bind.
+    const int fe = c.model.moe.d_ff_expert;
+    all.push_back({"MoE expert output", fe, fmt::format("model.moe.d_ff_expert = {}", fe), c.model.d_model,
+                   fmt::format("model.d_model = {}", c.model.d_model)});
+    all.push_back({"MoE expert input", c.model.d_model, fmt::format("model.d_model = {}", c.model.d_model), 2 * fe,
+                   fmt::format("2 × model.moe.d_ff_expert = {}", 2 * fe)});
+  }
   if (t > std::numeric_limits<int>::max()) w.bad("train.micro_batch", "× model.seq_len is too large");
-  for (const Linear& l : linears) {
+  for (const Linear& l : all) {
     const std::string err = engine::linear_shape_error(c.recipe, static_cast<int>(t), l.k, l.n);
     if (err.empty()) continue;
     std::string field;
@@ -400,11 +466,20 @@ data::StreamOrder train_stream_order(const RunConfig& c) {
 
 int default_d_ff(int d_model) { return model::nearest_d_ff(d_model); }
 
-void check_model_preset(const std::string& preset) {
+void check_model_preset(const std::string& full) {
   const auto fail = [&] {
-    throw UserError("must be \"d<L>\" with L from 1 to 64 (e.g. \"d4\") or \"custom\", got \"" +
-                    preset + "\"");
+    throw UserError("must be \"d<L>\" with L from 1 to 64 (e.g. \"d4\"), \"d<L>-e<E>k<K>\" (e.g. \"d4-e8k2\": "
+                    "8 experts, top-2) or \"custom\", got \"" + full + "\"");
   };
+  const size_t dash = full.find('-');
+  const std::string preset = full.substr(0, dash);
+  if (dash != std::string::npos) {
+    try {
+      (void)model::model_preset(full);  // the MoE part's syntax and limits
+    } catch (const UserError&) {
+      fail();
+    }
+  }
   if (preset.size() < 2 || preset.size() > 3 || preset[0] != 'd' || preset[1] == '0' ||
       preset.find_first_not_of("0123456789", 1) != std::string::npos)
     fail();
@@ -413,7 +488,7 @@ void check_model_preset(const std::string& preset) {
 
 model::ModelShape ModelConfig::shape(int vocab_size) const {
   return {.n_layers = n_layers, .d_model = d_model, .n_heads = n_heads, .head_dim = head_dim, .d_ff = d_ff,
-          .vocab_size = vocab_size};
+          .vocab_size = vocab_size, .moe = moe};
 }
 
 RunConfig config_from_json(const nlohmann::json& j, const std::string& file) {
@@ -457,6 +532,8 @@ RunConfig config_from_json(const nlohmann::json& j, const std::string& file) {
     const Section s(w, child(j, "probe"), "probe", {"every"});
     c.probe.every = s.integer("every").value_or(c.probe.every);
     require_non_negative(w, "probe.every", c.probe.every);
+    if (c.probe.every > 0 && c.model.moe.enabled())
+      w.bad("probe.every", "must be 0 for an MoE model: the shrinkage probe does not measure the experts' linears yet");
   }
   if (c.probe.every > 0 && c.eval.tokens < c.tokens_per_micro_step())
     w.bad("eval.tokens", fmt::format("({}) must be at least train.micro_batch × model.seq_len ({}) when the probe is on: "
@@ -535,6 +612,16 @@ nlohmann::json config_to_json(const RunConfig& c) {
   j["model"] = {{"preset", c.model.preset},   {"n_layers", c.model.n_layers}, {"d_model", c.model.d_model},
                 {"n_heads", c.model.n_heads}, {"head_dim", c.model.head_dim}, {"d_ff", c.model.d_ff},
                 {"seq_len", c.model.seq_len}};
+  if (const model::MoeShape& m = c.model.moe; m.enabled())
+    j["model"]["moe"] = {{"experts", m.n_experts},
+                         {"top_k", m.top_k},
+                         {"d_ff_expert", m.d_ff_expert},
+                         {"shared", m.n_shared},
+                         {"every", m.every},
+                         {"score", model::router_score_name(m.score)},
+                         {"renormalize", m.renormalize},
+                         {"balance_coef", m.balance_coef},
+                         {"z_coef", m.z_coef}};
   j["recipe"] = engine::recipe_to_json(c.recipe);
   j["data"] = c.data;
   const TrainConfig& t = c.train;

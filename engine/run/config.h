@@ -25,13 +25,18 @@ namespace fp4::run {
 // The config's "model" section: a size preset's name, the dimensions it resolves to (the model's
 // shape, engine/model/model_shape.h, less the vocabulary, which the data sets) and the context.
 struct ModelConfig {
-  std::string preset = "custom";  // "d<L>" fixes n_layers = L, d_model = 64·L; "custom" otherwise
+  std::string preset = "custom";  // "d<L>" fixes n_layers = L, d_model = 64·L, "d<L>-e<E>k<K>" adds
+                                  // an MoE block (E experts, top-K) to every layer; "custom" otherwise
   int n_layers = 0;
   int d_model = 0;
   int n_heads = 0;                // default d_model / head_dim
   int head_dim = 64;
   int d_ff = 0;                   // default: the multiple of 64 nearest 8/3 · d_model (SwiGLU)
   int seq_len = 256;
+  // "model.moe" (docs/model.md, "Mixture of experts"): n_experts = 0 (the section absent) is the
+  // dense model, and then nothing of it is written into the config's JSON, so every dense run's id
+  // is what it was before MoE existed.
+  model::MoeShape moe;
 
   // The model's shape over a vocabulary of `vocab_size` tokens: the one way from a run config to
   // the engine's model.
@@ -162,8 +167,8 @@ std::string config_canonical(const RunConfig& c);
 // SHA-256 of config_canonical, 64 hex digits.
 std::string config_hash(const RunConfig& c);
 
-// A preset name a run config accepts: "d<L>" with L from 1 to 64 (engine/model's model_preset
-// gives its dimensions). Throws UserError for anything else.
+// A preset name a run config accepts: "d<L>" with L from 1 to 64, optionally "-e<E>k<K>" (engine/model's
+// model_preset gives its dimensions). Throws UserError for anything else.
 void check_model_preset(const std::string& preset);
 // engine/model's rule: the multiple of 64 nearest to 8/3 · d_model.
 int default_d_ff(int d_model);

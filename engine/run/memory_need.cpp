@@ -17,6 +17,7 @@ namespace {
 
 struct Shape {
   double L, d, f, H, V, rows, n, n_linear;
+  double moe_row = 0;  // fp32 values per row that the MoE blocks keep beyond a dense MLP's (all blocks)
 };
 
 Shape shape_of(const RunConfig& c, uint32_t vocab) {
@@ -30,6 +31,13 @@ Shape shape_of(const RunConfig& c, uint32_t vocab) {
   s.rows = static_cast<double>(c.train.micro_batch) * c.model.seq_len;
   s.n = static_cast<double>(model::total_params(m));
   s.n_linear = static_cast<double>(c.model.n_layers) * (4 * s.d * s.d + 3 * s.d * s.f);
+  if (const model::MoeShape& moe = c.model.moe; moe.enabled()) {
+    // Per MoE block and token: each of its k + S experts' x, u, a, y and dx (3·d + 3·f_e, padding
+    // aside), and the router's logits, scores, gates and choices.
+    const double used = moe.top_k + moe.n_shared, fe = moe.d_ff_expert;
+    s.moe_row = model::moe_block_count(m) * (used * (3 * s.d + 3 * fe) + 2.0 * moe.n_experts + 3.0 * moe.top_k);
+    s.n_linear = static_cast<double>(model::nonembedding_params(m));  // every expert's weights
+  }
   return s;
 }
 
@@ -38,7 +46,7 @@ Shape shape_of(const RunConfig& c, uint32_t vocab) {
 // log-sum-exps, the mid residual, the MLP's gate|up and activation; the final norm, the logits,
 // and the backward pass's scratch.
 double fp32_per_row(const Shape& s) {
-  return (s.L + 1) * s.d + s.L * (7 * s.d + 3 * s.f + s.H + 2) + 9 * s.d + 3 * s.f + s.V + 2;
+  return (s.L + 1) * s.d + s.L * (7 * s.d + 3 * s.f + s.H + 2) + 9 * s.d + 3 * s.f + s.V + 2 + s.moe_row;
 }
 
 // The held-out set (read as uint16, kept as int32 inputs and targets) and one micro-step's batch

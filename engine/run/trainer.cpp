@@ -134,6 +134,45 @@ EvalOutcome evaluate(TrainBackend& m, const EvalSet& e, int micro_batch, const m
   return {loss, nonfinite || !std::isfinite(loss)};
 }
 
+// ---- MoE routing (docs/train.md, metrics.jsonl's "moe" rows) -------------------------------------
+
+// One "moe" row per MoE block for a step's passes (without step and tokens): the load of each
+// routed expert as its fraction of the step's token-to-expert assignments (min, max, and the
+// coefficient of variation std/mean, population std, over the experts), and the balancing and z
+// losses (without coefficients) averaged over the micro-steps. Empty for a dense model.
+std::vector<json> moe_step_rows(const std::vector<model::PassResult>& passes) {
+  std::vector<json> rows;
+  if (passes.empty() || passes.front().moe.empty()) return rows;
+  for (size_t i = 0; i < passes.front().moe.size(); ++i) {
+    const model::MoeLayerStats& first = passes.front().moe[i];
+    std::vector<double> counts(first.counts.size(), 0.0);
+    double balance = 0.0, z = 0.0;
+    for (const model::PassResult& p : passes) {
+      for (size_t e = 0; e < counts.size(); ++e) counts[e] += static_cast<double>(p.moe[i].counts[e]);
+      balance += p.moe[i].balance;
+      z += p.moe[i].z;
+    }
+    double total = 0.0;
+    for (double c : counts) total += c;
+    const double n = static_cast<double>(counts.size()), mean = 1.0 / n;
+    double lo = 1.0, hi = 0.0, var = 0.0;
+    for (double c : counts) {
+      const double f = c / total;
+      lo = std::min(lo, f);
+      hi = std::max(hi, f);
+      var += (f - mean) * (f - mean);
+    }
+    rows.push_back({{"kind", "moe"},
+                    {"layer", first.block},
+                    {"load_min", lo},
+                    {"load_max", hi},
+                    {"load_cv", std::sqrt(var / n) / mean},
+                    {"balance", finite_or_null(balance / static_cast<double>(passes.size()))},
+                    {"z", finite_or_null(z / static_cast<double>(passes.size()))}});
+  }
+  return rows;
+}
+
 // ---- The shrinkage probe (NUMERICS.md §8) ------------------------------------------------------
 
 // A probe row (base/probe_rows.h) as metrics.jsonl carries it: its kind, the tokens seen at
@@ -290,20 +329,29 @@ TrainResult run_loop(Setup& s, const TrainOptions& o, const RunPaths& paths, Tra
                  {"n_params_nonembedding", n_nonemb},
                  {"flops_per_token", flops_per_token},
                  {"tokens_total", c.train.tokens},
-                 {"compute_6nd", 6.0 * static_cast<double>(n_nonemb) * static_cast<double>(c.train.tokens)},
+                 {"compute_6nd", 6.0 * static_cast<double>(model::active_nonembedding_params(mc)) *
+                                     static_cast<double>(c.train.tokens)},
                  {"flops_total", flops_per_token * static_cast<double>(c.train.tokens)},
                  {"grad_accum", accum},
                  {"threads", omp_get_max_threads()},
                  {"version", FP4LAB_VERSION}};
   if (distributed) run_row["gpus"] = s.rank->world;  // data parallelism (absent: one process)
+  if (mc.moe.enabled()) {  // docs/model.md, "Sizes of MoE models": the parameters one token uses
+    run_row["n_params_active"] = model::active_params(mc);
+    run_row["n_params_active_nonembedding"] = model::active_nonembedding_params(mc);
+  }
   metrics.write(run_row);
   if (distributed)
     log.line(fmt::format("data parallel over {} GPU(s): each takes {} of the {} micro-steps of a step, the gradients "
                          "are summed with NCCL (fp32) after the last",
                          s.rank->world, share.count, accum));
-  log.line(fmt::format("model {}: {} parameters ({} non-embedding); recipe {}; {} steps of {} tokens "
+  const std::string active =
+      mc.moe.enabled() ? fmt::format(", {} active ({} non-embedding)", model::active_params(mc),
+                                     model::active_nonembedding_params(mc))
+                       : std::string();
+  log.line(fmt::format("model {}: {} parameters ({} non-embedding{}); recipe {}; {} steps of {} tokens "
                        "({} micro-steps of {}×{}); data {} ({}); device {} ({})",
-                       model::describe(mc), model::total_params(mc), n_nonemb, c.recipe.name, c.train.steps,
+                       model::describe(mc), model::total_params(mc), n_nonemb, active, c.recipe.name, c.train.steps,
                        c.train.batch_tokens, accum, b, t, c.data,
                        c.train.shuffle == Shuffle::sequences
                            ? fmt::format("shuffled by sequence, data seed {}", c.train.data_seed)
@@ -399,6 +447,8 @@ TrainResult run_loop(Setup& s, const TrainOptions& o, const RunPaths& paths, Tra
       scalars[static_cast<size_t>(micro_steps[j])] = passes[j].loss;
       nonfinite = nonfinite || passes[j].nonfinite;
     }
+    // An MoE model's routing over the step (one process: MoE models do not train on several GPUs).
+    const std::vector<json> moe_rows = moe_step_rows(passes);
     bool stop_agreed = false;
     if (distributed) {
       // The gradients were scaled by 1/A per micro-step, so their fp32 sum over the ranks is the
@@ -435,8 +485,19 @@ TrainResult run_loop(Setup& s, const TrainOptions& o, const RunPaths& paths, Tra
 
     const double now = monotonic_s();
     const double rate = static_cast<double>(c.train.batch_tokens) / std::max(now - step_start, 1e-9);
-    metrics.write({{"kind", "train"}, {"step", step}, {"tokens", tokens}, {"loss", loss}, {"lr", lr},
-                   {"grad_norm", norm}, {"tokens_per_s", rate}, {"elapsed_s", now - session_start}});
+    json train_row = {{"kind", "train"}, {"step", step},       {"tokens", tokens},       {"loss", loss},
+                      {"lr", lr},        {"grad_norm", norm}, {"tokens_per_s", rate}, {"elapsed_s", now - session_start}};
+    if (!moe_rows.empty()) {
+      double aux = 0.0;
+      for (const model::PassResult& p : passes) aux += p.aux_loss;
+      train_row["aux_loss"] = aux / static_cast<double>(passes.size());
+    }
+    metrics.write(train_row);
+    for (json row : moe_rows) {
+      row["step"] = step;
+      row["tokens"] = tokens;
+      metrics.write(row);
+    }
     if (step == session_first + 1 || step % log_every == 0 || step == c.train.steps || now - last_log >= 30.0) {
       const double per_step = (now - session_start) / static_cast<double>(step - session_first);
       log.line(fmt::format("step {}/{} | loss {:.4f} | lr {:.3e} | grad norm {:.3f} | {} tok/s | ETA {}", step,
@@ -490,6 +551,10 @@ std::string pick_device(RunConfig& config, const std::string& device_flag) {
     return "from --device";
   }
   if (config.device_named) return "from the config";
+  if (config.model.moe.enabled()) {
+    config.device = "cpu";
+    return "picked: the config names no device, and MoE models train on the CPU only so far";
+  }
 #ifdef FP4LAB_HAVE_CUDA
   if (cuda_model::cuda_device_visible()) {
     config.device = "cuda";
@@ -511,6 +576,8 @@ RunConfig planned(const TrainOptions& o, std::string* device_choice) {
   if (device_choice != nullptr) *device_choice = std::move(choice);
   if (o.gpus > 0) set_gpus(c, o.gpus, "--gpus");
   if (std::string e = device_error(c.device); !e.empty()) throw UserError(o.config.string() + ": " + e);
+  if (c.device == "cuda" && c.model.moe.enabled())
+    throw UserError(o.config.string() + ": " + model::kMoeCudaRefusal);
   // Checked again now that the device is known (the config may have left it to pick_device).
   if (std::string e = gpus_error(c, c.gpus); !e.empty()) throw UserError(o.config.string() + ": " + e);
   if (o.rank && c.device != "cuda")

@@ -48,7 +48,7 @@ std::string shape_error(int rows, int cols, const QuantSpec& spec) {
 }
 
 QuantizedTensor quantize(const bf16_t* x, int rows, int cols, const QuantSpec& spec,
-                         bool keep_transformed) {
+                         bool keep_transformed, const int32_t* source_rows) {
   if (std::string err = shape_error(rows, cols, spec); !err.empty()) throw std::invalid_argument(err);
   const int64_t n = static_cast<int64_t>(rows) * cols;
 
@@ -130,9 +130,12 @@ QuantizedTensor quantize(const bf16_t* x, int rows, int cols, const QuantSpec& s
         for (int c = b.c0; c < b.c0 + b.nc; ++c) {
           const int64_t i = static_cast<int64_t>(r) * cols + c;
           float u = 0.0f;
-          if (spec.rounding == Rounding::sr)
-            u = uniform_from_word(philox_word_for_element(spec.seed, spec.stream, spec.step,
-                                                          static_cast<uint64_t>(i)));
+          if (spec.rounding == Rounding::sr) {
+            const uint64_t source = source_rows == nullptr
+                                        ? static_cast<uint64_t>(i)
+                                        : static_cast<uint64_t>(source_rows[r]) * static_cast<uint64_t>(cols) + c;
+            u = uniform_from_word(philox_word_for_element(spec.seed, spec.stream, spec.step, source));
+          }
           const QuantizedElement e = quantize_element(v[i], s, spec.grid, max_index, spec.rounding, u);
           q.dequant[i] = e.out;
           q.codes[i] = e.code;

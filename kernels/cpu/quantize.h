@@ -43,7 +43,14 @@ std::string shape_error(int rows, int cols, const QuantSpec& spec);
 
 // Quantizes x (bf16 bits, [rows, cols] row-major). Throws std::invalid_argument with the message of
 // shape_error() when the shape does not fit the spec.
+//
+// source_rows: null, or one entry per row of x saying which row of the source tensor it is, for
+// a copy whose rows were gathered from a larger tensor (an MoE expert's group of tokens:
+// docs/model.md). The SR draw of element (r, c) is then that of element index
+// source_rows[r]·cols + c (NUMERICS.md §6: "the element index is the row-major index in the source
+// tensor"), so the random numbers do not depend on which rows were gathered together. Blocks, the
+// RHT and the amax still run over x's own rows.
 QuantizedTensor quantize(const bf16_t* x, int rows, int cols, const QuantSpec& spec,
-                         bool keep_transformed = false);
+                         bool keep_transformed = false, const int32_t* source_rows = nullptr);
 
 }  // namespace fp4::cpu
