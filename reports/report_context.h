@@ -4,6 +4,7 @@
 #pragma once
 
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -60,5 +61,9 @@ Section noise_section(ReportContext& ctx);
 Section ablation_section(ReportContext& ctx);
 Section probe_section(ReportContext& ctx);
 Section excluded_section(ReportContext& ctx);
+
+// The expert load of the MoE runs among `runs` over training (sections_moe.cpp); nothing when none
+// of them has routing metrics (a dense study's report is unchanged).
+std::optional<Figure> expert_load_figure(ReportContext& ctx, const std::vector<const StudyRun*>& runs);
 
 }  // namespace fp4::reports

@@ -114,6 +114,7 @@ Section curves_section(ReportContext& ctx) {
   } else {
     s.blocks.push_back(loss_curve_figure(ctx, with_eval));
   }
+  if (std::optional<Figure> load = expert_load_figure(ctx, st.main_runs())) s.blocks.push_back(std::move(*load));
 
   // The gap over training, averaged over seeds per (recipe, model, D).
   const Twins twins = bf16_twins(st, true);

@@ -203,3 +203,47 @@ TEST_CASE("report paths inside the study's repository are written relative to it
   md = report();
   CHECK(md.find("build/cli/fp4lab report " + toml.string() + "\n") != std::string::npos);
 }
+
+TEST_CASE("report of a study with MoE runs draws their expert load; without them there is no such figure",
+          "[report][report_missing][moe]") {
+  ScratchDir dir;
+  fp4::test::HandStudy h(dir.path(), "experts");
+  const auto bf16 = h.add("moe-bf16", "bf16", "d1-e4k2", 50000, 1000, 0, "m0");
+  const auto ufp4 = h.add("moe-ufp4", "ufp4", "d1-e4k2", 50000, 1000, 0, "m0");
+  const auto dense = h.add("dense-bf16", "bf16", "d1", 50000, 1000, 0, "m1");
+  h.record();
+  for (const auto* p : {&bf16, &ufp4, &dense}) h.train(*p, [](int64_t s) { return 4.0 - 0.1 * s; }, RunState::succeeded);
+  // Two MoE blocks; the load evens out over training (CV 1/s and 2/s).
+  for (const auto* p : {&bf16, &ufp4}) {
+    fp4::store::MetricsBatch b;
+    for (int64_t s = 1; s <= 10; ++s)
+      for (int layer : {0, 1}) {
+        const std::string key = "moe/" + std::to_string(layer) + "/load_cv";
+        b.metrics.push_back({key, s, s * 100, (layer + 1.0) / static_cast<double>(s), false});
+      }
+    h.store().ingest(p->id, b, 0);
+  }
+  h.close();
+  const Rendered r = render("--store '" + h.store_path().string() + "'", dir);
+  CHECK(r.html.find("id=\"figure-expert-load\"") != std::string::npos);
+  const std::vector<std::vector<std::string>> csv =
+      fp4::test::read_csv(fp4::test::slurp(dir / "out" / "expert_load.csv"));
+  REQUIRE(csv.size() == 1 + 2 * 10);  // the header, then every step of both MoE runs; the dense run has none
+  CHECK(csv[0] == std::vector<std::string>{"run", "run_id", "model", "recipe", "step", "tokens", "load_cv_mean"});
+  for (size_t i = 1; i < csv.size(); ++i) {
+    const double step = std::stod(csv[i][4]);
+    CHECK(std::stod(csv[i][6]) == Approx(1.5 / step));  // the mean of 1/s and 2/s
+  }
+  CHECK(fp4::test::undocumented_csv_files(dir / "out").empty());
+
+  // A dense study: no figure, no file.
+  ScratchDir dense_dir;
+  fp4::test::HandStudy d(dense_dir.path(), "dense");
+  const auto only = d.add("dense-bf16", "bf16", "d1", 50000, 1000, 0, "m1");
+  d.record();
+  d.train(only, [](int64_t s) { return 4.0 - 0.1 * s; }, RunState::succeeded);
+  d.close();
+  const Rendered rd = render("--store '" + d.store_path().string() + "'", dense_dir);
+  CHECK(rd.html.find("figure-expert-load") == std::string::npos);
+  CHECK_FALSE(fs::exists(dense_dir / "out" / "expert_load.csv"));
+}
