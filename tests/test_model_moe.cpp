@@ -82,6 +82,18 @@ void copy_dense_into(const D& dense, M& moe, int expert) {
   }
 }
 
+// A dense model with seeded weights and an MoE model whose expert 0 (and everything outside
+// the MoE blocks) holds the dense model's weights; the rest keeps its own initialization.
+struct Twins {
+  Model dense, moe;
+  Twins(const ModelShape& d, const ModelShape& m, const engine::Recipe& recipe, uint64_t seed)
+      : dense(d, recipe, {}), moe(m, recipe, {}) {
+    dense.init_params(seed);
+    moe.init_params(seed + 1);
+    copy_dense_into(dense, moe, 0);
+  }
+};
+
 }  // namespace
 
 TEST_CASE("moe presets: d<L>-e<E>k<K> is the dense shape with E experts, top-K, at the dense active width",
@@ -310,12 +322,8 @@ TEST_CASE("one expert at the dense width, top-1, is the dense model bit for bit"
   const StepContext ctx{42, 9, 1};
   for (const char* name : {"bf16", "e2m1", "ufp4", "nvfp4", "mxfp4"}) {
     INFO(name);
-    const engine::Recipe recipe = engine::recipe_preset(name);
-    Model d(dense, recipe, {});
-    d.init_params(5);
-    Model m(one, recipe, {});
-    m.init_params(6);
-    copy_dense_into(d, m, 0);
+    Twins twins(dense, one, engine::recipe_preset(name), 5);
+    Model &d = twins.dense, &m = twins.moe;
     const PassResult rd = d.forward_backward(tok.view(2, 32), ctx);
     const PassResult rm = m.forward_backward(tok.view(2, 32), ctx);
     REQUIRE_FALSE(rd.nonfinite);
@@ -352,12 +360,8 @@ TEST_CASE("all tokens to one expert: a zero router ties every token to expert 0"
   const Tokens tok = random_tokens(64, dense.vocab_size, 8);
   for (const char* name : {"bf16", "e2m1"}) {
     INFO(name);
-    const engine::Recipe recipe = engine::recipe_preset(name);
-    Model d(dense, recipe, {});
-    d.init_params(2);
-    Model m(moe, recipe, {});
-    m.init_params(3);
-    copy_dense_into(d, m, 0);
+    Twins twins(dense, moe, engine::recipe_preset(name), 2);
+    Model &d = twins.dense, &m = twins.moe;
     for (int b = 0; b < 2; ++b) {
       const ParamView& r = m.view("blocks." + std::to_string(b) + ".router");
       std::fill_n(m.params().begin() + r.offset, r.size, 0.0f);
