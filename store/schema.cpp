@@ -5,6 +5,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "base/numerics_identity.h"
 #include "store/sqlite.h"
 
 namespace fp4::store::detail {
@@ -191,6 +192,26 @@ ALTER TABLE runs ADD COLUMN data_fingerprint TEXT NOT NULL DEFAULT '';
 UPDATE runs SET ingested_bytes = 0;
 )sql";
 
+// Version 5: the numerics identity each run trained under (base/numerics_identity.h), from the
+// trainer's `run` row at ingest; NULL while not known (a run not started, or recorded by a binary of
+// a commit fp4lab does not know). Runs recorded before it get theirs from the git commit of their
+// latest attempt's binary (fp4_numerics_of_commit, registered by migrate_store: 1 before 5ac9441,
+// 2 from it on).
+constexpr const char* kMigration5 = R"sql(
+ALTER TABLE runs ADD COLUMN numerics INTEGER;
+UPDATE runs SET numerics = (
+  SELECT nullif(fp4_numerics_of_commit(p.git_commit), 0)
+  FROM attempts AS a JOIN provenance AS p ON p.attempt = a.id
+  WHERE a.run = runs.id ORDER BY a.number DESC, a.id DESC LIMIT 1);
+)sql";
+
+// fp4_numerics_of_commit(text): base/numerics_identity.h's table as an SQL function, for
+// kMigration5's backfill; 0 for what is not a known commit (NULL included).
+void numerics_of_commit(sqlite3_context* context, int, sqlite3_value** argv) {
+  const unsigned char* text = sqlite3_value_text(argv[0]);
+  sqlite3_result_int(context, text == nullptr ? 0 : numerics_identity_of_commit(reinterpret_cast<const char*>(text)));
+}
+
 static_assert(kStoreApplicationId == 1179661395, "kMigration1 writes this number literally");
 
 }  // namespace
@@ -202,6 +223,7 @@ const std::vector<Migration>& store_migrations() {
        kMigration2},
       {3, "fits.predictions_json", kMigration3},
       {4, "runs.data_fingerprint; ingested_bytes reset so that the next ingest reads it", kMigration4},
+      {5, "runs.numerics, the numerics identity; older runs' from their latest attempt's commit", kMigration5},
   };
   return steps;
 }
@@ -220,6 +242,9 @@ void migrate_store(sqlite3* db, const std::filesystem::path& path, int target_ve
   const auto& steps = store_migrations();
   if (target_version > latest_store_version())
     throw std::logic_error("migrate_store: no migration to version " + std::to_string(target_version));
+  if (sqlite3_create_function(db, "fp4_numerics_of_commit", 1, SQLITE_UTF8 | SQLITE_DETERMINISTIC, nullptr,
+                              numerics_of_commit, nullptr, nullptr) != SQLITE_OK)
+    throw std::runtime_error(path.string() + ": registering fp4_numerics_of_commit: " + sqlite3_errmsg(db));
   WriteTransaction tx(db, path);
   // Read under the write lock: a concurrent opener may have migrated while we waited for it.
   const int version = read_user_version(db, path);

@@ -38,7 +38,7 @@ uint64_t seed_from_column(int64_t bits) { return static_cast<uint64_t>(bits); }
 // The columns of `runs` in RunRecord order; read_run() reads them by these indices.
 constexpr const char* kRunColumns =
     "id, name, config_json, match_key, recipe, baseline, model, n_params, n_params_nonembedding, tokens, seed, "
-    "flops_per_token, state, attempts, dir, error, lease_owner, lease_expires, ingested_bytes, data_fingerprint";
+    "flops_per_token, state, attempts, dir, error, lease_owner, lease_expires, ingested_bytes, data_fingerprint, numerics";
 
 RunRecord read_run(const Statement& s) {
   RunRecord r;
@@ -62,6 +62,7 @@ RunRecord read_run(const Statement& s) {
   r.lease_expires = s.column_double(17);
   r.ingested_bytes = s.column_int64(18);
   r.data_fingerprint = s.column_text(19);
+  if (!s.is_null(20)) r.numerics = static_cast<int>(s.column_int64(20));
   return r;
 }
 
@@ -407,7 +408,7 @@ std::vector<RunRecord> Store::runs_of_grid(const std::string& text_hash) const {
   Statement s(db_, path_,
               "SELECT r.id, r.name, r.config_json, r.match_key, r.recipe, r.baseline, r.model, r.n_params, "
               "r.n_params_nonembedding, r.tokens, r.seed, r.flops_per_token, r.state, r.attempts, r.dir, r.error, "
-              "r.lease_owner, r.lease_expires, r.ingested_bytes, r.data_fingerprint "
+              "r.lease_owner, r.lease_expires, r.ingested_bytes, r.data_fingerprint, r.numerics "
               "FROM grids AS g JOIN grid_runs AS gr ON gr.grid = g.id JOIN runs AS r ON r.id = gr.run "
               "WHERE g.text_hash = ?1 ORDER BY gr.position");
   s.bind(1, text_hash);
@@ -554,7 +555,8 @@ void Store::ingest(const std::string& run_id, const MetricsBatch& batch, int64_t
                 "UPDATE runs SET n_params = coalesce(?2, n_params), "
                 "n_params_nonembedding = coalesce(?3, n_params_nonembedding), "
                 "flops_per_token = coalesce(?4, flops_per_token), tokens = coalesce(?5, tokens), "
-                "data_fingerprint = coalesce(?8, data_fingerprint), ingested_bytes = ?6, updated = ?7 WHERE id = ?1");
+                "data_fingerprint = coalesce(?8, data_fingerprint), numerics = coalesce(?9, numerics), "
+                "ingested_bytes = ?6, updated = ?7 WHERE id = ?1");
   const json info = batch.run_info.is_object() ? batch.run_info : json::object();
   run.bind(1, run_id)
       .bind(2, run_info_integer(info, "n_params"))
@@ -563,7 +565,8 @@ void Store::ingest(const std::string& run_id, const MetricsBatch& batch, int64_t
       .bind(5, run_info_integer(info, "tokens_total"))
       .bind(6, new_offset)
       .bind(7, unix_time_s())
-      .bind(8, run_info_text(info, "data_fingerprint"));
+      .bind(8, run_info_text(info, "data_fingerprint"))
+      .bind(9, run_info_integer(info, "numerics"));
   run.run();
   if (sqlite3_changes(db_) == 0)
     throw std::runtime_error(path_.string() + ": ingest: no run " + run_id + " in the store");

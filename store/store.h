@@ -56,6 +56,9 @@ struct RunRecord {
   double lease_expires = 0;       // Unix seconds
   int64_t ingested_bytes = 0;     // metrics.jsonl bytes already ingested (complete lines only)
   std::string data_fingerprint;   // what the trainer reported in its run row; "" until ingested
+  // The numerics identity it trained under (base/numerics_identity.h): the trainer's run row's, or
+  // for a run recorded before identities were, its latest attempt's commit's; absent: not known.
+  std::optional<int> numerics;
 };
 
 // Where and how an attempt ran (provenance, one row per attempt).

@@ -20,6 +20,7 @@
 #include <type_traits>
 #include <vector>
 
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "base/user_error.h"
@@ -867,6 +868,52 @@ TEST_CASE("sweeps store: a version-3 file learns the data fingerprints at its ne
   r = *store->run("r3");
   CHECK(r.data_fingerprint == "fp3");
   CHECK(r.ingested_bytes == 64);
+}
+
+TEST_CASE("sweeps store: version 5 keeps each run's numerics identity, older runs' from their commit",
+          "[sweeps][sweeps_store][numerics]") {
+  // Migration 5 gives every run recorded before identities the identity of its latest attempt's
+  // commit (base/numerics_identity.h: 1 before 5ac9441, 2 from it on), none to a run whose commit
+  // it does not know or that never started; ingest then takes the trainer's own from its run row.
+  ScratchDir dir;
+  const auto path = dir / "v4.db";
+  std::string sql;
+  int attempt = 0;
+  auto run = [&](const std::string& id, const std::string& state) {
+    sql += "INSERT INTO runs (id, name, config_json, match_key, recipe, baseline, model, n_params, "
+           "n_params_nonembedding, tokens, seed, flops_per_token, state, attempts, dir, created, updated) VALUES ('" +
+           id + "', '" + id + "', '{}', 'm-" + id + "', 'bf16', 1, 'd2', 10, 6, 500, 0, 36.0, '" + state +
+           "', 1, '/runs/" + id + "', 1, 1);\n";
+  };
+  auto attempt_at = [&](const std::string& id, int number, const std::string& commit) {
+    ++attempt;
+    sql += fmt::format("INSERT INTO attempts (id, run, number, host, devices, pid, started) VALUES ({}, '{}', {}, 'h', "
+                       "'cuda:0', 1, 1);\n",
+                       attempt, id, number);
+    sql += fmt::format("INSERT INTO provenance VALUES ({}, 'NVIDIA H200', '', '', '{}', 0, '0.1.0', '{{}}');\n", attempt,
+                       commit);
+  };
+  run("first-study", "succeeded");  // the first study's binary
+  attempt_at("first-study", 1, "8ddfdcd009ca6e1c5fb33b9b3a3d19b0b1f6a9c1");
+  run("resumed", "succeeded");      // resumed by a binary of identity 2: its latest attempt's counts
+  attempt_at("resumed", 1, "8de04ece6660");
+  attempt_at("resumed", 2, "b334f98d2a7c");
+  run("elsewhere", "succeeded");    // a commit of no known history
+  attempt_at("elsewhere", 1, "0123456789abcdef0123456789abcdef01234567");
+  run("never", "pending");
+  write_old_store(path, 4, sql);
+  auto store = Store::open(path, Store::Mode::read_write);
+  CHECK(store->run("first-study")->numerics == 1);
+  CHECK(store->run("resumed")->numerics == 2);
+  CHECK_FALSE(store->run("elsewhere")->numerics.has_value());
+  CHECK_FALSE(store->run("never")->numerics.has_value());
+  // The trainer's run row sets it; a batch without one leaves it.
+  store->ingest("never", batch_of(R"({"kind":"run","step":0,"tokens":0,"event":"start","numerics":7})"
+                                  "\n"),
+                64);
+  CHECK(store->run("never")->numerics == 7);
+  store->ingest("never", batch_of(eval_row(10, "2.5")), 128);
+  CHECK(store->run("never")->numerics == 7);
 }
 
 TEST_CASE("sweeps store: migrating commits once, so no reader sees a version between", "[sweeps][sweeps_store]") {
