@@ -264,6 +264,44 @@ Table parameter_table(ReportContext& ctx, const FitChoice& fits) {
   return t;
 }
 
+// The fitted irreducible loss E of each law beside the true entropy rate of the synthetic source
+// the main grid trains on: no model's loss can go below that rate, so an E whose whole interval
+// lies below it is a wrong fit, and E above it is the loss the law's models never shed. Only for a
+// main grid on one source whose rate is known (a corpus has none): nothing otherwise.
+std::vector<Block> entropy_rate_blocks(ReportContext& ctx, const FitChoice& fits) {
+  const Study& st = ctx.study;
+  std::set<std::string> sources;
+  for (const StudyRun* r : st.main_runs()) sources.insert(r->data_source);
+  if (sources.size() != 1 || st.entropy_rates.count(*sources.begin()) == 0) return {};
+  const std::string& source = *sources.begin();
+  const double rate = st.entropy_rates.at(source);
+  Table t;
+  t.caption = "Irreducible loss E against the source's true entropy rate (nats/token)";
+  t.header = {"law", "scope", "E [95% interval]", "entropy rate", "E − rate"};
+  t.numeric = {false, false, true, true, true};
+  std::vector<const fit::StoredFit*> all;
+  for (const auto& [recipe, f] : fits.chinchilla) all.push_back(f);
+  if (fits.precision != nullptr) all.push_back(fits.precision);
+  std::vector<std::vector<std::string>> csv;
+  for (const fit::StoredFit* f : all)
+    if (const auto e = f->parameter("E")) {
+      t.rows.push_back({{f->law}, f->law == "chinchilla" ? ctx.recipe_cell(f->scope) : Cell(f->scope),
+                        {with_interval(e->value, e->ci)}, {fmt_number(rate, 5)}, {fmt_number(e->value - rate, 3)}});
+      csv.push_back({std::to_string(f->id), csv_field(f->law), csv_field(f->scope), csv_number(e->value),
+                     csv_number(e->ci.lo), csv_number(e->ci.hi), csv_field(source), csv_number(rate)});
+    }
+  if (t.rows.empty()) return {};
+  t.csv = ctx.csv("entropy_rate.csv", {"fit_id", "law", "scope", "E", "lo", "hi", "source", "entropy_rate"}, csv);
+  std::vector<Block> blocks;
+  blocks.push_back(Paragraph{{text("The main grid trains on "), code(source), text(", whose true entropy rate is "),
+                              text(fmt_number(rate, 5)),
+                              text(" nats/token (fp4lab data entropy): no model's loss can go below it, so a fitted E "
+                                   "whose whole interval lies below it is a wrong fit, and E above it is loss that "
+                                   "the law says no size and no length removes.")}});
+  blocks.push_back(std::move(t));
+  return blocks;
+}
+
 std::vector<Block> held_out_blocks(ReportContext& ctx, const FitChoice& fits) {
   Table t;
   t.caption = "Held-out check: each law refitted without the largest N, predicting the runs at that N";
@@ -334,6 +372,7 @@ Section scaling_section(ReportContext& ctx) {
                                           "chose its runs, its input hash and when it was fitted).")}});
   params.blocks.push_back(shown_fits_table(ctx, fits));
   params.blocks.push_back(parameter_table(ctx, fits));
+  for (Block& b : entropy_rate_blocks(ctx, fits)) params.blocks.push_back(std::move(b));
   params.blocks.push_back(residual_figure(ctx, fits));
   std::set<std::string> excluded;
   std::vector<const fit::StoredFit*> chosen;

@@ -105,7 +105,9 @@ Table data_table(const Study& st) {
   t.numeric = {false, false, true};
   for (const auto& [key, n] : groups)
     t.rows.push_back({{key.first},
-                      {key.second.empty() ? "not reported yet (no run row of its trainer ingested)" : key.second},
+                      {key.second.empty() ? "not in the store: no run row of its trainer ingested yet, or ingested into a store "
+                                               "older than schema version 4, which did not keep it"
+                                             : key.second},
                       {std::to_string(n)}});
   return t;
 }

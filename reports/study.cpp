@@ -190,6 +190,7 @@ Study load_study(const store::Store* store, const store::DeclaredStudy* declared
     st.name = spec->name;
     st.spec_file = spec->file;
     st.unreadable_specs = declared->unreadable;
+    st.entropy_rates = declared->entropy_rates;
   }
   if (spec != nullptr) st.repo_root = work_tree_of(spec->file);
   else if (store != nullptr) st.repo_root = work_tree_of(store->path());

@@ -102,6 +102,9 @@ struct Study {
   std::vector<StudyGrid> grids;         // by id (recording order)
   std::vector<DeclaredGrid> declared;   // the study's grids: the main one first
   std::vector<std::string> unreadable_specs;
+  // The true entropy rate (nats/token) of each synthetic source the main grid trains on, by the
+  // source as written (store::DeclaredStudy); empty with --store and for a corpus.
+  std::map<std::string, double> entropy_rates;
   std::vector<StudyRun> runs;           // by name
   std::vector<UnrecordedPoint> unrecorded;  // of every declared grid, each once
   // The main grid's run ids: the TOML given; with --store, the grids with a [fit] table (every

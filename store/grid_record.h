@@ -64,6 +64,11 @@ struct DeclaredStudy {
   GridRecord main;
   std::vector<GridRecord> others;       // by file name; read only where a command needs them (report)
   std::vector<std::string> unreadable;  // "file: why" of the TOMLs beside it that did not parse
+  // The true entropy rate (nats/token) of each synthetic data source the main grid trains on, by
+  // the source as its configs write it: no model's loss can go below it, so the report sets the
+  // fitted irreducible loss E beside it. Filled only where the grids beside it are read (the
+  // report); a corpus has no known rate and no entry.
+  std::map<std::string, double> entropy_rates;
 };
 
 }  // namespace fp4::store

@@ -43,8 +43,11 @@ TEST_CASE("scripts/demo.sh ends by writing the default study's report, at the pa
   CHECK(fit < n);
   CHECK(sweep_run < fit);
   CHECK(fit < n - 1);
-  // The first command is quick: the demo builds the executable only (scripts/test.sh builds everything).
-  CHECK(at("FP4LAB_BUILD_TARGETS=fp4lab \"$root/scripts/build.sh\"") < sweep_run);
+  // The first command is quick: the demo builds the executable only, without the CUDA backend (its
+  // runs are on the CPU), in a folder of its own (scripts/test.sh builds everything into build/).
+  CHECK(at("FP4LAB_BUILD_DIR=\"$build\" FP4LAB_BUILD_TARGETS=fp4lab \"$root/scripts/build.sh\" -DFP4LAB_CUDA=OFF") <
+        sweep_run);
+  CHECK(commands[2] == "build=${FP4LAB_BUILD_DIR:-$root/build-demo}");
   // fp4lab report prints the path of report.html (tests/test_report_real.cpp checks the output); for
   // the demo's TOML that is demo/demo-report/report.html, the path the README and docs give.
   const auto study = fp4::sweeps::read_study(root / "scripts/demo-study.toml", fp4::sweeps::DataCheck::plan,

@@ -5,6 +5,7 @@
 // reading, and the precision law's rho table and figure.
 #include <catch2/catch.hpp>
 
+#include "engine/data/synthetic_spec.h"
 #include "fit/stored_fit.h"
 #include "reports/format.h"
 #include "tests/report_test_helpers.h"
@@ -269,6 +270,25 @@ TEST_CASE("report after fp4lab fit on a real tiny study shows the stored fits' o
       }
     CHECK(shown);
   }
+  // Each fit's E beside the source's true entropy rate (the engine's, as fp4lab data entropy prints it).
+  const double rate =
+      fp4::data::MarkovChain(fp4::data::parse_synthetic_spec("synthetic:markov?order=1&vocab=64&branch=4&seed=1")).entropies().rate;
+  const auto& floor = table("Irreducible loss E against the source's true entropy rate");
+  REQUIRE(floor.rows.size() == fits.size());
+  for (const auto& f : fits) {
+    INFO(f.law << " " << f.scope);
+    const double e = f.parameter("E")->value;
+    int shown = 0;
+    for (const auto& row : floor.rows)
+      if (row[0] == f.law && row[1] == f.scope) {
+        ++shown;
+        CHECK(row[3] == fp4::reports::fmt_number(rate, 5));
+        CHECK(row[4] == fp4::reports::fmt_number(e - rate, 3));
+      }
+    CHECK(shown == 1);
+  }
+  CHECK(dom.text().find("whose true entropy rate is " + fp4::reports::fmt_number(rate, 5)) != std::string::npos);
+
   // The fitted gap at each grid point is the precision fit's, as the API computes it.
   const fp4::fit::StoredFit* precision = nullptr;
   for (const auto& f : fits)
