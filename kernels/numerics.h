@@ -232,8 +232,10 @@ struct TensorScale {
   float dec;  // S_dec = 1 / S_enc: the dequantized operand times S_dec is the true value
 };
 
-FP4_HD TensorScale make_tensor_scale(float amax_t, float gmax) {
-  float numerator = 448.0f * gmax;
+// `scale_max` is the largest block scale the tensor scale aims at: E4M3's 448, or Four Over Six's
+// 256 (section "Four Over Six" below), which leaves room for its 1.5x larger candidate scale.
+FP4_HD TensorScale make_tensor_scale(float amax_t, float gmax, float scale_max = 448.0f) {
+  float numerator = scale_max * gmax;
   float enc = numerator / amax_t;
   if (enc > FLT_MAX) enc = FLT_MAX;
   if (amax_t == 0.0f || enc == 0.0f) enc = 1.0f;
@@ -319,6 +321,124 @@ FP4_HD float code_value(Grid g, uint8_t code) {
 }
 
 // ---------------------------------------------------------------------------------------------
+// Four Over Six (docs/recipes.md "Four Over Six"; arXiv 2512.02010)
+// ---------------------------------------------------------------------------------------------
+// Each block is quantized twice, once with its amax mapped to 6 (the usual scale) and once mapped
+// to 4 (a 1.5x larger scale), and keeps the candidate with the smaller sum of squared errors; a tie
+// keeps 6. Under e4m3x2 the tensor scale aims block scales at 256 instead of 448, so the larger
+// candidate (up to 384) still fits E4M3.
+
+constexpr float kFourOverSixScaleMax = 256.0f;
+constexpr float kFourOverSixLowMax = 4.0f;  // the second candidate's G_max
+
+// One element's squared error under a candidate: the dequantized value q * stored, times the
+// tensor scale S_dec (1 for fp32 scales), minus the value v. The caller sums these in the block's
+// row-major element order, one addition per statement.
+FP4_HD float candidate_squared_error(float v, const QuantizedElement& e, const BlockScale& b, float dec,
+                                     Grid g) {
+  if (b.zero_block) return 0.0f;
+  float q = code_value(g, e.code);
+  float deq = q * b.stored;
+  float value = deq * dec;
+  float d = value - v;
+  return d * d;
+}
+
+// ---------------------------------------------------------------------------------------------
+// TetraJet-v2 double-block scales (docs/recipes.md "TetraJet-v2"; arXiv 2510.27527)
+// ---------------------------------------------------------------------------------------------
+// An fp32 scale per 128 consecutive values along the blocking axis takes the place of the tensor
+// scale, and an E4M3 scale per 16 inside it, in TetraJet-v2's own operation order:
+//   s_outer = amax_128 / 448 / 6            (two fp32 divisions; 0 gives 1)
+//   s_inner = e4m3_rn_satfinite(amax_16 / s_outer / 6)   (a zero quotient becomes 2^-9 first)
+//   t = v * (1 / (s_outer * s_inner)),  out = bf16(q * (s_outer * s_inner))
+
+constexpr int kOuterBlock = 128;
+
+FP4_HD float double_block_outer_scale(float amax_outer) {
+  float a = amax_outer / 448.0f;
+  float s = a / 6.0f;
+  return s == 0.0f ? 1.0f : s;
+}
+
+// The inner (E4M3) scale, returned in `inner`; the BlockScale divides by nothing and multiplies by
+// 1 / (outer * inner), and stores the product so quantize_element's output is bf16(q * product).
+FP4_HD BlockScale make_double_block_scale(float amax_b, float outer, float* inner) {
+  float a = amax_b / outer;
+  float raw = a / 6.0f;
+  if (raw == 0.0f) raw = 0.001953125f;  // 2^-9, E4M3's smallest subnormal, as TetraJet-v2's kernel
+  float s = e4m3_rn_satfinite(raw);
+  *inner = s;
+  BlockScale b;
+  b.stored = outer * s;
+  b.mul = b.stored != 0.0f ? 1.0f / b.stored : 0.0f;
+  b.divide = false;
+  b.zero_block = false;
+  return b;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Quartet II's MS-EDEN (docs/recipes.md "Quartet II"; arXiv 2601.22813)
+// ---------------------------------------------------------------------------------------------
+// After a 128-wide RHT: a tensor scale aimed at block scales of 255.99 with G_max stretched to
+// 6 / ((17/16) * 0.93), E4M3 block scales per 16, round-to-nearest e2m1 codes with ties away from
+// zero, then per 128 values the EDEN correction sum(t^2) / sum(t * q) multiplied into each of its
+// 8 block scales, which are rounded to E4M3 stochastically so the result is unbiased.
+
+constexpr float kMsEdenScaleMax = 255.99f;
+constexpr float kMsEdenValMax = static_cast<float>(6.0 / (17.0 / 16.0 * 0.93));
+constexpr int kMsEdenGroup = 128;
+
+// S_dec of the tensor (amax over the rotated tensor).
+FP4_HD float ms_eden_tensor_scale(float amax_t) {
+  if (amax_t == 0.0f) return 1.0f;
+  float a = amax_t / kMsEdenScaleMax;
+  return a / kMsEdenValMax;
+}
+
+// The block's E4M3 scale before the correction (0 becomes 1, as Quartet II's kernel).
+FP4_HD float ms_eden_block_scale(float amax_b, float s_dec) {
+  float a = amax_b / kMsEdenValMax;
+  float r = a / s_dec;
+  float s = e4m3_rn_satfinite(r);
+  return s == 0.0f ? 1.0f : s;
+}
+
+// Round-to-nearest onto e2m1 with ties away from zero (Quartet II compares t >= midpoint), saturating
+// at 6. Returns the magnitude index.
+FP4_HD int round_nearest_up_index_e2m1(float x) {
+  if (x >= 5.0f) return 7;
+  if (x >= 3.5f) return 6;
+  if (x >= 2.5f) return 5;
+  if (x >= 1.75f) return 4;
+  if (x >= 1.25f) return 3;
+  if (x >= 0.75f) return 2;
+  if (x >= 0.25f) return 1;
+  return 0;
+}
+
+// Stochastic rounding of a non-negative corrected scale c onto E4M3 with uniform u in [0, 1): the
+// two E4M3 neighbours down <= c < up (adjacent 8-bit codes), up with probability (c - down) / (up -
+// down). c >= 448 gives 448 (nothing above it to round to).
+FP4_HD float e4m3_stochastic(float c, float u) {
+  if (!(c < 448.0f)) return 448.0f;
+  float r = e4m3_rn_satfinite(c);
+  uint8_t code = e4m3_encode(r);
+  float down, up;
+  if (r > c) {
+    up = r;
+    down = e4m3_decode(static_cast<uint8_t>(code - 1));
+  } else {
+    down = r;
+    up = e4m3_decode(static_cast<uint8_t>(code + 1));
+  }
+  float num = c - down;
+  float den = up - down;
+  float p = num / den;
+  return u < p ? up : down;
+}
+
+// ---------------------------------------------------------------------------------------------
 // Random Hadamard transform (NUMERICS.md §4)
 // ---------------------------------------------------------------------------------------------
 
@@ -363,6 +483,27 @@ FP4_HD void rht16(float* v, uint16_t signs) {
 #pragma unroll
 #endif
   for (int i = 0; i < kRhtSize; ++i) v[i] = v[i] * 0.25f;
+}
+
+// The 128-wide RHT of MS-EDEN: v' = c * FWHT128(v ⊙ sigma), fp32, stages h = 1, 2, ..., 64 as
+// above, c = fp32(1/sqrt(128)) (one multiplication per element; 1/sqrt(128) is not a power of two,
+// so the two operands' factors multiply to 1/128 only within fp32 rounding). sigma is 128 bits,
+// bit i of signs[i / 32] set meaning -1.
+constexpr int kRhtWideSize = 128;
+constexpr float kRhtWideNorm = 0.0883883476483184405f;  // 1 / sqrt(128)
+
+FP4_HD void rht128(float* v, const uint32_t* signs) {
+  for (int i = 0; i < kRhtWideSize; ++i)
+    if ((signs[i >> 5] >> (i & 31)) & 1u) v[i] = -v[i];
+  for (int h = 1; h < kRhtWideSize; h <<= 1) {
+    for (int i = 0; i < kRhtWideSize; ++i) {
+      if (i & h) continue;
+      float a = v[i], b = v[i + h];
+      v[i] = a + b;
+      v[i + h] = a - b;
+    }
+  }
+  for (int i = 0; i < kRhtWideSize; ++i) v[i] = v[i] * kRhtWideNorm;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -453,7 +594,8 @@ FP4_HD uint32_t philox_stream(uint32_t linear_id, Gemm gemm, Operand operand, ui
 //   per_step:  layer = the linear id,                         step = the optimizer step
 // so the three policies never draw the same counter (no optimizer step reaches 0xffffffff), and a
 // per-step vector is also distinct per layer.
-enum class RhtSigns : uint8_t { fixed = 0, seeded = 1, per_layer = 2, per_step = 3 };
+//   per_call:  redrawn for every GEMM call (layer, GEMM, micro-step, step): rht_call_signs below
+enum class RhtSigns : uint8_t { fixed = 0, seeded = 1, per_layer = 2, per_step = 3, per_call = 4 };
 
 constexpr uint32_t kRhtSignStream = 0x52485400u;
 constexpr uint32_t kRhtNoLayerOrStep = 0xffffffffu;
@@ -465,6 +607,19 @@ FP4_HD uint16_t rht_sign_mask(RhtSigns policy, uint64_t seed, uint32_t linear_id
   Philox4 r = philox4x32_10(layer, kPhiloxNonElementDomain, kRhtSignStream, s,
                             static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32));
   return static_cast<uint16_t>(r.w[0] & 0xffffu);
+}
+
+// per_call signs (Quartet II and TetraJet-v2 redraw their rotation on every call): the four words
+// of philox(counter = (linear id, 0xffffffff, 0x52430000 "RC" | GEMM << 12 | micro-step, step),
+// key = seed). Both operands of one GEMM call draw the same words (the RHT cancels in the product
+// only then); a 16-wide RHT takes the low 16 bits of word 0, a 128-wide one all four words. The
+// third word never equals kRhtSignStream's, so no other sign policy shares a counter.
+constexpr uint32_t kRhtCallStream = 0x52430000u;
+
+FP4_HD Philox4 rht_call_signs(uint64_t seed, uint32_t linear_id, Gemm gemm, uint32_t micro_step, uint32_t step) {
+  return philox4x32_10(linear_id, kPhiloxNonElementDomain,
+                       kRhtCallStream | (static_cast<uint32_t>(gemm) << 12) | (micro_step & kMaxMicroStep), step,
+                       static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32));
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -488,6 +643,12 @@ struct QuantSpec {
   uint64_t seed = 0;               // Philox key (SR only)
   uint32_t stream = 0;             // Philox stream (SR only)
   uint32_t step = 0;               // optimizer step (SR only)
+  // Recipes of docs/recipes.md beyond NUMERICS.md §5 (all off: the §5 recipes, bit for bit):
+  bool four_over_six = false;      // Four Over Six: fp32 or e4m3x2 scales, full e2m1 grid
+  int outer_block = 0;             // 128: TetraJet-v2's double-block scales (e4m3x2 only)
+  bool ms_eden = false;            // Quartet II's MS-EDEN (e4m3x2, e2m1, block 16, 128-wide RHT)
+  int rht_size = 16;               // 16, or 128 (MS-EDEN); the RHT runs along the blocking axis
+  uint32_t rht_wide_signs[4] = {0, 0, 0, 0};  // the 128 signs of a 128-wide RHT
 
   bool operator==(const QuantSpec&) const = default;  // every field (host code: caches of copies)
 };

@@ -26,6 +26,9 @@ struct QuantizedTensor {
   std::vector<uint8_t> codes;      // sign << 3 | magnitude index; kNonFiniteCode in non-finite blocks
   std::vector<float> scales;       // stored block scales (fp32 s, E4M3 value, or 2^e); NaN if non-finite
   std::vector<float> transformed;  // the values that were rounded (after the RHT), if asked for
+  // Double-block scales (spec.outer_block = 128) only: the fp32 scale of every 128 values along the
+  // blocking axis, row-major over their grid ([rows, cols/128] or [rows/128, cols]).
+  std::vector<float> outer_scales;
   float amax = 0.0f;               // max |value| after the RHT over finite values (e4m3x2's amax_t)
   float tensor_scale = 1.0f;       // S_dec for e4m3x2, 1 otherwise
   bool nonfinite = false;          // some block held a NaN or an infinity
@@ -36,6 +39,11 @@ struct ScaleGrid {
   int rows = 0, cols = 0;
 };
 ScaleGrid scale_grid(int rows, int cols, const QuantSpec& spec);
+
+// Empty when the spec's options fit together (docs/recipes.md: Four Over Six on the full e2m1 grid
+// with fp32 or e4m3x2 scales; double-block and MS-EDEN on e4m3x2 1x16 blocks; MS-EDEN with its
+// 128-wide RHT); otherwise one line naming the conflict.
+std::string spec_error(const QuantSpec& spec);
 
 // Empty when the shape and spec fit together; otherwise one line saying which dimension is not a
 // multiple of what (the caller adds where the shape came from).
