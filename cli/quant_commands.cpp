@@ -18,7 +18,7 @@ namespace fp4::cli {
 namespace {
 
 struct ProbeOptions {
-  std::vector<std::string> dists, grids, scales, rhts;
+  std::vector<std::string> dists, grids, scales, rhts, methods;
   double nu = 3.0;
   double outlier_rate = 1e-3;
   double outlier_scale = 20.0;
@@ -44,6 +44,11 @@ void run_probe(const ProbeOptions& o) {
   parse_list(o.grids, c.grids, quant::parse_grid);
   parse_list(o.scales, c.scales, quant::parse_scale);
   parse_list(o.rhts, c.rht, quant::parse_rht);
+  if (!o.methods.empty()) {  // "all" stands for several
+    c.methods.clear();
+    for (const std::string& t : o.methods)
+      for (quant::Method m : quant::parse_method(t)) c.methods.push_back(m);
+  }
   c.params.nu = o.nu;
   c.params.outlier_rate = o.outlier_rate;
   c.params.outlier_scale = o.outlier_scale;
@@ -98,6 +103,10 @@ void register_quant_commands(CLI::App& app) {
       ->delimiter(',');
   probe->add_option("--scale", o->scales, "scale modes: fp32, e4m3x2, e8m0 (default: all)")->delimiter(',');
   probe->add_option("--rht", o->rhts, "RHT settings: off, on (default: off,on)")->delimiter(',');
+  probe->add_option("--method", o->methods,
+                    "block methods (docs/recipes.md), each where it is defined: plain, four-over-six, "
+                    "double-block, ms-eden, or all (default: plain)")
+      ->delimiter(',');
   probe->add_option("--block", o->block, "block size of fp32 and e4m3x2 scales, 16 or 32 (e8m0 always uses 32)")
       ->capture_default_str()
       ->check(whole_number(16, 32));

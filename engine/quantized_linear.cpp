@@ -35,7 +35,15 @@ QuantSpec site_slot_spec(const LinearSite& site, Slot slot) {
   q.seed = site.seed;
   q.step = site.step;
   q.stream = philox_stream(site.linear_id, slot_gemm(slot), op, op == Operand::w ? 0 : site.micro_step);
-  q.rht_signs = rht_sign_mask(s.rht_signs, site.seed, site.linear_id, site.step);
+  if (s.rht_signs == RhtSigns::per_call) {
+    // Both operands of this GEMM call draw the same words: the call's micro-step, also for W.
+    const Philox4 call = rht_call_signs(site.seed, site.linear_id, slot_gemm(slot), site.micro_step, site.step);
+    q.rht_signs = static_cast<uint16_t>(call.w[0] & 0xffffu);
+    if (s.rht_size == kRhtWideSize)
+      for (int i = 0; i < 4; ++i) q.rht_wide_signs[i] = call.w[i];
+  } else {
+    q.rht_signs = rht_sign_mask(s.rht_signs, site.seed, site.linear_id, site.step);
+  }
   return q;
 }
 
@@ -110,6 +118,13 @@ std::string linear_shape_error(const Recipe& recipe, int t, int k, int n) {
                              " (slot " + slot_name(slot) + ")";
     if (need_cols && cols % spec.block != 0) return std::string(col_name) + " = " + std::to_string(cols) + tail;
     if (need_rows && rows % spec.block != 0) return std::string(row_name) + " = " + std::to_string(rows) + tail;
+    // The 128-wide RHT and double-block scales group 128 values along the blocking axis.
+    if ((spec.rht && spec.rht_size == kRhtWideSize) || spec.outer_block != 0) {
+      const std::string tail128 = " is not a multiple of 128 (slot " + std::string(slot_name(slot)) +
+                                  ": its 128-wide RHT or double-block scales)";
+      if (spec.along == BlockAlong::row && cols % 128 != 0) return std::string(col_name) + " = " + std::to_string(cols) + tail128;
+      if (spec.along == BlockAlong::column && rows % 128 != 0) return std::string(row_name) + " = " + std::to_string(rows) + tail128;
+    }
   }
   return {};
 }

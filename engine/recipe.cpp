@@ -12,6 +12,7 @@
 #include "base/linear_sites.h"
 #include "base/parse_number.h"
 #include "base/user_error.h"
+#include "kernels/cpu/quantize.h"
 
 namespace fp4::engine {
 
@@ -38,9 +39,9 @@ ScaleMode parse_scale(const nlohmann::json& v, const std::string& where) {
   bad(where, "scale must be \"fp32\", \"e4m3x2\" or \"e8m0\", got " + v.dump());
 }
 RhtSigns parse_signs(const nlohmann::json& v, const std::string& where) {
-  for (RhtSigns s : {RhtSigns::fixed, RhtSigns::seeded, RhtSigns::per_layer, RhtSigns::per_step})
+  for (RhtSigns s : {RhtSigns::fixed, RhtSigns::seeded, RhtSigns::per_layer, RhtSigns::per_step, RhtSigns::per_call})
     if (v.is_string() && v == rht_signs_name(s)) return s;
-  bad(where, "rht_signs must be fixed, seeded, per_layer or per_step, got " + v.dump());
+  bad(where, "rht_signs must be fixed, seeded, per_layer, per_step or per_call, got " + v.dump());
 }
 bool parse_bool(const nlohmann::json& v, const std::string& where, const char* key) {
   if (!v.is_boolean()) bad(where, std::string(key) + " must be true or false, got " + v.dump());
@@ -58,6 +59,12 @@ float parse_number(const nlohmann::json& v, const std::string& where, const char
 int parse_block(const nlohmann::json& v, const std::string& where) {
   if (!v.is_number() || (v.get<double>() != 16 && v.get<double>() != 32))
     bad(where, "block must be 16 or 32, got " + v.dump());
+  return static_cast<int>(v.get<double>());
+}
+// A size field with exactly two allowed values (outer_block 0 | 128, rht_size 16 | 128).
+int parse_choice(const nlohmann::json& v, const std::string& where, const char* key, int a, int b) {
+  if (!v.is_number() || (v.get<double>() != a && v.get<double>() != b))
+    bad(where, std::string(key) + " must be " + std::to_string(a) + " or " + std::to_string(b) + ", got " + v.dump());
   return static_cast<int>(v.get<double>());
 }
 
@@ -101,6 +108,7 @@ const char* rht_signs_name(RhtSigns s) {
     case RhtSigns::seeded: return "seeded";
     case RhtSigns::per_layer: return "per_layer";
     case RhtSigns::per_step: return "per_step";
+    case RhtSigns::per_call: return "per_call";
   }
   return "fixed";
 }
@@ -132,7 +140,8 @@ BlockAlong slot_blocking(Slot s) {
 }
 
 const std::vector<std::string>& recipe_preset_names() {
-  static const std::vector<std::string> names = {"bf16", "e2m1", "ufp4", "nvfp4", "mxfp4", "ufp4-e4m3"};
+  static const std::vector<std::string> names = {"bf16",     "e2m1",          "ufp4",        "nvfp4",     "mxfp4",
+                                                 "ufp4-e4m3", "nvfp4-te", "four-over-six", "tetrajet-v2", "quartet-ii"};
   return names;
 }
 
@@ -146,6 +155,42 @@ Recipe recipe_preset(const std::string& name) {
   if (name == "mxfp4") return make_preset(name, Grid::e2m1, ScaleMode::e8m0, 32, false, {G::wgrad});
   if (name == "ufp4-e4m3")
     return make_preset(name, Grid::e1m2, ScaleMode::e4m3x2, 16, false, {G::fprop, G::dgrad, G::wgrad});
+  // docs/recipes.md, each with its sources.
+  if (name == "nvfp4-te") {  // NVIDIA's full recipe: nvfp4 with the last ~15% of blocks in bf16
+    Recipe r = make_preset(name, Grid::e2m1, ScaleMode::e4m3x2, 16, true, {G::wgrad});
+    r.bf16_layers = {"last:15%"};
+    return r;
+  }
+  if (name == "four-over-six") {  // nvfp4 with Four Over Six on every slot
+    Recipe r = make_preset(name, Grid::e2m1, ScaleMode::e4m3x2, 16, true, {G::wgrad});
+    for (SlotRecipe& s : r.slots) s.four_over_six = true;
+    return r;
+  }
+  if (name == "tetrajet-v2") {  // double-block scales; backward: 16-wide RHT redrawn per call, SR
+    Recipe r = make_preset(name, Grid::e2m1, ScaleMode::e4m3x2, 16, false, {G::dgrad, G::wgrad});
+    for (int i = 0; i < kSlotCount; ++i) {
+      SlotRecipe& s = r.slots[i];
+      s.outer_block = 128;
+      if (s.rht) s.rht_signs = RhtSigns::per_call;
+      s.sr = slot_gemm(static_cast<Slot>(i)) != G::fprop;
+    }
+    return r;
+  }
+  if (name == "quartet-ii") {  // forward: 1x16 RTN with Four Over Six; backward: MS-EDEN
+    Recipe r = make_preset(name, Grid::e2m1, ScaleMode::e4m3x2, 16, false, {G::dgrad, G::wgrad});
+    for (int i = 0; i < kSlotCount; ++i) {
+      SlotRecipe& s = r.slots[i];
+      s.sr = false;
+      if (slot_gemm(static_cast<Slot>(i)) == G::fprop) {
+        s.four_over_six = true;
+      } else {
+        s.ms_eden = true;
+        s.rht_size = 128;
+        s.rht_signs = RhtSigns::per_call;
+      }
+    }
+    return r;
+  }
   std::string known;
   for (const auto& n : recipe_preset_names()) known += (known.empty() ? "" : ", ") + n;
   throw UserError("unknown recipe preset \"" + name + "\" (known: " + known + ")");
@@ -155,9 +200,18 @@ std::vector<int> resolve_bf16_layers(const std::vector<std::string>& spec, int n
   std::set<int> out;
   for (const std::string& e : spec) {
     auto count_after = [&](const std::string& prefix) {
-      const std::string rest = e.substr(prefix.size());
+      std::string rest = e.substr(prefix.size());
+      // "P%": a share of the blocks, rounded up (NVIDIA's recipe keeps about 15% in bf16).
+      const bool percent = !rest.empty() && rest.back() == '%';
+      if (percent) rest.pop_back();
       if (rest.empty() || rest.find_first_not_of("0123456789") != std::string::npos)
-        throw UserError("bf16_layers entry \"" + e + "\" must be " + prefix + "<count>");
+        throw UserError("bf16_layers entry \"" + e + "\" must be " + prefix + "<count> or " + prefix + "<percent>%");
+      if (percent) {
+        const std::optional<int> p = parse_integer<int>(rest);
+        if (!p || *p > 100)
+          throw UserError("bf16_layers entry \"" + e + "\": the share must be 0% to 100%");
+        return (n_layers * *p + 99) / 100;
+      }
       // A count beyond the model's blocks means every block; beyond int it is still only that.
       return parse_integer<int>(rest).value_or(std::numeric_limits<int>::max());
     };
@@ -195,13 +249,32 @@ std::string recipe_error(const Recipe& r) {
       return where + "an e1m2 clip must be an integer from 1 to 7";
     if (s.weight_block_2d && slot_operand(static_cast<Slot>(i)) != Operand::w)
       return where + "weight_block_2d applies to weight slots only";
+    if (s.rht && s.rht_size == 128 && s.rht_signs != RhtSigns::per_call)
+      return where + "rht_size 128 needs rht_signs \"per_call\" (its signs are drawn for every GEMM call)";
+    if (std::string e = cpu::spec_error(slot_quant_spec(s, static_cast<Slot>(i))); !e.empty()) return where + e;
   }
   for (int g = 0; g < 3; ++g) {
     const SlotRecipe& a = r.slots[2 * g];
     const SlotRecipe& b = r.slots[2 * g + 1];
-    if (a.rht != b.rht || a.rht_signs != b.rht_signs)
+    if (a.rht != b.rht || a.rht_signs != b.rht_signs || (a.rht && a.rht_size != b.rht_size))
       return std::string("GEMM ") + kGemmNames[g] +
              ": both operands must use the same RHT setting (it cancels in the product only then)";
+  }
+  return {};
+}
+
+std::string recipe_cuda_error(const Recipe& r) {
+  if (!r.quantized) return {};
+  for (int i = 0; i < kSlotCount; ++i) {
+    const SlotRecipe& s = r.slots[i];
+    const char* missing = s.four_over_six ? "four_over_six"
+                          : s.outer_block != 0 ? "outer_block (double-block scales)"
+                          : s.ms_eden          ? "ms_eden"
+                          : s.rht && s.rht_size != 16 ? "rht_size 128"
+                                                      : nullptr;
+    if (missing)
+      return "recipe " + r.name + " slot " + kSlotNames[i] + ": " + missing +
+             " has only the CPU reference so far (docs/recipes.md); train it with device \"cpu\"";
   }
   return {};
 }
@@ -216,6 +289,10 @@ QuantSpec slot_quant_spec(const SlotRecipe& s, Slot slot) {
   q.along = slot_blocking(slot);
   q.rht = s.rht;
   q.rounding = s.sr ? Rounding::sr : Rounding::rn;
+  q.four_over_six = s.four_over_six;
+  q.outer_block = s.outer_block;
+  q.ms_eden = s.ms_eden;
+  q.rht_size = s.rht_size;
   return q;
 }
 
@@ -232,6 +309,13 @@ nlohmann::json recipe_to_json(const Recipe& r) {
                             {"scale", scale_mode_name(s.scale)}, {"block", s.block},
                             {"weight_block_2d", s.weight_block_2d}, {"rht", s.rht},
                             {"rht_signs", rht_signs_name(s.rht_signs)}, {"sr", s.sr}};
+    // The newer options are written only when set, so the §5 recipes' JSON (and every hash of it)
+    // stays what it was.
+    nlohmann::json& o = slots[kSlotNames[i]];
+    if (s.four_over_six) o["four_over_six"] = true;
+    if (s.outer_block != 0) o["outer_block"] = s.outer_block;
+    if (s.ms_eden) o["ms_eden"] = true;
+    if (s.rht_size != 16) o["rht_size"] = s.rht_size;
   }
   j["slots"] = slots;
   return j;
@@ -242,7 +326,8 @@ Recipe recipe_from_json(const nlohmann::json& j) {
   if (!j.is_object()) bad("", "must be a preset name or an object, got " + j.dump());
   static const std::set<std::string> top_keys = {"name", "base", "grid", "clip", "scale", "block",
                                                  "weight_block_2d", "rht", "rht_signs", "sr",
-                                                 "bf16_layers", "slots"};
+                                                 "bf16_layers", "slots", "four_over_six", "outer_block",
+                                                 "ms_eden", "rht_size"};
   for (auto it = j.begin(); it != j.end(); ++it)
     if (!top_keys.count(it.key())) bad("", "unknown field \"" + it.key() + "\"");
 
@@ -253,7 +338,9 @@ Recipe recipe_from_json(const nlohmann::json& j) {
   r.name = j.contains("name") ? j.at("name").get<std::string>() : base;
   const bool overrides = j.contains("grid") || j.contains("clip") || j.contains("scale") ||
                          j.contains("block") || j.contains("weight_block_2d") || j.contains("rht") ||
-                         j.contains("rht_signs") || j.contains("sr") || j.contains("slots");
+                         j.contains("rht_signs") || j.contains("sr") || j.contains("slots") ||
+                         j.contains("four_over_six") || j.contains("outer_block") || j.contains("ms_eden") ||
+                         j.contains("rht_size");
   if (!r.quantized && overrides)
     bad(r.name, "a bf16 recipe has no quantization fields: set base to a 4-bit preset (e.g. \"ufp4\")");
 
@@ -272,6 +359,10 @@ Recipe recipe_from_json(const nlohmann::json& j) {
       s.weight_block_2d = parse_bool(j["weight_block_2d"], r.name, "weight_block_2d") &&
                           slot_operand(slot) == Operand::w;
     if (j.contains("rht_signs")) s.rht_signs = parse_signs(j["rht_signs"], r.name);
+    if (j.contains("four_over_six")) s.four_over_six = parse_bool(j["four_over_six"], r.name, "four_over_six");
+    if (j.contains("outer_block")) s.outer_block = parse_choice(j["outer_block"], r.name, "outer_block", 0, 128);
+    if (j.contains("ms_eden")) s.ms_eden = parse_bool(j["ms_eden"], r.name, "ms_eden");
+    if (j.contains("rht_size")) s.rht_size = parse_choice(j["rht_size"], r.name, "rht_size", 16, 128);
     if (j.contains("rht")) {
       if (!j["rht"].is_array()) bad(r.name, "rht must be a list of GEMMs (fprop, dgrad, wgrad)");
       s.rht = false;
@@ -306,7 +397,8 @@ Recipe recipe_from_json(const nlohmann::json& j) {
   if (j.contains("slots")) {
     if (!j["slots"].is_object()) bad(r.name, "slots must be a table of slot names");
     static const std::set<std::string> slot_keys = {"grid", "clip", "scale", "block", "weight_block_2d",
-                                                    "rht", "rht_signs", "sr"};
+                                                    "rht", "rht_signs", "sr", "four_over_six", "outer_block",
+                                                    "ms_eden", "rht_size"};
     for (auto it = j["slots"].begin(); it != j["slots"].end(); ++it) {
       auto pos = std::find(kSlotNames.begin(), kSlotNames.end(), it.key());
       if (pos == kSlotNames.end())
@@ -327,6 +419,10 @@ Recipe recipe_from_json(const nlohmann::json& j) {
       if (o.contains("rht")) s.rht = parse_bool(o["rht"], where, "rht");
       if (o.contains("rht_signs")) s.rht_signs = parse_signs(o["rht_signs"], where);
       if (o.contains("sr")) s.sr = parse_bool(o["sr"], where, "sr");
+      if (o.contains("four_over_six")) s.four_over_six = parse_bool(o["four_over_six"], where, "four_over_six");
+      if (o.contains("outer_block")) s.outer_block = parse_choice(o["outer_block"], where, "outer_block", 0, 128);
+      if (o.contains("ms_eden")) s.ms_eden = parse_bool(o["ms_eden"], where, "ms_eden");
+      if (o.contains("rht_size")) s.rht_size = parse_choice(o["rht_size"], where, "rht_size", 16, 128);
     }
   }
   if (std::string err = recipe_error(r); !err.empty()) bad(r.name, err);

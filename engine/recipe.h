@@ -37,6 +37,11 @@ struct SlotRecipe {
   bool rht = false;                  // set per GEMM: both slots of a GEMM always agree
   RhtSigns rht_signs = RhtSigns::fixed;
   bool sr = false;
+  // docs/recipes.md's options beyond NUMERICS.md §5 (defaults: off, the §5 recipes' bits):
+  bool four_over_six = false;        // Four Over Six's per-block choice of 6 or 4 (e2m1, fp32/e4m3x2)
+  int outer_block = 0;               // 128: TetraJet-v2's double-block scales (e4m3x2, 1x16)
+  bool ms_eden = false;              // Quartet II's MS-EDEN (e4m3x2, 1x16, rht_size 128)
+  int rht_size = 16;                 // 16 or 128 (128 needs rht_signs per_call); per GEMM like rht
 };
 
 struct Recipe {
@@ -46,18 +51,24 @@ struct Recipe {
   std::vector<std::string> bf16_layers;         // as given: "first:k", "last:k" or block indices
 };
 
-// The presets of NUMERICS.md §5: bf16, e2m1, ufp4, nvfp4, mxfp4, ufp4-e4m3.
+// The presets of NUMERICS.md §5 (bf16, e2m1, ufp4, nvfp4, mxfp4, ufp4-e4m3) and of docs/recipes.md
+// (nvfp4-te, four-over-six, tetrajet-v2, quartet-ii).
 const std::vector<std::string>& recipe_preset_names();
 // Throws UserError naming the unknown preset and listing the known ones.
 Recipe recipe_preset(const std::string& name);
 
 // Resolves bf16_layers against a model depth: the sorted set of block indices kept in bf16.
+// "last:P%" / "first:P%" keep ceil(P% of the blocks), e.g. last:15% of 62 blocks is the last 10.
 // Throws UserError for an index out of range or a malformed entry.
 std::vector<int> resolve_bf16_layers(const std::vector<std::string>& spec, int n_layers);
 
 // Empty when the recipe is self-consistent; otherwise one line naming the field at fault
 // (a GEMM whose two slots disagree on the RHT, block 32 without e8m0, a clip outside the grid...).
 std::string recipe_error(const Recipe& r);
+
+// Empty when the CUDA engine has kernels for every option the recipe uses; otherwise one line
+// naming the first option it lacks (the CPU engine runs every recipe).
+std::string recipe_cuda_error(const Recipe& r);
 
 // The QuantSpec a slot uses for one tensor copy (the caller fills seed, stream and step for SR).
 QuantSpec slot_quant_spec(const SlotRecipe& s, Slot slot);

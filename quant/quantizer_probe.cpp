@@ -201,6 +201,29 @@ ScaleMode parse_scale(std::string_view text) {
                   "': use fp32, e4m3x2 or e8m0");
 }
 
+std::string_view method_name(Method m) {
+  switch (m) {
+    case Method::plain: return "plain";
+    case Method::four_over_six: return "four-over-six";
+    case Method::double_block: return "double-block";
+    case Method::ms_eden: return "ms-eden";
+  }
+  return "plain";
+}
+
+std::vector<Method> all_methods() {
+  return {Method::plain, Method::four_over_six, Method::double_block, Method::ms_eden};
+}
+
+std::vector<Method> parse_method(std::string_view text) {
+  const std::string t = lower(trim(text));
+  if (t == "all") return all_methods();
+  for (Method m : all_methods())
+    if (t == method_name(m)) return {m};
+  throw UserError("--method: unknown method '" + std::string(text) +
+                  "': use plain, four-over-six, double-block, ms-eden or all");
+}
+
 bool parse_rht(std::string_view text) {
   const std::string t = lower(trim(text));
   if (t == "off" || t == "no" || t == "false") return false;
@@ -271,6 +294,7 @@ void validate(const ProbeConfig& c) {
   if (c.grids.empty()) throw UserError("--grid: no grid selected: use e2m1, e1m2 or both");
   if (c.scales.empty()) throw UserError("--scale: no scale mode selected: use fp32, e4m3x2, e8m0");
   if (c.rht.empty()) throw UserError("--rht: nothing selected: use off, on or off,on");
+  if (c.methods.empty()) throw UserError("--method: nothing selected: use plain, four-over-six, double-block, ms-eden or all");
   if (!(c.params.nu >= 0.5 && c.params.nu <= 1e9))
     throw UserError("--nu " + fmt_number(c.params.nu) +
                     ": student-t's degrees of freedom must be between 0.5 and 1e9 (smaller "
@@ -429,6 +453,37 @@ std::vector<LevelRow> level_errors(const Sample& sample, const cpu::QuantizedTen
 // The sweep
 // ---------------------------------------------------------------------------------------------
 
+namespace {
+
+// Turns a plain spec into the method's; false where the method is not defined for it (the row is
+// left out). MS-EDEN replaces the 16-wide RHT with its own 128-wide one, drawn from the seed as a
+// training run's first call (layer 0, dgrad, micro-step 0, step 0), so it runs only as "rht on".
+bool method_spec(Method method, int cols, uint64_t seed, QuantSpec& spec) {
+  const bool full_e2m1 = spec.grid == Grid::e2m1 && spec.gmax == 6.0f;
+  const bool nvfp4_blocks = full_e2m1 && spec.scale == ScaleMode::e4m3x2 && spec.block == 16 && cols % 128 == 0;
+  switch (method) {
+    case Method::plain: return true;
+    case Method::four_over_six:
+      spec.four_over_six = true;
+      return full_e2m1 && spec.scale != ScaleMode::e8m0;
+    case Method::double_block:
+      spec.outer_block = kOuterBlock;
+      return nvfp4_blocks;
+    case Method::ms_eden: {
+      if (!nvfp4_blocks || !spec.rht) return false;
+      spec.ms_eden = true;
+      spec.rht_size = kRhtWideSize;
+      const Philox4 call = rht_call_signs(seed, 0, Gemm::dgrad, 0, 0);
+      for (int i = 0; i < 4; ++i) spec.rht_wide_signs[i] = call.w[i];
+      spec.seed = seed;
+      return true;
+    }
+  }
+  return false;
+}
+
+}  // namespace
+
 ProbeResult run_probe(const ProbeConfig& config, const ProgressFn& progress) {
   validate(config);
   ProbeResult r;
@@ -475,33 +530,41 @@ ProbeResult run_probe(const ProbeConfig& config, const ProgressFn& progress) {
   int done = 0;
   int64_t worst_nonfinite = 0;
 
+  std::vector<Method> methods;
+  for (Method m : config.methods)
+    if (std::find(methods.begin(), methods.end(), m) == methods.end()) methods.push_back(m);
+
   auto sweep_one = [&](const std::string& label, const Sample& sample, const GridChoice& grid, bool levels) {
     for (ScaleMode scale : scales)
       for (bool rht : rhts) {
         if (progress)
           progress(done, total, fmt::format("{} {} {} rht {}", label, grid.name, scale_mode_name(scale), rht ? "on" : "off"));
-        QuantSpec spec;
-        spec.grid = grid.grid;
-        spec.gmax = grid.gmax;
-        spec.scale = scale;
-        spec.block = block_for(config, scale);
-        spec.along = BlockAlong::row;
-        spec.rht = rht;
-        spec.rht_signs = kRhtFixedSigns;
-        spec.rounding = Rounding::rn;
-        const cpu::QuantizedTensor q = cpu::quantize(sample.values.data(), r.rows, r.cols, spec, true);
-        ProbeRow row;
-        row.dist = label;
-        row.grid = grid.name;
-        row.scale = scale;
-        row.block = spec.block;
-        row.rht = rht;
-        row.metrics = cpu::quant_metrics(q);
-        worst_nonfinite = std::max(worst_nonfinite, row.metrics.nonfinite);
-        r.results.push_back(row);
-        if (levels && !rht) {
-          std::vector<LevelRow> lv = level_errors(sample, q, grid);
-          r.levels.insert(r.levels.end(), lv.begin(), lv.end());
+        for (Method method : methods) {
+          QuantSpec spec;
+          spec.grid = grid.grid;
+          spec.gmax = grid.gmax;
+          spec.scale = scale;
+          spec.block = block_for(config, scale);
+          spec.along = BlockAlong::row;
+          spec.rht = rht;
+          spec.rht_signs = kRhtFixedSigns;
+          spec.rounding = Rounding::rn;
+          if (!method_spec(method, r.cols, config.seed, spec)) continue;
+          const cpu::QuantizedTensor q = cpu::quantize(sample.values.data(), r.rows, r.cols, spec, true);
+          ProbeRow row;
+          row.dist = label;
+          row.grid = grid.name;
+          row.scale = scale;
+          row.block = spec.block;
+          row.rht = rht;
+          row.method = method;
+          row.metrics = cpu::quant_metrics(q);
+          worst_nonfinite = std::max(worst_nonfinite, row.metrics.nonfinite);
+          r.results.push_back(row);
+          if (levels && !rht && method == Method::plain) {
+            std::vector<LevelRow> lv = level_errors(sample, q, grid);
+            r.levels.insert(r.levels.end(), lv.begin(), lv.end());
+          }
         }
         ++done;
       }
@@ -556,6 +619,10 @@ namespace {
 
 std::string on_off(bool b) { return b ? "on" : "off"; }
 
+bool shows_methods(const ProbeResult& r) {
+  return std::any_of(r.results.begin(), r.results.end(), [](const ProbeRow& row) { return row.method != Method::plain; });
+}
+
 std::string csv_field(const std::string& s) {
   if (s.find_first_of(",\"\n\r") == std::string::npos) return s;
   std::string out = "\"";
@@ -579,16 +646,21 @@ std::string format_table(const ProbeResult& r, Tables tables) {
     for (const ProbeRow& row : r.results) dw = std::max(dw, row.dist.size());
     size_t gw = 4;
     for (const ProbeRow& row : r.results) gw = std::max(gw, row.grid.size());
-    out += fmt::format("{:<{}}  {:<{}}  {:<6}  {:>5}  {:<3}  {:>9}  {:>10}  {:>10}  {:>8}  {:>6}\n", "dist", dw, "grid",
-                       gw, "scale", "block", "rht", "alpha", "shrink", "nmse", "sqnr_db", "b_eff");
+    // The method column appears only when --method asked for more than plain (the default output
+    // is what it always was).
+    const bool methods = shows_methods(r);
+    out += fmt::format("{:<{}}  {:<{}}  {:<6}  {:>5}  {:<3}  {}{:>9}  {:>10}  {:>10}  {:>8}  {:>6}\n", "dist", dw, "grid",
+                       gw, "scale", "block", "rht", methods ? fmt::format("{:<13}  ", "method") : "", "alpha", "shrink",
+                       "nmse", "sqnr_db", "b_eff");
     std::string last_dist;
     for (const ProbeRow& row : r.results) {
       if (!last_dist.empty() && row.dist != last_dist) out += "\n";
       last_dist = row.dist;
       const cpu::QuantMetrics& m = row.metrics;
-      out += fmt::format("{:<{}}  {:<{}}  {:<6}  {:>5}  {:<3}  {:>9.6f}  {:>+10.6f}  {:>10.4e}  {:>8.3f}  {:>6.4f}\n",
-                         row.dist, dw, row.grid, gw, scale_mode_name(row.scale), row.block, on_off(row.rht), m.alpha,
-                         m.shrink, m.nmse, m.sqnr_db, m.b_eff);
+      out += fmt::format("{:<{}}  {:<{}}  {:<6}  {:>5}  {:<3}  {}{:>9.6f}  {:>+10.6f}  {:>10.4e}  {:>8.3f}  {:>6.4f}\n",
+                         row.dist, dw, row.grid, gw, scale_mode_name(row.scale), row.block, on_off(row.rht),
+                         methods ? fmt::format("{:<13}  ", method_name(row.method)) : "", m.alpha, m.shrink, m.nmse,
+                         m.sqnr_db, m.b_eff);
     }
   }
   if (tables != Tables::sweep && !r.levels.empty()) {
@@ -613,13 +685,16 @@ std::string format_table(const ProbeResult& r, Tables tables) {
 std::string format_csv(const ProbeResult& r, Tables tables) {
   std::string out;
   if (tables != Tables::levels) {
-    out += "dist,grid,scale,block,rht,alpha,shrink,nmse,sqnr_db,b_eff,count,nonfinite\n";
+    const bool methods = shows_methods(r);
+    out += std::string("dist,grid,scale,block,rht,alpha,shrink,nmse,sqnr_db,b_eff,count,nonfinite") +
+           (methods ? ",method\n" : "\n");
     for (const ProbeRow& row : r.results) {
       const cpu::QuantMetrics& m = row.metrics;
-      out += fmt::format("{},{},{},{},{},{},{},{},{},{},{},{}\n", csv_field(row.dist), csv_field(row.grid),
+      out += fmt::format("{},{},{},{},{},{},{},{},{},{},{},{}", csv_field(row.dist), csv_field(row.grid),
                          scale_mode_name(row.scale), row.block, on_off(row.rht), fmt_number(m.alpha),
                          fmt_number(m.shrink), fmt_number(m.nmse), fmt_number(m.sqnr_db), fmt_number(m.b_eff),
                          m.count, m.nonfinite);
+      out += methods ? "," + std::string(method_name(row.method)) + "\n" : "\n";
     }
   }
   if (tables != Tables::sweep && !r.levels.empty()) {
@@ -676,6 +751,7 @@ std::string format_json(const ProbeResult& r, Tables tables) {
                       {"b_eff", m.b_eff},
                       {"count", m.count},
                       {"nonfinite", m.nonfinite}});
+      if (shows_methods(r)) rows.back()["method"] = std::string(method_name(row.method));
     }
     doc["results"] = rows;
   }

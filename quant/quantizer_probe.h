@@ -43,6 +43,14 @@ GridChoice parse_grid(std::string_view text);
 ScaleMode parse_scale(std::string_view text);
 bool parse_rht(std::string_view text);  // "off" / "on"
 
+// How a block's scale and codes are found (docs/recipes.md): §3's plain scales, Four Over Six, the
+// double-block scales of TetraJet-v2, or Quartet II's MS-EDEN (with its own 128-wide RHT).
+enum class Method : uint8_t { plain = 0, four_over_six = 1, double_block = 2, ms_eden = 3 };
+std::string_view method_name(Method m);       // "plain", "four-over-six", "double-block", "ms-eden"
+std::vector<Method> all_methods();
+// One method, or "all" (the CLI expands it). Throws UserError naming the accepted values.
+std::vector<Method> parse_method(std::string_view text);
+
 // Parameters of the synthetic distributions. gaussian is N(0, 1); laplace has scale b = 1
 // (density e^{-|x|}/2); student-t is the standard t with nu degrees of freedom; outliers is the
 // gaussian sample with each element, with probability outlier_rate, multiplied by outlier_scale.
@@ -58,6 +66,10 @@ struct ProbeConfig {
   std::vector<GridChoice> grids = {GridChoice{Grid::e2m1, 6.0f, "e2m1"}, GridChoice{Grid::e1m2, 7.0f, "e1m2"}};
   std::vector<ScaleMode> scales = {ScaleMode::fp32, ScaleMode::e4m3x2, ScaleMode::e8m0};
   std::vector<bool> rht = {false, true};
+  // Each method runs only where it is defined: four-over-six on e2m1 (clip 6) with fp32 or e4m3x2;
+  // double-block on e2m1 with e4m3x2 blocks of 16 and --cols a multiple of 128; ms-eden likewise,
+  // as its own "rht on" row (its 128-wide RHT with signs drawn from --seed).
+  std::vector<Method> methods = {Method::plain};
   int block = 16;        // fp32 and e4m3x2 blocks; e8m0 always uses OCP MX's 32
   int rows = 1024;       // synthetic tensor shape; blocks run along rows (the last axis)
   int cols = 4096;
@@ -102,6 +114,7 @@ struct ProbeRow {
   ScaleMode scale = ScaleMode::fp32;
   int block = 16;
   bool rht = false;
+  Method method = Method::plain;
   cpu::QuantMetrics metrics;
 };
 

@@ -222,9 +222,11 @@ Origin locate_recipe_error(const toml::table& recipe, const std::string& prefix,
 }
 
 const std::set<std::string> kRecipeFields = {"base", "grid", "clip", "scale", "block", "weight_block_2d",
-                                             "rht", "rht_signs", "sr", "bf16_layers", "slots"};
+                                             "rht", "rht_signs", "sr", "bf16_layers", "slots",
+                                             "four_over_six", "outer_block", "ms_eden", "rht_size"};
 const std::set<std::string> kSlotFields = {"grid", "clip", "scale", "block", "weight_block_2d",
-                                           "rht", "rht_signs", "sr"};
+                                           "rht", "rht_signs", "sr", "four_over_six", "outer_block",
+                                           "ms_eden", "rht_size"};
 
 bool is_preset_recipe(const std::string& name) {
   const auto& presets = engine::recipe_preset_names();
