@@ -263,22 +263,6 @@ std::string recipe_error(const Recipe& r) {
   return {};
 }
 
-std::string recipe_cuda_error(const Recipe& r) {
-  if (!r.quantized) return {};
-  for (int i = 0; i < kSlotCount; ++i) {
-    const SlotRecipe& s = r.slots[i];
-    const char* missing = s.four_over_six ? "four_over_six"
-                          : s.outer_block != 0 ? "outer_block (double-block scales)"
-                          : s.ms_eden          ? "ms_eden"
-                          : s.rht && s.rht_size != 16 ? "rht_size 128"
-                                                      : nullptr;
-    if (missing)
-      return "recipe " + r.name + " slot " + kSlotNames[i] + ": " + missing +
-             " has only the CPU reference so far (docs/recipes.md); train it with device \"cpu\"";
-  }
-  return {};
-}
-
 QuantSpec slot_quant_spec(const SlotRecipe& s, Slot slot) {
   QuantSpec q;
   q.grid = s.grid;

@@ -66,10 +66,6 @@ std::vector<int> resolve_bf16_layers(const std::vector<std::string>& spec, int n
 // (a GEMM whose two slots disagree on the RHT, block 32 without e8m0, a clip outside the grid...).
 std::string recipe_error(const Recipe& r);
 
-// Empty when the CUDA engine has kernels for every option the recipe uses; otherwise one line
-// naming the first option it lacks (the CPU engine runs every recipe).
-std::string recipe_cuda_error(const Recipe& r);
-
 // The QuantSpec a slot uses for one tensor copy (the caller fills seed, stream and step for SR).
 QuantSpec slot_quant_spec(const SlotRecipe& s, Slot slot);
 

@@ -344,6 +344,23 @@ FP4_HD float candidate_squared_error(float v, const QuantizedElement& e, const B
   return d * d;
 }
 
+// The choice for one block of n values v (the block's row-major order) with the element uniforms u
+// (read only for SR): true when candidate 4 (s4) has the strictly smaller sum of squared errors.
+FP4_HD bool four_over_six_picks_four(const float* v, const float* u, int n, const BlockScale& s6,
+                                     const BlockScale& s4, float dec, Grid g, int max_index, Rounding r) {
+  float err6 = 0.0f, err4 = 0.0f;
+  for (int i = 0; i < n; ++i) {
+    const float ui = r == Rounding::sr ? u[i] : 0.0f;
+    const QuantizedElement e6 = quantize_element(v[i], s6, g, max_index, r, ui);
+    const QuantizedElement e4 = quantize_element(v[i], s4, g, max_index, r, ui);
+    const float d6 = candidate_squared_error(v[i], e6, s6, dec, g);
+    const float d4 = candidate_squared_error(v[i], e4, s4, dec, g);
+    err6 = err6 + d6;
+    err4 = err4 + d4;
+  }
+  return err4 < err6;
+}
+
 // ---------------------------------------------------------------------------------------------
 // TetraJet-v2 double-block scales (docs/recipes.md "TetraJet-v2"; arXiv 2510.27527)
 // ---------------------------------------------------------------------------------------------
@@ -437,6 +454,38 @@ FP4_HD float e4m3_stochastic(float c, float u) {
   float p = num / den;
   return u < p ? up : down;
 }
+
+// One finite 128-group of MS-EDEN: v the rotated values in group order (8 blocks of 16), u the 8
+// blocks' uniforms. Leaves each block's final (stochastically rounded) E4M3 scale in scales[b] and
+// each value's magnitude index in mag[k]; the value's output is bf16(±e2m1_magnitude(mag) * scale).
+FP4_HD void ms_eden_group(const float* v, float s_dec, const float* u, float* scales, uint8_t* mag) {
+  float block_scale[kMsEdenGroup / 16];
+  float num = 0.0f, den = 0.0f;
+  for (int b = 0; b < kMsEdenGroup / 16; ++b) {
+    float amax_b = 0.0f;
+    for (int k = 16 * b; k < 16 * b + 16; ++k) {
+      const float a = abs_f(v[k]);
+      if (a > amax_b) amax_b = a;
+    }
+    block_scale[b] = ms_eden_block_scale(amax_b, s_dec);
+    const float denom = block_scale[b] * s_dec;
+    for (int k = 16 * b; k < 16 * b + 16; ++k) {
+      const float t = abs_f(v[k]) / denom;
+      const int m = round_nearest_up_index_e2m1(t);
+      mag[k] = static_cast<uint8_t>(m);
+      const float tt = t * t;
+      const float tq = t * e2m1_magnitude(m);
+      num = num + tt;
+      den = den + tq;
+    }
+  }
+  const float correction = den == 0.0f ? 1.0f : num / den;
+  for (int b = 0; b < kMsEdenGroup / 16; ++b) {
+    const float corrected = block_scale[b] * correction;
+    scales[b] = e4m3_stochastic(corrected, u[b]);
+  }
+}
+
 
 // ---------------------------------------------------------------------------------------------
 // Random Hadamard transform (NUMERICS.md §4)

@@ -1,6 +1,5 @@
 // docs/recipes.md's presets and recipe fields (engine/recipe): what each preset sets, the JSON round
-// trip, the §5 recipes' JSON untouched, bf16_layers shares, the refusals, and which options the CUDA
-// engine does not run yet.
+// trip, the §5 recipes' JSON untouched, bf16_layers shares and the refusals.
 #include <catch2/catch.hpp>
 
 #include <string>
@@ -123,12 +122,4 @@ TEST_CASE("bf16_layers shares: last:P% keeps ceil(P% of the blocks)", "[recipes]
   CHECK(resolve_bf16_layers({"first:2", "last:100%"}, 3) == std::vector<int>{0, 1, 2});
   CHECK_THROWS_WITH(resolve_bf16_layers({"last:101%"}, 4), Catch::Contains("0% to 100%"));
   CHECK_THROWS_WITH(resolve_bf16_layers({"last:%"}, 4), Catch::Contains("last:<percent>%"));
-}
-
-TEST_CASE("the CUDA engine refuses the options it has no kernels for, naming them", "[recipes]") {
-  for (const std::string& name : kSection5) CHECK(recipe_cuda_error(recipe_preset(name)).empty());
-  CHECK(recipe_cuda_error(recipe_preset("nvfp4-te")).empty());
-  CHECK_THAT(recipe_cuda_error(recipe_preset("four-over-six")), Catch::Contains("four_over_six"));
-  CHECK_THAT(recipe_cuda_error(recipe_preset("tetrajet-v2")), Catch::Contains("outer_block"));
-  CHECK_THAT(recipe_cuda_error(recipe_preset("quartet-ii")), Catch::Contains("device \"cpu\""));
 }

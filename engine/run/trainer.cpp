@@ -580,8 +580,6 @@ RunConfig planned(const TrainOptions& o, std::string* device_choice) {
     throw UserError(o.config.string() + ": " + model::kMoeCudaRefusal);
   // Checked again now that the device is known (the config may have left it to pick_device).
   if (std::string e = gpus_error(c, c.gpus); !e.empty()) throw UserError(o.config.string() + ": " + e);
-  if (c.device == "cuda")
-    if (std::string e = engine::recipe_cuda_error(c.recipe); !e.empty()) throw UserError(o.config.string() + ": " + e);
   if (o.rank && c.device != "cuda")
     throw UserError(fmt::format("RANK={} is set, so this process is a rank of a multi-GPU run, which trains on "
                                 "device \"cuda\"; the run's device is \"{}\": unset RANK and WORLD_SIZE",

@@ -10,6 +10,9 @@ namespace fp4::cpu {
 
 namespace {
 
+// The most values one block holds: a 32x32 tile (Four Over Six gathers a block's values).
+constexpr int kMaxBlockValues = 32 * 32;
+
 // A block (or tile) as a rectangle of the source tensor.
 struct BlockRect {
   int r0, c0, nr, nc;
@@ -56,11 +59,9 @@ std::vector<float> outer_scales(const std::vector<float>& v, int rows, int cols,
   return out;
 }
 
-// MS-EDEN (numerics.h, docs/recipes.md "Quartet II") over 128-groups of the rotated values v: each
-// group's 8 blocks of 16 get their E4M3 scale and round-to-nearest codes, the group's EDEN
-// correction sum(t^2) / sum(t q) (sums in element order) scales every block scale, and each
-// corrected scale is rounded to E4M3 stochastically with the Philox word of the block's first
-// element (the slot's stream and step; NUMERICS.md §6).
+// MS-EDEN (numerics.h's ms_eden_group, docs/recipes.md "Quartet II") over 128-groups of the
+// rotated values v; each block's scale is rounded stochastically with the Philox word of the
+// block's first element (the slot's stream and step; NUMERICS.md §6).
 void quantize_ms_eden(const bf16_t* x, const std::vector<float>& v, const int32_t* source_rows, QuantizedTensor& q) {
   const QuantSpec& spec = q.spec;
   const int rows = q.rows, cols = q.cols;
@@ -93,38 +94,19 @@ void quantize_ms_eden(const bf16_t* x, const std::vector<float>& v, const int32_
       }
       continue;
     }
-    float block_scale[kBlocks];
-    int mag[kMsEdenGroup];
-    float num = 0.0f, den = 0.0f;
-    for (int b = 0; b < kBlocks; ++b) {
-      float amax_b = 0.0f;
-      for (int k = 16 * b; k < 16 * b + 16; ++k) {
-        const float a = abs_f(v[idx[k]]);
-        if (a > amax_b) amax_b = a;
-      }
-      block_scale[b] = ms_eden_block_scale(amax_b, s_dec);
-      const float denom = block_scale[b] * s_dec;
-      for (int k = 16 * b; k < 16 * b + 16; ++k) {
-        const float t = abs_f(v[idx[k]]) / denom;
-        mag[k] = round_nearest_up_index_e2m1(t);
-        const float tt = t * t;
-        const float tq = t * e2m1_magnitude(mag[k]);
-        num = num + tt;
-        den = den + tq;
-      }
-    }
-    const float correction = den == 0.0f ? 1.0f : num / den;
-    for (int b = 0; b < kBlocks; ++b) {
-      const float corrected = block_scale[b] * correction;
-      const int64_t i0 = idx[16 * b];
-      const float u = uniform_from_word(philox_word_for_element(
+    float vals[kMsEdenGroup], us[kBlocks], scales[kBlocks];
+    uint8_t mag[kMsEdenGroup];
+    for (int k = 0; k < kMsEdenGroup; ++k) vals[k] = v[idx[k]];
+    for (int b = 0; b < kBlocks; ++b)
+      us[b] = uniform_from_word(philox_word_for_element(
           spec.seed, spec.stream, spec.step,
-          source_index(source_rows, static_cast<int>(i0 / cols), static_cast<int>(i0 % cols), cols)));
-      const float s = e4m3_stochastic(corrected, u);
-      scale_at(b) = s;
+          source_index(source_rows, static_cast<int>(idx[16 * b] / cols), static_cast<int>(idx[16 * b] % cols), cols)));
+    ms_eden_group(vals, s_dec, us, scales, mag);
+    for (int b = 0; b < kBlocks; ++b) {
+      scale_at(b) = scales[b];
       for (int k = 16 * b; k < 16 * b + 16; ++k) {
-        const bool neg = sign_bit(v[idx[k]]);
-        const float deq = e2m1_magnitude(mag[k]) * s;
+        const bool neg = sign_bit(vals[k]);
+        const float deq = e2m1_magnitude(mag[k]) * scales[b];
         q.dequant[idx[k]] = float_to_bf16(neg ? -deq : deq);
         q.codes[idx[k]] = static_cast<uint8_t>((neg ? 8 : 0) | mag[k]);
       }
@@ -304,20 +286,18 @@ QuantizedTensor quantize(const bf16_t* x, int rows, int cols, const QuantSpec& s
         scale_out = s.stored;
       }
       if (spec.four_over_six) {
-        // Both candidates over the block in row-major order; the amax mapped to 4 wins only when its
-        // sum of squared errors is strictly smaller.
-        const BlockScale s4 = make_block_scale(spec.scale, amax_b, kFourOverSixLowMax, ts);
-        float err6 = 0.0f, err4 = 0.0f;
+        // Both candidates over the block in row-major order (numerics.h: the amax mapped to 4 wins
+        // only when its sum of squared errors is strictly smaller).
+        float vals[kMaxBlockValues], us[kMaxBlockValues];
+        int n_vals = 0;
         for (int r = b.r0; r < b.r0 + b.nr; ++r)
           for (int c = b.c0; c < b.c0 + b.nc; ++c) {
             const int64_t i = static_cast<int64_t>(r) * cols + c;
-            const float u = uniform_at(r, c);
-            const QuantizedElement e6 = quantize_element(v[i], s, spec.grid, max_index, spec.rounding, u);
-            const QuantizedElement e4 = quantize_element(v[i], s4, spec.grid, max_index, spec.rounding, u);
-            err6 = err6 + candidate_squared_error(v[i], e6, s, ts.dec, spec.grid);
-            err4 = err4 + candidate_squared_error(v[i], e4, s4, ts.dec, spec.grid);
+            vals[n_vals] = v[i];
+            us[n_vals++] = uniform_at(r, c);
           }
-        if (err4 < err6) {
+        const BlockScale s4 = make_block_scale(spec.scale, amax_b, kFourOverSixLowMax, ts);
+        if (four_over_six_picks_four(vals, us, n_vals, s, s4, ts.dec, spec.grid, max_index, spec.rounding)) {
           s = s4;
           scale_out = s4.stored;
         }

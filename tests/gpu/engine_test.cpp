@@ -150,7 +150,8 @@ TEST_CASE("cuda model slot copies, as the model asks for them, match the CPU qua
           "[gpu][engine]") {
   // The model quantizes with codes and scales left out, dY's two copies in one fused call, W's and
   // X's column copies alone: check exactly those calls against engine::quantize_slot.
-  const std::string recipe_name = GENERATE(as<std::string>{}, "e2m1", "ufp4", "nvfp4", "mxfp4", "ufp4-e4m3");
+  const std::string recipe_name = GENERATE(as<std::string>{}, "e2m1", "ufp4", "nvfp4", "mxfp4", "ufp4-e4m3",
+                                           "nvfp4-te", "four-over-six", "tetrajet-v2", "quartet-ii");
   INFO("recipe " << recipe_name);
   const fp4::engine::Recipe recipe = fp4::engine::recipe_preset(recipe_name);
   fp4::engine::LinearSite site;
@@ -159,7 +160,9 @@ TEST_CASE("cuda model slot copies, as the model asks for them, match the CPU qua
   site.seed = 99;
   site.step = 4;
   site.micro_step = 1;
-  const int rows = 128, cols = 192;
+  // docs/recipes.md's double-block scales and 128-wide RHT group 128 values along a row.
+  const bool wide = recipe_name == "tetrajet-v2" || recipe_name == "quartet-ii";
+  const int rows = 128, cols = wide ? 256 : 192;
   std::vector<bf16_t> x(static_cast<size_t>(rows) * cols);
   for (size_t i = 0; i < x.size(); ++i)
     x[i] = fp4::float_to_bf16(static_cast<float>(std::sin(0.7 * static_cast<double>(i)) * (1.0 + (i % 97) * 0.05)));
@@ -202,7 +205,7 @@ TEST_CASE("cuda model slot copies, as the model asks for them, match the CPU qua
 }
 
 TEST_CASE("cuda model one micro-batch matches the CPU model loss and gradients", "[gpu][engine]") {
-  const std::string recipe_name = GENERATE(as<std::string>{}, "bf16", "ufp4", "nvfp4");
+  const std::string recipe_name = GENERATE(as<std::string>{}, "bf16", "ufp4", "nvfp4", "nvfp4-te", "four-over-six");
   INFO("recipe " << recipe_name);
   // Two blocks, d_model 64 (one head of 64), d_ff 192, vocabulary 64; B·T = 2·32 rows. Every
   // dimension a multiple of 16 (nvfp4's 16×16 weight tiles included).

@@ -1,13 +1,14 @@
 // [gpu] The fused CUDA quantizers against the CPU reference (kernels/cpu/quantize.h): codes, scales,
 // dequantized values, tensor scale, amax and the non-finite flag must be bit-identical, for every
 // preset of NUMERICS.md §5, each slot kind (row copy, column copy, 2D tiles), RN and SR, with and
-// without the RHT, on many shapes and input distributions.
+// without the RHT, on many shapes and input distributions; and docs/recipes.md's options.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <random>
@@ -626,4 +627,53 @@ TEST_CASE("gpu quantizer: the tensor amax ignores NaNs and infinities on each am
     compare(x, rows, cols, make_spec(uni, BlockAlong::row, rht), make_spec(uni, BlockAlong::column, rht), true,
             "amax_kernel", false);
   }
+}
+
+// docs/recipes.md's options (quantize_recipes.cu): Four Over Six on e2m1 with fp32 and e4m3x2 scales
+// (1D blocks and 2D tiles, RHT, SR), double-block scales (RN and SR, with and without the RHT),
+// MS-EDEN with its 128-wide RHT, and the 128-wide RHT alone, on every distribution.
+TEST_CASE("gpu quantizer: docs/recipes.md's options match the CPU reference", "[gpu]") {
+  const Preset& e2m1 = kPresets[0];
+  const Preset& nvfp4 = kPresets[2];
+  std::vector<std::pair<std::string, std::function<QuantSpec(BlockAlong)>>> kinds;
+  for (const Variant& v : all_variants())
+    for (const Preset* p : {&e2m1, &nvfp4})
+      kinds.push_back({std::string("four_over_six ") + p->name, [p, v](BlockAlong a) {
+                         QuantSpec s = make_spec(*p, a, v);
+                         s.four_over_six = true;
+                         return s;
+                       }});
+  for (const Variant& v : all_variants()) {
+    if (v.tile_2d) continue;
+    kinds.push_back({"double-block", [v](BlockAlong a) {
+                       QuantSpec s = make_spec(kPresets[2], a, v);
+                       s.outer_block = 128;
+                       return s;
+                     }});
+  }
+  auto wide = [](QuantSpec s) {
+    s.rht = true;
+    s.rht_size = 128;
+    const Philox4 call = rht_call_signs(s.seed, 7, s.along == BlockAlong::row ? Gemm::dgrad : Gemm::wgrad, 3, 11);
+    for (int i = 0; i < 4; ++i) s.rht_wide_signs[i] = call.w[i];
+    return s;
+  };
+  kinds.push_back({"ms-eden", [&](BlockAlong a) {
+                     QuantSpec s = wide(make_spec(kPresets[2], a, Variant{true, Rounding::rn, false}));
+                     s.ms_eden = true;
+                     return s;
+                   }});
+  for (Rounding r : {Rounding::rn, Rounding::sr})
+    kinds.push_back({"128-wide RHT", [&, r](BlockAlong a) { return wide(make_spec(kPresets[2], a, Variant{true, r, false})); }});
+  uint64_t seed = 1000;
+  for (const Shape& sh : std::vector<Shape>{{128, 256}, {256, 128}, {384, 512}})
+    for (Dist d : kAllDists) {
+      const std::vector<bf16_t> x = make_input(sh.rows, sh.cols, d, seed++);
+      for (size_t k = 0; k < kinds.size(); ++k) {
+        const std::string label = std::to_string(sh.rows) + "x" + std::to_string(sh.cols) + " " + dist_name(d) + " " +
+                                  kinds[k].first;
+        compare(x, sh.rows, sh.cols, kinds[k].second(BlockAlong::row), kinds[k].second(BlockAlong::column), k % 2 == 1,
+                label, (seed + k) % 3 != 0);
+      }
+    }
 }

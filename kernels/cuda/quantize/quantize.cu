@@ -24,6 +24,11 @@ namespace detail {
 // nothing, otherwise. (Declared here, not in quantize_kernels.cuh, so that the fused instances do
 // not recompile.)
 bool launch_fused_strips(const FusedArgs& a, int b, cudaStream_t stream);
+// docs/recipes.md's options (quantize_recipes.cu): whether a spec uses one, and the plain kernels
+// that quantize such copies, one after the other.
+bool uses_recipe_options(const QuantSpec& s);
+void quantize_recipe_copies(const bf16_t* x, int rows, int cols, const CopyOut* row_copy, const CopyOut* col_copy,
+                            unsigned* nonfinite_flag, Workspace& workspace, cudaStream_t stream);
 }  // namespace detail
 
 namespace {
@@ -406,6 +411,14 @@ void quantize_fused(const bf16_t* x, int rows, int cols, const CopyOut* row_copy
   if (row_copy == nullptr && col_copy == nullptr) return;
   if (x == nullptr || !aligned16(x))
     throw std::invalid_argument("quantize_fused: the source must be a 16-byte aligned device pointer");
+
+  // Copies with docs/recipes.md's options take the reference-shaped kernels (both copies then, one
+  // read of x each); the §5 recipes never do.
+  if ((row_copy != nullptr && uses_recipe_options(row_copy->spec)) ||
+      (col_copy != nullptr && uses_recipe_options(col_copy->spec))) {
+    quantize_recipe_copies(x, rows, cols, row_copy, col_copy, nonfinite_flag, workspace, stream);
+    return;
+  }
 
   // Workspace: per-CTA maxima of the amax pass, then the two tensor scales.
   const size_t partial_bytes = kMaxAmaxBlocks * 3 * sizeof(float);
