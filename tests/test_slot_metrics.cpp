@@ -101,6 +101,31 @@ TEST_CASE("slot_metric_sums equals quant_metrics on the quantizer's own transfor
   }
 }
 
+TEST_CASE("slot_metric_sums equals quant_metrics for docs/recipes.md's presets, the 128-wide RHT included",
+          "[quant_metrics][probe][recipes]") {
+  const std::string preset = GENERATE(as<std::string>{}, "four-over-six", "tetrajet-v2", "quartet-ii");
+  const fp4::engine::Recipe recipe = fp4::engine::recipe_preset(preset);
+  fp4::engine::LinearSite site;
+  site.recipe = &recipe;
+  site.linear_id = 5;
+  site.seed = 17;
+  site.step = 9;
+  site.micro_step = 2;
+  const int rows = 128, cols = 256;  // 128-groups along either axis
+  const std::vector<bf16_t> x = test_tensor(rows, cols, 4);
+  for (int k = 0; k < fp4::engine::kSlotCount; ++k) {
+    const auto slot = static_cast<fp4::engine::Slot>(k);
+    INFO(preset << " " << fp4::engine::slot_name(slot));
+    const fp4::QuantSpec spec = fp4::engine::site_slot_spec(site, slot);
+    const fp4::cpu::QuantizedTensor q = fp4::cpu::quantize(x.data(), rows, cols, spec, true);
+    fp4::cpu::QuantMetricsAccumulator reference;
+    reference.add(q);
+    require_same_sums(
+        fp4::cpu::slot_metric_sums(x.data(), rows, cols, spec, q.dequant.data(), q.codes.data(), q.tensor_scale),
+        reference.sums());
+  }
+}
+
 TEST_CASE("metrics_from_sums gives the accumulator's metrics, IEEE results for degenerate sums",
           "[quant_metrics][probe]") {
   QuantMetricsSums s;

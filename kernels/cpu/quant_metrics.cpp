@@ -126,7 +126,23 @@ QuantMetricsSums slot_metric_sums(const bf16_t* x, int rows, int cols, const Qua
   // the same rht16 calls on the same vectors, so the same fp32 values.
   std::vector<float> a(static_cast<size_t>(n));
   for (int64_t i = 0; i < n; ++i) a[i] = bf16_to_float(x[i]);
-  if (spec.rht) {
+  if (spec.rht && spec.rht_size == kRhtWideSize) {
+    // docs/recipes.md's 128-wide RHT, as quantize.cpp's first pass takes it.
+    const int axis = along_rows ? cols : rows;
+    if (axis % kRhtWideSize != 0)
+      throw std::invalid_argument("slot_metric_sums: 128-vectors do not tile the blocked " +
+                                  std::string(along_rows ? "columns" : "rows"));
+    std::vector<float> vec(kRhtWideSize);
+    const int n_vec = along_rows ? rows * (cols / kRhtWideSize) : (rows / kRhtWideSize) * cols;
+    for (int j = 0; j < n_vec; ++j) {
+      const int64_t r0 = along_rows ? j / (cols / kRhtWideSize) : static_cast<int64_t>(j / cols) * kRhtWideSize;
+      const int64_t c0 = along_rows ? static_cast<int64_t>(j % (cols / kRhtWideSize)) * kRhtWideSize : j % cols;
+      auto at = [&](int k) { return along_rows ? r0 * cols + c0 + k : (r0 + k) * cols + c0; };
+      for (int k = 0; k < kRhtWideSize; ++k) vec[k] = a[at(k)];
+      rht128(vec.data(), spec.rht_wide_signs);
+      for (int k = 0; k < kRhtWideSize; ++k) a[at(k)] = vec[k];
+    }
+  } else if (spec.rht) {
     float vec[kRhtSize];
     if (along_rows) {
       for (int64_t i = 0; i < n; i += kRhtSize) rht16(&a[i], spec.rht_signs);

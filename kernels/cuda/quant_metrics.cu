@@ -31,6 +31,8 @@ struct MetricArgs {
   long long nvec;  // 16-vectors along the blocking axis
   bool along_rows, rht;
   uint16_t signs;
+  bool wide;                // the 128-wide RHT (docs/recipes.md): A comes from wide_source
+  uint32_t wide_signs[4];
 };
 
 // Butterfly sum over a warp: a + b == b + a exactly, so every lane ends with the same bits, and the
@@ -109,6 +111,28 @@ __device__ void load_vector(const MetricArgs& a, long long v, float (&x)[16], fl
   }
 }
 
+// A for vector v under the 128-wide RHT: its 128-group's source values rotated by rht128 (the
+// quantizer's call on the same values), of which v is the 16-value part v % 8 along the axis. Each
+// of the group's 8 vectors recomputes the rotation: probe steps only, exactness over speed.
+__device__ void wide_source(const MetricArgs& a, long long v, float (&x)[16]) {
+  float g[kRhtWideSize];
+  long long base, step;
+  int part;
+  if (a.along_rows) {
+    base = (v / 8) * kRhtWideSize;
+    step = 1;
+    part = static_cast<int>(v % 8);
+  } else {
+    const long long vr = v / a.cols, col = v % a.cols;
+    base = (vr / 8) * kRhtWideSize * a.cols + col;
+    step = a.cols;
+    part = static_cast<int>(vr % 8);
+  }
+  for (int k = 0; k < kRhtWideSize; ++k) g[k] = bf16_to_float(__ldg(a.x + base + k * step));
+  rht128(g, a.wide_signs);
+  for (int j = 0; j < 16; ++j) x[j] = g[16 * part + j];
+}
+
 // Per-CTA sums over a fixed set of vectors (v = blockIdx.x · kThreads + threadIdx.x, stepping by
 // the whole grid). The code histogram is kept per thread in shared memory (column threadIdx.x),
 // then added per bin in thread order.
@@ -122,7 +146,8 @@ __global__ void __launch_bounds__(kThreads) metric_partials_kernel(const MetricA
     float x[16], h[16];
     uint8_t c[16];
     load_vector(a, v, x, h, c);
-    if (a.rht) rht16(x, a.signs);
+    if (a.wide) wide_source(a, v, x);
+    else if (a.rht) rht16(x, a.signs);
     // cpu::QuantMetricsAccumulator::add, element by element (--fmad=false: one rounding per
     // operation, as on the CPU).
 #pragma unroll
@@ -240,6 +265,11 @@ void slot_metric_sums(const bf16_t* x, int rows, int cols, const QuantSpec& spec
   a.along_rows = along_rows;
   a.rht = spec.rht;
   a.signs = spec.rht_signs;
+  a.wide = spec.rht && spec.rht_size == kRhtWideSize;
+  for (int i = 0; i < 4; ++i) a.wide_signs[i] = spec.rht_wide_signs[i];
+  if (a.wide && (along_rows ? cols : rows) % kRhtWideSize != 0)
+    throw std::invalid_argument("slot_metric_sums: 128-vectors do not tile the blocked " +
+                                std::string(along_rows ? "columns" : "rows"));
   // The grid depends on the shape only: the partial sums, and so the result, never on the device.
   const int blocks = static_cast<int>(std::min<long long>((a.nvec + kThreads - 1) / kThreads, kMaxBlocks));
   auto* partials = static_cast<DeviceMetricSums*>(workspace.get(kMaxBlocks * sizeof(DeviceMetricSums)));
