@@ -283,12 +283,7 @@ TEST_CASE("MS-EDEN is unbiased: the mean of many draws equals the input within i
 
 TEST_CASE("per-call RHT signs: one draw per GEMM call, shared by its two operands", "[numerics][recipes]") {
   const fp4::engine::Recipe r = fp4::engine::recipe_preset("quartet-ii");
-  fp4::engine::LinearSite site;
-  site.recipe = &r;
-  site.linear_id = 5;
-  site.seed = 99;
-  site.step = 7;
-  site.micro_step = 2;
+  fp4::engine::LinearSite site{.recipe = &r, .linear_id = 5, .seed = 99, .step = 7, .micro_step = 2};
   using fp4::engine::Slot;
   auto signs = [&](Slot slot) {
     const fp4::QuantSpec q = fp4::engine::site_slot_spec(site, slot);
