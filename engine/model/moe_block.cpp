@@ -30,7 +30,8 @@ int BasicModel<T>::wgrad_row_multiple(int block) const {
     const engine::Slot slot = static_cast<engine::Slot>(i);
     if (engine::slot_operand(slot) == Operand::w) continue;
     const QuantSpec q = engine::slot_quant_spec(recipe_.slots[i], slot);
-    if (q.tile_2d || q.along == BlockAlong::column) m = std::lcm(m, q.block);
+    if (q.tile_2d) m = std::lcm(m, q.block);
+    if (q.along == BlockAlong::column) m = std::lcm(m, cpu::axis_multiple(q));  // 128 for docs/recipes.md's groups
   }
   return m;
 }

@@ -144,6 +144,10 @@ std::string spec_error(const QuantSpec& spec) {
   return {};
 }
 
+int axis_multiple(const QuantSpec& spec) {
+  return (spec.rht && spec.rht_size == kRhtWideSize) || spec.outer_block != 0 ? 128 : spec.block;
+}
+
 std::string shape_error(int rows, int cols, const QuantSpec& spec) {
   if (std::string e = spec_error(spec); !e.empty()) return e;
   if (spec.block != 16 && spec.block != 32)
@@ -159,7 +163,7 @@ std::string shape_error(int rows, int cols, const QuantSpec& spec) {
     return "rows (" + std::to_string(rows) + ") are not a multiple of the block size " +
            std::to_string(spec.block);
   // The 128-wide RHT and the double-block scales group 128 values along the blocking axis.
-  const int group = (spec.rht && spec.rht_size == kRhtWideSize) || spec.outer_block != 0 ? 128 : 0;
+  const int group = axis_multiple(spec) == 128 ? 128 : 0;
   if (group != 0 && spec.along == BlockAlong::row && cols % group != 0)
     return "columns (" + std::to_string(cols) + ") are not a multiple of " + std::to_string(group) +
            " (the 128-wide RHT or double-block scales)";

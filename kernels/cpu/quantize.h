@@ -45,6 +45,10 @@ ScaleGrid scale_grid(int rows, int cols, const QuantSpec& spec);
 // 128-wide RHT); otherwise one line naming the conflict.
 std::string spec_error(const QuantSpec& spec);
 
+// What the length of the blocking axis must be a multiple of: the block size, or 128 where the
+// 128-wide RHT or double-block scales group 128 values (shape_error says so when it is not).
+int axis_multiple(const QuantSpec& spec);
+
 // Empty when the shape and spec fit together; otherwise one line saying which dimension is not a
 // multiple of what (the caller adds where the shape came from).
 std::string shape_error(int rows, int cols, const QuantSpec& spec);
