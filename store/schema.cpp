@@ -212,6 +212,57 @@ void numerics_of_commit(sqlite3_context* context, int, sqlite3_value** argv) {
   sqlite3_result_int(context, text == nullptr ? 0 : numerics_identity_of_commit(reinterpret_cast<const char*>(text)));
 }
 
+// Version 6: paired contrasts over seeds (fit/contrasts.h, docs/statistics.md), stored by
+// `fp4lab fit` beside its fits: one contrast_sets row per computation (the families asked, where
+// they came from), one contrasts row per test (a contrast at a grid point, one metric).
+constexpr const char* kMigration6 = R"sql(
+CREATE TABLE contrast_sets (
+  id              INTEGER PRIMARY KEY,
+  grid            TEXT NOT NULL,         -- the study's [sweep] name; '' for every run of the store
+  input_hash      TEXT NOT NULL,         -- SHA-256 of the losses read and the families asked
+  source          TEXT NOT NULL,         -- where the families came from: "[compare] of FILE" or "defaults"
+  families_json   TEXT NOT NULL,         -- [{"name": ..., "contrasts": [["A", "B"], ...]}, ...] as asked
+  notes_json      TEXT NOT NULL DEFAULT '[]',  -- what was left out and why, one line each
+  fp4lab_version  TEXT NOT NULL,
+  created         REAL NOT NULL
+);
+CREATE INDEX contrast_sets_by_input ON contrast_sets (grid, input_hash);
+
+CREATE TABLE contrasts (
+  contrast_set      INTEGER NOT NULL REFERENCES contrast_sets (id),
+  position          INTEGER NOT NULL,    -- order within the set: family, then contrast, then point
+  family            TEXT NOT NULL,
+  is_primary        INTEGER NOT NULL CHECK (is_primary IN (0, 1)),
+  recipe            TEXT NOT NULL,       -- A of d = (L_A - L_B) / mean L_baseline
+  against           TEXT NOT NULL,       -- B
+  baseline          TEXT NOT NULL,
+  metric            TEXT NOT NULL,       -- 'final_eval': the last eval/loss; 'train_tail': mean train/loss of the last steps
+  point             TEXT NOT NULL,       -- the grid point: model, tokens and the grids that declare it
+  model             TEXT NOT NULL,
+  n_params_nonembedding INTEGER NOT NULL,
+  tokens            INTEGER NOT NULL,
+  seeds             INTEGER NOT NULL,    -- pairs (seeds with a finished run of A and of B)
+  wins              INTEGER NOT NULL,    -- pairs with d < 0 (A closer to the baseline)
+  baseline_seeds    INTEGER NOT NULL,    -- baseline runs whose mean is the denominator
+  missing_twins     INTEGER NOT NULL,    -- pairs whose seed has no finished baseline run
+  baseline_mean     REAL NOT NULL,
+  mean_pp           REAL,                -- d in percentage points of baseline_mean (NULL: not a number)
+  sd_pp             REAL,
+  se_pp             REAL,
+  lo_pp             REAL,                -- 95% Student-t interval of the mean
+  hi_pp             REAL,
+  p_t               REAL,                -- two-sided paired t-test
+  p_sign_flip       REAL,                -- two-sided sign-flip (paired permutation) test
+  sign_flip_method  TEXT NOT NULL,
+  p_holm            REAL,                -- p_sign_flip, Holm-adjusted within the family
+  sd_recipe_pp      REAL,                -- seed sd of L_A, in pp of baseline_mean (the pairs' seeds)
+  sd_against_pp     REAL,                -- seed sd of L_B
+  correlation       REAL,                -- of L_A and L_B over the seeds: the seed-shared part
+  d_json            TEXT NOT NULL,       -- [[seed, d_pp], ...] by seed
+  PRIMARY KEY (contrast_set, position)
+) WITHOUT ROWID;
+)sql";
+
 static_assert(kStoreApplicationId == 1179661395, "kMigration1 writes this number literally");
 
 }  // namespace
@@ -224,6 +275,7 @@ const std::vector<Migration>& store_migrations() {
       {3, "fits.predictions_json", kMigration3},
       {4, "runs.data_fingerprint; ingested_bytes reset so that the next ingest reads it", kMigration4},
       {5, "runs.numerics, the numerics identity; older runs' from their latest attempt's commit", kMigration5},
+      {6, "contrast_sets, contrasts: paired contrasts over seeds", kMigration6},
   };
   return steps;
 }

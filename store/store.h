@@ -119,6 +119,29 @@ struct FitRecord {
   double created = 0;             // Unix seconds
 };
 
+// One row of `contrasts` (docs/statistics.md documents the columns; fit/contrasts.h computes them).
+struct ContrastRecord {
+  std::string family;
+  bool primary = false;
+  std::string recipe, against, baseline, metric, point, model;
+  int64_t n_params_nonembedding = 0, tokens = 0;
+  int64_t seeds = 0, wins = 0, baseline_seeds = 0, missing_twins = 0;
+  double baseline_mean = 0, mean_pp = 0, sd_pp = 0, se_pp = 0, lo_pp = 0, hi_pp = 0;
+  double p_t = 0, p_sign_flip = 0, p_holm = 0;  // NaN is stored as NULL and read back as NaN
+  double sd_recipe_pp = 0, sd_against_pp = 0, correlation = 0;
+  std::string sign_flip_method;
+  std::string d_json = "[]";
+};
+// One row of `contrast_sets` with its contrasts, in position order.
+struct ContrastSetRecord {
+  int64_t id = 0;
+  std::string grid, input_hash, source;
+  std::string families_json = "[]", notes_json = "[]";
+  std::string fp4lab_version;
+  double created = 0;             // Unix seconds
+  std::vector<ContrastRecord> contrasts;
+};
+
 // A run with its final validation loss, what a scaling-law fit reads (the final_losses view, plus
 // the runs that have no eval/loss yet, so that they can be listed as excluded).
 struct FinalLossRecord {
@@ -250,6 +273,13 @@ class Store {
   std::vector<FitRecord> fits() const;
   std::optional<FitRecord> find_fit(const std::string& law, const std::string& scope,
                                     const std::string& input_hash) const;
+
+  // Paired contrasts (written by `fp4lab fit`). insert_contrast_set writes a set and its rows in one
+  // transaction and returns its id (record.id is ignored; created 0: now); contrast_sets returns
+  // every set by id; find_contrast_set the latest set with this grid and input hash.
+  int64_t insert_contrast_set(const ContrastSetRecord& record);
+  std::vector<ContrastSetRecord> contrast_sets() const;
+  std::optional<ContrastSetRecord> find_contrast_set(const std::string& grid, const std::string& input_hash) const;
 
   // Raw access for the store's tests.
   sqlite3* handle() const { return db_; }
