@@ -20,6 +20,9 @@ void register_sweep_commands(CLI::App& app);
 // `fp4lab fit STUDY.toml | --store FILE.db | --points FILE.csv`: scaling-law fits (docs/fit.md).
 void register_fit_commands(CLI::App& app);
 
+// `fp4lab plan STUDY.toml`: a study's device time and the seeds its contrasts need (docs/statistics.md).
+void register_plan_commands(CLI::App& app);
+
 // `fp4lab report STUDY.toml | --store FILE.db [--out DIR]`: the study's HTML, Markdown and CSV.
 void register_report_commands(CLI::App& app);
 

@@ -50,7 +50,9 @@ void run_fit(const FitCliOptions& o) {
   c.format = fit::parse_output_format(o.format);
   std::optional<sweeps::Study> study;
   if (!o.spec.empty()) {
-    study = sweeps::read_study(o.spec, sweeps::DataCheck::plan, sweeps::Siblings::skip);
+    // The grids beside it too: the default contrast families compare the recipes they declare with a
+    // `base` against that base (fit/contrasts.h).
+    study = sweeps::read_study(o.spec, sweeps::DataCheck::plan, sweeps::Siblings::read);
     c.study = &study->declared;
   }
   c.store = o.store;
@@ -73,6 +75,7 @@ void run_fit(const FitCliOptions& o) {
 }  // namespace
 
 void register_fit_commands(CLI::App& app) {
+
   auto o = std::make_shared<FitCliOptions>();
   CLI::App* cmd = app.add_subcommand(
       "fit", "Fit scaling laws (chinchilla per recipe, precision jointly) to a study's final losses (docs/fit.md)");

@@ -17,6 +17,7 @@ int main(int argc, char** argv) {
   fp4::cli::register_train_commands(app);
   fp4::cli::register_sweep_commands(app);
   fp4::cli::register_fit_commands(app);
+  fp4::cli::register_plan_commands(app);
   fp4::cli::register_report_commands(app);
   try {
     app.parse(argc, argv);

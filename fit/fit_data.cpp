@@ -90,7 +90,7 @@ FitData data_from_runs(const store::Store& store, const std::vector<store::Final
     } else if (!(r.final_loss > 0) || !(n > 0) || !(d > 0)) {
       exclude(fmt::format("loss, N and D must be > 0 (loss {}, N {}, D {})", r.final_loss, n, d));
     } else {
-      data.points.push_back({r.id, r.name, r.recipe, r.match_key, n, d, r.final_loss});
+      data.points.push_back({r.id, r.name, r.recipe, r.match_key, n, d, r.final_loss, *r.final_step});
     }
   }
   data.baselines.assign(baselines.begin(), baselines.end());

@@ -4,6 +4,7 @@
 // never dropped silently.
 #pragma once
 
+#include <cstdint>
 #include <filesystem>
 #include <string>
 #include <vector>
@@ -24,6 +25,7 @@ struct FitPoint {
   // between them keeps its pairing. CSV rows: "<n>|<d>|<k>" for the k-th row of a recipe at (n, d).
   std::string group;
   double n = 0, d = 0, loss = 0;
+  int64_t steps = 0;                   // the run's last eval step (its training steps); 0: unknown (CSV)
 };
 
 struct FitData {

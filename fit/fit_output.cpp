@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "base/user_error.h"
+#include "fit/guardrails.h"
 #include "store/store.h"
 
 namespace fp4::fit {
@@ -56,12 +57,32 @@ void table_comparisons(std::string& out, const StoredFit& f) {
       out += fmt::format("      {:<10} {:>6} {:>5} {:>9}  {}\n", num(b.n, "{:.4g}"), b.points, b.wins, pct(b.mean),
                          pct_interval(b.ci));
     for (const FittedGap& t : c.targets)
-      out += fmt::format("      predicted at N = {}, D = {}: {} 95% {}\n", num(t.n, "{:.3g}"), num(t.d, "{:.3g}"),
-                         pct(t.gap.value), pct_interval(t.gap.ci));
+      out += unidentified(f) ? fmt::format("      predicted at N = {}, D = {}: withheld (the law is flagged unidentified)\n",
+                                           num(t.n, "{:.3g}"), num(t.d, "{:.3g}"))
+                             : fmt::format("      predicted at N = {}, D = {}: {} 95% {}{}\n", num(t.n, "{:.3g}"),
+                                           num(t.d, "{:.3g}"), pct(t.gap.value), pct_interval(t.gap.ci),
+                                           beyond_grid(f, {t.n, t.d}) != std::pair<double, double>{1, 1}
+                                               ? " (extrapolation of the functional form)"
+                                               : "");
     out += fmt::format("      trend of d: {} per tenfold compute (C = 6ND), 95% {} over {} matched points "
                        "(--format csv lists d per grid point, observed and fitted)\n",
                        pct(c.slope.per_decade.value), pct_interval(c.slope.per_decade.ci), c.slope.points);
   }
+}
+
+// The guardrails (fit/guardrails.h), first under the heading: a reader meets them before the numbers.
+void table_guardrails(std::string& out, const StoredFit& f) {
+  if (!f.guardrails_checked) {
+    out += "  GUARDRAILS: not checked (an older fp4lab stored this fit; --refit checks them)\n";
+    return;
+  }
+  if (f.guardrails.empty()) {
+    out += "  guardrails: none raised (docs/statistics.md \"Guardrails\")\n";
+    return;
+  }
+  out += fmt::format("  GUARDRAILS: {} raised{} (docs/statistics.md \"Guardrails\")\n", f.guardrails.size(),
+                     unidentified(f) ? "; the law is NOT IDENTIFIED: it prints no target gap" : "");
+  for (const Guardrail& g : f.guardrails) out += fmt::format("    ! {}: {}\n", g.check, g.message);
 }
 
 void table_one(std::string& out, const StoredFit& f, const std::string& note) {
@@ -75,6 +96,7 @@ void table_one(std::string& out, const StoredFit& f, const std::string& note) {
                      f.optimizer.starts_tried, f.optimizer.starts_succeeded, f.samples.size(), f.replicates_asked,
                      f.options.seed);
   if (!note.empty()) out += "  " + note + "\n";
+  table_guardrails(out, f);
   out += fmt::format("  {}; L = E + {}\n",
                      f.options.n_kind == "given" ? std::string("N and D as given in the points file")
                                                  : fmt::format("N = {} parameters, D = training tokens",
@@ -89,16 +111,20 @@ void table_one(std::string& out, const StoredFit& f, const std::string& note) {
     std::string extra;
     if (p.name == "a") extra = "   N_opt ∝ C^a";
     if (p.name == "b") extra = "   D_opt ∝ C^b";
-    out += fmt::format("  {:<8} {:>12}  {}{}\n", p.name, num(p.value), interval(p.ci), extra);
+    out += fmt::format("  {:<8} {:>12}  {}{}\n", p.name, num(p.value),
+                       withheld_interval(f, p.name) ? "(on its bound: no interval)" : interval(p.ci), extra);
   }
   if (precision) {
     out += fmt::format("  {:<12} {:>8}  {:<20} {:>8}  {:<20}\n", "recipe", "rho_N", "95% interval", "rho_D",
                        "95% interval");
     for (const std::string& r : f.recipes()) {
       const auto rn = f.parameter("rho_N", r), rd = f.parameter("rho_D", r);
+      auto rho_interval = [&](const char* name, const Interval& ci) {
+        if (r == f.options.baseline) return std::string("(baseline)");
+        return withheld_interval(f, name, r) ? std::string("(on its bound)") : interval(ci, "{:.4f}");
+      };
       out += fmt::format("  {:<12} {:>8}  {:<20} {:>8}  {:<20}{}\n", r, num(rn->value, "{:.4f}"),
-                         r == f.options.baseline ? "(baseline)" : interval(rn->ci, "{:.4f}"), num(rd->value, "{:.4f}"),
-                         r == f.options.baseline ? "(baseline)" : interval(rd->ci, "{:.4f}"),
+                         rho_interval("rho_N", rn->ci), num(rd->value, "{:.4f}"), rho_interval("rho_D", rd->ci),
                          r == f.options.baseline
                              ? ""
                              : fmt::format("  worth a {} model of {:.3g}·N parameters trained on {:.3g}·D tokens",
@@ -106,12 +132,21 @@ void table_one(std::string& out, const StoredFit& f, const std::string& note) {
     }
   }
   if (!f.predictions.empty()) {
+    const bool withheld = unidentified(f);
     out += fmt::format("  {:<10} {:<10} {:<12} {:>8}  {:<20} {:>9}  {}\n", "target N", "D", "recipe", "loss",
                        "95% interval", "gap", "95% interval");
-    for (const TargetPrediction& p : f.predictions)
-      out += fmt::format("  {:<10} {:<10} {:<12} {:>8}  {:<20} {:>9}  {}\n", num(p.target.n, "{:.3g}"),
+    for (const TargetPrediction& p : f.predictions) {
+      const auto [xn, xd] = beyond_grid(f, p.target);
+      const bool outside = xn > 1 || xd > 1;
+      out += fmt::format("  {:<10} {:<10} {:<12} {:>8}  {:<20} {:>9}  {}{}\n", num(p.target.n, "{:.3g}"),
                          num(p.target.d, "{:.3g}"), p.recipe, num(p.loss.value, "{:.4f}"),
-                         interval(p.loss.ci, "{:.4f}"), pct(p.gap.value), pct_interval(p.gap.ci));
+                         interval(p.loss.ci, "{:.4f}"), withheld && !std::isnan(p.gap.value) ? "withheld" : pct(p.gap.value),
+                         withheld ? "-" : pct_interval(p.gap.ci),
+                         outside ? "   extrapolation of the functional form" : "");
+    }
+    bool gap_withheld = false;
+    for (const TargetPrediction& p : f.predictions) gap_withheld = gap_withheld || (withheld && !std::isnan(p.gap.value));
+    if (gap_withheld) out += "  no target gap: the law is flagged unidentified (GUARDRAILS above)\n";
   }
   for (const RecipeGap& g : f.gaps) {
     out += fmt::format("  gap of {} against {} on the grid (gap = L/L_{} - 1):\n", g.recipe, g.baseline, g.baseline);

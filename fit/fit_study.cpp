@@ -1,7 +1,9 @@
 // fit_study.cpp — see fit_study.h.
 #include "fit/fit_study.h"
 
+#include <algorithm>
 #include <cstdio>
+#include <map>
 #include <memory>
 
 #include <fmt/format.h>
@@ -10,6 +12,7 @@
 #include "base/files.h"
 #include "base/format.h"
 #include "base/user_error.h"
+#include "fit/contrasts.h"
 #include "fit/fit_data.h"
 #include "store/store.h"
 
@@ -81,6 +84,24 @@ void require_one_source(bool study, bool store, bool points) {
     throw UserError("fp4lab fit: give exactly one of STUDY.toml, --store FILE.db or --points FILE.csv");
 }
 
+ContrastSet study_contrasts(const store::Store& store, const store::DeclaredStudy* study) {
+  const std::vector<ContrastRun> runs = load_contrast_runs(store);
+  std::vector<std::string> main_recipes;
+  std::map<std::string, std::string> bases;
+  store::CompareTable table;
+  std::string file, grid;
+  if (study != nullptr) {
+    for (const store::GridPointRecord& p : study->main.points)
+      if (std::find(main_recipes.begin(), main_recipes.end(), p.recipe) == main_recipes.end()) main_recipes.push_back(p.recipe);
+    bases = study->main.recipe_bases;
+    for (const store::GridRecord& g : study->others) bases.insert(g.recipe_bases.begin(), g.recipe_bases.end());
+    table = study->main.compare;
+    file = study->main.file.filename().string();
+    grid = study->main.name;
+  }
+  return compute_contrasts(runs, families_asked(table, file, main_recipes, bases, runs), grid);
+}
+
 void fit_study(const FitCommand& c) {
   require_one_source(c.study != nullptr, !c.store.empty(), !c.points.empty());
 
@@ -102,7 +123,16 @@ void fit_study(const FitCommand& c) {
     data = c.study != nullptr ? load_grid_data(*store, c.study->main, n_kind) : load_store_data(*store, n_kind);
   }
   data = select_recipes(data, c.recipes);
-  const FitPlan plan = plan_fits(data, request);
+  // A store where the default laws can fit nothing (one size, one length: a seeds grid) still has
+  // its paired contrasts: they are computed and printed, and the output says why no law was fitted.
+  FitPlan plan;
+  std::string no_law;
+  try {
+    plan = plan_fits(data, request);
+  } catch (const NothingToFit& e) {
+    if (!store) throw;
+    no_law = e.what();
+  }
   // The table lists what was skipped at its end; other formats, and a table written to a file, say it here.
   if (c.format != OutputFormat::table || !c.out.empty())
     for (const SkippedFit& s : plan.skipped) std::fprintf(stderr, "fp4lab fit: skipped %s\n", s.reason.c_str());
@@ -110,6 +140,7 @@ void fit_study(const FitCommand& c) {
   std::vector<StoredFit> fits;
   std::vector<std::string> notes;
   bool all_found = store != nullptr && !c.refit;
+  if (!no_law.empty()) all_found = true;  // nothing to fit, nothing to find
   if (all_found)
     for (const PlannedFit& p : plan.fits) {
       auto found = find_fit(*store, law_name(p.law), p.scope, p.input_hash);
@@ -150,7 +181,38 @@ void fit_study(const FitCommand& c) {
     }
   }
 
-  const std::string text = format_fits(fits, c.format, notes, plan.skipped);
+  // Paired contrasts over every seed of the store (fit/contrasts.h), stored beside the fits.
+  std::optional<ContrastSet> contrasts;
+  if (!c.points.empty()) {
+    // A points file has no seeds to pair.
+  } else {
+    if (!store) store = store::Store::open(store_path, store::Store::Mode::read_migrating);
+    contrasts = study_contrasts(*store, c.study);
+    if (!no_law.empty()) {
+      bool any = false;
+      for (const ContrastFamily& f : contrasts->families) any = any || !f.tests.empty();
+      if (!any) throw NothingToFit(no_law);  // no law and no contrast: nothing at all to do
+    }
+    std::optional<store::ContrastSetRecord> found = store->find_contrast_set(contrasts->grid, contrasts->input_hash);
+    std::string where;
+    if (found && !c.refit) {
+      contrasts->id = found->id;
+      where = fmt::format("paired contrasts: stored set {} (same runs and families)", found->id);
+    } else {
+      store.reset();
+      store = store::Store::open(store_path, store::Store::Mode::read_write);
+      contrasts->id = store->insert_contrast_set(to_record(*contrasts));
+      where = fmt::format("paired contrasts: stored as set {} in {}", contrasts->id, store_path.string());
+    }
+    if (!c.out.empty()) std::fprintf(stderr, "fp4lab fit: %s\n", where.c_str());
+  }
+
+  std::string text = format_fits(fits, c.format, notes, plan.skipped);
+  if (!no_law.empty()) {
+    if (c.format == OutputFormat::table) text = "no scaling law fitted: " + no_law + "\n";
+    std::fprintf(stderr, "fp4lab fit: no scaling law fitted: %s\n", no_law.c_str());
+  }
+  if (contrasts && c.format == OutputFormat::table) text += "\n" + format_contrasts_table(*contrasts);
   if (c.out.empty()) {
     std::fwrite(text.data(), 1, text.size(), stdout);
   } else {

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "fit/contrasts.h"
 #include "fit/fit_output.h"
 #include "fit/fitter.h"
 #include "fit/laws.h"
@@ -45,6 +46,10 @@ void require_one_source(bool study, bool store, bool points);
 
 // The request the table and the flags make (FitCommand's order of precedence).
 FitRequest fit_request(const store::FitTable& table, const FitCommand& command, std::string& n_kind);
+
+// The paired contrasts of a study's store (its [compare] table, else the defaults, from its main
+// grid's recipes and its grids' recipe bases), or of every run of a store (study null).
+ContrastSet study_contrasts(const store::Store& store, const store::DeclaredStudy* study);
 
 // Runs the command: prints or writes the output, says on stderr what was skipped and where fits
 // were stored. A user's mistake is a fp4::UserError.

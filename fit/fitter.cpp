@@ -17,6 +17,7 @@
 #include "base/clock.h"
 #include "base/sha256.h"
 #include "base/user_error.h"
+#include "fit/guardrails.h"
 #include "fit/law_solver.h"
 #include "fit/parallel.h"
 #include "fit/resample.h"
@@ -285,7 +286,7 @@ Selection select_fits(const FitData& data, const FitRequest& request, const std:
   if (out.specs.empty()) {
     std::vector<std::string> reasons;
     for (const SkippedFit& k : out.skipped) reasons.push_back(k.reason);
-    refuse(fmt::format("nothing can be fitted: {}", fmt::join(reasons, "; ")));
+    throw NothingToFit(fmt::format("nothing can be fitted: {} (in {})", fmt::join(reasons, "; "), data.origin));
   }
   return out;
 }
@@ -709,6 +710,9 @@ std::vector<StoredFit> run_fits(const FitData& all_data, const FitRequest& reque
   const size_t replicates = static_cast<size_t>(request.bootstrap);
   std::vector<std::vector<std::optional<std::vector<double>>>> boot(
       specs.size(), std::vector<std::optional<std::vector<double>>>(replicates));
+  // Why a replicate failed (0: it did not), counted per fit for the guardrails.
+  constexpr int kResampleUnfittable = 1, kSolveUnusable = 2;
+  std::vector<std::vector<int>> boot_failure(specs.size(), std::vector<int>(replicates, 0));
   std::map<std::string, std::vector<double>> boot_slopes;
   for (const std::string& r : quantized) boot_slopes[r].assign(replicates, kNaN);
   std::vector<std::vector<double>> boot_pair_slopes(pairs.size(), std::vector<double>(replicates, kNaN));
@@ -722,10 +726,14 @@ std::vector<StoredFit> run_fits(const FitData& all_data, const FitRequest& reque
         std::vector<double> weights;
         weights.reserve(spec.points.size());
         for (size_t i : spec.points) weights.push_back(counts[group_of[i]]);
-        if (!unfittable(data, spec, &weights).empty()) continue;
+        if (!unfittable(data, spec, &weights).empty()) {
+          boot_failure[s][k] = kResampleUnfittable;
+          continue;
+        }
         LawSolver solver(spec.layout, solver_points(data, spec.layout, spec.points, &weights), request.huber_delta);
         SolveOutcome o = solver.solve(estimates[s].search.x, settings);
         if (o.usable) boot[s][k] = std::move(o.x);
+        else boot_failure[s][k] = kSolveUnusable;
       }
       for (const std::string& r : quantized) boot_slopes.at(r)[k] = gap_slope(matched.at(r), &counts);
       for (size_t q = 0; q < pairs.size(); ++q) boot_pair_slopes[q][k] = gap_slope(paired[q], &counts);
@@ -786,6 +794,9 @@ std::vector<StoredFit> run_fits(const FitData& all_data, const FitRequest& reque
   }
 
   // 4. Assemble.
+  GuardrailInputs guardrail_inputs;
+  for (const FitPoint& p : data.points)
+    if (p.steps > 0 && !p.run_id.empty()) guardrail_inputs.steps[p.run_id] = p.steps;
   std::vector<StoredFit> fits;
   const double created = unix_time_s();
   for (size_t s = 0; s < specs.size(); ++s) {
@@ -903,10 +914,32 @@ std::vector<StoredFit> run_fits(const FitData& all_data, const FitRequest& reque
     if (spec.law == Law::precision && has_gap)
       for (size_t q = 0; q < pairs.size(); ++q)
         f.comparisons.push_back(compare_recipes(f, pairs[q], paired[q], boot_pair_slopes[q]));
+    int64_t unfittable_count = 0, unusable_count = 0;
+    for (int why : boot_failure[s]) {
+      unfittable_count += why == kResampleUnfittable;
+      unusable_count += why == kSolveUnusable;
+    }
+    if (unfittable_count > 0)
+      f.replicate_failures.push_back(
+          {"the resample drew too few distinct N, D or points to fit the law", unfittable_count});
+    if (unusable_count > 0)
+      f.replicate_failures.push_back({"the solve ended without a finite objective or parameters", unusable_count});
+    f.guardrails = check_guardrails(f, guardrail_inputs);
+    f.guardrails_checked = true;
     f.fp4lab_version = FP4LAB_VERSION;
     f.created = created;
     fits.push_back(std::move(f));
   }
+  // A chinchilla recipe's gap divides by the baseline's chinchilla fit: where that law is not
+  // identified, neither is the gap.
+  for (const StoredFit& b : fits)
+    if (b.law == "chinchilla" && b.scope == baseline && unidentified(b))
+      for (StoredFit& f : fits)
+        if (f.law == "chinchilla" && f.scope != baseline)
+          f.guardrails.push_back({"baseline", fmt::format("its gaps divide by the {} chinchilla fit, which is flagged "
+                                                          "unidentified",
+                                                          baseline),
+                                  true, "", ""});
   return fits;
 }
 

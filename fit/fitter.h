@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "base/user_error.h"
 #include "fit/fit_data.h"
 #include "fit/laws.h"
 #include "fit/stored_fit.h"
@@ -55,6 +56,13 @@ struct FitProgress {
   size_t done = 0, total = 0;
 };
 using ProgressFn = std::function<void(const FitProgress&)>;
+
+// The default laws (none named) can fit nothing in the data (one N, one D): a UserError of its own,
+// because `fp4lab fit` still has the paired contrasts over seeds to compute for such a store.
+class NothingToFit : public UserError {
+ public:
+  using UserError::UserError;
+};
 
 // What a call will produce, known before fitting: the laws, each fit's scope and input hash.
 struct PlannedFit {

@@ -13,11 +13,10 @@ namespace fp4::fit {
 
 namespace {
 
-// ρ's bounds in log space: ρ ≤ 1 is the law; ρ ≥ 1e-6 only keeps a hopeless recipe's ρ finite.
+// ρ's bounds (law_solver.h) in log space.
 constexpr double kLogRhoMax = 0.0;
-const double kLogRhoMin = std::log(1e-6);
-// γ's bounds: wide enough for any published value, finite so that a bad start cannot run away.
-constexpr double kGammaMin = 0.01, kGammaMax = 100.0;
+static_assert(kRhoMax == 1.0, "kLogRhoMax is log(kRhoMax)");
+const double kLogRhoMin = std::log(kRhoMin);
 
 // log(e^x + e^y) with the weights e^x / (e^x + e^y) and e^y / (...), from one exp and one log1p.
 struct Lse2 {

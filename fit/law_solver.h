@@ -27,6 +27,13 @@ class Problem;
 
 namespace fp4::fit {
 
+// The bounds of the bounded parameters (every other parameter is free): ρ ≤ 1 is the law, ρ ≥ 1e-6
+// only keeps a hopeless recipe's ρ finite; γ's range is wide enough for any published value and
+// finite so that a bad start cannot run away. A parameter that ends on one is flagged
+// (fit/guardrails.h).
+inline constexpr double kRhoMin = 1e-6, kRhoMax = 1.0;
+inline constexpr double kGammaMin = 0.01, kGammaMax = 100.0;
+
 // Which parameters a fit has, and where they sit in the parameter vector x:
 //   x[0..4] = a, b, e, α, β;   x[5] = γ when fitted;   then ℓN, ℓD per quantized recipe.
 struct LawLayout {

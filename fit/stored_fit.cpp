@@ -199,6 +199,12 @@ json quality_to_json(const StoredFit& fit) {
   for (const ExcludedRun& e : fit.excluded)
     excluded.push_back({{"run", e.run_id}, {"name", e.run_name}, {"recipe", e.recipe}, {"state", e.state},
                         {"reason", e.reason}});
+  json failures = json::array();
+  for (const ReplicateFailure& r : fit.replicate_failures) failures.push_back({{"reason", r.reason}, {"count", r.count}});
+  json guardrails = json::array();
+  for (const Guardrail& g : fit.guardrails)
+    guardrails.push_back({{"check", g.check}, {"message", g.message}, {"unidentified", g.unidentified},
+                          {"parameter", g.parameter}, {"recipe", g.recipe}});
   return {{"objective", number(fit.objective)},
           {"n_points", fit.n_points},
           {"optimizer", optimizer},
@@ -206,7 +212,9 @@ json quality_to_json(const StoredFit& fit) {
           {"held_out",
            {{"done", fit.held_out.done}, {"reason", fit.held_out.reason}, {"n", number(fit.held_out.held_out_n)},
             {"recipes", held_recipes}}},
-          {"excluded", excluded}};
+          {"excluded", excluded},
+          {"replicate_failures", failures},
+          {"guardrails", guardrails}};
 }
 
 json options_to_json(const StoredFit& fit) {
@@ -373,6 +381,12 @@ void read_quality(StoredFit& fit, const json& j) {
   for (const json& e : read_array(j, "excluded"))
     fit.excluded.push_back({read_string(e, "run"), read_string(e, "name"), read_string(e, "recipe"),
                             read_string(e, "state"), read_string(e, "reason")});
+  for (const json& r : read_array(j, "replicate_failures"))
+    fit.replicate_failures.push_back({read_string(r, "reason"), read_integer(r, "count")});
+  fit.guardrails_checked = j.contains("guardrails");
+  for (const json& g : read_array(j, "guardrails"))
+    fit.guardrails.push_back({read_string(g, "check"), read_string(g, "message"), read_bool(g, "unidentified"),
+                              read_string(g, "parameter"), read_string(g, "recipe")});
 }
 
 void read_options(StoredFit& fit, const json& j) {

@@ -168,6 +168,20 @@ struct RecipeComparison {
   GapSlope slope;                        // least-squares slope of d against log10(6·N·D), bootstrap interval
 };
 
+// A guardrail flag (fit/guardrails.h, docs/statistics.md "Guardrails"), stored in quality_json.
+struct Guardrail {
+  std::string check;                     // "bound", "exponent", "e_interval", "replicates", "held_out",
+                                         // "short_runs", "tokens_per_param", "extrapolation"
+  std::string message;                   // one line
+  bool unidentified = false;             // the law is not identified here: no target gap is shown
+  std::string parameter, recipe;         // "bound": the parameter (of the recipe) whose interval is withheld
+};
+// Bootstrap replicates that failed, by reason.
+struct ReplicateFailure {
+  std::string reason;
+  int64_t count = 0;
+};
+
 struct StoredFit {
   int64_t id = 0;                        // the row id in `fits`
   std::string law;                       // "chinchilla" | "precision"
@@ -179,6 +193,8 @@ struct StoredFit {
   std::vector<ParameterEstimate> parameters;  // E, A, B, alpha, beta, a, b[, gamma][, rho_N, rho_D per recipe]
   int64_t replicates_asked = 0;          // == options.bootstrap
   std::vector<BootstrapSample> samples;  // the replicates that succeeded, by replicate index
+  std::vector<ReplicateFailure> replicate_failures;  // the others, by reason (empty in fits stored before
+                                                     // fp4lab counted them)
 
   double objective = kNaN;               // sum over points of Huber_δ(log L̂ - log L) at the point estimate
   int64_t n_points = 0;
@@ -186,6 +202,8 @@ struct StoredFit {
   std::vector<Residual> residuals;       // every fitted point, in input order
   HeldOutCheck held_out;
   std::vector<ExcludedRun> excluded;
+  bool guardrails_checked = false;       // false: stored before fp4lab had guardrails (--refit adds them)
+  std::vector<Guardrail> guardrails;     // fit/guardrails.h
 
   std::vector<TargetPrediction> predictions;  // target-major, recipe-minor
   std::vector<RecipeGap> gaps;           // per quantized recipe (empty without a baseline)

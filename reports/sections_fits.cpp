@@ -8,8 +8,10 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <optional>
 #include <set>
 
+#include "fit/guardrails.h"
 #include "reports/escape.h"
 #include "reports/fits.h"
 #include "reports/format.h"
@@ -249,7 +251,9 @@ Table parameter_table(ReportContext& ctx, const FitChoice& fits) {
   for (const fit::StoredFit* f : all) {
     auto cell = [&](const char* name) -> Cell {
       const auto p = f->parameter(name);
-      return p ? Cell(with_interval(p->value, p->ci)) : Cell("—");
+      if (!p) return Cell("—");
+      return Cell(fit::withheld_interval(*f, name) ? fmt_number(p->value, 4) + " (on its bound: no interval)"
+                                                   : with_interval(p->value, p->ci));
     };
     t.rows.push_back({{f->law}, f->law == "chinchilla" ? ctx.recipe_cell(f->scope) : Cell(f->scope),
                       {std::to_string(f->n_points)}, cell("E"), cell("A"), cell("B"), cell("alpha"), cell("beta"),
@@ -299,6 +303,49 @@ std::vector<Block> entropy_rate_blocks(ReportContext& ctx, const FitChoice& fits
                                    "whose whole interval lies below it is a wrong fit, and E above it is loss that "
                                    "the law says no size and no length removes.")}});
   blocks.push_back(std::move(t));
+  return blocks;
+}
+
+// Every guardrail of the shown fits (fit/guardrails.h), first in "Fitted laws": what the laws do not
+// support, before their numbers.
+std::vector<Block> guardrail_blocks(ReportContext& ctx, const FitChoice& fits) {
+  Table t;
+  t.id = "guardrails-table";
+  t.caption = "Guardrails: what these fits cannot support (docs/statistics.md, \"Guardrails\")";
+  t.header = {"law", "scope", "check", "what it means here", "identified?"};
+  t.numeric = {false, false, false, false, false};
+  std::vector<std::vector<std::string>> csv;
+  std::vector<std::string> unchecked, unidentified_laws;
+  for (const ChosenFit& c : fits.chosen) {
+    const fit::StoredFit& f = *c.fit;
+    if (!f.guardrails_checked) unchecked.push_back(f.law + " (" + f.scope + ")");
+    if (fit::unidentified(f)) unidentified_laws.push_back(f.law + " (" + f.scope + ")");
+    for (const fit::Guardrail& g : f.guardrails) {
+      t.rows.push_back({{f.law}, f.law == "chinchilla" ? ctx.recipe_cell(f.scope) : Cell(f.scope), {g.check},
+                        {g.message}, {g.unidentified ? "no: no target gap is shown" : "—"}});
+      csv.push_back({std::to_string(f.id), csv_field(f.law), csv_field(f.scope), csv_field(g.check),
+                     g.unidentified ? "1" : "0", csv_field(g.parameter), csv_field(g.recipe), csv_field(g.message)});
+    }
+  }
+  t.csv = ctx.csv("guardrails.csv", {"fit_id", "law", "scope", "check", "unidentified", "parameter", "recipe", "message"},
+                  csv);
+  std::vector<Block> blocks;
+  if (!unidentified_laws.empty())
+    blocks.push_back(Note{{strong("Not identified: "),
+                           text(fmt::format("the {} {} flagged unidentified by the guardrails below; {} no target gap "
+                                            "and {} numbers at the targets are extrapolation of the functional form.",
+                                            fmt::join(unidentified_laws, ", "),
+                                            unidentified_laws.size() == 1 ? "law is" : "laws are",
+                                            unidentified_laws.size() == 1 ? "it prints" : "they print",
+                                            unidentified_laws.size() == 1 ? "its" : "their"))}});
+  if (!t.rows.empty()) blocks.push_back(std::move(t));
+  else if (unchecked.empty())
+    blocks.push_back(Paragraph{{text("Guardrails: none raised by the shown fits (docs/statistics.md, \"Guardrails\").")}});
+  if (!unchecked.empty())
+    blocks.push_back(Note{{strong("Guardrails not checked: "),
+                           text(fmt::format("{} {} stored by an fp4lab without guardrails; ", fmt::join(unchecked, ", "),
+                                            unchecked.size() == 1 ? "was" : "were")),
+                           code("fp4lab fit STUDY.toml --refit"), text(" checks them.")}});
   return blocks;
 }
 
@@ -370,6 +417,7 @@ Section scaling_section(ReportContext& ctx) {
                                           "the latest of the main grid's runs only, else the latest at all with a note; "
                                           "the table names each one (its id in the store's fits table, the grid that "
                                           "chose its runs, its input hash and when it was fitted).")}});
+  for (Block& b : guardrail_blocks(ctx, fits)) params.blocks.push_back(std::move(b));
   params.blocks.push_back(shown_fits_table(ctx, fits));
   params.blocks.push_back(parameter_table(ctx, fits));
   for (Block& b : entropy_rate_blocks(ctx, fits)) params.blocks.push_back(std::move(b));
@@ -437,8 +485,12 @@ Section precision_section(ReportContext& ctx) {
   for (const std::string& recipe : ctx.palette.order()) {
     const auto rn = f.parameter("rho_N", recipe), rd = f.parameter("rho_D", recipe);
     if (!rn && !rd) continue;
-    t.rows.push_back({ctx.recipe_cell(recipe), {rn ? with_interval(rn->value, rn->ci) : "—"},
-                      {rd ? with_interval(rd->value, rd->ci) : "—"}});
+    auto shown = [&](const char* name, const std::optional<fit::ParameterEstimate>& e) -> std::string {
+      if (!e) return "—";
+      return fit::withheld_interval(f, name, recipe) ? fmt_number(e->value, 4) + " (on its bound: no interval)"
+                                                     : with_interval(e->value, e->ci);
+    };
+    t.rows.push_back({ctx.recipe_cell(recipe), {shown("rho_N", rn)}, {shown("rho_D", rd)}});
     categories.push_back({static_cast<double>(k), recipe});
     for (auto [panel, est] : {std::make_pair(&pn, rn), std::make_pair(&pd, rd)}) {
       if (!est) continue;

@@ -11,6 +11,7 @@
 #include <set>
 #include <tuple>
 
+#include "fit/guardrails.h"
 #include "reports/escape.h"
 #include "reports/fits.h"
 #include "reports/format.h"
@@ -110,8 +111,13 @@ Section prediction_subsection(ReportContext& ctx, const FitChoice& fits) {
           reported = fmt::format("{:.4f}% ({})", 100 * (p.recipe == "e2m1" ? g.e2m1 : g.ufp4), g.model);
       std::string loss = fmt_loss(p.loss.value);
       if (p.loss.ci.known()) loss += " [" + fmt_loss(p.loss.ci.lo) + ", " + fmt_loss(p.loss.ci.hi) + "]";
+      const auto [xn, xd] = fit::beyond_grid(*f, p.target);
+      if (xn > 1 || xd > 1) loss += " (extrapolation of the functional form)";
+      const std::string gap = !std::isfinite(p.gap.value) ? "— (baseline)"
+                              : fit::unidentified(*f)     ? "withheld: the law is not identified (Guardrails)"
+                                                          : gap_with_interval(p.gap);
       t.rows.push_back({{f->law}, ctx.recipe_cell(p.recipe), {fmt_count(p.target.n)}, {fmt_count(p.target.d)}, {loss},
-                        {std::isfinite(p.gap.value) ? gap_with_interval(p.gap) : "— (baseline)"}, {reported}});
+                        {gap}, {reported}});
       csv.push_back({csv_field(f->law), csv_field(f->scope), csv_field(p.recipe), csv_number(p.target.n), csv_number(p.target.d),
                      csv_number(p.loss.value), csv_number(p.loss.ci.lo), csv_number(p.loss.ci.hi), csv_number(p.gap.value), csv_number(p.gap.ci.lo),
                      csv_number(p.gap.ci.hi)});

@@ -50,16 +50,6 @@ std::vector<StudyGrid> read_grids(const store::Store& store) {
   return grids;
 }
 
-nlohmann::json without_seeds(nlohmann::json c) {
-  if (c.is_object() && c.contains("train") && c["train"].is_object()) {
-    nlohmann::json& t = c["train"];
-    const bool same = t.contains("data_seed") && t.contains("seed") && t["data_seed"] == t["seed"];
-    t.erase("seed");
-    if (same) t.erase("data_seed");
-  }
-  return c;
-}
-
 int64_t probe_every_of(const nlohmann::json& config) {
   if (!config.is_object() || !config.contains("probe") || !config["probe"].is_object()) return 0;
   const auto& every = config["probe"]["every"];
@@ -67,14 +57,6 @@ int64_t probe_every_of(const nlohmann::json& config) {
 }
 
 }  // namespace
-
-std::string replicate_key(const nlohmann::json& config) { return without_seeds(config).dump(); }
-
-std::string comparison_key(const nlohmann::json& config) {
-  nlohmann::json c = without_seeds(config);
-  if (c.is_object()) c.erase("recipe");
-  return c.dump();
-}
 
 const StudyRun* Study::run(const std::string& id) const {
   for (const StudyRun& r : runs)
@@ -248,6 +230,12 @@ Study load_study(const store::Store* store, const store::DeclaredStudy* declared
       st.fits = fit::read_all_fits(*store);
     } catch (const std::exception& e) {
       st.fits_error = e.what();
+    }
+    if (declared != nullptr) {
+      st.contrasts = fit::latest_contrast_set(*store, declared->main.name);
+    } else {
+      const std::vector<store::ContrastSetRecord> sets = store->contrast_sets();
+      if (!sets.empty()) st.contrasts = fit::from_record(sets.back());
     }
   }
   if (st.name.empty() && !st.grids.empty()) st.name = st.grids.front().name;

@@ -17,6 +17,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "fit/contrasts.h"
 #include "fit/stored_fit.h"
 #include "store/store.h"
 
@@ -33,13 +34,9 @@ struct StudyGrid {
   double created = 0;
 };
 
-// What groups runs, from a resolved run config: the config without its seeds (runs that differ
-// only in their seed are replicates of one grid point: the spread over seeds), and without its
-// seeds and its recipe (runs that can be compared pairwise, seed by seed, on the same batches).
-// train.data_seed is dropped with train.seed when the two are equal (the default: the run seed
-// drives the data order), and kept when it was set apart.
-std::string replicate_key(const nlohmann::json& config);
-std::string comparison_key(const nlohmann::json& config);
+// What groups runs (a grid point's replicates; the runs compared seed by seed): fit/contrasts.h.
+using fit::comparison_key;
+using fit::replicate_key;
 
 // One grid of the study: a grid its TOMLs declare (points recorded or not), or, with --store, a
 // grid the store recorded.
@@ -119,6 +116,9 @@ struct Study {
   std::vector<store::Store::AttemptRecord> attempts;  // every attempt, by id
   std::vector<fit::StoredFit> fits;     // every stored fit, by id: fit::read_all_fits (reports/fits.h chooses)
   std::string fits_error;               // why the fits could not be read ("" when they could)
+  // The latest paired contrasts `fp4lab fit` stored for this study's grid (with --store: the
+  // latest of any grid); nullopt when none.
+  std::optional<fit::ContrastSet> contrasts;
 
   const StudyRun* run(const std::string& id) const;
   bool in_main(const StudyRun& r) const { return main_ids.count(r.record.id) != 0; }

@@ -43,6 +43,23 @@ struct FitTable {
   std::optional<std::vector<std::pair<double, double>>> targets;  // (N, D), each > 0
   bool operator==(const FitTable&) const = default;
 };
+// A grid's [compare] table (docs/statistics.md "The [compare] table"): the paired contrasts
+// `fp4lab fit` tests over seeds. A contrast "A - B" compares recipe A with recipe B (d = (L_A -
+// L_B) / L̄_bf16 per seed); a family is a set of contrasts whose tests (each contrast at each grid
+// point with two or more paired seeds) share one Holm adjustment. Validated by the study reader
+// (sweeps/spec.cpp); empty `present`: no table, fit/ uses its defaults and says so.
+struct CompareFamily {
+  std::string name;
+  std::vector<std::pair<std::string, std::string>> contrasts;  // (A, B)
+  bool operator==(const CompareFamily&) const = default;
+};
+struct CompareTable {
+  bool present = false;
+  std::vector<std::pair<std::string, std::string>> primary;    // the pre-registered contrasts
+  std::vector<CompareFamily> families;
+  bool operator==(const CompareTable&) const = default;
+};
+
 // The table as the store keeps it (grids.fit_json): its keys as the TOML names them, {} when none.
 nlohmann::json fit_table_json(const FitTable& table);
 
@@ -54,6 +71,8 @@ struct GridRecord {
   std::filesystem::path store;    // [sweep] store, resolved against base_dir
   std::string text;               // the TOML text, byte for byte
   FitTable fit;
+  CompareTable compare;
+  std::map<std::string, std::string> recipe_bases;  // [recipes.NAME] base = "PRESET": NAME → PRESET
   std::vector<std::string> axis_names;  // declaration order
   std::vector<GridPointRecord> points;  // grid order
 };

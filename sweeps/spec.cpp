@@ -402,8 +402,73 @@ store::FitTable read_fit(const toml::table* t, const SpecErrors& errors) {
   return fit;
 }
 
+// One contrast "A - B" of [compare] (recipe names may hold '-', so the minus stands between spaces).
+std::pair<std::string, std::string> read_contrast(const toml::node& n, const std::string& key, const SpecErrors& errors) {
+  const std::string s = read_string(n, key, errors);
+  const size_t at = s.find(" - ");
+  if (at == std::string::npos || s.find(" - ", at + 1) != std::string::npos)
+    errors.fail(loc_of(n), key, "must be one contrast \"A - B\" (two recipe labels, the minus between spaces), got \"" + s + "\"");
+  auto trim = [](std::string v) {
+    v.erase(0, v.find_first_not_of(' '));
+    v.erase(v.find_last_not_of(' ') + 1);
+    return v;
+  };
+  std::pair<std::string, std::string> c{trim(s.substr(0, at)), trim(s.substr(at + 3))};
+  if (c.first.empty() || c.second.empty() || c.first == c.second)
+    errors.fail(loc_of(n), key, "must name two different recipes, \"A - B\", got \"" + s + "\"");
+  return c;
+}
+
+std::vector<std::pair<std::string, std::string>> read_contrasts(const toml::node& n, const std::string& key,
+                                                                const SpecErrors& errors) {
+  if (!n.is_array() || n.as_array()->empty())
+    errors.fail(loc_of(n), key, "must be a non-empty array of contrasts like \"ufp4 - e2m1\", got " + describe(n));
+  std::vector<std::pair<std::string, std::string>> out;
+  for (const toml::node& c : *n.as_array()) {
+    auto contrast = read_contrast(c, key, errors);
+    if (std::find(out.begin(), out.end(), contrast) != out.end())
+      errors.fail(loc_of(c), key, "lists \"" + contrast.first + " - " + contrast.second + "\" twice");
+    out.push_back(std::move(contrast));
+  }
+  return out;
+}
+
+// [compare] (docs/statistics.md): the primary contrasts and the families of contrasts that share
+// a Holm adjustment; fit/ applies it (fit/contrasts.h).
+store::CompareTable read_compare(const toml::table* t, const SpecErrors& errors) {
+  store::CompareTable compare;
+  if (t == nullptr) return compare;
+  compare.present = true;
+  check_keys(*t, "compare", {"primary", "families"}, errors);
+  if (const toml::node* n = t->get("primary")) compare.primary = read_contrasts(*n, "compare.primary", errors);
+  if (const toml::node* n = t->get("families")) {
+    if (!n->is_array() || n->as_array()->empty())
+      errors.fail(loc_of(*n), "compare.families",
+                  "must be a non-empty array of tables {name = \"...\", contrasts = [\"A - B\", ...]}, got " + describe(*n));
+    for (const toml::node& f : *n->as_array()) {
+      const toml::table& ft = require_table(f, "compare.families", errors);
+      check_keys(ft, "compare.families", {"name", "contrasts"}, errors);
+      const toml::node* name = ft.get("name");
+      const toml::node* contrasts = ft.get("contrasts");
+      if (name == nullptr) errors.fail(loc_of(ft), "compare.families.name", "is required (the family's name in the report)");
+      if (contrasts == nullptr)
+        errors.fail(loc_of(ft), "compare.families.contrasts", "is required (e.g. contrasts = [\"ufp4 - e2m1\"])");
+      store::CompareFamily family{read_string(*name, "compare.families.name", errors),
+                                  read_contrasts(*contrasts, "compare.families.contrasts", errors)};
+      if (family.name.empty()) errors.fail(loc_of(*name), "compare.families.name", "must not be empty");
+      for (const store::CompareFamily& other : compare.families)
+        if (other.name == family.name)
+          errors.fail(loc_of(*name), "compare.families.name", "names the family \"" + family.name + "\" twice");
+      compare.families.push_back(std::move(family));
+    }
+  }
+  if (compare.primary.empty() && compare.families.empty())
+    errors.fail(loc_of(*t), "compare", "names no contrast: give primary = [\"A - B\"] and/or families = [...]");
+  return compare;
+}
+
 const std::set<std::string> kTopLevelTables = {"sweep", "data",   "model",   "train",    "eval", "probe",
-                                               "checkpoint", "grid", "recipes", "executor", "fit"};
+                                               "checkpoint", "grid", "recipes", "executor", "fit", "compare"};
 
 }  // namespace
 
@@ -438,6 +503,10 @@ SweepSpec parse_sweep_spec(const std::string& text, const fs::path& file, const 
     base.origins["gpus"] = Origin{loc_of(*ex->get("gpus_per_run")), "executor.gpus_per_run"};
   }
   spec.fit = read_fit(optional_table(root, "fit", errors), errors);
+  spec.compare = read_compare(optional_table(root, "compare", errors), errors);
+  for (const auto& [name, def] : recipes)
+    if (def.config.contains("base") && def.config["base"].is_string())
+      spec.recipe_bases[name] = def.config["base"].get<std::string>();
 
   const toml::table* grid = optional_table(root, "grid", errors);
   const std::vector<Axis> axes = read_grid(grid, base, recipes, errors);
@@ -476,6 +545,7 @@ SweepSpec load_sweep_spec(const fs::path& file, DataCheck check) {
 store::GridRecord grid_record(const SweepSpec& spec) {
   store::GridRecord g{.text_hash = spec.text_hash, .name = spec.name, .file = spec.file, .base_dir = spec.base_dir,
                       .run_root = spec.run_root, .store = spec.store, .text = spec.text, .fit = spec.fit,
+                      .compare = spec.compare, .recipe_bases = spec.recipe_bases,
                       .axis_names = spec.axis_names, .points = {}};
   for (const GridPoint& p : spec.points)
     g.points.push_back({p.id, p.name, p.canonical.empty() ? p.config.dump() : p.canonical, p.match_key,

@@ -67,6 +67,8 @@ struct SweepSpec {
   std::filesystem::path run_root; // [sweep] run_root, resolved against base_dir (default "runs")
   ExecutorSpec executor;
   store::FitTable fit;            // [fit], validated (every key unset when absent)
+  store::CompareTable compare;    // [compare], validated (present false when absent)
+  std::map<std::string, std::string> recipe_bases;  // [recipes.NAME] base: NAME → the preset it starts from
   std::vector<std::string> axis_names;  // in declaration order
   std::vector<GridPoint> points;        // grid order: the first axis varies slowest; duplicates
                                         // (two points with one id) are merged into one

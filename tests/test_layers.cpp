@@ -127,8 +127,8 @@ TEST_CASE("a study is read once per command, by sweeps/ alone", "[layers]") {
   // fit/ and reports/ include nothing of sweeps/ (the test above; the link check holds their
   // libraries to it too): they take the study as store::DeclaredStudy and cannot parse it.
   const fs::path root = FP4LAB_SOURCE_DIR;
-  // Only sweeps/ parses a sweep TOML; the commands ask it through read_study, `fit` and `report`
-  // once each.
+  // Only sweeps/ parses a sweep TOML; the commands ask it through read_study, `fit`, `report` and
+  // `plan` once each.
   for (const char* module : {"base", "kernels", "engine", "quant", "store", "fit", "reports", "cli"})
     for (const auto& [file, text] : module_sources(root, module)) {
       INFO(fs::relative(file, root).string());
@@ -136,4 +136,5 @@ TEST_CASE("a study is read once per command, by sweeps/ alone", "[layers]") {
     }
   CHECK(count_of(fp4::test::slurp(root / "cli/fit_commands.cpp"), "read_study(") == 1);
   CHECK(count_of(fp4::test::slurp(root / "cli/report_commands.cpp"), "read_study(") == 1);
+  CHECK(count_of(fp4::test::slurp(root / "cli/plan_commands.cpp"), "read_study(") == 1);
 }

@@ -6,6 +6,7 @@
 #include <catch2/catch.hpp>
 
 #include "engine/data/synthetic_spec.h"
+#include "fit/guardrails.h"
 #include "fit/stored_fit.h"
 #include "reports/format.h"
 #include "tests/report_test_helpers.h"
@@ -327,7 +328,9 @@ TEST_CASE("report after fp4lab fit on a real tiny study shows the stored fits' o
   REQUIRE(c.targets.size() == 1);
   std::string at_target = "1.5B, 100B: " + pp(c.targets[0].gap.value);
   if (c.targets[0].gap.ci.known()) at_target += " [" + pp(c.targets[0].gap.ci.lo) + ", " + pp(c.targets[0].gap.ci.hi) + "]";
-  CHECK(cmp.rows[0][6] == at_target);
+  // A law the guardrails flag unidentified shows no target d (fit/guardrails.h); this tiny grid's
+  // may be either.
+  CHECK(cmp.rows[0][6] == (fp4::fit::unidentified(*precision) ? "withheld: the law is not identified (Guardrails)" : at_target));
   // The predicted d is the difference of the two printed predicted gaps (docs/fit.md).
   const auto d = fp4::fit::predicted_gap_difference_interval(*precision, "ufp4", "e2m1", 1.5e9, 1e11);
   CHECK(d.value == c.targets[0].gap.value);

@@ -1,0 +1,566 @@
+// contrasts.cpp — see contrasts.h.
+#include "fit/contrasts.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+#include <map>
+#include <set>
+#include <tuple>
+
+#include "base/sha256.h"
+#include "fit/trend.h"
+#include "store/store.h"
+
+namespace fp4::fit {
+
+using nlohmann::json;
+
+namespace {
+
+json without_seeds(json c) {
+  if (c.is_object() && c.contains("train") && c["train"].is_object()) {
+    json& t = c["train"];
+    const bool same = t.contains("data_seed") && t.contains("seed") && t["data_seed"] == t["seed"];
+    t.erase("seed");
+    if (same) t.erase("data_seed");
+  }
+  return c;
+}
+
+// 25034752 → "25M", 1500000000 → "1.5B", 65536 → "65.5k": tokens as a point's label shows them
+// (three significant digits: a label, not a count).
+std::string compact_tokens(int64_t n) {
+  const double v = static_cast<double>(n);
+  if (v >= 1e9) return fmt::format("{:.3g}B", v / 1e9);
+  if (v >= 1e6) return fmt::format("{:.3g}M", v / 1e6);
+  if (v >= 1e3) return fmt::format("{:.3g}k", v / 1e3);
+  return std::to_string(n);
+}
+
+std::string contrast_name(const std::pair<std::string, std::string>& c) { return c.first + " - " + c.second; }
+
+// A config as dotted paths to leaf values ("train.lr" → "0.0015").
+void flatten(const json& j, const std::string& prefix, std::map<std::string, std::string>& out) {
+  if (j.is_object()) {
+    for (const auto& [k, v] : j.items()) flatten(v, prefix.empty() ? k : prefix + "." + k, out);
+    return;
+  }
+  out[prefix] = j.dump();
+}
+
+// The settings that differ between grid points (their comparison keys), sorted.
+std::vector<std::string> varying_settings(const std::set<std::string>& point_keys) {
+  std::vector<std::map<std::string, std::string>> flat;
+  std::set<std::string> paths;
+  for (const std::string& key : point_keys) {
+    const json j = json::parse(key, nullptr, false);
+    if (j.is_discarded()) continue;
+    flat.emplace_back();
+    flatten(j, "", flat.back());
+    for (const auto& [path, v] : flat.back()) paths.insert(path);
+  }
+  std::vector<std::string> out;
+  for (const std::string& path : paths) {
+    std::set<std::string> values;
+    for (const auto& f : flat) values.insert(f.count(path) ? f.at(path) : "(unset)");
+    if (values.size() > 1) out.push_back(path);
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string replicate_key(const json& config) { return without_seeds(config).dump(); }
+
+double ContrastTest::pairing_removed() const {
+  const double unpaired = sd_recipe * sd_recipe + sd_against * sd_against;
+  return unpaired > 0 ? 1 - t.sd * t.sd / unpaired : kNaN;
+}
+
+double ContrastTest::shared_sd() const {
+  const double cov = correlation * sd_recipe * sd_against;
+  return cov >= 0 ? std::sqrt(cov) : kNaN;
+}
+
+int64_t train_tail_steps(int64_t rows) { return std::min<int64_t>(1000, (rows + 9) / 10); }
+
+std::string comparison_key(const json& config) {
+  json c = without_seeds(config);
+  if (c.is_object()) c.erase("recipe");
+  return c.dump();
+}
+
+std::vector<ContrastRun> load_contrast_runs(const store::Store& store) {
+  std::map<std::string, std::set<std::string>> grids_of_run;
+  for (const store::StoredGrid& g : store.grids())
+    for (const store::StoredGrid::Link& l : g.links) grids_of_run[l.run_id].insert(g.name);
+  std::map<std::string, const store::FinalLossRecord*> final_of;
+  const std::vector<store::FinalLossRecord> finals = store.final_losses();
+  for (const store::FinalLossRecord& f : finals) final_of[f.id] = &f;
+
+  std::vector<ContrastRun> out;
+  std::map<std::string, std::set<std::string>> grids_of_point;
+  for (const store::RunRecord& r : store.runs()) {
+    ContrastRun c;
+    c.id = r.id;
+    c.recipe = r.recipe;
+    c.model = r.model;
+    c.baseline = r.baseline;
+    c.n = r.n_params_nonembedding;
+    c.tokens = r.tokens;
+    c.seed = r.seed;
+    const json config = json::parse(r.config_json, nullptr, /*allow_exceptions=*/false);
+    c.point = comparison_key(config.is_discarded() ? json(r.id) : config);
+    if (const auto f = final_of.find(r.id); f != final_of.end()) {
+      const store::FinalLossRecord& fl = *f->second;
+      c.finished = fl.state == store::RunState::succeeded && fl.final_step && !fl.final_is_nan &&
+                   std::isfinite(fl.final_loss);
+      if (c.finished) c.final_loss = fl.final_loss;
+    }
+    if (c.finished) {
+      const std::vector<store::MetricRow> rows = store.metrics(r.id, "train/loss");
+      const int64_t k = train_tail_steps(static_cast<int64_t>(rows.size()));
+      double sum = 0;
+      bool nan = k == 0;
+      for (size_t i = rows.size() - static_cast<size_t>(k); i < rows.size(); ++i) {
+        nan = nan || rows[i].is_nan;
+        sum += rows[i].value;
+      }
+      if (!nan) {
+        c.train_tail = sum / static_cast<double>(k);
+        c.tail_steps = k;
+      }
+    }
+    const auto& grids = grids_of_run[r.id];
+    grids_of_point[c.point].insert(grids.begin(), grids.end());
+    out.push_back(std::move(c));
+  }
+  std::map<std::string, std::set<std::string>> points_of_label;
+  for (ContrastRun& c : out) {
+    const auto& grids = grids_of_point[c.point];
+    c.point_label = fmt::format("{} {}", c.model, compact_tokens(c.tokens));
+    if (!grids.empty()) c.point_label += fmt::format(" ({})", fmt::join(grids, ", "));
+    points_of_label[c.point_label].insert(c.point);
+  }
+  // Two points that differ in another setting only (a learning rate) get their key's hash as well.
+  for (ContrastRun& c : out)
+    if (points_of_label[c.point_label].size() > 1) c.point_label += " #" + sha256_hex(c.point).substr(0, 8);
+  return out;
+}
+
+FamilyRequest families_asked(const store::CompareTable& table, const std::string& file,
+                             const std::vector<std::string>& main_recipes,
+                             const std::map<std::string, std::string>& recipe_bases,
+                             const std::vector<ContrastRun>& runs) {
+  FamilyRequest r;
+  if (table.present) {
+    r.source = "[compare] of " + file;
+    r.families = table.families;
+    r.primary = table.primary;
+    for (const auto& c : table.primary) {
+      bool named = false;
+      for (const store::CompareFamily& f : r.families)
+        named = named || std::find(f.contrasts.begin(), f.contrasts.end(), c) != f.contrasts.end();
+      if (!named) r.families.insert(r.families.begin(), store::CompareFamily{contrast_name(c), {c}});
+    }
+    return r;
+  }
+  std::set<std::string> present, quantized;
+  for (const ContrastRun& c : runs) {
+    present.insert(c.recipe);
+    if (!c.baseline) quantized.insert(c.recipe);
+  }
+  std::vector<std::string> main;
+  for (const std::string& q : quantized)
+    if (main_recipes.empty() || std::find(main_recipes.begin(), main_recipes.end(), q) != main_recipes.end())
+      main.push_back(q);
+  for (size_t j = 0; j < main.size(); ++j)
+    for (size_t i = 0; i < j; ++i) r.families.push_back({main[j] + " - " + main[i], {{main[j], main[i]}}});
+  store::CompareFamily variants{"variants against their base", {}};
+  for (const auto& [recipe, base] : recipe_bases)
+    if (present.count(recipe) && present.count(base) && quantized.count(base)) variants.contrasts.emplace_back(recipe, base);
+  if (!variants.contrasts.empty()) r.families.push_back(std::move(variants));
+  r.source = fmt::format(
+      "defaults (no [compare] table{}): one family per pair of the {} 4-bit recipes, each tested at every grid point "
+      "with two or more paired seeds{}",
+      file.empty() ? "" : " in " + file, main_recipes.empty() ? "store's" : "main grid's",
+      recipe_bases.empty() ? "" : "; one family of every recipe declared with `base = X` against X");
+  return r;
+}
+
+ContrastSet compute_contrasts(const std::vector<ContrastRun>& runs, const FamilyRequest& request, const std::string& grid) {
+  ContrastSet set;
+  set.grid = grid;
+  set.source = request.source;
+  set.fp4lab_version = FP4LAB_VERSION;
+
+  // Runs by point; the points ordered by N, D and label.
+  std::map<std::string, std::vector<const ContrastRun*>> by_point;
+  for (const ContrastRun& r : runs) by_point[r.point].push_back(&r);
+  std::vector<std::string> points;
+  for (const auto& [key, rs] : by_point) points.push_back(key);
+  std::sort(points.begin(), points.end(), [&](const std::string& a, const std::string& b) {
+    const ContrastRun& x = *by_point[a][0];
+    const ContrastRun& y = *by_point[b][0];
+    return std::tie(x.n, x.tokens, x.point_label, a) < std::tie(y.n, y.tokens, y.point_label, b);
+  });
+
+  json hashed = {{"grid", grid}, {"families", json::array()}, {"primary", request.primary}, {"runs", json::array()}};
+  for (const store::CompareFamily& f : request.families) hashed["families"].push_back({f.name, f.contrasts});
+  for (const ContrastRun& r : runs)
+    hashed["runs"].push_back({r.id, r.recipe, r.point, r.seed, r.baseline, r.finished, r.finished ? r.final_loss : 0.0,
+                              std::isnan(r.train_tail) ? 0.0 : r.train_tail, r.tail_steps});
+
+  std::set<std::string> noted;
+  for (const store::CompareFamily& asked : request.families) {
+    ContrastFamily family{asked.name, asked.contrasts, {}, {}};
+    for (const char* metric : {"final_eval", "train_tail"}) {
+      const bool eval = std::string(metric) == "final_eval";
+      // The loss of a run on this metric, NaN when it has none.
+      auto loss_of = [&](const ContrastRun& r) { return !r.finished ? kNaN : eval ? r.final_loss : r.train_tail; };
+      const size_t first_test = family.tests.size();
+      for (const auto& contrast : asked.contrasts) {
+        const bool primary = std::find(request.primary.begin(), request.primary.end(), contrast) != request.primary.end();
+        bool anywhere = false;
+        std::vector<std::string> one_seed, unpaired;  // points with one pair, with none
+        for (const std::string& key : points) {
+          std::map<uint64_t, double> a, b;
+          std::vector<const ContrastRun*> base;
+          bool has_a = false, has_b = false;
+          for (const ContrastRun* r : by_point[key]) {
+            has_a = has_a || r->recipe == contrast.first;
+            has_b = has_b || r->recipe == contrast.second;
+            if (std::isnan(loss_of(*r))) continue;
+            if (r->recipe == contrast.first) a[r->seed] = loss_of(*r);
+            if (r->recipe == contrast.second) b[r->seed] = loss_of(*r);
+            if (r->baseline) base.push_back(r);
+          }
+          if (!has_a || !has_b) continue;
+          anywhere = true;
+          const ContrastRun& first = *by_point[key][0];
+          std::vector<uint64_t> seeds;
+          for (const auto& [seed, loss] : a)
+            if (b.count(seed)) seeds.push_back(seed);
+          if (seeds.size() < 2) {
+            if (eval) (seeds.empty() ? unpaired : one_seed).push_back(first.point_label);
+            continue;
+          }
+          if (base.empty()) {
+            const std::string note = fmt::format("{}: no finished baseline (bf16) run, so no d is normalised there",
+                                                 first.point_label);
+            if (noted.insert(note).second) set.notes.push_back(note);
+            if (eval)
+              family.untested.push_back(fmt::format("{} at {}: no baseline run", contrast_name(contrast), first.point_label));
+            continue;
+          }
+          ContrastTest t;
+          t.family = asked.name;
+          t.recipe = contrast.first;
+          t.against = contrast.second;
+          t.primary = primary;
+          t.metric = metric;
+          t.point = first.point_label;
+          t.model = first.model;
+          t.n = first.n;
+          t.tokens = first.tokens;
+          std::set<std::string> base_recipes;
+          std::set<uint64_t> base_seeds;
+          double sum = 0;
+          for (const ContrastRun* r : base) {
+            base_recipes.insert(r->recipe);
+            base_seeds.insert(r->seed);
+            sum += loss_of(*r);
+          }
+          t.baseline = fmt::format("{}", fmt::join(base_recipes, "+"));
+          t.baseline_seeds = static_cast<int64_t>(base.size());
+          t.baseline_mean = sum / static_cast<double>(base.size());
+          // As analysis.py: one scale for the point, d = scale · (L_A − L_B).
+          const double scale = 100.0 / t.baseline_mean;
+          std::vector<double> d;
+          for (uint64_t s : seeds) {
+            d.push_back(scale * (a[s] - b[s]));
+            t.d.emplace_back(s, d.back());
+            if (d.back() < 0) ++t.wins;
+            if (!base_seeds.count(s)) ++t.missing_twins;
+          }
+          if (!eval)
+            for (const ContrastRun* r : by_point[key])
+              if (r->tail_steps > 0 && (r->recipe == contrast.first || r->recipe == contrast.second || r->baseline)) {
+                t.tail_steps_min = t.tail_steps_min == 0 ? r->tail_steps : std::min(t.tail_steps_min, r->tail_steps);
+                t.tail_steps_max = std::max(t.tail_steps_max, r->tail_steps);
+              }
+          t.t = paired_t(d);
+          t.flip = sign_flip_p(d);
+          std::vector<double> xa, xb;
+          for (uint64_t seed : seeds) {
+            xa.push_back(scale * a[seed]);
+            xb.push_back(scale * b[seed]);
+          }
+          const MeanSpread ma = mean_spread(xa), mb = mean_spread(xb);
+          double cov = 0;
+          for (size_t i = 0; i < xa.size(); ++i) cov += (xa[i] - ma.mean) * (xb[i] - mb.mean);
+          cov /= static_cast<double>(xa.size() - 1);
+          t.sd_recipe = ma.sd;
+          t.sd_against = mb.sd;
+          t.correlation = ma.sd > 0 && mb.sd > 0 ? cov / (ma.sd * mb.sd) : kNaN;
+          family.tests.push_back(std::move(t));
+        }
+        if (!anywhere && eval)
+          family.untested.push_back(fmt::format("{}: no grid point has runs of both recipes", contrast_name(contrast)));
+        if (!one_seed.empty())
+          family.untested.push_back(fmt::format("{}: one paired seed (a test needs two) at {}", contrast_name(contrast),
+                                                fmt::join(one_seed, ", ")));
+        if (!unpaired.empty())
+          family.untested.push_back(fmt::format("{}: no finished pair at {}", contrast_name(contrast),
+                                                fmt::join(unpaired, ", ")));
+      }
+      // Holm within the family, one metric at a time (each metric asks the family's question once).
+      std::vector<double> p;
+      for (size_t i = first_test; i < family.tests.size(); ++i) p.push_back(family.tests[i].flip.p);
+      const std::vector<double> adjusted = holm_adjust(p);
+      for (size_t i = 0; i < adjusted.size(); ++i) family.tests[first_test + i].p_holm = adjusted[i];
+    }
+    set.families.push_back(std::move(family));
+  }
+  // What changes along the tested points besides the recipe and the seed: a trend with size is a
+  // trend with all of it.
+  std::set<std::string> tested_keys;
+  for (const ContrastFamily& f : set.families)
+    for (const ContrastTest& t : f.tests)
+      for (const ContrastRun& r : runs)
+        if (r.point_label == t.point) tested_keys.insert(r.point);
+  const std::vector<std::string> varying = varying_settings(tested_keys);
+  if (!varying.empty())
+    set.notes.push_back(fmt::format("the tested grid points differ in {}: a trend across them is a trend in all of these "
+                                    "together",
+                                    fmt::join(varying, ", ")));
+  set.input_hash = sha256_hex(hashed.dump());
+  return set;
+}
+
+store::ContrastSetRecord to_record(const ContrastSet& set) {
+  store::ContrastSetRecord r;
+  r.grid = set.grid;
+  r.input_hash = set.input_hash;
+  r.source = set.source;
+  json families = json::array();
+  for (const ContrastFamily& f : set.families) {
+    json u = {{"name", f.name}, {"contrasts", f.contrasts}, {"untested", f.untested}};
+    families.push_back(std::move(u));
+  }
+  r.families_json = families.dump();
+  r.notes_json = json(set.notes).dump();
+  r.fp4lab_version = set.fp4lab_version;
+  r.created = set.created;
+  for (const ContrastFamily& f : set.families)
+    for (const ContrastTest& t : f.tests) {
+      store::ContrastRecord c;
+      c.family = f.name;
+      c.primary = t.primary;
+      c.recipe = t.recipe;
+      c.against = t.against;
+      c.baseline = t.baseline;
+      c.metric = t.metric;
+      c.point = t.point;
+      c.model = t.model;
+      c.n_params_nonembedding = t.n;
+      c.tokens = t.tokens;
+      c.seeds = t.t.n;
+      c.wins = t.wins;
+      c.baseline_seeds = t.baseline_seeds;
+      c.missing_twins = t.missing_twins;
+      c.baseline_mean = t.baseline_mean;
+      c.mean_pp = t.t.mean;
+      c.sd_pp = t.t.sd;
+      c.se_pp = t.t.se;
+      c.lo_pp = t.t.ci.lo;
+      c.hi_pp = t.t.ci.hi;
+      c.p_t = t.t.p;
+      c.p_sign_flip = t.flip.p;
+      c.sign_flip_method = t.flip.method();
+      c.p_holm = t.p_holm;
+      c.d_json = json(t.d).dump();
+      c.sd_recipe_pp = t.sd_recipe;
+      c.sd_against_pp = t.sd_against;
+      c.correlation = t.correlation;
+      r.contrasts.push_back(std::move(c));
+    }
+  return r;
+}
+
+ContrastSet from_record(const store::ContrastSetRecord& r) {
+  ContrastSet set;
+  set.id = r.id;
+  set.grid = r.grid;
+  set.input_hash = r.input_hash;
+  set.source = r.source;
+  set.fp4lab_version = r.fp4lab_version;
+  set.created = r.created;
+  const json notes = json::parse(r.notes_json, nullptr, false);
+  if (notes.is_array())
+    for (const json& n : notes)
+      if (n.is_string()) set.notes.push_back(n);
+  const json families = json::parse(r.families_json, nullptr, false);
+  if (families.is_array())
+    for (const json& f : families) {
+      ContrastFamily family;
+      family.name = f.value("name", "");
+      if (f.contains("contrasts") && f["contrasts"].is_array())
+        for (const json& c : f["contrasts"])
+          if (c.is_array() && c.size() == 2) family.contrasts.emplace_back(c[0].get<std::string>(), c[1].get<std::string>());
+      if (f.contains("untested") && f["untested"].is_array())
+        for (const json& u : f["untested"])
+          if (u.is_string()) family.untested.push_back(u);
+      set.families.push_back(std::move(family));
+    }
+  for (const store::ContrastRecord& c : r.contrasts) {
+    ContrastTest t;
+    t.family = c.family;
+    t.primary = c.primary;
+    t.recipe = c.recipe;
+    t.against = c.against;
+    t.baseline = c.baseline;
+    t.metric = c.metric;
+    t.point = c.point;
+    t.model = c.model;
+    t.n = c.n_params_nonembedding;
+    t.tokens = c.tokens;
+    t.baseline_seeds = c.baseline_seeds;
+    t.missing_twins = c.missing_twins;
+    t.baseline_mean = c.baseline_mean;
+    const json d = json::parse(c.d_json, nullptr, false);
+    if (d.is_array())
+      for (const json& p : d)
+        if (p.is_array() && p.size() == 2) t.d.emplace_back(p[0].get<uint64_t>(), p[1].get<double>());
+    t.wins = c.wins;
+    t.t.n = c.seeds;
+    t.t.mean = c.mean_pp;
+    t.t.sd = c.sd_pp;
+    t.t.se = c.se_pp;
+    t.t.ci = {c.lo_pp, c.hi_pp};
+    t.t.p = c.p_t;
+    t.flip.p = c.p_sign_flip;
+    t.flip.n = static_cast<int>(c.seeds);
+    t.flip.exact = c.sign_flip_method.rfind("exact", 0) == 0;
+    t.p_holm = c.p_holm;
+    t.sd_recipe = c.sd_recipe_pp;
+    t.sd_against = c.sd_against_pp;
+    t.correlation = c.correlation;
+    auto family = std::find_if(set.families.begin(), set.families.end(),
+                               [&](const ContrastFamily& f) { return f.name == c.family; });
+    if (family == set.families.end()) {
+      set.families.push_back({c.family, {}, {}, {}});
+      family = set.families.end() - 1;
+    }
+    family->tests.push_back(std::move(t));
+  }
+  return set;
+}
+
+std::optional<ContrastSet> latest_contrast_set(const store::Store& store, const std::string& grid) {
+  std::optional<ContrastSet> out;
+  for (const store::ContrastSetRecord& r : store.contrast_sets())
+    if (r.grid == grid) out = from_record(r);
+  return out;
+}
+
+namespace {
+
+std::string fmt_p(double p) { return std::isnan(p) ? "-" : p >= 1e-4 ? fmt::format("{:.4f}", p) : fmt::format("{:.1e}", p); }
+std::string fmt_pp(double v) { return std::isnan(v) ? "-" : fmt::format("{:+.3f}", v); }
+
+}  // namespace
+
+Trend contrast_trend(const ContrastFamily& family, const std::pair<std::string, std::string>& contrast) {
+  std::vector<TrendPoint> points;
+  for (const ContrastTest& t : family.tests) {
+    if (t.metric != "final_eval" || t.recipe != contrast.first || t.against != contrast.second) continue;
+    TrendPoint p{t.point, std::log10(6.0 * static_cast<double>(t.n) * static_cast<double>(t.tokens)), {}};
+    for (const auto& [seed, d] : t.d) p.values.push_back(d);
+    points.push_back(std::move(p));
+  }
+  std::set<double> xs;
+  for (const TrendPoint& p : points) xs.insert(p.x);
+  if (xs.size() < 2) return Trend{};
+  return fit_trend(points, kTrendReplicates, 0);
+}
+
+std::string format_contrasts_table(const ContrastSet& set) {
+  std::string out = "paired contrasts over seeds: d = (L_A - L_B) / mean L_bf16 of the grid point, in percentage points, "
+                    "runs of A and B paired by seed; negative: A closer to bf16 (docs/statistics.md)\n";
+  out += "  families: " + set.source + "\n";
+  out += "  each test: mean d with its 95% Student-t interval over the seeds, the paired t-test, the exact sign-flip "
+         "test, and the sign-flip p Holm-adjusted within its family; significant: Holm p < 0.05\n";
+  if (set.families.empty())
+    out += "  no family: fewer than two 4-bit recipes, and no recipe declared with `base = X`: nothing to compare\n";
+  for (const ContrastFamily& f : set.families) {
+    out += fmt::format("  family \"{}\": {} test{} ({}), Holm over all of them\n", f.name, f.tests.size(),
+                       f.tests.size() == 1 ? "" : "s",
+                       fmt::format("{}", fmt::join([&] {
+                         std::vector<std::string> names;
+                         for (const auto& c : f.contrasts) names.push_back(contrast_name(c));
+                         return names;
+                       }(), ", ")));
+    std::string metric;
+    for (const ContrastTest& t : f.tests) {
+      if (t.metric != metric) {
+        metric = t.metric;
+        out += metric == "final_eval"
+                   ? "    on the final validation loss (the primary metric):\n"
+                   : "    on the mean train loss of the last tenth of the logged steps, at most 1000 (the paper's "
+                     "metric), Holm separately:\n";
+        out += fmt::format("    {:<28} {:<44} {:>5} {:>5} {:>8} {:<20} {:>8} {:>8} {:>8}  {}\n", "A - B", "grid point",
+                           "seeds", "wins", "mean d", "95% t interval", "p t", "p flip", "p Holm", "reading");
+      }
+      const bool significant = t.p_holm < 0.05;
+      std::string reading = significant ? (t.t.mean < 0 ? t.recipe + " closer (significant)" : t.against + " closer (significant)")
+                                        : "not significant after Holm";
+      if (t.primary) reading += "; primary";
+      if (t.missing_twins > 0)
+        reading += fmt::format("; {} of {} seeds have no {} twin: every d is normalised by the mean of the point's {} "
+                               "{} run(s)",
+                               t.missing_twins, t.t.n, t.baseline, t.baseline_seeds, t.baseline);
+      out += fmt::format("    {:<28} {:<44} {:>5} {:>5} {:>8} {:<20} {:>8} {:>8} {:>8}  {}\n",
+                         (t.primary ? "* " : "") + t.recipe + " - " + t.against, t.point, t.t.n, t.wins, fmt_pp(t.t.mean),
+                         fmt::format("[{}, {}]", fmt_pp(t.t.ci.lo), fmt_pp(t.t.ci.hi)), fmt_p(t.t.p), fmt_p(t.flip.p),
+                         fmt_p(t.p_holm), reading);
+    }
+    for (const std::string& u : f.untested) out += "    not tested: " + u + "\n";
+    bool decomposition = false;
+    for (const ContrastTest& t : f.tests) {
+      if (t.metric != "final_eval" || t.t.n < 3) continue;
+      if (!decomposition)
+        out += fmt::format("    variance over the seeds (final eval, pp of the bf16 mean; points with 3 seeds or more): "
+                           "each recipe's seed sd, their correlation, the seed-shared sd √cov, the sd of d, and the "
+                           "share of the unpaired variance that pairing removes\n"
+                           "      {:<28} {:<44} {:>7} {:>7} {:>6} {:>8} {:>7} {:>7}\n",
+                           "A - B", "grid point", "sd A", "sd B", "corr", "shared", "sd d", "removed");
+      decomposition = true;
+      out += fmt::format("      {:<28} {:<44} {:>7.3f} {:>7.3f} {:>+6.2f} {:>8} {:>7.3f} {:>6.0f}%\n",
+                         t.recipe + " - " + t.against, t.point, t.sd_recipe, t.sd_against, t.correlation,
+                         std::isnan(t.shared_sd()) ? std::string("-") : fmt::format("{:.3f}", t.shared_sd()), t.t.sd,
+                         100 * t.pairing_removed());
+    }
+    for (const auto& c : f.contrasts) {
+      const Trend tr = contrast_trend(f, c);
+      if (tr.points < 2 || std::isnan(tr.weighted.slope)) continue;
+      out += fmt::format("    trend of {} with compute (final eval, {} points): weighted {} pp per tenfold C, 95% [{}, {}] "
+                         "(weights 1/se² from each point's seeds); unweighted {}; seed bootstrap [{}, {}]; cluster "
+                         "bootstrap over the points [{}, {}] ({} resamples with one point dropped)\n",
+                         contrast_name(c), tr.points, fmt_pp(tr.weighted.slope), fmt_pp(tr.weighted.ci.lo),
+                         fmt_pp(tr.weighted.ci.hi), fmt_pp(tr.unweighted_slope), fmt_pp(tr.seed_bootstrap.lo),
+                         fmt_pp(tr.seed_bootstrap.hi), fmt_pp(tr.cluster_bootstrap.lo), fmt_pp(tr.cluster_bootstrap.hi),
+                         tr.cluster_replicates_dropped);
+      for (const LeaveOneOut& l : tr.leave_one_out)
+        out += fmt::format("      without {}: weighted {} pp per tenfold C\n", l.label, fmt_pp(l.slope));
+    }
+  }
+  for (const std::string& n : set.notes) out += "  note: " + n + "\n";
+  if (!set.families.empty())
+    out += "  (* primary contrast; a sign-flip p is exact up to 20 seeds: with n seeds it cannot fall below 2/2^n)\n";
+  return out;
+}
+
+}  // namespace fp4::fit

@@ -1,0 +1,178 @@
+// test_fit_guardrails.cpp — the guardrails of a fit (fit/guardrails.h, docs/statistics.md
+// "Guardrails"): each check fires on a fit built to trip it and names what it found; a law fitted to
+// losses from a known law on a long-run grid with its target inside the grid raises none; a flagged
+// unidentified law prints no target gap in `fp4lab fit`'s table; the flags survive the store.
+#include <catch2/catch.hpp>
+
+#include <string>
+#include <vector>
+
+#include "fit/fit_output.h"
+#include "fit/fitter.h"
+#include "fit/guardrails.h"
+#include "fit/stored_fit.h"
+#include "fit/synthetic_data.h"
+#include "store/store.h"
+
+using fp4::fit::Guardrail;
+using fp4::fit::GuardrailInputs;
+using fp4::fit::StoredFit;
+
+namespace {
+
+// A plausible chinchilla fit of three sizes and three lengths, every check passing: the base each
+// case changes one thing of.
+StoredFit plausible_fit() {
+  StoredFit f;
+  f.law = "chinchilla";
+  f.scope = "bf16";
+  f.options.baseline = "bf16";
+  f.options.targets = {{1e7, 5e8}};
+  f.replicates_asked = 100;
+  f.parameters = {{"E", "", 1.2, {1.1, 1.3}}, {"A", "", 100, {50, 200}}, {"B", "", 200, {100, 400}},
+                  {"alpha", "", 0.35, {0.3, 0.4}}, {"beta", "", 0.3, {0.25, 0.35}}};
+  for (double n : {1e6, 3e6, 1e7})
+    for (double d : {2e8, 4e8, 8e8})
+      f.residuals.push_back({"run-" + std::to_string(f.residuals.size()), "r", "bf16", n, d, 3.0, 3.0, 0.0});
+  return f;
+}
+
+GuardrailInputs long_runs(const StoredFit& f) {
+  GuardrailInputs in;
+  for (const auto& r : f.residuals) in.steps[r.run_id] = 2000;
+  return in;
+}
+
+std::vector<std::string> checks_of(const std::vector<Guardrail>& g) {
+  std::vector<std::string> out;
+  for (const Guardrail& x : g) out.push_back(x.check);
+  return out;
+}
+
+Guardrail only(const std::vector<Guardrail>& g, const std::string& check) {
+  REQUIRE(checks_of(g) == std::vector<std::string>{check});
+  return g[0];
+}
+
+}  // namespace
+
+TEST_CASE("guardrails: each check fires on a fit built to trip it, and only it", "[fit][guardrails]") {
+  const StoredFit base = plausible_fit();
+  CHECK(fp4::fit::check_guardrails(base, long_runs(base)).empty());
+
+  SECTION("a parameter on its bound: its interval is withheld, the law stays identified") {
+    StoredFit f = base;
+    f.law = "precision";
+    f.options.baseline = "bf16";
+    f.parameters.push_back({"rho_N", "ufp4", 0.8, {0.7, 0.9}});
+    f.parameters.push_back({"rho_D", "ufp4", 1.0, {0.9, 1.0}});
+    f.parameters.push_back({"rho_D", "bf16", 1.0, {}});  // the baseline's fixed 1 is no flag
+    const Guardrail g = only(fp4::fit::check_guardrails(f, long_runs(f)), "bound");
+    CHECK(g.parameter == "rho_D");
+    CHECK(g.recipe == "ufp4");
+    CHECK_FALSE(g.unidentified);
+    CHECK(g.message.find("no percentile interval") != std::string::npos);
+  }
+  SECTION("an exponent above 0.8 (the first study's beta of 1.05-1.24): unidentified") {
+    StoredFit f = base;
+    f.parameters[4].value = 1.12;
+    const Guardrail g = only(fp4::fit::check_guardrails(f, long_runs(f)), "exponent");
+    CHECK(g.unidentified);
+    CHECK(g.message.find("beta = 1.12") != std::string::npos);
+  }
+  SECTION("E's interval reaching 0: unidentified") {
+    StoredFit f = base;
+    f.parameters[0].ci.lo = 1e-19;
+    CHECK(only(fp4::fit::check_guardrails(f, long_runs(f)), "e_interval").unidentified);
+  }
+  SECTION("failed replicates are counted with their reason") {
+    StoredFit f = base;
+    f.replicate_failures = {{"the resample drew too few distinct N, D or points to fit the law", 10}};
+    const Guardrail g = only(fp4::fit::check_guardrails(f, long_runs(f)), "replicates");
+    CHECK(g.message.find("10 of 100 bootstrap replicates failed") == 0);
+    CHECK(g.message.find("too few distinct") != std::string::npos);
+  }
+  SECTION("a held-out error larger than the gaps under study") {
+    StoredFit f = base;
+    f.scope = "ufp4";
+    f.held_out.done = true;
+    f.held_out.held_out_n = 1e7;
+    f.held_out.recipes = {{"ufp4", {}, 0.01, 0.029}};
+    // A large gap at a small N does not count: the gaps at the N held out do.
+    f.gaps = {{"ufp4", "bf16", {{1e6, 2e8, 1, 0.08}, {1e7, 2e8, 1, 0.008}}, {}, {}}};
+    const Guardrail g = only(fp4::fit::check_guardrails(f, long_runs(f)), "held_out");
+    CHECK(g.message.find("2.90%") != std::string::npos);
+    f.held_out.recipes[0].max_abs_rel_error = 0.005;
+    CHECK(fp4::fit::check_guardrails(f, long_runs(f)).empty());
+  }
+  SECTION("runs shorter than a few hundred steps") {
+    GuardrailInputs in = long_runs(base);
+    in.steps.begin()->second = 191;
+    const Guardrail g = only(fp4::fit::check_guardrails(base, in), "short_runs");
+    CHECK(g.message.find("1 of 9 runs") == 0);
+    CHECK(g.message.find("191") != std::string::npos);
+  }
+  SECTION("runs with few tokens per parameter") {
+    StoredFit f = base;
+    f.residuals[0].d = 5e6;  // 5 tokens per parameter
+    CHECK(only(fp4::fit::check_guardrails(f, long_runs(f)), "tokens_per_param").message.find("1 of 9 runs") == 0);
+  }
+  SECTION("a target beyond the grid says how far, in N and in D") {
+    StoredFit f = base;
+    f.options.targets = {{1.5e9, 1e11}};
+    const Guardrail g = only(fp4::fit::check_guardrails(f, long_runs(f)), "extrapolation");
+    CHECK(g.message.find("×150 in N") != std::string::npos);
+    CHECK(g.message.find("×125 in D") != std::string::npos);
+    CHECK(g.message.find("extrapolation of the functional form") != std::string::npos);
+    CHECK(fp4::fit::beyond_grid(f, {1.5e9, 1e11}) == std::pair<double, double>{150, 125});
+    CHECK(fp4::fit::beyond_grid(f, {1e6, 2e8}) == std::pair<double, double>{1, 1});
+  }
+}
+
+TEST_CASE("guardrails: a law recovered from clean long runs raises none; an unidentified one prints no target gap",
+          "[fit][guardrails]") {
+  fp4::fit::SyntheticGrid g;
+  g.truth.E = 1.2;
+  g.truth.A = 100;
+  g.truth.B = 200;
+  g.truth.alpha = 0.35;
+  g.truth.beta = 0.3;
+  g.rho = {{"bf16", {1.0, 1.0}}};
+  g.n = {4.0e5, 1.3e6, 3.1e6, 6.1e6, 1.06e7};
+  g.d = {2.5e8, 5e8, 1e9};  // at least 23 tokens per parameter
+  g.noise = 0.001;
+  g.seeds = 2;  // 30 resampling groups: a resample rarely draws too few distinct N or D
+  g.seed = 5;
+  const fp4::fit::FitData data = fp4::fit::synthetic_data(g);
+  fp4::fit::FitRequest request;
+  request.laws = {fp4::fit::Law::chinchilla};
+  request.bootstrap = 60;
+  request.targets = {{5e6, 5e8}};  // inside the grid
+  request.grid.a = {0, 5, 10};
+  request.grid.b = {0, 5, 10};
+  request.grid.e = {-0.5, 0.5};
+  request.grid.alpha = {0.25, 0.75};
+  request.grid.beta = {0.25, 0.75};
+  auto fits = fp4::fit::run_fits(data, request, fp4::fit::plan_fits(data, request));
+  REQUIRE(fits.size() == 1);
+  StoredFit& f = fits[0];
+  INFO(fp4::fit::format_fits(fits, fp4::fit::OutputFormat::table));
+  CHECK(f.guardrails_checked);
+  CHECK(checks_of(f.guardrails).empty());
+  CHECK(fp4::fit::format_fits(fits, fp4::fit::OutputFormat::table).find("guardrails: none raised") != std::string::npos);
+
+  // The same fit read back from its row keeps its flags (none) and knows they were checked.
+  const StoredFit back = fp4::fit::from_record(fp4::fit::to_record(f));
+  CHECK(back.guardrails_checked);
+
+  // Flag it unidentified: the target's loss stays, labelled; its gap is withheld.
+  f.guardrails.push_back({"exponent", "beta = 1.2 lies outside", true, "beta", ""});
+  f.predictions = {{{1.5e9, 1e11}, "ufp4", {2.9, {2.8, 3.0}}, {0.02, {0.01, 0.03}}}};
+  const std::string table = fp4::fit::format_fits(fits, fp4::fit::OutputFormat::table);
+  CHECK(table.find("the law is NOT IDENTIFIED") != std::string::npos);
+  CHECK(table.find("withheld") != std::string::npos);
+  CHECK(table.find("+2.000%") == std::string::npos);
+  CHECK(table.find("extrapolation of the functional form") != std::string::npos);
+  const StoredFit flagged = fp4::fit::from_record(fp4::fit::to_record(f));
+  CHECK(fp4::fit::unidentified(flagged));
+}

@@ -1,0 +1,480 @@
+// test_fit_paired.cpp — the paired comparisons over seeds (fit/paired.h, fit/contrasts.h,
+// docs/statistics.md): the Student-t interval and test, the exact sign-flip p-value and Holm's
+// adjustment against hand-computed values and against results/second-study/stats.py (the second
+// study's pre-registered analysis: the same definitions must give the same numbers); the contrasts
+// of synthetic studies with known effects (a real effect found, none invented, a missing BF16 twin
+// said, a point with one seed left untested); the [compare] table's errors at file:line:col; the
+// store keeps a set as computed.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <filesystem>
+#include <cstdio>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "base/user_error.h"
+#include "fit/contrasts.h"
+#include "fit/paired.h"
+#include "store/store.h"
+#include "sweeps/spec.h"
+#include "tests/test_support.h"
+
+using fp4::fit::ContrastRun;
+using fp4::fit::ContrastSet;
+using fp4::fit::ContrastTest;
+using Catch::Matchers::WithinRel;
+
+namespace {
+
+// Six differences, all below 0 (the first study's d4 picture: "6 of 6 seeds").
+const std::vector<double> kSix = {-0.31, -0.12, -0.45, -0.08, -0.27, -0.19};
+
+}  // namespace
+
+TEST_CASE("paired tests: hand-computed values", "[fit][paired]") {
+  // d = {1, 2, 3}: of the 8 sign vectors only (+,+,+) and (-,-,-) reach |Σ| = 6: p = 2/8.
+  CHECK(fp4::fit::sign_flip_p({1, 2, 3}).p == 0.25);
+  // {0.5, -0.2, 0.3, 0.1}: |Σ| = 0.7; the vectors reaching it: ±(+,-,+,+), ±(+,-,+,-)… counted by
+  // hand: 6 of 16.
+  CHECK(fp4::fit::sign_flip_p({0.5, -0.2, 0.3, 0.1}).p == 0.375);
+  // Six of one sign: the smallest p six seeds can give, 2/64 = 1/32, exact.
+  const fp4::fit::SignFlip six = fp4::fit::sign_flip_p(kSix);
+  CHECK(six.p == 1.0 / 32);
+  CHECK(six.exact);
+  CHECK(six.method() == "exact over 2^6 sign vectors");
+  // All zero: every vector ties: p = 1.
+  CHECK(fp4::fit::sign_flip_p({0, 0, 0}).p == 1.0);
+
+  // Holm, worked: p = (0.01, 0.04, 0.03, 0.005), m = 4. Ascending: 0.005·4 = 0.02, 0.01·3 = 0.03,
+  // 0.03·2 = 0.06, 0.04·1 = 0.04 → raised to the running maximum 0.06.
+  const std::vector<double> holm = fp4::fit::holm_adjust({0.01, 0.04, 0.03, 0.005});
+  REQUIRE(holm.size() == 4);
+  CHECK_THAT(holm[0], WithinRel(0.03, 1e-12));
+  CHECK_THAT(holm[1], WithinRel(0.06, 1e-12));
+  CHECK_THAT(holm[2], WithinRel(0.06, 1e-12));
+  CHECK_THAT(holm[3], WithinRel(0.02, 1e-12));
+  // The arithmetic: p = 1/32 at one of three sizes is not significant after Holm (needs < 0.05/3).
+  CHECK(fp4::fit::holm_adjust({1.0 / 32, 0.4, 0.7})[0] > 0.05);
+  CHECK(fp4::fit::holm_adjust({}).empty());
+
+  // t quantiles against the tables (4 digits), and the exact values stats.py gives.
+  CHECK_THAT(fp4::fit::student_t_quantile(0.975, 5), WithinRel(2.570581835636313, 1e-12));
+  CHECK_THAT(fp4::fit::student_t_quantile(0.975, 40), WithinRel(2.0210753903062697, 1e-12));
+  for (int df = 1; df <= 30; ++df)
+    CHECK(std::fabs(fp4::fit::student_t_quantile(0.975, df) - fp4::fit::student_t975(df)) < 1e-4);
+  // P(|T_3| >= 2), and the Cauchy case (df 1) in closed form: 1 - 2·atan(t)/π.
+  CHECK_THAT(fp4::fit::student_t_two_sided_p(2.0, 3), WithinRel(0.13932596855884316, 1e-12));
+  CHECK_THAT(fp4::fit::student_t_two_sided_p(1.7, 1), WithinRel(1 - 2 * std::atan(1.7) / M_PI, 1e-12));
+
+  // The paired t of the six: values stats.paired_t gives (python3 -c 'import stats; print(stats.paired_t(d))').
+  const fp4::fit::PairedT t = fp4::fit::paired_t(kSix);
+  CHECK(t.n == 6);
+  CHECK_THAT(t.mean, WithinRel(-0.23666666666666666, 1e-12));
+  CHECK_THAT(t.sd, WithinRel(0.13589211407093005, 1e-12));
+  CHECK_THAT(t.se, WithinRel(0.05547772325697746, 1e-12));
+  CHECK_THAT(t.ci.lo, WithinRel(-0.37927669435351113, 1e-12));
+  CHECK_THAT(t.ci.hi, WithinRel(-0.0940566389798222, 1e-12));
+  CHECK_THAT(t.p, WithinRel(0.007969286407323323, 1e-10));
+  CHECK_THROWS_AS(fp4::fit::paired_t({1.0}), std::invalid_argument);
+}
+
+TEST_CASE("paired tests: above 20 seeds the sign flip is a seeded Monte Carlo close to the exact value",
+          "[fit][paired]") {
+  std::mt19937_64 rng(7);
+  std::normal_distribution<double> noise(0.1, 1.0);
+  std::vector<double> d;
+  for (int i = 0; i < 21; ++i) d.push_back(noise(rng));
+  // The exact value by brute force over 2^21 vectors (what sign_flip_p does at 20 and below).
+  double observed = 0, scale = 0;
+  for (double v : d) observed += v, scale += std::fabs(v);
+  observed = std::fabs(observed);
+  int64_t hits = 0;
+  for (uint64_t bits = 0; bits < (uint64_t{1} << 21); ++bits) {
+    double s = 0;
+    for (int i = 0; i < 21; ++i) s += (bits >> i) & 1 ? -d[i] : d[i];
+    if (std::fabs(s) >= observed - 1e-12 * scale) ++hits;
+  }
+  const double exact = static_cast<double>(hits) / static_cast<double>(uint64_t{1} << 21);
+  const fp4::fit::SignFlip mc = fp4::fit::sign_flip_p(d, 0);
+  CHECK_FALSE(mc.exact);
+  CHECK(mc.method() == "Monte Carlo, 200000 draws");
+  // Binomial standard error at 200000 draws is below 0.0012; five of them.
+  CHECK(std::fabs(mc.p - exact) < 0.006);
+  // Seeded: the same p every time; never 0 ((1 + hits)/(1 + draws)).
+  CHECK(fp4::fit::sign_flip_p(d, 0).p == mc.p);
+  CHECK(fp4::fit::sign_flip_p(std::vector<double>(24, 1.0)).p > 0);
+}
+
+TEST_CASE("paired tests: the same numbers as the second study's stats.py", "[fit][paired]") {
+  if (std::system("command -v python3 >/dev/null 2>&1") != 0) {
+    WARN("python3 not found: the cross-check with results/second-study/stats.py is skipped");
+    return;
+  }
+  fp4::test::ScratchDir dir;
+  std::mt19937_64 rng(11);
+  std::normal_distribution<double> noise(-0.2, 0.4);
+  std::vector<std::vector<double>> cases;
+  for (int n = 2; n <= 12; ++n) {
+    std::vector<double> d;
+    for (int i = 0; i < n; ++i) d.push_back(noise(rng));
+    cases.push_back(d);
+  }
+  cases.push_back({0.5, 0.5, 0.5});    // se 0, mean > 0
+  cases.push_back({0.1, -0.1, 0.1, -0.1});  // ties in the sign flip
+  const nlohmann::json in = cases;
+  fp4::test::spit(dir / "in.json", in.dump());
+  const std::string script =
+      "import json, sys\n"
+      "sys.path.insert(0, '" + std::string(FP4LAB_SOURCE_DIR) + "/results/second-study')\n"
+      "import stats\n"
+      "out = []\n"
+      "for d in json.load(open(sys.argv[1])):\n"
+      "    r = stats.paired_t(d)\n"
+      "    p, _ = stats.sign_flip_p(d)\n"
+      "    out.append([r['mean'], r['sd'], r['lo'], r['hi'], r['p_t'], p])\n"
+      "ps = [o[5] for o in out]\n"
+      "json.dump({'rows': out, 'holm': stats.holm(ps)}, open(sys.argv[2], 'w'))\n";
+  fp4::test::spit(dir / "check.py", script);
+  const std::string cmd = "python3 -B '" + (dir / "check.py").string() + "' '" + (dir / "in.json").string() + "' '" +
+                          (dir / "out.json").string() + "'";
+  REQUIRE(std::system(cmd.c_str()) == 0);
+  const nlohmann::json out = nlohmann::json::parse(fp4::test::slurp(dir / "out.json"));
+  std::vector<double> ps;
+  for (size_t k = 0; k < cases.size(); ++k) {
+    INFO("case " << k << ": " << nlohmann::json(cases[k]).dump());
+    const fp4::fit::PairedT t = fp4::fit::paired_t(cases[k]);
+    const auto& r = out["rows"][k];
+    CHECK(t.mean == Approx(r[0].get<double>()).epsilon(1e-12).margin(1e-15));
+    CHECK(t.sd == Approx(r[1].get<double>()).epsilon(1e-12).margin(1e-15));
+    CHECK(t.ci.lo == Approx(r[2].get<double>()).epsilon(1e-10).margin(1e-14));
+    CHECK(t.ci.hi == Approx(r[3].get<double>()).epsilon(1e-10).margin(1e-14));
+    CHECK(t.p == Approx(r[4].get<double>()).epsilon(1e-9).margin(1e-14));
+    const double p = fp4::fit::sign_flip_p(cases[k]).p;
+    CHECK(p == r[5].get<double>());  // exact: a count over 2^n, identical
+    ps.push_back(p);
+  }
+  const std::vector<double> holm = fp4::fit::holm_adjust(ps);
+  for (size_t k = 0; k < ps.size(); ++k) CHECK(holm[k] == Approx(out["holm"][k].get<double>()).epsilon(1e-14));
+}
+
+namespace {
+
+// A synthetic study: `points` grid points (model "dK", 25M tokens), recipes bf16, e2m1, ufp4, each
+// at `seeds` seeds. Losses: a seed-shared part (the seed's initial weights and batches, sd 1% of the
+// loss) plus a run-specific part (sd `run_sd`); ufp4 sits `effect` (a fraction of the loss) above e2m1.
+std::vector<ContrastRun> synthetic_runs(int points, int seeds, double effect, double run_sd, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<double> unit(0.0, 1.0);
+  std::vector<ContrastRun> runs;
+  for (int p = 0; p < points; ++p)
+    for (int s = 0; s < seeds; ++s) {
+      const double shared = 3.0 * (1 + 0.01 * unit(rng));
+      for (const char* recipe : {"bf16", "e2m1", "ufp4"}) {
+        ContrastRun r;
+        r.recipe = recipe;
+        r.baseline = r.recipe == "bf16";
+        r.model = fmt::format("d{}", p + 2);
+        r.id = fmt::format("{}-{}-s{}", r.model, recipe, s);
+        r.point = r.model;
+        r.point_label = r.model + " 25M";
+        r.n = 1000000 * (p + 1);
+        r.tokens = 25000000;
+        r.seed = static_cast<uint64_t>(s);
+        r.finished = true;
+        const double offset = r.recipe == "bf16" ? 0.0 : r.recipe == "e2m1" ? 0.01 : 0.01 + effect;
+        r.final_loss = shared * (1 + offset + run_sd * unit(rng));
+        runs.push_back(r);
+      }
+    }
+  return runs;
+}
+
+const ContrastTest& only_test(const ContrastSet& set, const std::string& point) {
+  for (const auto& f : set.families)
+    for (const ContrastTest& t : f.tests)
+      if (t.model == point) return t;
+  FAIL("no test at " << point);
+  throw std::logic_error("unreachable");
+}
+
+}  // namespace
+
+TEST_CASE("contrasts: a known effect is found over seeds, none is invented, Holm is applied per family",
+          "[fit][paired]") {
+  const std::vector<ContrastRun> runs = synthetic_runs(3, 8, 0.003, 0.0005, 1);
+  const auto request = fp4::fit::families_asked({}, "", {"bf16", "e2m1", "ufp4"}, {}, runs);
+  REQUIRE(request.families.size() == 1);
+  CHECK(request.families[0].name == "ufp4 - e2m1");
+  CHECK(request.source.find("defaults") == 0);
+  const ContrastSet set = fp4::fit::compute_contrasts(runs, request, "g");
+  REQUIRE(set.families[0].tests.size() == 3);
+  for (const ContrastTest& t : set.families[0].tests) {
+    INFO(t.model);
+    CHECK(t.t.n == 8);
+    CHECK(t.wins == 0);  // ufp4 is worse at every seed: run noise 0.05% against an effect of 0.3%
+    CHECK(t.t.ci.contains(0.3));  // the effect, up to the point's BF16 mean against the seed's
+    CHECK(t.t.ci.lo > 0.15);
+    CHECK(t.t.ci.hi < 0.45);
+    CHECK(t.flip.p == 2.0 / 256);
+    // Holm over 3 equal p: each becomes 3p.
+    CHECK_THAT(t.p_holm, WithinRel(3 * 2.0 / 256, 1e-12));
+    CHECK(t.baseline == "bf16");
+    CHECK(t.baseline_seeds == 8);
+    CHECK(t.missing_twins == 0);
+  }
+
+  // No effect: over 400 such studies, Holm keeps the chance of calling any of a family's three
+  // tests significant at most 5% (the family-wise error rate; raw p-values would find one in about
+  // 14% of them). Binomial sd at 400 studies: 1.1%.
+  int any_holm = 0, any_raw = 0;
+  const int studies = 400;
+  for (int k = 0; k < studies; ++k) {
+    const ContrastSet null_set = fp4::fit::compute_contrasts(synthetic_runs(3, 8, 0.0, 0.002, 100 + k), request, "g");
+    bool holm = false, raw = false;
+    for (const ContrastTest& t : null_set.families[0].tests) {
+      holm = holm || t.p_holm < 0.05;
+      raw = raw || t.flip.p < 0.05;
+    }
+    any_holm += holm;
+    any_raw += raw;
+    if (!holm) CHECK(fp4::fit::format_contrasts_table(null_set).find("(significant)") == std::string::npos);
+  }
+  INFO("studies with a significant test: Holm " << any_holm << ", raw " << any_raw << " of " << studies);
+  CHECK(any_holm <= studies * 0.075);
+  CHECK(any_raw > any_holm);
+  CHECK(fp4::fit::format_contrasts_table(set).find("ufp4 - e2m1") != std::string::npos);
+  CHECK(fp4::fit::format_contrasts_table(set).find("e2m1 closer (significant)") != std::string::npos);
+}
+
+TEST_CASE("contrasts: the numbers are analysis.py's: d normalised by the point's BF16 mean, a missing twin said",
+          "[fit][paired]") {
+  std::vector<ContrastRun> runs = synthetic_runs(1, 4, 0.002, 0.001, 3);
+  // Seed 3 loses its bf16 run: its pair is still normalised by the mean of the other three.
+  std::erase_if(runs, [](const ContrastRun& r) { return r.recipe == "bf16" && r.seed == 3; });
+  // A second point with one seed only: not tested, and said.
+  ContrastRun lone = runs[0];
+  for (const char* recipe : {"bf16", "e2m1", "ufp4"}) {
+    lone.recipe = recipe;
+    lone.baseline = lone.recipe == "bf16";
+    lone.point = lone.model = "d9";
+    lone.point_label = "d9 25M";
+    lone.id = std::string("lone-") + recipe;
+    runs.push_back(lone);
+  }
+  const auto request = fp4::fit::families_asked({}, "", {}, {}, runs);
+  const ContrastSet set = fp4::fit::compute_contrasts(runs, request, "");
+  const ContrastTest& t = only_test(set, "d2");
+  double mean = 0;
+  int n = 0;
+  for (const ContrastRun& r : runs)
+    if (r.recipe == "bf16" && r.model == "d2") mean += r.final_loss, ++n;
+  mean /= n;
+  CHECK(t.baseline_seeds == 3);
+  CHECK(t.missing_twins == 1);
+  CHECK_THAT(t.baseline_mean, WithinRel(mean, 1e-15));
+  std::vector<double> d;
+  for (uint64_t s = 0; s < 4; ++s) {
+    double a = 0, b = 0;
+    for (const ContrastRun& r : runs)
+      if (r.model == "d2" && r.seed == s && r.recipe != "bf16") (r.recipe == "ufp4" ? a : b) = r.final_loss;
+    d.push_back(100.0 / mean * (a - b));
+    CHECK_THAT(t.d[s].second, WithinRel(d.back(), 1e-15));
+  }
+  CHECK_THAT(t.t.mean, WithinRel(fp4::fit::paired_t(d).mean, 1e-14));
+  REQUIRE(set.families[0].untested.size() == 1);
+  CHECK(set.families[0].untested[0] == "ufp4 - e2m1: one paired seed (a test needs two) at d9 25M");
+  const std::string table = fp4::fit::format_contrasts_table(set);
+  CHECK(table.find("1 of 4 seeds have no bf16 twin") != std::string::npos);
+}
+
+TEST_CASE("contrasts: [compare] families, the variants' default family, and the store round trip", "[fit][paired]") {
+  std::vector<ContrastRun> runs = synthetic_runs(2, 3, 0.001, 0.001, 4);
+  for (ContrastRun r : synthetic_runs(2, 3, 0.001, 0.001, 4))
+    if (r.recipe == "ufp4") {
+      r.recipe = "ufp4-no-sr";
+      r.id += "-no-sr";
+      runs.push_back(r);
+    }
+  // Defaults: the main grid's pairs, and the variant against its base.
+  const auto defaults = fp4::fit::families_asked({}, "study.toml", {"bf16", "e2m1", "ufp4"}, {{"ufp4-no-sr", "ufp4"}}, runs);
+  REQUIRE(defaults.families.size() == 2);
+  CHECK(defaults.families[1].name == "variants against their base");
+  CHECK(defaults.families[1].contrasts == std::vector<std::pair<std::string, std::string>>{{"ufp4-no-sr", "ufp4"}});
+
+  fp4::store::CompareTable table;
+  table.present = true;
+  table.primary = {{"ufp4", "e2m1"}};
+  table.families = {{"ablations", {{"ufp4-no-sr", "ufp4"}, {"ufp4-no-sr", "e2m1"}}}};
+  const auto asked = fp4::fit::families_asked(table, "study.toml", {}, {}, runs);
+  REQUIRE(asked.families.size() == 2);
+  CHECK(asked.families[0].name == "ufp4 - e2m1");  // the primary contrast's own family, first
+  CHECK(asked.source == "[compare] of study.toml");
+  const ContrastSet set = fp4::fit::compute_contrasts(runs, asked, "g");
+  CHECK(set.families[0].tests.size() == 2);
+  CHECK(set.families[0].tests[0].primary);
+  CHECK(set.families[1].tests.size() == 4);  // two contrasts × two points: Holm over four
+  CHECK_FALSE(set.families[1].tests[0].primary);
+
+  // The same inputs give the same hash; a changed loss another.
+  CHECK(fp4::fit::compute_contrasts(runs, asked, "g").input_hash == set.input_hash);
+  std::vector<ContrastRun> changed = runs;
+  changed[1].final_loss += 1e-9;
+  CHECK(fp4::fit::compute_contrasts(changed, asked, "g").input_hash != set.input_hash);
+
+  fp4::test::ScratchDir dir;
+  auto store = fp4::store::Store::open(dir / "s.db", fp4::store::Store::Mode::read_write);
+  const int64_t id = store->insert_contrast_set(fp4::fit::to_record(set));
+  const auto found = store->find_contrast_set("g", set.input_hash);
+  REQUIRE(found);
+  CHECK(found->id == id);
+  const auto back = fp4::fit::latest_contrast_set(*store, "g");
+  REQUIRE(back);
+  CHECK(back->id == id);
+  CHECK(fp4::fit::format_contrasts_table(*back) == fp4::fit::format_contrasts_table(set));
+  CHECK_FALSE(fp4::fit::latest_contrast_set(*store, "other"));
+}
+
+TEST_CASE("contrasts: a malformed [compare] table is refused at its file:line:col", "[fit][paired][sweeps_spec]") {
+  const std::string prelude =
+      "[sweep]\nname = \"t\"\n[data]\nsource = \"synthetic:markov?order=1&vocab=64\"\n[model]\npreset = \"d2\"\n"
+      "[train]\nbatch_tokens = 4096\nmicro_batch = 4\ntokens = 65536\n[grid]\nrecipe = [\"bf16\", \"e2m1\", \"ufp4\"]\n";
+  auto error_of = [&](const std::string& compare) {
+    try {
+      (void)fp4::sweeps::parse_sweep_spec(prelude + compare, "spec.toml", "/study");
+    } catch (const fp4::UserError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  CHECK(error_of("[compare]\nprimary = [\"ufp4-e2m1\"]\n").find("spec.toml:14:12") == 0);
+  CHECK(error_of("[compare]\nprimary = [\"ufp4-e2m1\"]\n").find("compare.primary") != std::string::npos);
+  CHECK(error_of("[compare]\nprimary = [\"ufp4 - ufp4\"]\n").find("spec.toml:14:12") == 0);
+  CHECK(error_of("[compare]\nprimary = \"ufp4 - e2m1\"\n").find("spec.toml:14:11") == 0);
+  CHECK(error_of("[compare]\nfamiles = []\n").find("compare.famil") != std::string::npos);
+  CHECK(error_of("[compare]\nfamilies = [{name = \"a\"}]\n").find("compare.families.contrasts") != std::string::npos);
+  CHECK(error_of("[compare]\n").find("compare") != std::string::npos);
+  const auto spec = fp4::sweeps::parse_sweep_spec(
+      prelude + "[compare]\nprimary = [\"ufp4 - e2m1\"]\nfamilies = [{name = \"all\", contrasts = [\"ufp4 - e2m1\"]}]\n",
+      "spec.toml", "/study");
+  CHECK(spec.compare.present);
+  CHECK(spec.compare.primary == std::vector<std::pair<std::string, std::string>>{{"ufp4", "e2m1"}});
+  REQUIRE(spec.compare.families.size() == 1);
+  CHECK(spec.compare.families[0].name == "all");
+}
+
+TEST_CASE("contrasts: the paper's metric, the mean train loss of the last tenth, tested beside the final loss",
+          "[fit][paired]") {
+  CHECK(fp4::fit::train_tail_steps(191) == 20);
+  CHECK(fp4::fit::train_tail_steps(200) == 20);
+  CHECK(fp4::fit::train_tail_steps(5) == 1);
+  CHECK(fp4::fit::train_tail_steps(0) == 0);
+  CHECK(fp4::fit::train_tail_steps(20000) == 1000);  // the paper's 1000 steps at most
+  std::vector<ContrastRun> runs = synthetic_runs(3, 6, 0.003, 0.0005, 6);
+  for (ContrastRun& r : runs) {
+    // On the train tail the two recipes are the same: no effect there.
+    r.train_tail = r.recipe == "ufp4" ? r.final_loss - 0.003 * 3.0 : r.final_loss;
+    r.tail_steps = 20;
+  }
+  const auto request = fp4::fit::families_asked({}, "", {"bf16", "e2m1", "ufp4"}, {}, runs);
+  const ContrastSet set = fp4::fit::compute_contrasts(runs, request, "g");
+  REQUIRE(set.families.size() == 1);
+  const auto& tests = set.families[0].tests;
+  REQUIRE(tests.size() == 6);
+  for (size_t i = 0; i < 3; ++i) CHECK(tests[i].metric == "final_eval");
+  for (size_t i = 3; i < 6; ++i) {
+    INFO(i);
+    CHECK(tests[i].metric == "train_tail");
+    CHECK(std::fabs(tests[i].t.mean) < 0.05);
+    CHECK(tests[i].tail_steps_min == 20);
+  }
+  // Holm per metric: three tests each, so an all-one-sign six-seed point gets 3 × 1/32.
+  CHECK_THAT(tests[0].p_holm, WithinRel(3.0 / 32, 1e-12));
+  const std::string table = fp4::fit::format_contrasts_table(set);
+  CHECK(table.find("on the mean train loss of the last tenth") != std::string::npos);
+  CHECK(table.find("trend of ufp4 - e2m1 with compute (final eval, 3 points)") != std::string::npos);
+  CHECK(table.find("without d3 25M") != std::string::npos);
+  // The settings that vary between the tested points are named (here only the model label's key).
+  CHECK(set.notes.empty());  // the synthetic points' keys are not JSON configs: nothing to compare
+}
+
+TEST_CASE("contrasts: train.data_seed set apart from the seed makes a point of its own", "[fit][paired]") {
+  // The default: the run seed drives the data order too; the point is the config without both.
+  const nlohmann::json same = {{"recipe", "ufp4"}, {"train", {{"seed", 3}, {"data_seed", 3}, {"lr", 1e-3}}}};
+  const nlohmann::json other_seed = {{"recipe", "e2m1"}, {"train", {{"seed", 4}, {"data_seed", 4}, {"lr", 1e-3}}}};
+  CHECK(fp4::fit::comparison_key(same) == fp4::fit::comparison_key(other_seed));
+  CHECK(fp4::fit::replicate_key(same) != fp4::fit::replicate_key(other_seed));  // the recipe differs
+  // A data order of its own (a grid axis "train.data_seed"): runs of one data order under several
+  // initial-weight seeds are one point, paired by seed; another data order is another point.
+  const nlohmann::json order9 = {{"recipe", "ufp4"}, {"train", {{"seed", 3}, {"data_seed", 9}, {"lr", 1e-3}}}};
+  const nlohmann::json order9_seed4 = {{"recipe", "e2m1"}, {"train", {{"seed", 4}, {"data_seed", 9}, {"lr", 1e-3}}}};
+  const nlohmann::json order8 = {{"recipe", "ufp4"}, {"train", {{"seed", 3}, {"data_seed", 8}, {"lr", 1e-3}}}};
+  CHECK(fp4::fit::comparison_key(order9) == fp4::fit::comparison_key(order9_seed4));
+  CHECK(fp4::fit::comparison_key(order9) != fp4::fit::comparison_key(order8));
+  CHECK(fp4::fit::comparison_key(order9) != fp4::fit::comparison_key(same));
+}
+
+TEST_CASE("contrasts: on the second study's committed store, the numbers of its pre-registered analysis.py",
+          "[fit][paired]") {
+  if (std::system("command -v python3 >/dev/null 2>&1 && command -v xz >/dev/null 2>&1") != 0) {
+    WARN("python3 or xz not found: the cross-check with results/second-study/analysis.py is skipped");
+    return;
+  }
+  fp4::test::ScratchDir dir;
+  const std::string second = std::string(FP4LAB_SOURCE_DIR) + "/results/second-study";
+  const std::filesystem::path db = dir / "second-study.db";
+  REQUIRE(std::system(("xz -dc '" + second + "/second-study.db.xz' > '" + db.string() + "'").c_str()) == 0);
+  std::vector<ContrastRun> runs;
+  {
+    // A copy: migrating it to this fp4lab's schema changes nothing analysis.py reads.
+    auto store = fp4::store::Store::open(db, fp4::store::Store::Mode::read_migrating);
+    runs = fp4::fit::load_contrast_runs(*store);
+  }
+  fp4::store::CompareTable table;
+  table.present = true;
+  table.families = {{"A", {{"ufp4", "e2m1"}}}, {"B", {{"nvfp4", "e2m1"}, {"nvfp4", "ufp4"}}}};
+  const ContrastSet set = fp4::fit::compute_contrasts(runs, fp4::fit::families_asked(table, "study.toml", {}, {}, runs), "");
+
+  const std::string script =
+      "import json, sys\n"
+      "sys.path.insert(0, '" + second + "')\n"
+      "import analysis\n"
+      "runs, _ = analysis.load(sys.argv[1])\n"
+      "out = {}\n"
+      "for a, b in [('ufp4', 'e2m1'), ('nvfp4', 'e2m1'), ('nvfp4', 'ufp4')]:\n"
+      "    for metric, name in [('final', 'final_eval'), ('train_tail', 'train_tail')]:\n"
+      "        r = analysis.contrast(runs, 'd4', a, b, metric)\n"
+      "        if r:\n"
+      "            out[a + '|' + b + '|' + name] = [r['n'], r['mean'], r['sd'], r['lo'], r['hi'], r['p_t'], r['p_flip'], "
+      "r['wins']]\n"
+      "json.dump(out, open(sys.argv[2], 'w'))\n";
+  fp4::test::spit(dir / "analysis_check.py", script);
+  REQUIRE(std::system(("python3 -B '" + (dir / "analysis_check.py").string() + "' '" + db.string() + "' '" +
+                       (dir / "out.json").string() + "'")
+                          .c_str()) == 0);
+  const nlohmann::json want = nlohmann::json::parse(fp4::test::slurp(dir / "out.json"));
+  REQUIRE(want.size() >= 6);  // three contrasts on two metrics
+  int compared = 0;
+  for (const auto& family : set.families)
+    for (const ContrastTest& t : family.tests) {
+      const std::string key = t.recipe + "|" + t.against + "|" + t.metric;
+      INFO(key << " at " << t.point);
+      REQUIRE(want.contains(key));
+      const auto& w = want[key];
+      CHECK(t.t.n == w[0].get<int64_t>());
+      CHECK(t.t.mean == Approx(w[1].get<double>()).epsilon(1e-9).margin(1e-12));
+      CHECK(t.t.sd == Approx(w[2].get<double>()).epsilon(1e-9));
+      CHECK(t.t.ci.lo == Approx(w[3].get<double>()).epsilon(1e-9).margin(1e-12));
+      CHECK(t.t.ci.hi == Approx(w[4].get<double>()).epsilon(1e-9).margin(1e-12));
+      CHECK(t.t.p == Approx(w[5].get<double>()).epsilon(1e-8));
+      if (t.flip.exact) CHECK(t.flip.p == w[6].get<double>());
+      else CHECK(std::fabs(t.flip.p - w[6].get<double>()) < 0.01);  // two Monte-Carlo streams, 200000 draws each
+      CHECK(t.wins == w[7].get<int64_t>());
+      ++compared;
+    }
+  CHECK(compared == static_cast<int>(want.size()));
+}

@@ -1,0 +1,79 @@
+// test_fit_planner.cpp — the planner's arithmetic (fit/planner.h, docs/statistics.md "Planning"):
+// the seed count of a paired t-test for a known sd against the closed form with Guenther's
+// correction, n_z + z²/2 (Guenther 1981), within one seed; more noise or a smaller effect needs
+// more seeds; the variance-only interim rule as results/second-study/interim.py states it.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <sstream>
+#include <string>
+
+#include "fit/planner.h"
+#include "tests/test_support.h"
+
+TEST_CASE("planner: seeds needed for a known sd, against the closed form", "[fit][planner]") {
+  const double z975 = 1.959963984540054;
+  for (double sd : {0.2, 0.3, 0.5, 1.0, 2.0}) {
+    for (double effect : {0.1, 0.3}) {
+      const double nz = fp4::fit::seeds_needed_normal(sd, effect);
+      const int64_t n = fp4::fit::seeds_needed(sd, effect);
+      INFO("sd " << sd << " pp, effect " << effect << " pp: n " << n << ", n_z " << nz);
+      // (1.96 + 0.8416)² = 7.849 per (sd/effect)².
+      CHECK_THAT(nz, Catch::Matchers::WithinRel(7.848879 * (sd / effect) * (sd / effect), 1e-5));
+      if (nz > 10) CHECK(std::llabs(n - static_cast<int64_t>(std::ceil(nz + z975 * z975 / 2))) <= 1);
+      CHECK(n >= static_cast<int64_t>(std::ceil(nz)));
+    }
+  }
+  // Monotone: more noise, or a smaller effect, never fewer seeds.
+  CHECK(fp4::fit::seeds_needed(1.0, 0.3) > fp4::fit::seeds_needed(0.5, 0.3));
+  CHECK(fp4::fit::seeds_needed(0.5, 0.1) > fp4::fit::seeds_needed(0.5, 0.3));
+  // Higher power, lower alpha: more seeds.
+  CHECK(fp4::fit::seeds_needed(0.5, 0.3, 0.05, 0.9) > fp4::fit::seeds_needed(0.5, 0.3, 0.05, 0.8));
+  CHECK(fp4::fit::seeds_needed(0.5, 0.3, 0.01, 0.8) > fp4::fit::seeds_needed(0.5, 0.3, 0.05, 0.8));
+  // The first study: a seed sd of d near 0.3 pp and an effect of 0.3 pp (issue 32).
+  CHECK(fp4::fit::seeds_needed(0.3, 0.3) == 10);
+  CHECK_THROWS_AS(fp4::fit::seeds_needed(0.3, 0.0), std::invalid_argument);
+}
+
+TEST_CASE("planner: the variance-only interim rule", "[fit][planner]") {
+  // interim.py: n = min(64, max(48, ceil((sd / 0.1)²))).
+  CHECK(fp4::fit::interim_seeds(0.5, 0.1, 48, 64) == 48);
+  CHECK(fp4::fit::interim_seeds(0.75, 0.1, 48, 64) == 57);
+  CHECK(fp4::fit::interim_seeds(0.7, 0.1, 48, 64) == 49);  // (0.7 / 0.1)² = 48.999999999999986 in doubles: 49
+  CHECK(fp4::fit::interim_seeds(1.0, 0.1, 48, 64) == 64);
+  CHECK_THROWS_AS(fp4::fit::interim_seeds(1.0, 0.1, 65, 64), std::invalid_argument);
+}
+
+TEST_CASE("fp4lab plan: the first study's device time and the seeds its contrasts need, from its own store",
+          "[fit][planner]") {
+  if (std::system("command -v xz >/dev/null 2>&1") != 0) {
+    WARN("xz not found: skipped");
+    return;
+  }
+  fp4::test::ScratchDir dir;
+  const std::filesystem::path source = std::filesystem::path(FP4LAB_SOURCE_DIR) / "results/first-study";
+  for (const auto& e : std::filesystem::directory_iterator(source))
+    if (e.path().extension() == ".toml") std::filesystem::copy_file(e.path(), dir / e.path().filename());
+  REQUIRE(std::system(("xz -dc '" + (source / "first-study.db.xz").string() + "' > '" + (dir / "first-study.db").string() +
+                       "'")
+                          .c_str()) == 0);
+  const auto r = fp4::test::run_fp4lab("plan '" + (dir / "study.toml").string() + "'", dir);
+  INFO(r.err << r.out);
+  REQUIRE(r.exit_code == 0);
+  CHECK(r.out.find("device time: 60 of 60 runs have succeeded") != std::string::npos);
+  CHECK(r.out.find("effect 0.3 pp, power 80%, two-sided alpha 0.05") != std::string::npos);
+  // ufp4 - e2m1 at d4 × 25M: six pilot seeds, a seed sd of d of 1.160 pp (about 120 seeds for 0.3 pp).
+  std::string line;
+  std::istringstream lines(r.out);
+  for (std::string l; std::getline(lines, l);)
+    if (l.find("ufp4 - e2m1") != std::string::npos && l.find("d4 25M (first-study, first-study-ablation)") != std::string::npos)
+      line = l;
+  REQUIRE_FALSE(line.empty());
+  CHECK(line.find(" 1.160 ") != std::string::npos);
+  CHECK(r.out.find("interim rule (variance only)") != std::string::npos);
+  // A malformed option is one line, exit 2.
+  const auto bad = fp4::test::run_fp4lab("plan '" + (dir / "study.toml").string() + "' --power 1.5", dir);
+  CHECK(bad.exit_code == 2);
+}
