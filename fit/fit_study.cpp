@@ -144,7 +144,8 @@ void fit_study(const FitCommand& c) {
   if (all_found)
     for (const PlannedFit& p : plan.fits) {
       auto found = find_fit(*store, law_name(p.law), p.scope, p.input_hash);
-      if (!found) {
+      // A fit stored by an fp4lab without guardrails is fitted again: its output would lack them.
+      if (!found || !found->guardrails_checked) {
         all_found = false;
         break;
       }
@@ -166,7 +167,7 @@ void fit_study(const FitCommand& c) {
         const PlannedFit& p = plan.fits[i];
         std::optional<StoredFit> found;
         if (!c.refit) found = find_fit(*store, law_name(p.law), p.scope, p.input_hash);
-        if (found) {
+        if (found && found->guardrails_checked) {
           fits.push_back(std::move(*found));
           notes.push_back(fmt::format("stored fit {} (same data and options)", fits.back().id));
         } else {

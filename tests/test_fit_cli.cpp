@@ -4,6 +4,8 @@
 // bad input the issue names (one line, exit 2).
 #include <catch2/catch.hpp>
 
+#include <sqlite3.h>
+
 #include <cmath>
 #include <map>
 #include <string>
@@ -170,6 +172,20 @@ TEST_CASE("fp4lab fit: a study's store is fitted as its [fit] asks, stored once,
     CHECK(re[i]["predictions"] == fits[i]["predictions"]);
     CHECK(re[i]["input_hash"] == fits[i]["input_hash"]);
   }
+
+  // A fit stored by an fp4lab without guardrails (quality_json without "guardrails") is not reused:
+  // the same data are fitted again, and the new rows carry them.
+  {
+    auto store = Store::open(spec.store, Store::Mode::read_write);
+    char* error = nullptr;
+    REQUIRE(sqlite3_exec(store->handle(), "UPDATE fits SET quality_json = json_remove(quality_json, '$.guardrails')",
+                         nullptr, nullptr, &error) == SQLITE_OK);
+  }
+  const auto old_fits = run_fp4lab("fit '" + toml.string() + "'", dir);
+  REQUIRE(old_fits.exit_code == 0);
+  CHECK(fit_rows(spec.store) == 10);
+  CHECK(old_fits.out.find("GUARDRAILS: not checked") == std::string::npos);
+  CHECK(old_fits.out.find("uardrails") != std::string::npos);
 }
 
 TEST_CASE("fp4lab fit: every [fit] key is applied, and its flag overrides it", "[fit][fit_cli]") {
