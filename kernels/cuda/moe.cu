@@ -1,0 +1,318 @@
+// moe.cu — see moe.cuh. The router's per-token math is kernels/cpu/router.cpp's, operation for
+// operation (expf/logf for std::exp/std::log); the dispatch walks the assignments in token order,
+// one thread per expert, as the reference's serial pass does.
+#include "kernels/cuda/moe.cuh"
+
+#include <algorithm>
+#include <string>
+
+#include "kernels/cuda/ops_common.cuh"
+
+namespace fp4::cuda {
+
+namespace {
+
+constexpr int kThreads = 256;
+
+unsigned blocks_for(int64_t n) { return detail::elementwise_blocks(static_cast<size_t>(n), kThreads); }
+
+__global__ void router_forward_kernel(const float* logits, int rows, int E, int K, bool sigmoid, bool renormalize,
+                                      float* scores, int32_t* chosen, float* gates, float* lse) {
+  for (int t = blockIdx.x * blockDim.x + threadIdx.x; t < rows; t += gridDim.x * blockDim.x) {
+    const float* z = logits + static_cast<size_t>(t) * E;
+    float* s = scores + static_cast<size_t>(t) * E;
+    int32_t* ch = chosen + static_cast<size_t>(t) * K;
+    float* g = gates + static_cast<size_t>(t) * K;
+    float m = z[0];
+    for (int j = 1; j < E; ++j) m = z[j] > m ? z[j] : m;
+    float sum = 0.0f;
+    for (int j = 0; j < E; ++j) sum += expf(z[j] - m);
+    lse[t] = m + logf(sum);
+    for (int j = 0; j < E; ++j) s[j] = sigmoid ? 1.0f / (1.0f + expf(-z[j])) : expf(z[j] - m) / sum;
+    // Top-k by logit, a strict > keeping the lower index on a tie (the reference's rule); the
+    // picks so far are the first c entries of ch.
+    for (int c = 0; c < K; ++c) {
+      int best = -1;
+      for (int j = 0; j < E; ++j) {
+        bool taken = false;
+        for (int q = 0; q < c; ++q) taken = taken || ch[q] == j;
+        if (!taken && (best < 0 || z[j] > z[best])) best = j;
+      }
+      ch[c] = best;
+    }
+    // Ascending expert index (insertion sort of k values).
+    for (int c = 1; c < K; ++c)
+      for (int q = c; q > 0 && ch[q - 1] > ch[q]; --q) {
+        const int32_t x = ch[q];
+        ch[q] = ch[q - 1];
+        ch[q - 1] = x;
+      }
+    float total = 0.0f;
+    for (int c = 0; c < K; ++c) total += s[ch[c]];
+    for (int c = 0; c < K; ++c) g[c] = renormalize ? s[ch[c]] / total : s[ch[c]];
+  }
+}
+
+// counts[j] = assignments to routed expert j, one thread per expert.
+__global__ void count_kernel(const int32_t* chosen, int64_t assignments, int E, int64_t* counts) {
+  for (int j = blockIdx.x * blockDim.x + threadIdx.x; j < E; j += gridDim.x * blockDim.x) {
+    int64_t n = 0;
+    for (int64_t i = 0; i < assignments; ++i) n += chosen[i] == j;
+    counts[j] = n;
+  }
+}
+
+// One thread per expert: its group's rows in ascending token index, then its padding rows.
+__global__ void fill_kernel(const int32_t* chosen, int rows, int E, int J, int K, const int64_t* offsets,
+                            int32_t* slot, int32_t* tokens, int32_t* choice) {
+  for (int j = blockIdx.x * blockDim.x + threadIdx.x; j < J; j += gridDim.x * blockDim.x) {
+    const int64_t begin = offsets[j], end = offsets[j + 1];
+    int64_t n = 0;
+    if (j < E) {
+      const int64_t assignments = static_cast<int64_t>(rows) * K;
+      for (int64_t i = 0; i < assignments; ++i) {
+        if (chosen[i] != j) continue;
+        tokens[begin + n] = static_cast<int32_t>(i / K);
+        choice[begin + n] = static_cast<int32_t>(i);
+        slot[i] = static_cast<int32_t>(n);
+        ++n;
+      }
+    } else {
+      for (; n < rows; ++n) {
+        tokens[begin + n] = static_cast<int32_t>(n);
+        choice[begin + n] = -1;
+      }
+    }
+    for (int64_t p = 0; begin + n + p < end; ++p) {
+      tokens[begin + n + p] = static_cast<int32_t>(rows + p);
+      choice[begin + n + p] = -1;
+    }
+  }
+}
+
+__global__ void gather_kernel(const float* x, const int32_t* tokens, int64_t total, int rows, int d, float* out) {
+  const int64_t n = total * d;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t g = i / d, f = i % d;
+    const int32_t t = tokens[g];
+    out[i] = t < rows ? x[static_cast<int64_t>(t) * d + f] : 0.0f;
+  }
+}
+
+// The row of assignment i (token t, choice c) in the grouped buffers.
+__device__ __forceinline__ int64_t assignment_row(const int32_t* chosen, const int32_t* slot, const int64_t* offsets,
+                                                  int64_t i) {
+  return offsets[chosen[i]] + slot[i];
+}
+
+__global__ void combine_kernel(const float* y, const int32_t* chosen, const int32_t* slot, const int64_t* offsets,
+                               const float* gates, int rows, int E, int J, int K, int d, float* out) {
+  const int64_t n = static_cast<int64_t>(rows) * d;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t t = i / d, f = i % d;
+    float o = 0.0f;
+    for (int c = 0; c < K; ++c) {
+      const int64_t a = t * K + c;
+      const float v = gates[a] * y[assignment_row(chosen, slot, offsets, a) * d + f];
+      o = c == 0 ? v : o + v;
+    }
+    for (int j = E; j < J; ++j) o += y[(offsets[j] + t) * d + f];
+    out[i] = o;
+  }
+}
+
+__global__ void dgates_kernel(const float* dout, const float* y, const int32_t* chosen, const int32_t* slot,
+                              const int64_t* offsets, int rows, int K, int d, float* dgates) {
+  const int64_t n = static_cast<int64_t>(rows) * K;
+  for (int64_t a = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; a < n;
+       a += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const float* p = dout + (a / K) * d;
+    const float* q = y + assignment_row(chosen, slot, offsets, a) * d;
+    // kernels/cpu/ops.h's dot: eight lanes, combined pairwise.
+    float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    int i = 0;
+    for (; i + 8 <= d; i += 8)
+      for (int l = 0; l < 8; ++l) acc[l] += p[i + l] * q[i + l];
+    for (int l = 0; i < d; ++i, ++l) acc[l] += p[i] * q[i];
+    const float s01 = acc[0] + acc[1], s23 = acc[2] + acc[3], s45 = acc[4] + acc[5], s67 = acc[6] + acc[7];
+    dgates[a] = (s01 + s23) + (s45 + s67);
+  }
+}
+
+__global__ void expert_dy_kernel(const float* dout, const int32_t* tokens, const int32_t* choice, const float* gates,
+                                 int64_t total, int rows, int d, float* dy) {
+  const int64_t n = total * d;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t g = i / d, f = i % d;
+    const int32_t t = tokens[g];
+    if (t >= rows) {
+      dy[i] = 0.0f;
+      continue;
+    }
+    const float gate = choice[g] >= 0 ? gates[choice[g]] : 1.0f;
+    dy[i] = gate * dout[static_cast<int64_t>(t) * d + f];
+  }
+}
+
+__global__ void sum_dx_kernel(const float* dx, const int32_t* chosen, const int32_t* slot, const int64_t* offsets,
+                              const float* router_dh, int rows, int E, int J, int K, int d, float* dh) {
+  const int64_t n = static_cast<int64_t>(rows) * d;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t t = i / d, f = i % d;
+    float o = 0.0f;
+    for (int c = 0; c < K; ++c) {
+      const float v = dx[assignment_row(chosen, slot, offsets, t * K + c) * d + f];
+      o = c == 0 ? v : o + v;
+    }
+    for (int j = E; j < J; ++j) o += dx[(offsets[j] + t) * d + f];
+    dh[i] = o + router_dh[i];
+  }
+}
+
+__global__ void router_backward_kernel(const float* logits, const float* scores, const int32_t* chosen,
+                                       const float* lse, const float* dgates, const int64_t* counts, int rows, int E,
+                                       int K, bool sigmoid, bool renormalize, float balance_scale, float z_scale,
+                                       float* dlogits) {
+  const float z_coef = z_scale * 2.0f / static_cast<float>(rows);
+  for (int t = blockIdx.x * blockDim.x + threadIdx.x; t < rows; t += gridDim.x * blockDim.x) {
+    const float* z = logits + static_cast<size_t>(t) * E;
+    const float* s = scores + static_cast<size_t>(t) * E;
+    const int32_t* ch = chosen + static_cast<size_t>(t) * K;
+    const float* dg = dgates + static_cast<size_t>(t) * K;
+    float* dz = dlogits + static_cast<size_t>(t) * E;
+    // dz holds ds until the scores → logits step (the reference's ds vector).
+    for (int j = 0; j < E; ++j) dz[j] = 0.0f;
+    if (renormalize) {
+      float total = 0.0f;
+      for (int c = 0; c < K; ++c) total += s[ch[c]];
+      float dot = 0.0f;
+      for (int c = 0; c < K; ++c) dot += dg[c] * (s[ch[c]] / total);
+      for (int c = 0; c < K; ++c) dz[ch[c]] = (dg[c] - dot) / total;
+    } else {
+      for (int c = 0; c < K; ++c) dz[ch[c]] = dg[c];
+    }
+    // ∂(E · Σ f_i P_i)/∂s'_i = E · f_i / R, in double as the reference, then scaled in fp32.
+    const auto dbalance = [&](int j) {
+      return balance_scale * static_cast<float>(static_cast<double>(E) * static_cast<double>(counts[j]) /
+                                                (static_cast<double>(rows) * K * rows));
+    };
+    if (!sigmoid) {
+      for (int j = 0; j < E; ++j) dz[j] += dbalance(j);
+    } else {
+      float total = 0.0f;
+      for (int j = 0; j < E; ++j) total += s[j];
+      float dot = 0.0f;
+      for (int j = 0; j < E; ++j) dot += dbalance(j) * (s[j] / total);
+      for (int j = 0; j < E; ++j) dz[j] += (dbalance(j) - dot) / total;
+    }
+    if (!sigmoid) {
+      float dot = 0.0f;
+      for (int j = 0; j < E; ++j) dot += s[j] * dz[j];
+      for (int j = 0; j < E; ++j) dz[j] = s[j] * (dz[j] - dot);
+    } else {
+      for (int j = 0; j < E; ++j) dz[j] = dz[j] * s[j] * (1.0f - s[j]);
+    }
+    if (z_scale != 0.0f)
+      for (int j = 0; j < E; ++j) dz[j] += z_coef * lse[t] * expf(z[j] - lse[t]);
+  }
+}
+
+void check_router(const char* op, int rows, int E, int K) {
+  detail::require(rows > 0 && E > 0 && K > 0 && K <= E, op,
+                  "needs rows > 0 and 1 <= top_k <= n_experts, got rows " + std::to_string(rows) + ", n_experts " +
+                      std::to_string(E) + ", top_k " + std::to_string(K));
+}
+
+}  // namespace
+
+void moe_router_forward(const float* logits, int rows, int n_experts, int top_k, bool sigmoid, bool renormalize,
+                        float* scores, int32_t* chosen, float* gates, float* lse, cudaStream_t stream) {
+  check_router("moe_router_forward", rows, n_experts, top_k);
+  router_forward_kernel<<<blocks_for(rows), kThreads, 0, stream>>>(logits, rows, n_experts, top_k, sigmoid,
+                                                                   renormalize, scores, chosen, gates, lse);
+  detail::check_launch();
+}
+
+int64_t moe_dispatch_capacity(int rows, int n_experts, int n_shared, int top_k, int pad) {
+  // Every assignment, every shared expert's R rows, and at most pad − 1 padding rows per expert.
+  return static_cast<int64_t>(rows) * (top_k + n_shared) + static_cast<int64_t>(n_experts + n_shared) * (pad - 1);
+}
+
+MoeDispatch moe_dispatch(const int32_t* chosen, int rows, int n_experts, int n_shared, int top_k, int pad,
+                         int32_t* slot, int32_t* tokens, int32_t* choice, int64_t* scratch, cudaStream_t stream) {
+  check_router("moe_dispatch", rows, n_experts, top_k);
+  detail::require(pad >= 1 && n_shared >= 0, "moe_dispatch", "needs pad >= 1 and n_shared >= 0");
+  const int E = n_experts, J = n_experts + n_shared;
+  count_kernel<<<blocks_for(E), kThreads, 0, stream>>>(chosen, static_cast<int64_t>(rows) * top_k, E, scratch);
+  detail::check_launch();
+  MoeDispatch plan;
+  plan.counts.assign(J, rows);  // shared experts: every token
+  FP4_CUDA_CHECK(cudaMemcpyAsync(plan.counts.data(), scratch, sizeof(int64_t) * E, cudaMemcpyDeviceToHost, stream));
+  FP4_CUDA_CHECK(cudaStreamSynchronize(stream));
+  plan.offsets.assign(J + 1, 0);
+  for (int j = 0; j < J; ++j) plan.offsets[j + 1] = plan.offsets[j] + (plan.counts[j] + pad - 1) / pad * pad;
+  FP4_CUDA_CHECK(cudaMemcpyAsync(scratch, plan.counts.data(), sizeof(int64_t) * J, cudaMemcpyHostToDevice, stream));
+  FP4_CUDA_CHECK(cudaMemcpyAsync(scratch + J, plan.offsets.data(), sizeof(int64_t) * (J + 1), cudaMemcpyHostToDevice,
+                                 stream));
+  fill_kernel<<<blocks_for(J), kThreads, 0, stream>>>(chosen, rows, E, J, top_k, scratch + J, slot, tokens, choice);
+  detail::check_launch();
+  // The host vectors are read by the copies above: they must outlive them.
+  FP4_CUDA_CHECK(cudaStreamSynchronize(stream));
+  return plan;
+}
+
+void moe_gather(const float* x, const int32_t* tokens, int64_t total, int rows, int d, float* x_groups,
+                cudaStream_t stream) {
+  if (total == 0) return;
+  gather_kernel<<<blocks_for(total * d), kThreads, 0, stream>>>(x, tokens, total, rows, d, x_groups);
+  detail::check_launch();
+}
+
+void moe_combine(const float* y, const int32_t* chosen, const int32_t* slot, const int64_t* offsets,
+                 const float* gates, int rows, int n_experts, int n_shared, int top_k, int d, float* out,
+                 cudaStream_t stream) {
+  check_router("moe_combine", rows, n_experts, top_k);
+  combine_kernel<<<blocks_for(static_cast<int64_t>(rows) * d), kThreads, 0, stream>>>(
+      y, chosen, slot, offsets, gates, rows, n_experts, n_experts + n_shared, top_k, d, out);
+  detail::check_launch();
+}
+
+void moe_dgates(const float* dout, const float* y, const int32_t* chosen, const int32_t* slot,
+                const int64_t* offsets, int rows, int top_k, int d, float* dgates, cudaStream_t stream) {
+  dgates_kernel<<<blocks_for(static_cast<int64_t>(rows) * top_k), kThreads, 0, stream>>>(dout, y, chosen, slot,
+                                                                                          offsets, rows, top_k, d,
+                                                                                          dgates);
+  detail::check_launch();
+}
+
+void moe_expert_dy(const float* dout, const int32_t* tokens, const int32_t* choice, const float* gates,
+                   int64_t total, int rows, int d, float* dy, cudaStream_t stream) {
+  if (total == 0) return;
+  expert_dy_kernel<<<blocks_for(total * d), kThreads, 0, stream>>>(dout, tokens, choice, gates, total, rows, d, dy);
+  detail::check_launch();
+}
+
+void moe_sum_dx(const float* dx, const int32_t* chosen, const int32_t* slot, const int64_t* offsets,
+                const float* router_dh, int rows, int n_experts, int n_shared, int top_k, int d, float* dh,
+                cudaStream_t stream) {
+  check_router("moe_sum_dx", rows, n_experts, top_k);
+  sum_dx_kernel<<<blocks_for(static_cast<int64_t>(rows) * d), kThreads, 0, stream>>>(
+      dx, chosen, slot, offsets, router_dh, rows, n_experts, n_experts + n_shared, top_k, d, dh);
+  detail::check_launch();
+}
+
+void moe_router_backward(const float* logits, const float* scores, const int32_t* chosen, const float* lse,
+                         const float* dgates, const int64_t* counts, int rows, int n_experts, int top_k, bool sigmoid,
+                         bool renormalize, float balance_scale, float z_scale, float* dlogits, cudaStream_t stream) {
+  check_router("moe_router_backward", rows, n_experts, top_k);
+  router_backward_kernel<<<blocks_for(rows), kThreads, 0, stream>>>(logits, scores, chosen, lse, dgates, counts, rows,
+                                                                    n_experts, top_k, sigmoid, renormalize,
+                                                                    balance_scale, z_scale, dlogits);
+  detail::check_launch();
+}
+
+}  // namespace fp4::cuda
