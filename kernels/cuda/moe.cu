@@ -106,8 +106,12 @@ __device__ __forceinline__ int64_t assignment_row(const int32_t* chosen, const i
   return offsets[chosen[i]] + slot[i];
 }
 
-__global__ void combine_kernel(const float* y, const int32_t* chosen, const int32_t* slot, const int64_t* offsets,
-                               const float* gates, int rows, int E, int J, int K, int d, float* out) {
+// out[t, :] = Σ over t's experts in ascending index of (gates ? gate · v : v), the first term
+// assigned, + each shared expert's v, then + extra[t, :] when extra is set: moe_combine (gates, no
+// extra) and moe_sum_dx (no gates, the router's share as extra).
+__global__ void sum_over_experts_kernel(const float* v, const int32_t* chosen, const int32_t* slot,
+                                        const int64_t* offsets, const float* gates, const float* extra, int rows,
+                                        int E, int J, int K, int d, float* out) {
   const int64_t n = static_cast<int64_t>(rows) * d;
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
@@ -115,11 +119,12 @@ __global__ void combine_kernel(const float* y, const int32_t* chosen, const int3
     float o = 0.0f;
     for (int c = 0; c < K; ++c) {
       const int64_t a = t * K + c;
-      const float v = gates[a] * y[assignment_row(chosen, slot, offsets, a) * d + f];
-      o = c == 0 ? v : o + v;
+      const float x = v[assignment_row(chosen, slot, offsets, a) * d + f];
+      const float term = gates != nullptr ? gates[a] * x : x;
+      o = c == 0 ? term : o + term;
     }
-    for (int j = E; j < J; ++j) o += y[(offsets[j] + t) * d + f];
-    out[i] = o;
+    for (int j = E; j < J; ++j) o += v[(offsets[j] + t) * d + f];
+    out[i] = extra != nullptr ? o + extra[i] : o;
   }
 }
 
@@ -154,22 +159,6 @@ __global__ void expert_dy_kernel(const float* dout, const int32_t* tokens, const
     }
     const float gate = choice[g] >= 0 ? gates[choice[g]] : 1.0f;
     dy[i] = gate * dout[static_cast<int64_t>(t) * d + f];
-  }
-}
-
-__global__ void sum_dx_kernel(const float* dx, const int32_t* chosen, const int32_t* slot, const int64_t* offsets,
-                              const float* router_dh, int rows, int E, int J, int K, int d, float* dh) {
-  const int64_t n = static_cast<int64_t>(rows) * d;
-  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const int64_t t = i / d, f = i % d;
-    float o = 0.0f;
-    for (int c = 0; c < K; ++c) {
-      const float v = dx[assignment_row(chosen, slot, offsets, t * K + c) * d + f];
-      o = c == 0 ? v : o + v;
-    }
-    for (int j = E; j < J; ++j) o += dx[(offsets[j] + t) * d + f];
-    dh[i] = o + router_dh[i];
   }
 }
 
@@ -272,13 +261,20 @@ void moe_gather(const float* x, const int32_t* tokens, int64_t total, int rows, 
   detail::check_launch();
 }
 
+static void launch_sum_over_experts(const char* op, const float* v, const int32_t* chosen, const int32_t* slot,
+                                    const int64_t* offsets, const float* gates, const float* extra, int rows,
+                                    int n_experts, int n_shared, int top_k, int d, float* out, cudaStream_t stream) {
+  check_router(op, rows, n_experts, top_k);
+  sum_over_experts_kernel<<<blocks_for(static_cast<int64_t>(rows) * d), kThreads, 0, stream>>>(
+      v, chosen, slot, offsets, gates, extra, rows, n_experts, n_experts + n_shared, top_k, d, out);
+  detail::check_launch();
+}
+
 void moe_combine(const float* y, const int32_t* chosen, const int32_t* slot, const int64_t* offsets,
                  const float* gates, int rows, int n_experts, int n_shared, int top_k, int d, float* out,
                  cudaStream_t stream) {
-  check_router("moe_combine", rows, n_experts, top_k);
-  combine_kernel<<<blocks_for(static_cast<int64_t>(rows) * d), kThreads, 0, stream>>>(
-      y, chosen, slot, offsets, gates, rows, n_experts, n_experts + n_shared, top_k, d, out);
-  detail::check_launch();
+  launch_sum_over_experts("moe_combine", y, chosen, slot, offsets, gates, nullptr, rows, n_experts, n_shared, top_k, d,
+                          out, stream);
 }
 
 void moe_dgates(const float* dout, const float* y, const int32_t* chosen, const int32_t* slot,
@@ -299,10 +295,8 @@ void moe_expert_dy(const float* dout, const int32_t* tokens, const int32_t* choi
 void moe_sum_dx(const float* dx, const int32_t* chosen, const int32_t* slot, const int64_t* offsets,
                 const float* router_dh, int rows, int n_experts, int n_shared, int top_k, int d, float* dh,
                 cudaStream_t stream) {
-  check_router("moe_sum_dx", rows, n_experts, top_k);
-  sum_dx_kernel<<<blocks_for(static_cast<int64_t>(rows) * d), kThreads, 0, stream>>>(
-      dx, chosen, slot, offsets, router_dh, rows, n_experts, n_experts + n_shared, top_k, d, dh);
-  detail::check_launch();
+  launch_sum_over_experts("moe_sum_dx", dx, chosen, slot, offsets, nullptr, router_dh, rows, n_experts, n_shared,
+                          top_k, d, dh, stream);
 }
 
 void moe_router_backward(const float* logits, const float* scores, const int32_t* chosen, const float* lse,
