@@ -56,19 +56,21 @@ constexpr std::string_view kIdentity1[] = {
 
 // Identity 2: 5ac9441 and the commits after it, up to the one that began recording identities.
 constexpr std::string_view kIdentity2[] = {
-    "014796f885ca", "01a2bf327dc7", "03f029d1ca16", "05b7085ecb21", "071a30b0217b", "0de6e7ee0c96",
-    "0f46ea4936e2", "17e35f50c052", "199338a2c955", "1bfaaba72b96", "2590ae1e2780", "2b83b18591b8",
-    "39aae192517d", "417c3c77f274", "41cbae7d0ca0", "480ad17c5382", "483e75667d80", "488d3356d23d",
-    "4adb45551952", "4ccc57e6c892", "4df881fdd34a", "4fd8796578e1", "5455e50345e9", "54ff56c4dd11",
-    "5577d8d6ae97", "574d7f0285a3", "5ac944153817", "5f0b1c4e4af0", "5f4715fbae3e", "611c176bff3b",
-    "6778eb3aa079", "6a720c96b56a", "6c996ee92358", "6e87ea866f48", "72795fc315e6", "74956f778fd4",
-    "7813cb24ce8c", "7a49e47d8597", "8142404edda3", "8676631348f9", "893fd905dba5", "89b58e2d0866",
-    "89fe192e79e1", "8f15f216ccf2", "8f5a309a437e", "8f8d73a25c9f", "943309a8747d", "9695450547db",
-    "98861a304e76", "9a7209052e12", "a2c23d18ffab", "a39b0c1ad054", "a433b69713e0", "a76bbee52021",
-    "a79b75c3c57f", "ab1a42d50abb", "acc364dbf286", "aebbb4e91f3d", "b0ebd574a5f6", "b1c63e98698c",
-    "b334f98d2a7c", "c17755301162", "c3d8d4f8bd63", "cb57d6572347", "cf60cd3c7c59", "d14d018bef6b",
-    "d320d3fe1f8a", "d70699e3f5e1", "ddb1b9970cba", "f5211c425fe8", "f77d4446fb82", "fbefcc54d5bb",
-    "ffb27c4670d4",
+    "014796f885ca", "01a2bf327dc7", "03f029d1ca16", "05b7085ecb21", "06490adb4ab1", "071a30b0217b",
+    "0dc71ea0ed40", "0de6e7ee0c96", "0f46ea4936e2", "108fb6d96cac", "17e35f50c052", "188a53a89ca1",
+    "199338a2c955", "1bfaaba72b96", "1f4711bd87e0", "2590ae1e2780", "28a48dc080f3", "2b83b18591b8",
+    "39aae192517d", "3beb18d04256", "417c3c77f274", "41cbae7d0ca0", "480ad17c5382", "483e75667d80",
+    "488d3356d23d", "4adb45551952", "4ccc57e6c892", "4df881fdd34a", "4fd8796578e1", "52ad9e3d4f41",
+    "5455e50345e9", "54ff56c4dd11", "5577d8d6ae97", "574d7f0285a3", "5ac944153817", "5f0b1c4e4af0",
+    "5f4715fbae3e", "611c176bff3b", "644c168977e4", "64ea94fd9afd", "6778eb3aa079", "6a720c96b56a",
+    "6c996ee92358", "6ced3c09db0a", "6e87ea866f48", "72795fc315e6", "74956f778fd4", "7813cb24ce8c",
+    "7a49e47d8597", "8142404edda3", "82034640f80a", "8676631348f9", "893fd905dba5", "89b58e2d0866",
+    "89fe192e79e1", "8f15f216ccf2", "8f5a309a437e", "8f8d73a25c9f", "9225e813ff41", "943309a8747d",
+    "9695450547db", "98861a304e76", "9a7209052e12", "a2c23d18ffab", "a39b0c1ad054", "a433b69713e0",
+    "a76bbee52021", "a79b75c3c57f", "ab1a42d50abb", "acc364dbf286", "aebbb4e91f3d", "b0ebd574a5f6",
+    "b1c63e98698c", "b334f98d2a7c", "ba9d94c6af35", "c17755301162", "c3d8d4f8bd63", "cb57d6572347",
+    "cf60cd3c7c59", "d14d018bef6b", "d320d3fe1f8a", "d70699e3f5e1", "ddb1b9970cba", "e347c967beed",
+    "f5211c425fe8", "f77d4446fb82", "fbefcc54d5bb", "ffb27c4670d4",
 };
 
 constexpr size_t kPrefix = 12;

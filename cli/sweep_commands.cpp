@@ -30,6 +30,7 @@ struct SweepCliOptions {
   std::string gpus;
   int jobs = 0;
   bool retry_failed = false;
+  bool mix_numerics = false;
   bool plain = false;
   std::string time_limit;
   std::string out;
@@ -73,6 +74,9 @@ void register_sweep_commands(CLI::App& app) {
                                      "else CUDA_VISIBLE_DEVICES, else every GPU)");
   run->add_option("--jobs", o->jobs, "CPU runs at once (default: [executor] cpu_jobs)")->check(whole_number(1, 4096));
   run->add_flag("--retry-failed", o->retry_failed, "Also retry failed runs (up to [executor] max_attempts failures)");
+  run->add_flag("--mix-numerics", o->mix_numerics,
+                "Start runs whose twins in the store (same config but the recipe) trained under another numerics "
+                "identity; refused without it (docs/sweeps.md)");
   run->add_flag("--plain", o->plain, "Plain progress lines even on a terminal");
   run->add_option("--time-limit", o->time_limit,
                   "Start no run expected to end after this long (e.g. 9m30s, 2h, 600), then stop as Ctrl-C does "
@@ -83,6 +87,7 @@ void register_sweep_commands(CLI::App& app) {
     r.gpus = sweeps::parse_gpu_list(o->gpus, "--gpus " + o->gpus);
     r.jobs = o->jobs;
     r.retry_failed = o->retry_failed;
+    r.mix_numerics = o->mix_numerics;
     r.terminal = !o->plain && ::isatty(STDERR_FILENO);
     if (!o->time_limit.empty()) {
       const std::optional<double> limit = parse_duration_s(o->time_limit);
@@ -111,6 +116,7 @@ void register_sweep_commands(CLI::App& app) {
   slurm->add_option("--max-parallel", o->max_parallel, "At most this many tasks at once (0: no limit)")
       ->check(whole_number(0, 1000000));
   slurm->add_flag("--retry-failed", o->retry_failed, "Include failed runs");
+  slurm->add_flag("--mix-numerics", o->mix_numerics, "As sweep run --mix-numerics");
   slurm->callback([o] {
     const sweeps::SweepSpec spec = sweeps::read_study(o->spec, sweeps::DataCheck::run, sweeps::Siblings::skip).spec;
     sweeps::SlurmOptions s;
@@ -119,6 +125,7 @@ void register_sweep_commands(CLI::App& app) {
     s.trainer = o->trainer;
     s.max_parallel = o->max_parallel;
     s.retry_failed = o->retry_failed;
+    s.mix_numerics = o->mix_numerics;
     sweeps::write_slurm_job(spec, s, std::cout);
   });
 

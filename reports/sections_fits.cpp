@@ -15,6 +15,7 @@
 #include "reports/escape.h"
 #include "reports/fits.h"
 #include "reports/format.h"
+#include "reports/numerics.h"
 #include "reports/report_context.h"
 
 namespace fp4::reports {
@@ -397,6 +398,7 @@ Section scaling_section(ReportContext& ctx) {
     return s;
   }
   s.blocks.push_back(loss_vs_n(ctx, fits, runs));
+  if (auto note = numerics_span_note(runs, "the main grid (these figures and the fits)")) s.blocks.push_back(std::move(*note));
   if (const auto bad = unusable_laws(fits, runs); !bad.empty())
     s.blocks.push_back(Note{{strong("Not drawn: "),
                              text(fmt::format("the {} give{} no finite loss at this study's runs (a parameter of the "

@@ -15,6 +15,7 @@
 #include "reports/escape.h"
 #include "reports/fits.h"
 #include "reports/format.h"
+#include "reports/numerics.h"
 #include "reports/pairs.h"
 #include "reports/paper.h"
 #include "reports/report_context.h"
@@ -291,6 +292,9 @@ Section gap_section(ReportContext& ctx) {
                                               "Excluded and missing runs).",
                                               excluded, excluded == 1 ? "" : "s", excluded == 1 ? "is" : "are"))}});
   const Twins twins = bf16_twins(ctx.study, true);
+  std::vector<std::pair<const StudyRun*, const StudyRun*>> pairs;
+  for (const TwinPair& p : twins.pairs) pairs.emplace_back(p.run, p.bf16);
+  if (auto note = numerics_pairs_note(pairs, "gap pairs (a run and its BF16 twin)")) s.blocks.push_back(std::move(*note));
   if (!twins.without.empty())
     s.blocks.push_back(Note{{text(fmt::format("{} quantized run{} without a BF16 twin in the store ha{} no gap (see Loss "
                                               "curves).",

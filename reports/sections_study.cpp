@@ -10,6 +10,7 @@
 #include "base/format.h"
 #include "reports/escape.h"
 #include "reports/format.h"
+#include "reports/numerics.h"
 #include "reports/report_context.h"
 #include "base/shell_quote.h"
 
@@ -298,8 +299,9 @@ Section runs_section(ReportContext& ctx) {
   Section s{slug("Runs"), "Runs", {}, {}};
   std::vector<std::vector<std::string>> csv;
   Table t;
-  t.header = {"run", "recipe", "model", "N (non-emb.)", "D (tokens)", "seed", "state", "steps", "final val. loss", "grids"};
-  t.numeric = {false, false, false, true, true, true, false, true, true, false};
+  t.header = {"run", "recipe", "model", "N (non-emb.)", "D (tokens)", "seed", "state", "steps", "final val. loss", "grids",
+              "numerics"};
+  t.numeric = {false, false, false, true, true, true, false, true, true, false, true};
   for (const StudyRun& r : st.runs) {
     const auto& rec = r.record;
     const int64_t done = last_train_step(st, rec.id);
@@ -307,21 +309,27 @@ Section runs_section(ReportContext& ctx) {
                       {fmt_count(static_cast<double>(rec.tokens))}, {std::to_string(rec.seed)},
                       {store::run_state_name(rec.state)}, {fmt::format("{}/{}", done, r.steps)},
                       {r.final_loss ? fmt_loss(*r.final_loss) : (r.final_is_nan ? "not finite" : "—")},
-                      {r.grids.empty() ? "—" : fmt::format("{}", fmt::join(r.grids, ", "))}});
+                      {r.grids.empty() ? "—" : fmt::format("{}", fmt::join(r.grids, ", "))}, {numerics_text(r)}});
     csv.push_back({csv_field(rec.name), rec.id, csv_field(rec.recipe), rec.baseline ? "1" : "0", csv_field(rec.model),
                    std::to_string(rec.n_params), std::to_string(rec.n_params_nonembedding), std::to_string(rec.tokens),
                    fmt::format("{:.17g}", rec.flops_per_token), std::to_string(rec.seed), store::run_state_name(rec.state),
                    std::to_string(r.steps), std::to_string(done), r.final_step >= 0 ? std::to_string(r.final_step) : "",
                    r.final_loss ? fmt::format("{:.17g}", *r.final_loss) : (r.final_is_nan ? "nan" : ""),
-                   csv_field(fmt::format("{}", fmt::join(r.grids, ";")))});
+                   csv_field(fmt::format("{}", fmt::join(r.grids, ";"))),
+                   rec.numerics ? std::to_string(*rec.numerics) : ""});
   }
   t.csv = ctx.csv("final_losses.csv",
                   {"run", "run_id", "recipe", "baseline", "model", "n_params", "n_params_nonembedding", "tokens",
-                   "flops_per_token", "seed", "state", "steps", "steps_done", "final_step", "final_loss", "grids"},
+                   "flops_per_token", "seed", "state", "steps", "steps_done", "final_step", "final_loss", "grids",
+                   "numerics"},
                   csv);
-  t.caption = "Every run in the store; the final validation loss is the last evaluation (nats/token)";
+  t.caption = "Every run in the store; the final validation loss is the last evaluation (nats/token); numerics: the "
+              "numerics identity it trained under";
   if (st.runs.empty()) s.blocks.push_back(Note{{text("The store holds no runs yet.")}});
   else s.blocks.push_back(std::move(t));
+  std::vector<const StudyRun*> all;
+  for (const StudyRun& r : st.runs) all.push_back(&r);
+  if (auto note = numerics_span_note(all, "this store")) s.blocks.push_back(std::move(*note));
 
   // The loss curves of every run: the data of the curve figures. (The other metrics, learning rate,
   // gradient norm, throughput, stay in the store: a study's sidecars stay a few MB.)

@@ -15,11 +15,13 @@
 #include <thread>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "base/child_process.h"
 #include "base/clock.h"
 #include "base/directory_lock.h"
 #include "base/format.h"
+#include "base/numerics_identity.h"
 #include "base/stop_signals.h"
 #include "base/user_error.h"
 #include "engine/run/config.h"
@@ -331,6 +333,11 @@ int LocalExecutor::run() {
   store_->record_grid(grid_record(spec_));
   const double start = unix_time_s();
   const std::vector<PlanEntry> plan = plan_sweep(spec_, store_.get(), start, o_.retry_failed);
+  if (const auto mixed = mixed_numerics(plan, *store_)) {
+    if (!o_.mix_numerics) throw UserError(mixed_numerics_error(spec_, *mixed));
+    say(fmt::format("note: --mix-numerics: {} run(s) start beside twins of numerics identity {} (this fp4lab: {})",
+                    mixed->runs, fmt::join(mixed->others, " and "), kNumericsIdentity));
+  }
 
   // The queue: largest runs first (by training FLOPs) unless the spec asks for declared order.
   std::vector<const PlanEntry*> todo;

@@ -33,6 +33,7 @@ struct LocalRunOptions {
   std::vector<std::string> gpus;    // --gpus (gpu_list.h): overrides [executor] gpus and CUDA_VISIBLE_DEVICES
   int jobs = 0;                     // --jobs: CPU runs at once (0: [executor] cpu_jobs)
   bool retry_failed = false;
+  bool mix_numerics = false;        // --mix-numerics: start runs whose twins trained under other numerics
   std::filesystem::path trainer;    // the fp4lab executable the children run (default: this one)
   double lease_ttl_s = 60;          // a lease not renewed for this long lets others take the run
   double poll_interval_s = 0.2;

@@ -85,6 +85,10 @@ int write_slurm_job(const SweepSpec& spec, const SlurmOptions& o, std::ostream& 
   store->record_grid(grid_record(spec));
   const double now = unix_time_s();
   const std::vector<PlanEntry> plan = plan_sweep(spec, store.get(), now, o.retry_failed);
+  // The cluster's fp4lab (--fp4lab) is taken to be of this one's numerics; its trainer refuses to
+  // resume a checkpoint of another identity in any case.
+  if (const auto mixed = mixed_numerics(plan, *store); mixed && !o.mix_numerics)
+    throw UserError(mixed_numerics_error(spec, *mixed));
   std::vector<std::string> dirs;
   bool gpu = false;
   for (const PlanEntry& e : plan) {

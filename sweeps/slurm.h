@@ -28,6 +28,7 @@ struct SlurmOptions {
   std::filesystem::path trainer;            // fp4lab on the cluster (default: this executable)
   int max_parallel = 0;                     // "%N" throttle on the array; 0: none
   bool retry_failed = false;
+  bool mix_numerics = false;                // --mix-numerics (sweep_plan.h mixed_numerics)
 };
 
 // Returns the number of tasks written (0: nothing to run, and no file is written).

@@ -5,9 +5,12 @@
 
 #include <algorithm>
 #include <map>
+#include <set>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
+#include "base/numerics_identity.h"
 #include "sweeps/lease_owner.h"
 #include "sweeps/run_dir_reader.h"
 
@@ -51,6 +54,38 @@ PlanAction classify_record(const store::RunRecord& r, double now) {
     case OwnerLiveness::unknown: return r.lease_expires > now ? PlanAction::running : PlanAction::orphaned;
   }
   return PlanAction::orphaned;
+}
+
+std::optional<MixedNumerics> mixed_numerics(const std::vector<PlanEntry>& plan, const store::Store& store) {
+  std::map<std::string, std::vector<store::RunRecord>> by_key;  // match_key → runs with a known identity
+  for (store::RunRecord& r : store.runs())
+    if (r.numerics) by_key[r.match_key].push_back(std::move(r));
+  MixedNumerics m;
+  std::set<int> others;
+  for (const PlanEntry& e : plan) {
+    if (!e.will_run) continue;
+    const auto it = by_key.find(e.point->match_key);
+    if (it == by_key.end()) continue;
+    bool counted = false;
+    for (const store::RunRecord& twin : it->second) {
+      if (twin.id == e.point->id || *twin.numerics == kNumericsIdentity) continue;
+      others.insert(*twin.numerics);
+      if (m.example.empty())
+        m.example = fmt::format("{} beside {} (identity {})", e.point->name, twin.name, *twin.numerics);
+      if (!counted) ++m.runs;
+      counted = true;
+    }
+  }
+  if (m.runs == 0) return std::nullopt;
+  m.others.assign(others.begin(), others.end());
+  return m;
+}
+
+std::string mixed_numerics_error(const SweepSpec& spec, const MixedNumerics& m) {
+  return fmt::format("{}: {} run(s) to start would be compared with runs trained under numerics identity {}, and "
+                     "this fp4lab's is {} (e.g. {}; docs/train.md \"Numerics identity\"): run them with a build of "
+                     "that identity, or pass --mix-numerics to run them here (the report then marks the mix)",
+                     spec.file.string(), m.runs, fmt::join(m.others, " and "), kNumericsIdentity, m.example);
 }
 
 std::vector<PlanEntry> plan_sweep(const SweepSpec& spec, const store::Store* store, double now, bool retry_failed) {

@@ -46,6 +46,22 @@ PlanAction classify_record(const store::RunRecord& r, double now);
 // One entry per grid point, in the spec's order. `store` may be null (no store file yet).
 std::vector<PlanEntry> plan_sweep(const SweepSpec& spec, const store::Store* store, double now, bool retry_failed);
 
+// Numerics never mix silently in one grid point. The runs a grid point compares are those that
+// differ only in their recipe (the store's match_key: a 4-bit run and its BF16 twin, whose ratio is
+// the gap); a run `sweep run` would start now trains under this fp4lab's numerics identity
+// (base/numerics_identity.h), so one whose twin in the store trained under another would put two
+// numerics in one gap. Returns the first such pair, "NAME (TWIN trained under identity K)", and
+// the identities found, or nothing. `sweep run` and `sweep slurm` refuse when it finds one unless
+// --mix-numerics is given (docs/sweeps.md says why).
+struct MixedNumerics {
+  std::string example;      // "L1-d16-65.5k-e2m1-s0 beside L1-d16-65.5k-bf16-s0 (identity 1)"
+  int runs = 0;             // runs to start that have such a twin
+  std::vector<int> others;  // the other identities found, ascending
+};
+std::optional<MixedNumerics> mixed_numerics(const std::vector<PlanEntry>& plan, const store::Store& store);
+// The one-line refusal: what, where (the spec), what to do.
+std::string mixed_numerics_error(const SweepSpec& spec, const MixedNumerics& m);
+
 // `sweep plan`'s table: one line per run (action, name, id prefix, N, D, recipe, note) and a
 // count per action.
 void print_plan(const SweepSpec& spec, const std::vector<PlanEntry>& plan, std::ostream& out);

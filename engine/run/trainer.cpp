@@ -20,6 +20,7 @@
 #include "base/clock.h"
 #include "base/directory_lock.h"
 #include "base/linear_sites.h"
+#include "base/numerics_identity.h"
 #include "base/files.h"
 #include "base/format.h"
 #include "base/stop_signals.h"
@@ -273,7 +274,7 @@ void write_checkpoint_now(const Setup& s, const RunPaths& paths, TrainBackend& m
   st.tokens_seen = tokens;
   st.config_hash = s.hash;
   st.data_position = stream.position().to_json();
-  st.extra = {{"data_fingerprint", s.data->fingerprint()}, {"gpus", s.config.gpus}};
+  st.extra = {{"data_fingerprint", s.data->fingerprint()}, {"gpus", s.config.gpus}, {"numerics", kNumericsIdentity}};
   TrainState state = m.save_state();
   st.params = std::move(state.params);
   st.adam_m = std::move(state.adam_m);
@@ -324,6 +325,7 @@ TrainResult run_loop(Setup& s, const TrainOptions& o, const RunPaths& paths, Tra
                  {"device", m.device()},
                  {"config_hash", s.hash},
                  {"data_fingerprint", s.data->fingerprint()},
+                 {"numerics", kNumericsIdentity},
                  {"vocab_size", mc.vocab_size},
                  {"n_params", model::total_params(mc)},
                  {"n_params_nonembedding", n_nonemb},
@@ -767,6 +769,14 @@ TrainResult train(const TrainOptions& o) {
                                  ? st.extra["gpus"].get<int>()
                                  : 1;  // written before multi-GPU runs existed
       refuse_other_gpus(their_gpus, s.config.gpus, name);
+      // A run continued under other numerics would hold two identities' bits in one curve.
+      // Checkpoints written before runs recorded an identity carry none and resume as before.
+      if (st.extra.is_object() && st.extra.contains("numerics") && st.extra["numerics"] != kNumericsIdentity)
+        throw UserError(fmt::format("cannot resume: {} was written under numerics identity {}, this fp4lab's is {} "
+                                    "(docs/train.md \"Numerics identity\"): resume with a build of identity {}, or "
+                                    "remove {} to start over",
+                                    name, st.extra["numerics"].dump(), kNumericsIdentity, st.extra["numerics"].dump(),
+                                    paths.checkpoints.string()));
       if (st.params.size() != s.backend->n_params())
         throw UserError(fmt::format("cannot resume: {} holds {} parameters, the model has {}", name,
                                     st.params.size(), s.backend->n_params()));

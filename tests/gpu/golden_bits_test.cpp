@@ -1,0 +1,52 @@
+// golden_bits_test.cpp — the GPU's training bits are pinned, as tests/test_golden_bits.cpp pins the
+// CPU's: one tiny run per NUMERICS.md §5 preset on the CUDA engine ends in the losses and weights below, bit for
+// bit, at numerics identity kPinnedIdentity, on any Hopper GPU (the promise of docs/train.md
+// "Reproducibility": H100 and H200 give the same bits). A change of training bits fails here until
+// kNumericsIdentity is bumped, the change is named in bench/RESULTS.md and the bits are pinned
+// again; the failure prints the lines to paste.
+//
+// Not pinned yet: the table was written on a machine without a GPU. Until its first run on a
+// Hopper GPU fills it (the failure prints every line), the test fails with those lines: a golden
+// test that passed without pins would check nothing.
+#include <catch2/catch.hpp>
+
+#include <string>
+#include <vector>
+
+#include "base/numerics_identity.h"
+#include "tests/golden_bits.h"
+#include "tests/test_support.h"
+
+namespace {
+
+constexpr int kPinnedIdentity = 2;
+
+// NUMERICS.md §5's presets, which the CUDA engine has run from the start; docs/recipes.md's join
+// this list when the CUDA engine runs them and their bits are pinned.
+const std::vector<std::string> kRecipes = {"bf16", "e2m1", "ufp4", "nvfp4", "mxfp4", "ufp4-e4m3"};
+
+const std::vector<fp4::test::GoldenBits> kPinned = {
+};
+
+}  // namespace
+
+TEST_CASE("golden bits: a tiny GPU run of each recipe ends in the pinned bits", "[gpu][golden]") {
+  REQUIRE(fp4::kNumericsIdentity == kPinnedIdentity);  // bumped: pin the bits of the new identity below
+  fp4::test::ScratchDir tmp;
+  std::string repin;
+  for (const std::string& recipe : kRecipes) {
+    INFO("recipe " << recipe);
+    const fp4::test::GoldenBits got = fp4::test::golden_run(recipe, "cuda", tmp / recipe);
+    const fp4::test::GoldenBits* want = nullptr;
+    for (const auto& g : kPinned)
+      if (g.recipe == recipe) want = &g;
+    if (want == nullptr || !(got == *want)) repin += "    " + fp4::test::golden_line(got) + "\n";
+    CHECK(want != nullptr);
+    if (want != nullptr) CHECK(got == *want);
+  }
+  if (!repin.empty())
+    FAIL("the GPU training bits are not the pinned ones (or none are pinned yet): if a change moved them, bump "
+         "kNumericsIdentity (base/numerics_identity.h) and name it in bench/RESULTS.md; pin these in "
+         "tests/gpu/golden_bits_test.cpp (docs/train.md \"Numerics identity\"):\n"
+         << repin);
+}
