@@ -27,6 +27,7 @@ struct GridPointRecord {
   int64_t n_params = 0, n_params_nonembedding = 0, tokens = 0;
   uint64_t seed = 0;
   double flops_per_token = 0;
+  int64_t n_params_active_nonembedding = 0;  // = n_params_nonembedding for a dense model
   std::map<std::string, std::string> axes;  // axis name → this point's value as text
 };
 

@@ -263,6 +263,14 @@ CREATE TABLE contrasts (
 ) WITHOUT ROWID;
 )sql";
 
+// Version 7: the non-embedding parameters one token uses (docs/model.md, "Sizes of MoE models"),
+// beside n_params_nonembedding, which counts every expert of an MoE model. Runs recorded before are
+// dense (MoE models came with this version), so theirs is n_params_nonembedding.
+constexpr const char* kMigration7 = R"sql(
+ALTER TABLE runs ADD COLUMN n_params_active_nonembedding INTEGER NOT NULL DEFAULT 0;
+UPDATE runs SET n_params_active_nonembedding = n_params_nonembedding;
+)sql";
+
 static_assert(kStoreApplicationId == 1179661395, "kMigration1 writes this number literally");
 
 }  // namespace
@@ -276,6 +284,7 @@ const std::vector<Migration>& store_migrations() {
       {4, "runs.data_fingerprint; ingested_bytes reset so that the next ingest reads it", kMigration4},
       {5, "runs.numerics, the numerics identity; older runs' from their latest attempt's commit", kMigration5},
       {6, "contrast_sets, contrasts: paired contrasts over seeds", kMigration6},
+      {7, "runs.n_params_active_nonembedding (MoE models' active count; the dense count for older runs)", kMigration7},
   };
   return steps;
 }

@@ -38,7 +38,8 @@ uint64_t seed_from_column(int64_t bits) { return static_cast<uint64_t>(bits); }
 // The columns of `runs` in RunRecord order; read_run() reads them by these indices.
 constexpr const char* kRunColumns =
     "id, name, config_json, match_key, recipe, baseline, model, n_params, n_params_nonembedding, tokens, seed, "
-    "flops_per_token, state, attempts, dir, error, lease_owner, lease_expires, ingested_bytes, data_fingerprint, numerics";
+    "flops_per_token, state, attempts, dir, error, lease_owner, lease_expires, ingested_bytes, data_fingerprint, numerics, "
+    "n_params_active_nonembedding";
 
 RunRecord read_run(const Statement& s) {
   RunRecord r;
@@ -63,6 +64,7 @@ RunRecord read_run(const Statement& s) {
   r.ingested_bytes = s.column_int64(18);
   r.data_fingerprint = s.column_text(19);
   if (!s.is_null(20)) r.numerics = static_cast<int>(s.column_int64(20));
+  r.n_params_active_nonembedding = s.column_int64(21);
   return r;
 }
 
@@ -326,8 +328,9 @@ int64_t Store::record_grid(const GridRecord& grid) {
   // A run already present (from this grid or another) keeps its state, name and directory.
   Statement insert_run(db_, path_,
                        "INSERT INTO runs (id, name, config_json, match_key, recipe, baseline, model, n_params, "
-                       "n_params_nonembedding, tokens, seed, flops_per_token, dir, created, updated) "
-                       "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?14) "
+                       "n_params_nonembedding, tokens, seed, flops_per_token, dir, created, updated, "
+                       "n_params_active_nonembedding) "
+                       "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?14, ?15) "
                        "ON CONFLICT (id) DO NOTHING");
   Statement link(db_, path_,
                  "INSERT INTO grid_runs (grid, run, position, name, axes_json) VALUES (?1, ?2, ?3, ?4, ?5) "
@@ -349,7 +352,8 @@ int64_t Store::record_grid(const GridRecord& grid) {
         .bind(11, seed_to_column(p.seed))
         .bind(12, p.flops_per_token)
         .bind(13, (grid.run_root / p.id).string())
-        .bind(14, now);
+        .bind(14, now)
+        .bind(15, p.n_params_active_nonembedding);
     insert_run.run();
     link.reset();
     link.bind(1, id).bind(2, p.id).bind(3, position++).bind(4, p.name).bind(5, json(p.axes).dump());
@@ -408,7 +412,8 @@ std::vector<RunRecord> Store::runs_of_grid(const std::string& text_hash) const {
   Statement s(db_, path_,
               "SELECT r.id, r.name, r.config_json, r.match_key, r.recipe, r.baseline, r.model, r.n_params, "
               "r.n_params_nonembedding, r.tokens, r.seed, r.flops_per_token, r.state, r.attempts, r.dir, r.error, "
-              "r.lease_owner, r.lease_expires, r.ingested_bytes, r.data_fingerprint, r.numerics "
+              "r.lease_owner, r.lease_expires, r.ingested_bytes, r.data_fingerprint, r.numerics, "
+              "r.n_params_active_nonembedding "
               "FROM grids AS g JOIN grid_runs AS gr ON gr.grid = g.id JOIN runs AS r ON r.id = gr.run "
               "WHERE g.text_hash = ?1 ORDER BY gr.position");
   s.bind(1, text_hash);
@@ -556,6 +561,7 @@ void Store::ingest(const std::string& run_id, const MetricsBatch& batch, int64_t
                 "n_params_nonembedding = coalesce(?3, n_params_nonembedding), "
                 "flops_per_token = coalesce(?4, flops_per_token), tokens = coalesce(?5, tokens), "
                 "data_fingerprint = coalesce(?8, data_fingerprint), numerics = coalesce(?9, numerics), "
+                "n_params_active_nonembedding = coalesce(?10, n_params_active_nonembedding), "
                 "ingested_bytes = ?6, updated = ?7 WHERE id = ?1");
   const json info = batch.run_info.is_object() ? batch.run_info : json::object();
   run.bind(1, run_id)
@@ -566,7 +572,8 @@ void Store::ingest(const std::string& run_id, const MetricsBatch& batch, int64_t
       .bind(6, new_offset)
       .bind(7, unix_time_s())
       .bind(8, run_info_text(info, "data_fingerprint"))
-      .bind(9, run_info_integer(info, "numerics"));
+      .bind(9, run_info_integer(info, "numerics"))
+      .bind(10, run_info_integer(info, "n_params_active_nonembedding"));
   run.run();
   if (sqlite3_changes(db_) == 0)
     throw std::runtime_error(path_.string() + ": ingest: no run " + run_id + " in the store");

@@ -59,6 +59,9 @@ struct RunRecord {
   // The numerics identity it trained under (base/numerics_identity.h): the trainer's run row's, or
   // for a run recorded before identities were, its latest attempt's commit's; absent: not known.
   std::optional<int> numerics;
+  // The non-embedding parameters one token uses: n_params_nonembedding for a dense model, the
+  // router and top_k + shared experts per MoE block for an MoE model (docs/model.md).
+  int64_t n_params_active_nonembedding = 0;
 };
 
 // Where and how an attempt ran (provenance, one row per attempt).

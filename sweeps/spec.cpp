@@ -550,7 +550,7 @@ store::GridRecord grid_record(const SweepSpec& spec) {
   for (const GridPoint& p : spec.points)
     g.points.push_back({p.id, p.name, p.canonical.empty() ? p.config.dump() : p.canonical, p.match_key,
                         p.recipe_label, p.model_label, p.baseline, p.n_params, p.n_params_nonembedding, p.tokens,
-                        p.seed, p.flops_per_token, p.axes});
+                        p.seed, p.flops_per_token, p.n_params_active_nonembedding, p.axes});
   return g;
 }
 

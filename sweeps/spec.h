@@ -51,6 +51,7 @@ struct GridPoint {
   std::string model_label;        // "d4" or "L4-d256" for explicit dims
   int64_t n_params = 0;           // total
   int64_t n_params_nonembedding = 0;
+  int64_t n_params_active_nonembedding = 0;  // what one token uses (MoE); = n_params_nonembedding for dense
   int64_t tokens = 0;             // D, as resolved (whole steps)
   uint64_t seed = 0;
   double flops_per_token = 0;     // the engine's count (docs/model.md)

@@ -353,6 +353,7 @@ class PointBuilder {
     const model::ModelShape shape = c.model.shape(static_cast<int>(base_.vocab_size));
     p.n_params = model::total_params(shape);
     p.n_params_nonembedding = model::nonembedding_params(shape);
+    p.n_params_active_nonembedding = model::active_nonembedding_params(shape);
     p.flops_per_token = model::train_flops_per_token(shape, c.model.seq_len);
     p.tokens = c.train.tokens;
     p.seed = c.train.seed;

@@ -134,6 +134,7 @@ class HandStudy {
     p.model_label = model;
     p.n_params = n + 1000;
     p.n_params_nonembedding = n;
+    p.n_params_active_nonembedding = n;
     p.tokens = d;
     p.seed = seed;
     p.flops_per_token = 6.0 * static_cast<double>(n);

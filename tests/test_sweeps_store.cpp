@@ -59,6 +59,7 @@ GridPointRecord point(const std::string& name, const std::string& recipe, const 
   p.model = "d2";
   p.n_params = 1000;
   p.n_params_nonembedding = 600;
+  p.n_params_active_nonembedding = 600;
   p.tokens = 50000;
   p.seed = seed;
   p.flops_per_token = 3600.5;
@@ -568,6 +569,7 @@ TEST_CASE("sweeps store: ingesting a growing metrics.jsonl is idempotent and adv
   CHECK(r.flops_per_token == 2222.25);
   CHECK(r.tokens == 51200);
   CHECK(r.data_fingerprint == "fp-of-the-data");
+  CHECK(r.n_params_active_nonembedding == 600);  // a dense trainer's row has none: the grid's stays
 
   // Nothing new: the same rows.
   ingest_from_offset();
@@ -1063,4 +1065,34 @@ TEST_CASE("sweeps store: several processes writing at once never see database is
     CHECK(store->attempts(id).size() == static_cast<size_t>(kRounds));
   }
   CHECK(query_int(store->handle(), "SELECT count(*) FROM grids") == 1);
+}
+
+TEST_CASE("sweeps store: the active parameter count is recorded, reported by an MoE trainer, and migrated",
+          "[sweeps][sweeps_store][moe]") {
+  ScratchDir dir;
+  {
+    auto store = Store::open(dir / "study.db", Store::Mode::read_write);
+    GridPointRecord moe = point("moe", "ufp4", "m0");
+    moe.n_params_nonembedding = 2400;
+    moe.n_params_active_nonembedding = 800;
+    store->record_grid(spec_of("g", dir.path(), {moe}));
+    CHECK(store->run("id-moe")->n_params_active_nonembedding == 800);
+    store->ingest("id-moe",
+                  batch_of(R"({"kind":"run","step":0,"tokens":0,"event":"start","n_params_nonembedding":2401,)"
+                           R"("n_params_active_nonembedding":801})" "\n"),
+                  10);
+    const RunRecord r = *store->run("id-moe");
+    CHECK(r.n_params_nonembedding == 2401);
+    CHECK(r.n_params_active_nonembedding == 801);
+    CHECK(store->runs_of_grid("hash-of-g").front().n_params_active_nonembedding == 801);
+  }
+  // A version-4 file: its runs are dense, so the active count is the non-embedding count.
+  const auto path = dir / "v4.db";
+  write_old_store(path, 4, R"sql(
+    INSERT INTO runs (id, name, config_json, match_key, recipe, baseline, model, n_params, n_params_nonembedding,
+                      tokens, seed, flops_per_token, state, attempts, dir, created, updated)
+      VALUES ('r4', 'v4-run', '{}', 'm', 'ufp4', 0, 'd2', 10, 6, 500, 3, 36.0, 'succeeded', 1, '/runs/r4', 1, 1);
+  )sql");
+  auto store = Store::open(path, Store::Mode::read_migrating);
+  CHECK(store->run("r4")->n_params_active_nonembedding == 6);
 }
