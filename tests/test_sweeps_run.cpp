@@ -566,3 +566,40 @@ TEST_CASE("a build without CUDA plans a device cuda sweep and refuses to run it"
   }
 }
 #endif
+
+TEST_CASE("an MoE sweep runs, stores both parameter counts and its routing, and reports its expert load",
+          "[sweeps][sweeps_run][moe]") {
+  ScratchDir dir;
+  const fs::path toml = fp4::test::write_tiny_grid(
+      dir.path(), "experts", "model = [\"d1\", \"d1-e4k2\"]\nrecipe = [\"bf16\", \"e2m1\"]\ntokens = [256]\n");
+  const auto run = fp4::test::run_fp4lab("sweep run --plain '" + toml.string() + "'", dir);
+  INFO(run.err);
+  REQUIRE(run.exit_code == 0);
+  {
+    auto store = Store::open(dir / "experts.db", Store::Mode::read_only);
+    const auto runs = store->runs();
+    REQUIRE(runs.size() == 4);
+    for (const auto& r : runs) {
+      INFO(r.name);
+      CHECK(r.state == RunState::succeeded);
+      if (r.model == "d1-e4k2") {
+        CHECK(r.n_params_active_nonembedding < r.n_params_nonembedding);
+        CHECK(store->metrics(r.id, "moe/0/load_cv").size() == static_cast<size_t>(steps_of(r)));
+        CHECK(store->metrics(r.id, "train/aux_loss").size() == static_cast<size_t>(steps_of(r)));
+      } else {
+        CHECK(r.model == "d1");
+        CHECK(r.n_params_active_nonembedding == r.n_params_nonembedding);
+        CHECK(store->metrics(r.id, "moe/0/load_cv").empty());
+      }
+    }
+  }
+  // Each 4-bit run has its BF16 twin of the same model.
+  const auto status = fp4::test::run_fp4lab("sweep status '" + toml.string() + "'", dir);
+  REQUIRE(status.exit_code == 0);
+  CHECK(status.out.find("d1-e4k2") != std::string::npos);
+  const auto report = fp4::test::run_fp4lab("report '" + toml.string() + "' --out '" + (dir / "out").string() + "'", dir);
+  INFO(report.err);
+  REQUIRE(report.exit_code == 0);
+  CHECK(fp4::test::slurp(dir / "out" / "report.html").find("id=\"figure-expert-load\"") != std::string::npos);
+  CHECK(fs::exists(dir / "out" / "expert_load.csv"));
+}
