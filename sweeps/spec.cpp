@@ -35,6 +35,11 @@ const std::map<std::string, FieldKind>& run_config_fields() {
       {"train.grad_clip", K::number},    {"train.shuffle", K::string},      {"train.data_seed", K::seed},
       {"eval.every", K::integer},        {"eval.tokens", K::count},
       {"probe.every", K::integer},       {"checkpoint.every", K::integer},
+      // [model.moe]: the mixture-of-experts block (docs/model.md).
+      {"model.moe", K::table},           {"model.moe.experts", K::integer}, {"model.moe.top_k", K::integer},
+      {"model.moe.d_ff_expert", K::integer}, {"model.moe.shared", K::integer}, {"model.moe.every", K::integer},
+      {"model.moe.score", K::string},    {"model.moe.renormalize", K::boolean},
+      {"model.moe.balance_coef", K::number}, {"model.moe.z_coef", K::number},
   };
   return fields;
 }
@@ -43,13 +48,16 @@ std::set<std::string> section_fields(const std::string& section) {
   std::set<std::string> out;
   for (const auto& [path, kind] : run_config_fields()) {
     (void)kind;
-    if (path.rfind(section + ".", 0) == 0) out.insert(path.substr(section.size() + 1));
+    if (path.rfind(section + ".", 0) != 0) continue;
+    const std::string rest = path.substr(section.size() + 1);
+    if (rest.find('.') == std::string::npos) out.insert(rest);  // a table's own fields are its own
   }
   return out;
 }
 
-nlohmann::json read_field(const toml::node& n, FieldKind kind, const std::string& key, const SpecErrors& errors) {
-  switch (kind) {
+nlohmann::json read_field(const toml::node& n, const std::string& path, const std::string& key,
+                          const SpecErrors& errors) {
+  switch (run_config_fields().at(path)) {
     case FieldKind::integer: return read_integer(n, key, errors);
     case FieldKind::count: return read_count(n, key, errors);
     case FieldKind::seed: {
@@ -59,6 +67,16 @@ nlohmann::json read_field(const toml::node& n, FieldKind kind, const std::string
     }
     case FieldKind::number: return read_number(n, key, errors);
     case FieldKind::string: return read_string(n, key, errors);
+    case FieldKind::boolean:
+      if (!n.is_boolean()) errors.fail(loc_of(n), key, "must be true or false, got " + describe(n));
+      return n.as_boolean()->get();
+    case FieldKind::table: {
+      const toml::table& t = require_table(n, key, errors);
+      check_keys(t, key, section_fields(path), errors);
+      nlohmann::json out = nlohmann::json::object();
+      for (auto&& [k, v] : t) out[std::string(k.str())] = read_field(v, dotted(path, k.str()), dotted(key, k.str()), errors);
+      return out;
+    }
   }
   errors.fail(loc_of(n), key, "has an unhandled kind");  // unreachable: the switch covers every kind
 }
@@ -170,8 +188,13 @@ void read_run_sections(const toml::table& root, BaseConfig& base, const SpecErro
     out = json::object();
     for (auto&& [key, value] : *t) {
       const std::string path = dotted(section, key.str());
-      out[std::string(key.str())] = read_field(value, run_config_fields().at(path), path, errors);
+      out[std::string(key.str())] = read_field(value, path, path, errors);
       base.origins[path] = Origin{loc_of(value), path};
+      if (value.is_table())  // [model.moe]: each of its keys is a place of its own
+        for (auto&& [inner, v] : *value.as_table()) {
+          const std::string inner_path = dotted(path, inner.str());
+          base.origins[inner_path] = Origin{loc_of(v), inner_path};
+        }
     }
     base.origins[section] = Origin{loc_of(*t), section};
   }

@@ -139,7 +139,7 @@ AxisValue read_model_value(const toml::node& n, const SpecErrors& errors) {
     json dims = json::object();
     for (auto&& [field, value] : t) {
       const std::string path = dotted("model", field.str());
-      dims[std::string(field.str())] = read_field(value, run_config_fields().at(path), key + "." + std::string(field.str()), errors);
+      dims[std::string(field.str())] = read_field(value, path, key + "." + std::string(field.str()), errors);
     }
     if (dims.empty()) errors.fail(loc_of(n), key, "an empty table sets no model; give a preset or n_layers and d_model");
     return AxisValue{dims, dims.dump(), loc_of(n)};
@@ -183,11 +183,11 @@ AxisValue read_axis_value(const Axis& a, const toml::node& n, const std::map<std
       return AxisValue{name, name, loc_of(n)};
     }
     case AxisKind::seed: {
-      json seed = read_field(n, FieldKind::seed, key, errors);
+      json seed = read_field(n, "train.seed", key, errors);
       return AxisValue{seed, seed.dump(), loc_of(n)};
     }
     case AxisKind::field: {
-      json v = read_field(n, run_config_fields().at(a.field), key, errors);
+      json v = read_field(n, a.field, key, errors);
       return AxisValue{v, value_text(v), loc_of(n)};
     }
   }
@@ -324,8 +324,15 @@ class PointBuilder {
           }
           case AxisKind::seed: j["train"]["seed"] = v.value; break;
           case AxisKind::field: {
-            const size_t dot = axis.field.find('.');
-            j[axis.field.substr(0, dot)][axis.field.substr(dot + 1)] = v.value;
+            // "train.lr" or, inside a table of its own, "model.moe.top_k".
+            json* at = &j;
+            for (size_t from = 0;;) {
+              const size_t dot = axis.field.find('.', from);
+              at = &(*at)[axis.field.substr(from, dot - from)];
+              if (dot == std::string::npos) break;
+              from = dot + 1;
+            }
+            *at = v.value;
             break;
           }
         }

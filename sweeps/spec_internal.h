@@ -24,15 +24,20 @@ enum class FieldKind : uint8_t {
   seed,     // an integer >= 0
   number,   // any finite number
   string,
+  boolean,  // true or false
+  table,    // a section of its own: its fields are those under its path ("model.moe")
 };
 
 // Every field of the run config's model, train, eval, probe and checkpoint sections, by dotted
 // path ("train.lr"). A test checks it against config_to_json, so it cannot drift from the engine.
 const std::map<std::string, FieldKind>& run_config_fields();
-// The fields of one section ("train" → {"lr", ...}).
+// The fields of one section ("train" → {"lr", ...}; "model" → {..., "moe"}; "model.moe" → {"experts", ...}).
 std::set<std::string> section_fields(const std::string& section);
-// Reads one field's value as the run config's JSON wants it, refusing another type at its location.
-nlohmann::json read_field(const toml::node& n, FieldKind kind, const std::string& key, const SpecErrors& errors);
+// Reads the value of the field at `path` ("train.lr", "model.moe") as the run config's JSON wants
+// it, refusing another type (or, in a table, an unknown key) at its location; `key` names it in
+// messages ("grid.model.d_ff").
+nlohmann::json read_field(const toml::node& n, const std::string& path, const std::string& key,
+                          const SpecErrors& errors);
 
 // Where a value of a point's config came from: a TOML location and the key path to name there.
 struct Origin {

@@ -579,6 +579,21 @@ TEST_CASE("sweep spec: every run config field can be written in TOML", "[sweeps]
     INFO(text);
     CHECK(only_point(parse(text)).config == full);
   }
+  // An MoE model's [model.moe] too.
+  const json full = fp4::run::config_to_json(fp4::run::config_from_json(
+      json::parse(R"({"model": {"preset": "d2-e4k2"}, "data": "synthetic:markov?order=1&vocab=64",
+                      "train": {"tokens": 65536, "batch_tokens": 4096, "micro_batch": 4}})"),
+      "x"));
+  std::string text = "[sweep]\nname = \"moe\"\n[data]\nsource = " + full.at("data").dump() + "\n";
+  for (const char* section : {"model", "train", "eval", "probe", "checkpoint"}) {
+    text += std::string("[") + section + "]\n";
+    for (const auto& [key, value] : full.at(section).items())
+      if (!value.is_object()) text += key + " = " + value.dump() + "\n";
+  }
+  text += "[model.moe]\n";
+  for (const auto& [key, value] : full.at("model").at("moe").items()) text += key + " = " + value.dump() + "\n";
+  INFO(text);
+  CHECK(only_point(parse(text)).config == full);
 }
 
 TEST_CASE("sweep spec: load_sweep_spec reads the file and resolves paths against its directory", "[sweeps][sweeps_spec]") {
@@ -681,4 +696,36 @@ TEST_CASE("sweep status names a model written as a table by its label, as the ru
   REQUIRE(status.exit_code == 0);
   CHECK(status.out.find("by model:\n  d1               new 1\n  L1-d16           new 1\n") != std::string::npos);
   CHECK(status.out.find("d_model") == std::string::npos);
+}
+
+TEST_CASE("sweep spec: [model.moe] and its dotted fields as axes", "[sweeps][sweeps_spec][moe]") {
+  const std::string base = kPrelude + "tokens = 65536\n[model]\npreset = \"d2\"\n";
+  // The section: every field, as the run config reads it.
+  const GridPoint& p = only_point(parse(base + "[model.moe]\nexperts = 4\ntop_k = 2\nshared = 1\nscore = \"sigmoid\"\n"
+                                               "renormalize = false\nbalance_coef = 0.02\nz_coef = 0\n"));
+  const json moe = p.config.at("model").at("moe");
+  CHECK(moe.at("experts") == 4);
+  CHECK(moe.at("top_k") == 2);
+  CHECK(moe.at("d_ff_expert") == 160);
+  CHECK(moe.at("shared") == 1);
+  CHECK(moe.at("score") == "sigmoid");
+  CHECK(moe.at("renormalize") == false);
+  CHECK(moe.at("balance_coef") == 0.02);
+  CHECK(p.n_params_active_nonembedding < p.n_params_nonembedding);
+  CHECK(p.model_label == "L2-d128-e4k2");
+
+  // A dotted axis inside it: one point per top_k, each with its own width.
+  const SweepSpec s = parse(base + "[model.moe]\nexperts = 8\ntop_k = 1\n[grid]\n\"model.moe.top_k\" = [1, 2]\n");
+  REQUIRE(s.points.size() == 2);
+  std::set<int> widths;
+  for (const GridPoint& q : s.points) widths.insert(q.config.at("model").at("moe").at("d_ff_expert").get<int>());
+  CHECK(widths == std::set<int>{320, 160});
+
+  // Refusals, at the key.
+  CHECK(error_of(base + "[model.moe]\nexperts = 4\ntop_k = 2\ncapacity = 1.25\n")
+            .rfind("spec.toml:14:1: model.moe.capacity is not a known key", 0) == 0);
+  CHECK(error_of(base + "[model.moe]\nexperts = 4\ntop_k = 2\nrenormalize = 1\n") ==
+        "spec.toml:14:15: model.moe.renormalize must be true or false, got 1");
+  CHECK(error_of(base + "[model.moe]\nexperts = 4\ntop_k = 5\n").find("model.moe.top_k must be between 1 and") !=
+        std::string::npos);
 }
