@@ -701,8 +701,9 @@ TEST_CASE("sweep status names a model written as a table by its label, as the ru
 TEST_CASE("sweep spec: [model.moe] and its dotted fields as axes", "[sweeps][sweeps_spec][moe]") {
   const std::string base = kPrelude + "tokens = 65536\n[model]\npreset = \"d2\"\n";
   // The section: every field, as the run config reads it.
-  const GridPoint& p = only_point(parse(base + "[model.moe]\nexperts = 4\ntop_k = 2\nshared = 1\nscore = \"sigmoid\"\n"
-                                               "renormalize = false\nbalance_coef = 0.02\nz_coef = 0\n"));
+  const SweepSpec one = parse(base + "[model.moe]\nexperts = 4\ntop_k = 2\nshared = 1\nscore = \"sigmoid\"\n"
+                                     "renormalize = false\nbalance_coef = 0.02\nz_coef = 0\n");
+  const GridPoint& p = only_point(one);
   const json moe = p.config.at("model").at("moe");
   CHECK(moe.at("experts") == 4);
   CHECK(moe.at("top_k") == 2);
@@ -723,9 +724,9 @@ TEST_CASE("sweep spec: [model.moe] and its dotted fields as axes", "[sweeps][swe
 
   // Refusals, at the key.
   CHECK(error_of(base + "[model.moe]\nexperts = 4\ntop_k = 2\ncapacity = 1.25\n")
-            .rfind("spec.toml:14:1: model.moe.capacity is not a known key", 0) == 0);
+            .rfind("spec.toml:14:1: model.moe.capacity: is not a known key; [model.moe] has: ", 0) == 0);
   CHECK(error_of(base + "[model.moe]\nexperts = 4\ntop_k = 2\nrenormalize = 1\n") ==
-        "spec.toml:14:15: model.moe.renormalize must be true or false, got 1");
+        "spec.toml:14:15: model.moe.renormalize: must be true or false, got the integer 1");
   CHECK(error_of(base + "[model.moe]\nexperts = 4\ntop_k = 5\n").find("model.moe.top_k must be between 1 and") !=
         std::string::npos);
 }
