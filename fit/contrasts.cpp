@@ -487,6 +487,86 @@ Trend contrast_trend(const ContrastFamily& family, const std::pair<std::string, 
   return fit_trend(points, kTrendReplicates, 0);
 }
 
+namespace {
+
+// NaN as null: JSON has no NaN, and a reader should see "not estimated", not a number.
+json number_or_null(double v) { return std::isfinite(v) ? json(v) : json(nullptr); }
+
+}  // namespace
+
+json contrast_set_json(const ContrastSet& set) {
+  json families = json::array();
+  for (const ContrastFamily& f : set.families) {
+    json tests = json::array();
+    for (const ContrastTest& t : f.tests) {
+      json d = json::array();
+      for (const auto& [seed, v] : t.d) d.push_back({seed, number_or_null(v)});
+      tests.push_back({{"recipe", t.recipe},
+                       {"against", t.against},
+                       {"baseline", t.baseline},
+                       {"primary", t.primary},
+                       {"metric", t.metric},
+                       {"point", t.point},
+                       {"model", t.model},
+                       {"n_params_nonembedding", t.n},
+                       {"tokens", t.tokens},
+                       {"seeds", t.t.n},
+                       {"wins", t.wins},
+                       {"baseline_seeds", t.baseline_seeds},
+                       {"missing_twins", t.missing_twins},
+                       {"baseline_mean", number_or_null(t.baseline_mean)},
+                       {"mean_pp", number_or_null(t.t.mean)},
+                       {"sd_pp", number_or_null(t.t.sd)},
+                       {"se_pp", number_or_null(t.t.se)},
+                       {"lo_pp", number_or_null(t.t.ci.lo)},
+                       {"hi_pp", number_or_null(t.t.ci.hi)},
+                       {"p_t", number_or_null(t.t.p)},
+                       {"p_sign_flip", number_or_null(t.flip.p)},
+                       {"sign_flip_method", t.flip.method()},
+                       {"p_holm", number_or_null(t.p_holm)},
+                       {"d", std::move(d)},
+                       {"sd_recipe_pp", number_or_null(t.sd_recipe)},
+                       {"sd_against_pp", number_or_null(t.sd_against)},
+                       {"correlation", number_or_null(t.correlation)},
+                       {"shared_sd_pp", number_or_null(t.shared_sd())},
+                       {"pairing_removed", number_or_null(t.pairing_removed())}});
+    }
+    json trends = json::array();
+    for (const auto& c : f.contrasts) {
+      const Trend tr = contrast_trend(f, c);
+      if (tr.points < 2) continue;
+      json loo = json::array();
+      for (const LeaveOneOut& l : tr.leave_one_out) loo.push_back({{"without", l.label}, {"slope_pp", number_or_null(l.slope)}});
+      trends.push_back({{"recipe", c.first},
+                        {"against", c.second},
+                        {"metric", "final_eval"},
+                        {"points", tr.points},
+                        {"slope_pp", number_or_null(tr.weighted.slope)},
+                        {"lo_pp", number_or_null(tr.weighted.ci.lo)},
+                        {"hi_pp", number_or_null(tr.weighted.ci.hi)},
+                        {"unweighted_slope_pp", number_or_null(tr.unweighted_slope)},
+                        {"seed_bootstrap_pp", {number_or_null(tr.seed_bootstrap.lo), number_or_null(tr.seed_bootstrap.hi)}},
+                        {"cluster_bootstrap_pp",
+                         {number_or_null(tr.cluster_bootstrap.lo), number_or_null(tr.cluster_bootstrap.hi)}},
+                        {"cluster_replicates_dropped", tr.cluster_replicates_dropped},
+                        {"leave_one_out", std::move(loo)}});
+    }
+    families.push_back({{"name", f.name},
+                        {"contrasts", f.contrasts},
+                        {"tests", std::move(tests)},
+                        {"trends", std::move(trends)},
+                        {"untested", f.untested}});
+  }
+  return {{"id", set.id},
+          {"grid", set.grid},
+          {"input_hash", set.input_hash},
+          {"source", set.source},
+          {"fp4lab_version", set.fp4lab_version},
+          {"created", set.created},
+          {"families", std::move(families)},
+          {"notes", set.notes}};
+}
+
 std::string format_contrasts_table(const ContrastSet& set) {
   std::string out = "paired contrasts over seeds: d = (L_A - L_B) / mean L_bf16 of the grid point, in percentage points, "
                     "runs of A and B paired by seed; negative: A closer to bf16 (docs/statistics.md)\n";

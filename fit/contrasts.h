@@ -141,4 +141,9 @@ Trend contrast_trend(const ContrastFamily& family, const std::pair<std::string, 
 // The table `fp4lab fit` prints after the fits.
 std::string format_contrasts_table(const ContrastSet& set);
 
+// The set as `fp4lab fit --format json` writes it (docs/fit.md "Output"): the contrast_sets row's
+// fields, each family with its tests (the contrasts table's columns, d as [[seed, d_pp], ...]) and
+// the trend of each of its contrasts (contrast_trend); a number that could not be estimated is null.
+nlohmann::json contrast_set_json(const ContrastSet& set);
+
 }  // namespace fp4::fit

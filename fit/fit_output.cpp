@@ -237,6 +237,43 @@ void csv_one(std::string& out, const StoredFit& f) {
   for (const ExcludedRun& e : f.excluded) csv_row(out, f, "excluded", e.run_name, e.recipe, kNaN, kNaN, kNaN, {}, e.reason);
 }
 
+// The paired contrasts over seeds: fit_id is the set's id, law "paired", scope the family. A test
+// is a `contrast` row (recipe = A, name = B, n and d its grid point's N and D; value the mean d in
+// pp with its 95% t interval) and its three p-values as rows of their own; each carries its metric
+// and point in the note, the point last (a label with spaces and commas).
+void csv_contrasts(std::string& out, const ContrastSet& set) {
+  auto row = [&](const std::string& scope, const std::string& kind, const std::string& name, const std::string& recipe,
+                 double n, double d, double value, const Interval& ci, const std::string& note) {
+    out += fmt::format("{},paired,{},{},{},{},{},{},{},{},{},{}\n", set.id, csv_cell(scope), kind, csv_cell(name),
+                       csv_cell(recipe), csv_num(n), csv_num(d), csv_num(value), csv_num(ci.lo), csv_num(ci.hi),
+                       csv_cell(note));
+  };
+  row("", "contrast_families", "", "", kNaN, kNaN, kNaN, {}, set.source);
+  for (const ContrastFamily& f : set.families) {
+    for (const ContrastTest& t : f.tests) {
+      const double n = static_cast<double>(t.n), d = static_cast<double>(t.tokens);
+      const std::string where = fmt::format("metric={} point={}", t.metric, t.point);
+      row(f.name, "contrast", t.against, t.recipe, n, d, t.t.mean, t.t.ci,
+          fmt::format("metric={} seeds={} wins={} baseline_seeds={} missing_twins={} primary={} point={}", t.metric,
+                      t.t.n, t.wins, t.baseline_seeds, t.missing_twins, t.primary ? 1 : 0, t.point));
+      row(f.name, "contrast_p_t", t.against, t.recipe, n, d, t.t.p, {}, where);
+      row(f.name, "contrast_p_sign_flip", t.against, t.recipe, n, d, t.flip.p, {}, where);
+      row(f.name, "contrast_p_holm", t.against, t.recipe, n, d, t.p_holm, {}, where);
+    }
+    for (const auto& c : f.contrasts) {
+      const Trend tr = contrast_trend(f, c);
+      if (tr.points < 2) continue;
+      row(f.name, "contrast_slope", c.second, c.first, kNaN, kNaN, tr.weighted.slope, tr.weighted.ci,
+          fmt::format("metric=final_eval points={} weighted=1/se^2 unweighted={} seed_bootstrap=[{} {}] "
+                      "cluster_bootstrap=[{} {}]",
+                      tr.points, csv_num(tr.unweighted_slope), csv_num(tr.seed_bootstrap.lo),
+                      csv_num(tr.seed_bootstrap.hi), csv_num(tr.cluster_bootstrap.lo), csv_num(tr.cluster_bootstrap.hi)));
+    }
+    for (const std::string& u : f.untested) row(f.name, "contrast_untested", "", "", kNaN, kNaN, kNaN, {}, u);
+  }
+  for (const std::string& note : set.notes) row("", "contrast_note", "", "", kNaN, kNaN, kNaN, {}, note);
+}
+
 }  // namespace
 
 OutputFormat parse_output_format(const std::string& name) {
@@ -247,7 +284,7 @@ OutputFormat parse_output_format(const std::string& name) {
 }
 
 std::string format_fits(const std::vector<StoredFit>& fits, OutputFormat format, const std::vector<std::string>& notes,
-                        const std::vector<SkippedFit>& skipped) {
+                        const std::vector<SkippedFit>& skipped, const ContrastSet* contrasts) {
   std::string out;
   if (format == OutputFormat::table) {
     for (size_t i = 0; i < fits.size(); ++i) {
@@ -256,11 +293,13 @@ std::string format_fits(const std::vector<StoredFit>& fits, OutputFormat format,
     }
     if (!skipped.empty()) out += "\n";
     for (const SkippedFit& s : skipped) out += "skipped: " + s.reason + "\n";
+    if (contrasts != nullptr) out += "\n" + format_contrasts_table(*contrasts);
   } else if (format == OutputFormat::csv) {
     out = "fit_id,law,scope,kind,name,recipe,n,d,value,lo,hi,note\n";
     for (const StoredFit& f : fits) csv_one(out, f);
     for (const SkippedFit& s : skipped)
       out += fmt::format("0,{},{},skipped,,,,,,,,{}\n", law_name(s.law), csv_cell(s.scope), csv_cell(s.reason));
+    if (contrasts != nullptr) csv_contrasts(out, *contrasts);
   } else {
     json all = json::array();
     for (const StoredFit& f : fits) {
@@ -278,7 +317,8 @@ std::string format_fits(const std::vector<StoredFit>& fits, OutputFormat format,
                      {"options", json::parse(r.options_json)},
                      {"predictions", json::parse(r.predictions_json)}});
     }
-    out = all.dump(1) + "\n";
+    const json doc = {{"fits", std::move(all)}, {"contrasts", contrasts != nullptr ? contrast_set_json(*contrasts) : json()}};
+    out = doc.dump(1) + "\n";
   }
   return out;
 }

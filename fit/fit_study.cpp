@@ -198,22 +198,24 @@ void fit_study(const FitCommand& c) {
     std::string where;
     if (found && !c.refit) {
       contrasts->id = found->id;
+      contrasts->created = found->created;
       where = fmt::format("paired contrasts: stored set {} (same runs and families)", found->id);
     } else {
       store.reset();
       store = store::Store::open(store_path, store::Store::Mode::read_write);
+      contrasts->created = unix_time_s();
       contrasts->id = store->insert_contrast_set(to_record(*contrasts));
       where = fmt::format("paired contrasts: stored as set {} in {}", contrasts->id, store_path.string());
     }
     if (!c.out.empty()) std::fprintf(stderr, "fp4lab fit: %s\n", where.c_str());
   }
 
-  std::string text = format_fits(fits, c.format, notes, plan.skipped);
+  const ContrastSet* paired = contrasts ? &*contrasts : nullptr;
+  std::string text = format_fits(fits, c.format, notes, plan.skipped, paired);
   if (!no_law.empty()) {
-    if (c.format == OutputFormat::table) text = "no scaling law fitted: " + no_law + "\n";
+    if (c.format == OutputFormat::table) text = "no scaling law fitted: " + no_law + "\n" + format_fits({}, c.format, {}, {}, paired);
     std::fprintf(stderr, "fp4lab fit: no scaling law fitted: %s\n", no_law.c_str());
   }
-  if (contrasts && c.format == OutputFormat::table) text += "\n" + format_contrasts_table(*contrasts);
   if (c.out.empty()) {
     std::fwrite(text.data(), 1, text.size(), stdout);
   } else {

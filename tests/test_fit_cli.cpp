@@ -103,7 +103,11 @@ TEST_CASE("fp4lab fit: a study's store is fitted as its [fit] asks, stored once,
   const auto first = run_fp4lab("fit '" + toml.string() + "' --format json --threads 2", dir);
   INFO(first.err);
   REQUIRE(first.exit_code == 0);
-  const json fits = json::parse(first.out);
+  const json first_doc = json::parse(first.out);
+  const json fits = first_doc["fits"];
+  // From a store, the paired contrasts come with the fits (one seed per point here: no test, every pair untested).
+  REQUIRE(first_doc["contrasts"].is_object());
+  CHECK(first_doc["contrasts"]["id"].get<int64_t>() > 0);
   REQUIRE(fits.size() == 3);  // chinchilla bf16, chinchilla ufp4, precision joint
   CHECK(fits[0]["law"] == "chinchilla");
   CHECK(fits[0]["scope"] == "bf16");
@@ -138,7 +142,7 @@ TEST_CASE("fp4lab fit: a study's store is fitted as its [fit] asks, stored once,
   const std::string bytes_before = fp4::test::slurp(spec.store);
   const auto again = run_fp4lab("fit '" + toml.string() + "' --format json", dir);
   REQUIRE(again.exit_code == 0);
-  CHECK(json::parse(again.out) == fits);
+  CHECK(json::parse(again.out) == first_doc);
   CHECK(again.err.find("fit: ") == std::string::npos);  // no progress: nothing was fitted
   CHECK(fit_rows(spec.store) == 3);
   CHECK(fp4::test::slurp(spec.store) == bytes_before);
@@ -165,7 +169,7 @@ TEST_CASE("fp4lab fit: a study's store is fitted as its [fit] asks, stored once,
   REQUIRE(refit.exit_code == 0);
   CHECK(fit_rows(spec.store) == 7);
   // Same data, options and seed: the same numbers (only ids and times differ).
-  const json re = json::parse(refit.out);
+  const json re = json::parse(refit.out)["fits"];
   for (size_t i = 0; i < 3; ++i) {
     CHECK(re[i]["params"] == fits[i]["params"]);
     CHECK(re[i]["intervals"] == fits[i]["intervals"]);
@@ -207,7 +211,7 @@ TEST_CASE("fp4lab fit: every [fit] key is applied, and its flag overrides it", "
   const auto from_table = run_fp4lab("fit '" + toml.string() + "' --format json", dir);
   INFO(from_table.err);
   REQUIRE(from_table.exit_code == 0);
-  const json a = json::parse(from_table.out);
+  const json a = json::parse(from_table.out)["fits"];
   REQUIRE(a.size() == 2);  // chinchilla bf16, ufp4: law = ["chinchilla"]
   for (const json& f : a) {
     CHECK(f["law"] == "chinchilla");
@@ -226,7 +230,7 @@ TEST_CASE("fp4lab fit: every [fit] key is applied, and its flag overrides it", "
                                      dir);
   INFO(from_flags.err);
   REQUIRE(from_flags.exit_code == 0);
-  const json b = json::parse(from_flags.out);
+  const json b = json::parse(from_flags.out)["fits"];
   REQUIRE(b.size() == 1);
   CHECK(b[0]["law"] == "precision");
   CHECK(b[0]["options"]["n"] == "nonembedding");
@@ -241,7 +245,7 @@ TEST_CASE("fp4lab fit: every [fit] key is applied, and its flag overrides it", "
                                        "--huber-delta 1e-3 --target 2e8,3e10",
                                    dir);
   REQUIRE(reseeded.exit_code == 0);
-  const json c = json::parse(reseeded.out);
+  const json c = json::parse(reseeded.out)["fits"];
   CHECK(c[0]["params"] == b[0]["params"]);
   CHECK(c[0]["intervals"]["params"] != b[0]["intervals"]["params"]);
 }
@@ -281,7 +285,7 @@ TEST_CASE("fp4lab fit: progress is one redrawn line on a terminal, lines per sta
   REQUIRE(piped.exit_code == 0);
   CHECK(piped.err.find("fit: chinchilla bf16: 4508/4508 done in ") != std::string::npos);
   CHECK(piped.err.find("\r") == std::string::npos);
-  CHECK(json::parse(piped.out).size() == 1);
+  CHECK(json::parse(piped.out)["fits"].size() == 1);
 }
 
 TEST_CASE("fp4lab fit: --points fits a CSV and stores nothing; gamma and targets come from flags", "[fit][fit_cli]") {
@@ -305,7 +309,9 @@ TEST_CASE("fp4lab fit: --points fits a CSV and stores nothing; gamma and targets
                             dir);
   INFO(r.err);
   REQUIRE(r.exit_code == 0);
-  const json fits = json::parse(r.out);
+  const json doc = json::parse(r.out);
+  CHECK(doc["contrasts"].is_null());  // a points file has no seeds to pair
+  const json fits = doc["fits"];
   REQUIRE(fits.size() == 1);
   CHECK(fits[0]["id"] == 0);
   CHECK(fits[0]["options"]["gamma"] == true);

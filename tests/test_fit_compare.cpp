@@ -263,7 +263,7 @@ TEST_CASE("fp4lab fit: --format json carries the comparisons of a points file wi
       "fit --points '" + (dir / "points.csv").string() + "' --law precision --bootstrap 20 --format json", dir);
   INFO(r.err);
   REQUIRE(r.exit_code == 0);
-  const auto fits = nlohmann::json::parse(r.out);
+  const auto fits = nlohmann::json::parse(r.out)["fits"];
   REQUIRE(fits.size() == 1);
   const auto& comparisons = fits[0]["predictions"]["comparisons"];
   REQUIRE(comparisons.size() == 1);

@@ -7,6 +7,7 @@
 #include <catch2/catch.hpp>
 
 #include <set>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -113,7 +114,7 @@ TEST_CASE("fp4lab fit: a study fits exactly its own grid's runs of a store that 
     const auto r = run_fp4lab("fit --store " + at("shared.db") + " --bootstrap 20 --format json", dir);
     INFO(r.err);
     REQUIRE(r.exit_code == 0);
-    const json fits = json::parse(r.out);
+    const json fits = json::parse(r.out)["fits"];
     REQUIRE(fits.size() == 3);  // chinchilla bf16 and ufp4, precision over both
     std::set<std::string> bf16_runs = ids_of(main_spec, "bf16");
     for (const auto& spec : {noise_spec, ablation_spec})
@@ -145,7 +146,7 @@ TEST_CASE("fp4lab fit: a study fits exactly its own grid's runs of a store that 
     const auto r = run_fp4lab("fit " + at("main.toml") + " --bootstrap 20 --format json", dir);
     INFO(r.err);
     REQUIRE(r.exit_code == 0);
-    const json fits = json::parse(r.out);
+    const json fits = json::parse(r.out)["fits"];
     REQUIRE(fits.size() == 3);
     for (const char* recipe : {"bf16", "ufp4"}) {
       const json& f = fit_of(fits, "chinchilla", recipe);
@@ -172,6 +173,44 @@ TEST_CASE("fp4lab fit: a study fits exactly its own grid's runs of a store that 
     CHECK(noise.out.find("no scaling law fitted: nothing can be fitted: chinchilla fit of recipe bf16: needs at least 3 "
                          "distinct N, has 1") != std::string::npos);
     CHECK(noise.out.find("paired contrasts over seeds") != std::string::npos);
+    // The csv and json formats carry the same contrasts (docs/fit.md "Output"): the ablation's
+    // ufp4-rht-none − ufp4 over its two seeds, on both losses, with no fit beside them.
+    const auto as_json = run_fp4lab("fit " + at("ablation.toml") + " --format json", dir);
+    INFO("stderr: " << as_json.err);
+    REQUIRE(as_json.exit_code == 0);
+    const json doc = json::parse(as_json.out);
+    CHECK(doc["fits"].empty());
+    const json* variant = nullptr;
+    for (const json& f : doc["contrasts"]["families"])
+      for (const json& t : f["tests"])
+        if (t["recipe"] == "ufp4-rht-none" && t["against"] == "ufp4" && t["metric"] == "final_eval") variant = &t;
+    REQUIRE(variant != nullptr);
+    CHECK((*variant)["seeds"] == 2);
+    CHECK((*variant)["d"].size() == 2);
+    CHECK((*variant)["p_sign_flip"].get<double>() >= 0.5);  // two seeds: 2/2² is the smallest possible
+    const double mean_pp = (*variant)["mean_pp"].get<double>();
+    CHECK(mean_pp == Approx(((*variant)["d"][0][1].get<double>() + (*variant)["d"][1][1].get<double>()) / 2));
+    const auto as_csv = run_fp4lab("fit " + at("ablation.toml") + " --format csv", dir);
+    REQUIRE(as_csv.exit_code == 0);
+    std::string contrast_row, holm_row;
+    std::istringstream lines(as_csv.out);
+    for (std::string l; std::getline(lines, l);) {
+      if (l.find(",paired,variants against their base,contrast,ufp4,ufp4-rht-none,") != std::string::npos &&
+          l.find("metric=final_eval seeds=2 ") != std::string::npos)
+        contrast_row = l;
+      if (l.find(",contrast_p_holm,ufp4,ufp4-rht-none,") != std::string::npos && l.find("metric=final_eval") != std::string::npos)
+        holm_row = l;
+    }
+    INFO(as_csv.out);
+    REQUIRE_FALSE(contrast_row.empty());
+    REQUIRE_FALSE(holm_row.empty());
+    // fit_id,law,scope,kind,name,recipe,n,d,value,...: the value is the json's mean d, to the digit.
+    std::vector<std::string> cells;
+    std::istringstream row(contrast_row);
+    for (std::string c; std::getline(row, c, ',');) cells.push_back(c);
+    REQUIRE(cells.size() > 8);
+    CHECK(std::stod(cells[8]) == mean_pp);
+    CHECK(cells[0] == std::to_string(doc["contrasts"]["id"].get<int64_t>()));
     // A named law that can fit nothing.
     check_one_line_error(run_fp4lab("fit " + at("ablation.toml") + " --law chinchilla", dir),
                          "chinchilla fit of recipe bf16: needs at least 3 distinct N, has 1");

@@ -36,7 +36,7 @@ TEST_CASE("fit markov: the fitted E's interval does not lie below the source's e
   const auto fit = run_fp4lab("fit '" + toml.string() + "' --format json", dir);
   INFO(fit.err);
   REQUIRE(fit.exit_code == 0);
-  const nlohmann::json fits = nlohmann::json::parse(fit.out);
+  const nlohmann::json fits = nlohmann::json::parse(fit.out)["fits"];
   REQUIRE(fits.size() == 1);
   CHECK(fits[0]["n_points"] == 12);
   const double e = fits[0]["params"]["E"].get<double>();

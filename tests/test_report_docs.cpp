@@ -81,7 +81,7 @@ TEST_CASE("the default study's grid is one that every law can be fitted to", "[r
   const auto fit = fp4::test::run_fp4lab("fit --points '" + (dir / "points.csv").string() + "' --bootstrap 0 --format json", dir);
   INFO(fit.err);
   REQUIRE(fit.exit_code == 0);
-  const nlohmann::json fits = nlohmann::json::parse(fit.out);
+  const nlohmann::json fits = nlohmann::json::parse(fit.out)["fits"];
   int chinchilla = 0, precision = 0;
   for (const nlohmann::json& f : fits) {
     chinchilla += f["law"] == "chinchilla";
