@@ -28,6 +28,9 @@ void run_plan(const PlanCliOptions& o) {
   c.effect_pp = o.effect;
   c.power = o.power;
   c.alpha = o.alpha;
+  bool gpu = false;
+  for (const sweeps::GridPoint& p : study.spec.points) gpu = gpu || p.config.value("device", "cpu") == "cuda";
+  c.runs_per_device = gpu ? study.spec.executor.runs_per_gpu : study.spec.executor.cpu_jobs;
   fit::plan_study(c);
 }
 

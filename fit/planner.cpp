@@ -2,6 +2,7 @@
 #include "fit/planner.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <cmath>
@@ -74,23 +75,38 @@ int64_t interim_seeds(double sd, double target_se, int64_t floor, int64_t cap) {
 
 namespace {
 
-// The mean train/tokens_per_s of each succeeded run, by (model, recipe): the median over its runs.
-std::map<std::pair<std::string, std::string>, double> measured_rates(const store::Store& store) {
-  std::map<std::pair<std::string, std::string>, std::vector<double>> per;
+// The store's attempts, each succeeded run's last ended attempt carrying the run's mean
+// train/tokens_per_s.
+std::vector<MeasuredAttempt> measured_attempts(const store::Store& store) {
+  std::vector<MeasuredAttempt> out;
   for (const store::RunRecord& r : store.runs()) {
-    if (r.state != store::RunState::succeeded) continue;
     double sum = 0;
     int64_t n = 0;
-    for (const store::MetricRow& m : store.metrics(r.id, "train/tokens_per_s"))
-      if (!m.is_nan && m.value > 0) sum += m.value, ++n;
-    if (n > 0) per[{r.model, r.recipe}].push_back(sum / static_cast<double>(n));
-  }
-  std::map<std::pair<std::string, std::string>, double> out;
-  for (auto& [key, v] : per) {
-    std::sort(v.begin(), v.end());
-    out[key] = quantile_sorted(v, 0.5);
+    if (r.state == store::RunState::succeeded)
+      for (const store::MetricRow& m : store.metrics(r.id, "train/tokens_per_s"))
+        if (!m.is_nan && m.value > 0) sum += m.value, ++n;
+    const std::vector<store::Store::AttemptRecord> attempts = store.attempts(r.id);
+    size_t trained = attempts.size();  // the attempt that finished the run: its last ended one
+    for (size_t i = 0; i < attempts.size(); ++i)
+      if (attempts[i].end > 0 && (trained == attempts.size() || attempts[i].start > attempts[trained].start)) trained = i;
+    for (size_t i = 0; i < attempts.size(); ++i) {
+      const store::Store::AttemptRecord& a = attempts[i];
+      out.push_back({r.model, r.recipe, a.provenance.host, a.provenance.devices, a.start, a.end,
+                     i == trained && n > 0 ? sum / static_cast<double>(n) : kNaN});
+    }
   }
   return out;
+}
+
+// How many GPUs a devices string names: "cuda:0,1" two; anything else one device.
+double devices_used(const std::string& devices) {
+  if (devices.rfind("cuda:", 0) != 0) return 1;
+  return static_cast<double>(1 + std::count(devices.begin(), devices.end(), ','));
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return quantile_sorted(v, 0.5);
 }
 
 // A store to read, or null when there is none yet. An older schema is migrated first (what
@@ -101,6 +117,30 @@ std::unique_ptr<store::Store> open_if_there(const std::filesystem::path& path) {
 }
 
 }  // namespace
+
+std::map<std::pair<std::string, std::string>, DeviceRate> device_rates(const std::vector<MeasuredAttempt>& attempts) {
+  struct Samples {
+    std::vector<double> per_device, per_run, sharing;
+  };
+  std::map<std::pair<std::string, std::string>, Samples> per;
+  for (const MeasuredAttempt& a : attempts) {
+    if (!(a.tokens_per_s > 0) || !(a.end > a.start)) continue;
+    // The time-weighted count of attempts on its device while it trained, itself included.
+    double shared = 0;
+    for (const MeasuredAttempt& b : attempts)
+      if (b.host == a.host && b.devices == a.devices && b.end > b.start)
+        shared += std::max(0.0, std::min(a.end, b.end) - std::max(a.start, b.start));
+    const double sharing = shared / (a.end - a.start);
+    Samples& s = per[{a.model, a.recipe}];
+    s.per_device.push_back(a.tokens_per_s * sharing / devices_used(a.devices));
+    s.per_run.push_back(a.tokens_per_s);
+    s.sharing.push_back(sharing);
+  }
+  std::map<std::pair<std::string, std::string>, DeviceRate> out;
+  for (const auto& [key, s] : per)
+    out[key] = {median(s.per_device), median(s.per_run), median(s.sharing), static_cast<int64_t>(s.per_run.size())};
+  return out;
+}
 
 void plan_study(const PlanCommand& c) {
   if (c.study == nullptr) throw std::logic_error("plan_study: no study");
@@ -113,10 +153,10 @@ void plan_study(const PlanCommand& c) {
   // (a) Device time, from the study's own store.
   std::unique_ptr<store::Store> own = open_if_there(grid.store);
   std::map<std::string, store::RunState> state;
-  std::map<std::pair<std::string, std::string>, double> rates;
+  std::map<std::pair<std::string, std::string>, DeviceRate> rates;
   if (own) {
     for (const store::RunRecord& r : own->runs()) state[r.id] = r.state;
-    rates = measured_rates(*own);
+    rates = device_rates(measured_attempts(*own));
   }
   struct Cost {
     int64_t runs = 0, tokens = 0;
@@ -133,12 +173,13 @@ void plan_study(const PlanCommand& c) {
     ++k.runs;
     k.tokens += p.tokens;
   }
-  out += fmt::format("device time: {} of {} runs have succeeded; the others, one run at a time at the tokens/s the "
-                     "store measured for the size and recipe (median over its succeeded runs; packing several runs "
-                     "on one GPU is not told apart):\n",
+  out += fmt::format("device time: {} of {} runs have succeeded; the others at the speed the store measured for their "
+                     "size and recipe: each succeeded run's tokens/s times the runs that shared its device while it "
+                     "trained (packing), per device, the median over the runs:\n",
                      done, grid.points.size());
   double total = 0;
   int64_t unknown = 0;
+  std::vector<std::string> packed_otherwise;
   for (const auto& [key, k] : left) {
     const auto rate = rates.find(key);
     if (rate == rates.end()) {
@@ -148,13 +189,24 @@ void plan_study(const PlanCommand& c) {
                          key.first, key.second, k.runs, fmt::format("{:.3g}", static_cast<double>(k.tokens)));
       continue;
     }
-    const double seconds = static_cast<double>(k.tokens) / rate->second;
+    const DeviceRate& r = rate->second;
+    const double seconds = static_cast<double>(k.tokens) / r.tokens_per_device_s;
     total += seconds;
-    out += fmt::format("  {:<8} {:<22} {:>4} runs  {:>8} tokens  at {}: {}\n", key.first, key.second, k.runs,
-                       fmt::format("{:.3g}", static_cast<double>(k.tokens)), format_rate(rate->second), format_duration(seconds));
+    out += fmt::format("  {:<8} {:<22} {:>4} runs  {:>8} tokens  at {} a run, {:.1f} runs per device: {} a device: {}\n",
+                       key.first, key.second, k.runs, fmt::format("{:.3g}", static_cast<double>(k.tokens)),
+                       format_rate(r.tokens_per_s), r.sharing, format_rate(r.tokens_per_device_s),
+                       format_duration(seconds));
+    if (std::fabs(r.sharing - c.runs_per_device) >= 0.5) packed_otherwise.push_back(key.first + " " + key.second);
   }
-  out += fmt::format("  total: {}{}\n", format_duration(total),
+  out += fmt::format("  total: {} of device time (divide by the devices it runs on for the wall time){}\n",
+                     format_duration(total),
                      unknown > 0 ? fmt::format(", plus {} run(s) of unknown speed", unknown) : "");
+  if (!packed_otherwise.empty())
+    out += fmt::format("  note: this grid packs {} run{} per device ([executor] runs_per_gpu, or cpu_jobs on the CPU), "
+                       "but {} {} measured at another packing: the estimate assumes a device trains as many tokens "
+                       "per second at either\n",
+                       c.runs_per_device, c.runs_per_device == 1 ? "" : "s", fmt::join(packed_otherwise, ", "),
+                       packed_otherwise.size() == 1 ? "was" : "were");
 
   // (b) Seeds per contrast, from the pilot's paired seeds.
   const std::filesystem::path pilot_path = c.pilot.empty() ? grid.store : c.pilot;

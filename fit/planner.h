@@ -6,7 +6,9 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "fit/statistics.h"
@@ -34,12 +36,35 @@ double seeds_needed_normal(double sd, double effect, double alpha = 0.05, double
 // rule must not see the effect, or the test's level no longer holds).
 int64_t interim_seeds(double sd, double target_se, int64_t floor, int64_t cap);
 
+// One attempt of the store as the device-time estimate reads it (the attempts table).
+struct MeasuredAttempt {
+  std::string model, recipe, host;
+  std::string devices;                  // as the store records them: "cuda:0", "cuda:0,1" (a run on two GPUs), "cpu:2"
+  double start = 0, end = 0;            // Unix seconds; end 0 (never ended): not counted
+  double tokens_per_s = kNaN;           // the run's mean train/tokens_per_s when this attempt trained a run that
+                                        // succeeded; NaN: the attempt only occupied the device
+};
+
+// What a device does for one size and recipe, from the store's succeeded runs: each run's mean
+// tokens/s times the runs that shared its device while it trained (packing: runs_per_gpu; the
+// time-weighted count over its attempt of the attempts on the same host and devices, itself
+// included), over the GPUs it trained on. A run packed three to a GPU trains at about a third of
+// its speed alone, but the GPU trains three: the device time of a run is tokens / this rate.
+struct DeviceRate {
+  double tokens_per_device_s = kNaN;    // median over the runs
+  double tokens_per_s = kNaN;           // median per-run speed, as measured
+  double sharing = kNaN;                // median runs per device while they trained
+  int64_t runs = 0;
+};
+std::map<std::pair<std::string, std::string>, DeviceRate> device_rates(const std::vector<MeasuredAttempt>& attempts);
+
 // `fp4lab plan STUDY.toml`: what the study's grid will cost and how many seeds each declared
 // contrast needs.
 struct PlanCommand {
   const store::DeclaredStudy* study = nullptr;
   std::filesystem::path pilot;          // a store whose paired seeds give the sd of d ("" : the study's own)
   double effect_pp = 0.3, power = 0.8, alpha = 0.05;
+  int runs_per_device = 1;              // the packing it plans: [executor] runs_per_gpu (GPU runs) or cpu_jobs
 };
 void plan_study(const PlanCommand& command);
 
