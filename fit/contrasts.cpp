@@ -86,6 +86,17 @@ double ContrastTest::shared_sd() const {
 
 int64_t train_tail_steps(int64_t rows) { return std::min<int64_t>(1000, (rows + 9) / 10); }
 
+TrainTail train_tail(const std::vector<store::MetricRow>& rows) {
+  const int64_t k = train_tail_steps(static_cast<int64_t>(rows.size()));
+  if (k == 0) return {};
+  double sum = 0;
+  for (size_t i = rows.size() - static_cast<size_t>(k); i < rows.size(); ++i) {
+    if (rows[i].is_nan || !std::isfinite(rows[i].value)) return {};
+    sum += rows[i].value;
+  }
+  return {sum / static_cast<double>(k), k};
+}
+
 std::string comparison_key(const json& config) {
   json c = without_seeds(config);
   if (c.is_object()) c.erase("recipe");
@@ -120,18 +131,9 @@ std::vector<ContrastRun> load_contrast_runs(const store::Store& store) {
       if (c.finished) c.final_loss = fl.final_loss;
     }
     if (c.finished) {
-      const std::vector<store::MetricRow> rows = store.metrics(r.id, "train/loss");
-      const int64_t k = train_tail_steps(static_cast<int64_t>(rows.size()));
-      double sum = 0;
-      bool nan = k == 0;
-      for (size_t i = rows.size() - static_cast<size_t>(k); i < rows.size(); ++i) {
-        nan = nan || rows[i].is_nan;
-        sum += rows[i].value;
-      }
-      if (!nan) {
-        c.train_tail = sum / static_cast<double>(k);
-        c.tail_steps = k;
-      }
+      const TrainTail tail = train_tail(store.metrics(r.id, "train/loss"));
+      c.train_tail = tail.mean;
+      c.tail_steps = tail.steps;
     }
     const auto& grids = grids_of_run[r.id];
     grids_of_point[c.point].insert(grids.begin(), grids.end());

@@ -27,6 +27,7 @@
 namespace fp4::store {
 class Store;
 struct ContrastSetRecord;
+struct MetricRow;
 }  // namespace fp4::store
 
 namespace fp4::fit {
@@ -55,9 +56,17 @@ struct ContrastRun {
   int64_t tail_steps = 0;
 };
 
-// K of the train-tail metric for a run that logged `rows` train losses: the last tenth, as
+// The paper's metric, defined once for fp4lab (docs/statistics.md "Two losses"): the mean
+// train/loss of a run's last K logged steps, K = train_tail_steps(rows), the last tenth as
 // results/second-study/analysis.py takes it (ceil(rows / 10)), at most the paper's 1000 steps.
+// The contrasts' train_tail tests and the report's train-loss gap both use it. `mean` is NaN, and
+// `steps` 0, when no train loss was logged or a NaN lies in the tail.
 int64_t train_tail_steps(int64_t rows);
+struct TrainTail {
+  double mean = kNaN;
+  int64_t steps = 0;
+};
+TrainTail train_tail(const std::vector<store::MetricRow>& train_loss_rows);
 
 // Every run of the store, with the labels of its grid point (model, tokens, the grids declaring it).
 std::vector<ContrastRun> load_contrast_runs(const store::Store& store);

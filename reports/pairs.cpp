@@ -6,6 +6,8 @@
 #include <map>
 #include <set>
 
+#include "fit/contrasts.h"
+
 namespace fp4::reports {
 
 Twins bf16_twins(const Study& st, bool main_points_only) {
@@ -68,16 +70,29 @@ std::vector<double> trailing_mean(const std::vector<double>& v, int window) {
   return out;
 }
 
+namespace {
+
+// A run's train/loss rows by step (null when it logged none).
+const std::vector<store::MetricRow>* train_loss_rows(const Study& st, const StudyRun* r) {
+  const auto run = st.curves.find(r->record.id);
+  if (run == st.curves.end()) return nullptr;
+  const auto loss = run->second.find("train/loss");
+  return loss == run->second.end() ? nullptr : &loss->second;
+}
+
+}  // namespace
+
+double train_tail_gap(const Study& st, const TwinPair& p) {
+  const auto* a = train_loss_rows(st, p.run);
+  const auto* b = train_loss_rows(st, p.bf16);
+  if (a == nullptr || b == nullptr) return std::numeric_limits<double>::quiet_NaN();
+  return fit::train_tail(*a).mean / fit::train_tail(*b).mean - 1;
+}
+
 GapCurve train_gap_curve(const Study& st, const TwinPair& p, int window) {
   GapCurve g;
-  auto rows_of = [&](const StudyRun* r) -> const std::vector<store::MetricRow>* {
-    const auto run = st.curves.find(r->record.id);
-    if (run == st.curves.end()) return nullptr;
-    const auto loss = run->second.find("train/loss");
-    return loss == run->second.end() ? nullptr : &loss->second;
-  };
-  const auto* a = rows_of(p.run);
-  const auto* b = rows_of(p.bf16);
+  const auto* a = train_loss_rows(st, p.run);
+  const auto* b = train_loss_rows(st, p.bf16);
   if (a == nullptr || b == nullptr) return g;
   // Both runs train the same steps on the same batches; align on the step anyway.
   std::vector<double> la, lb;

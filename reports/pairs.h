@@ -51,4 +51,9 @@ struct GapCurve {
 // Over the steps both runs have a train loss for.
 GapCurve train_gap_curve(const Study& study, const TwinPair& pair, int window);
 
+// The gap on the paper's metric: L_r / L_bf16 − 1 of the two runs' train-tail losses
+// (fit::train_tail, the definition the paired contrasts use: the mean train loss of the last tenth
+// of the logged steps, at most 1000). NaN when either run has none.
+double train_tail_gap(const Study& study, const TwinPair& pair);
+
 }  // namespace fp4::reports

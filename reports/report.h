@@ -21,7 +21,8 @@ namespace fp4::reports {
 struct ReportOptions {
   std::filesystem::path out_dir;      // required by write_report; report_study defaults it
   // The trailing window (in training steps) over which the train loss is averaged for the gap
-  // over training; 0: 5% of each run's steps, at least 1.
+  // over training (the figure; the gap table's train-loss gap is fit::train_tail's, the paper's
+  // metric as the contrasts take it); 0: 5% of each run's steps, at least 1.
   int smooth_steps = 0;
   std::string gnuplot = "gnuplot";    // the program, found on PATH unless it contains a '/'
   // How the report names the study in its commands to reproduce it: the TOML path as the user

@@ -374,6 +374,19 @@ TEST_CASE("contrasts: the paper's metric, the mean train loss of the last tenth,
   CHECK(fp4::fit::train_tail_steps(5) == 1);
   CHECK(fp4::fit::train_tail_steps(0) == 0);
   CHECK(fp4::fit::train_tail_steps(20000) == 1000);  // the paper's 1000 steps at most
+  // The mean over the tail, by rows: 25 rows of losses 1..25 → the last ceil(2.5) = 3: (23+24+25)/3.
+  std::vector<fp4::store::MetricRow> rows;
+  for (int64_t s = 1; s <= 25; ++s) rows.push_back({"train/loss", s, 100 * s, static_cast<double>(s), false});
+  CHECK(fp4::fit::train_tail(rows).mean == 24.0);
+  CHECK(fp4::fit::train_tail(rows).steps == 3);
+  rows[0].is_nan = true;  // a NaN before the tail does not touch it
+  rows[0].value = std::nan("");
+  CHECK(fp4::fit::train_tail(rows).mean == 24.0);
+  rows[23].is_nan = true;  // one inside it: no metric for this run
+  rows[23].value = std::nan("");
+  CHECK(std::isnan(fp4::fit::train_tail(rows).mean));
+  CHECK(fp4::fit::train_tail(rows).steps == 0);
+  CHECK(std::isnan(fp4::fit::train_tail({}).mean));
   std::vector<ContrastRun> runs = synthetic_runs(3, 6, 0.003, 0.0005, 6);
   for (ContrastRun& r : runs) {
     // On the train tail the two recipes are the same: no effect there.

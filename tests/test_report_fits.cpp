@@ -643,3 +643,36 @@ TEST_CASE("report notes a fit that names the main grid whose TOML has changed si
   CHECK(shown_csv[1][0] == std::to_string(changed_fit.id));
   CHECK(shown_csv[1][11] == "3");  // rank grid_changed
 }
+
+TEST_CASE("report: the gap table's train-loss gap is the paper's metric as the contrasts take it (fit::train_tail)",
+          "[report][report_fits]") {
+  // 40 logged steps: the train tail is the last 4 (a tenth), where the figure's trailing window
+  // would be 2 (5%); losses that keep falling tell the two apart.
+  ScratchDir dir;
+  fp4::test::HandStudy h(dir.path(), "tail");
+  const auto bf16 = h.add("m-bf16", "bf16", "m", 100000, 400000, 0, "m", 40);
+  const auto ufp4 = h.add("m-ufp4", "ufp4", "m", 100000, 400000, 0, "m", 40);
+  h.record();
+  auto bf16_loss = [](int64_t s) { return 3.0 + 0.05 * static_cast<double>(40 - s); };
+  auto ufp4_loss = [](int64_t s) { return 3.1 + 0.1 * static_cast<double>(40 - s); };
+  h.train(bf16, bf16_loss, RunState::succeeded);
+  h.train(ufp4, ufp4_loss, RunState::succeeded);
+  h.close();
+  const fs::path out = dir / "out";
+  const auto r = fp4::test::run_report("--store '" + h.store_path().string() + "' --out '" + out.string() + "'", dir.path());
+  INFO(r.err);
+  REQUIRE(r.exit_code == 0);
+  auto tail = [](const auto& loss) { return (loss(37) + loss(38) + loss(39) + loss(40)) / 4; };
+  const double expected = tail(ufp4_loss) / tail(bf16_loss) - 1;
+  const double window2 = (ufp4_loss(39) + ufp4_loss(40)) / (bf16_loss(39) + bf16_loss(40)) - 1;
+  REQUIRE(std::fabs(expected - window2) > 0.01);  // the test can tell the two definitions apart
+  const auto rows = fp4::test::read_csv(fp4::test::slurp(out / "gaps.csv"));
+  REQUIRE(rows.size() == 2);
+  REQUIRE(rows[0][11] == "train_gap_mean");
+  CHECK(std::strtod(rows[1][11].c_str(), nullptr) == Approx(expected).epsilon(1e-12));
+  // --smooth-steps changes the figure's window, not the metric.
+  const auto smoothed = fp4::test::run_report(
+      "--store '" + h.store_path().string() + "' --out '" + (dir / "out2").string() + "' --smooth-steps 7", dir.path());
+  REQUIRE(smoothed.exit_code == 0);
+  CHECK(fp4::test::read_csv(fp4::test::slurp(dir / "out2" / "gaps.csv"))[1][11] == rows[1][11]);
+}
