@@ -310,40 +310,45 @@ TEST_CASE("report after fp4lab fit on a real tiny study shows the stored fits' o
     INFO(run_record.name << " " << cell);
     CHECK(found);
   }
-  // Recipe against recipe: the one pair's stored numbers, overall, per size and per grid point, and
-  // the CSV sidecar with every number exactly as stored.
+  // Recipe against recipe: the seed-paired tests supersede the fit's observed d (one seed per
+  // point here), so only the law's d is shown, at the target and at every grid point, and the CSV
+  // sidecar holds every number exactly as stored.
   REQUIRE(precision->comparisons.size() == 1);
   const auto& c = precision->comparisons[0];
   CHECK(c.recipe == "ufp4");
   CHECK(c.against == "e2m1");
   REQUIRE(c.observed.points == 9);
+  for (const auto& t : tables) {
+    INFO(t.caption);
+    CHECK(t.caption.rfind("Paired difference of gaps", 0) != 0);
+    CHECK(t.caption.rfind("The same per model size", 0) != 0);
+    CHECK(t.caption.rfind("Per grid point", 0) != 0);
+  }
   auto pp = [](double v) { return fmt::format("{:+.3f} pp", 100 * v); };
-  const auto& cmp = table("Paired difference of gaps");
-  REQUIRE(cmp.rows.size() == 1);
-  CHECK(cmp.rows[0][0] == "ufp4 − e2m1");
-  CHECK(cmp.rows[0][1] == "9");
-  CHECK(cmp.rows[0][2] == std::to_string(c.observed.wins));
-  CHECK(cmp.rows[0][3] == pp(c.observed.mean) + fmt::format(" ± {:.3f}", 100 * c.observed.sd));
-  CHECK(cmp.rows[0][4] == "[" + pp(c.observed.ci.lo) + ", " + pp(c.observed.ci.hi) + "]");
+  auto pp_estimate = [&](const fp4::fit::Estimate& e) {
+    return e.ci.known() ? pp(e.value) + " [" + pp(e.ci.lo) + ", " + pp(e.ci.hi) + "]" : pp(e.value);
+  };
+  const auto& law = table("The precision law's d");
   REQUIRE(c.targets.size() == 1);
-  std::string at_target = "1.5B, 100B: " + pp(c.targets[0].gap.value);
-  if (c.targets[0].gap.ci.known()) at_target += " [" + pp(c.targets[0].gap.ci.lo) + ", " + pp(c.targets[0].gap.ci.hi) + "]";
+  REQUIRE(law.rows.size() == 1 + c.fitted.size());
+  CHECK(law.rows[0][0] == "ufp4 − e2m1");
+  CHECK(law.rows[0][1].rfind("target", 0) == 0);
+  CHECK(law.rows[0][2] == "1.5B");
   // A law the guardrails flag unidentified shows no target d (fit/guardrails.h); this tiny grid's
   // may be either.
-  CHECK(cmp.rows[0][6] == (fp4::fit::unidentified(*precision) ? "withheld: the law is not identified (Guardrails)" : at_target));
+  CHECK(law.rows[0][4] == (fp4::fit::unidentified(*precision) ? "withheld: the law is not identified (Guardrails)"
+                                                               : pp_estimate(c.targets[0].gap)));
+  for (size_t i = 0; i < c.fitted.size(); ++i) {
+    INFO(i);
+    CHECK(law.rows[1 + i][1] == "grid point");
+    CHECK(law.rows[1 + i][2] == fp4::reports::fmt_count(c.fitted[i].n));
+    CHECK(law.rows[1 + i][3] == fp4::reports::fmt_count(c.fitted[i].d));
+    CHECK(law.rows[1 + i][4] == pp_estimate(c.fitted[i].gap));
+  }
   // The predicted d is the difference of the two printed predicted gaps (docs/fit.md).
   const auto d = fp4::fit::predicted_gap_difference_interval(*precision, "ufp4", "e2m1", 1.5e9, 1e11);
   CHECK(d.value == c.targets[0].gap.value);
-  CHECK(table("The same per model size").rows.size() == 3);
-  const auto& per_point = table("Per grid point");
-  REQUIRE(per_point.rows.size() == 9);
-  for (size_t i = 0; i < c.observed_points.size(); ++i) {
-    INFO(i);
-    CHECK(per_point.rows[i][1] == fp4::reports::fmt_count(c.observed_points[i].n));
-    CHECK(per_point.rows[i][2] == fp4::reports::fmt_count(c.observed_points[i].d));
-    CHECK(per_point.rows[i][4] == pp(c.observed_points[i].mean));
-  }
-  // The observed d per grid point is the paired difference of the two recipes' bf16_gap rows.
+  // The fit's observed d per grid point is the paired difference of the two recipes' bf16_gap rows.
   for (const auto& p : c.observed_points) {
     double gap_a = std::nan(""), gap_b = std::nan("");
     for (const auto& g : precision->gaps)
@@ -352,16 +357,15 @@ TEST_CASE("report after fp4lab fit on a real tiny study shows the stored fits' o
     CHECK(p.mean == Approx(gap_a - gap_b).margin(1e-15));
   }
   const auto cmp_csv = fp4::test::read_csv(fp4::test::slurp(out / "comparisons.csv"));
-  REQUIRE(cmp_csv.size() == 1 + 1 + 3 + 9 + 9 + 1 + 1);  // header, overall, sizes, points, fitted, target, slope
+  REQUIRE(cmp_csv.size() == 1 + 1 + 9);  // header, target, fitted
   for (size_t i = 1; i < cmp_csv.size(); ++i) {
     const auto& row = cmp_csv[i];
     CHECK(row[0] == std::to_string(precision->id));
-    if (row[4] == "observed") CHECK(std::strtod(row[9].c_str(), nullptr) == c.observed.mean);
-    if (row[4] == "slope") CHECK(std::strtod(row[9].c_str(), nullptr) == c.slope.per_decade.value);
+    if (row[4] == "target") CHECK(std::strtod(row[7].c_str(), nullptr) == c.targets[0].gap.value);
     if (row[4] == "fitted")
       for (const auto& g : c.fitted)
         if (std::strtod(row[5].c_str(), nullptr) == g.n && std::strtod(row[6].c_str(), nullptr) == g.d)
-          CHECK(std::strtod(row[9].c_str(), nullptr) == g.gap.value);
+          CHECK(std::strtod(row[7].c_str(), nullptr) == g.gap.value);
   }
   // Every fit shown is the main grid's, fp4lab fit's own.
   const auto& shown = table("The stored fits this report shows");
@@ -529,32 +533,22 @@ TEST_CASE("report of a store with fits of several grids shows the main grid's fi
                                     "fits them too.",
                                     main_fit.id)) != std::string::npos);
 
-  // Recipe against recipe: the main grid's fit's stored comparison, in HTML, Markdown and CSV.
-  const auto& cmp = table("Paired difference of gaps");
-  REQUIRE(cmp.rows.size() == 1);
+  // Recipe against recipe: the main grid's fit's stored comparison (the law's d), in HTML, Markdown
+  // and CSV.
+  const auto& law = table("The precision law's d");
+  REQUIRE(law.rows.size() == 4);
   const auto& c = main_fit.comparisons[0];
-  CHECK(cmp.rows[0][0] == "ufp4 − e2m1");
-  CHECK(cmp.rows[0][1] == "3");
-  CHECK(cmp.rows[0][2] == "2");
-  CHECK(cmp.rows[0][3] == "-0.240 pp ± 0.210");
-  CHECK(cmp.rows[0][4] == "[-0.760 pp, +0.280 pp]");
-  CHECK(cmp.rows[0][5] == "no difference resolved (holds 0)");
-  CHECK(cmp.rows[0][6] == "1.5B, 100B: -0.110 pp [-0.250 pp, +0.020 pp]");
-  CHECK(cmp.rows[0][7] == "+0.010 pp [-0.060 pp, +0.090 pp]");
-  const auto& by_n = table("The same per model size");
-  REQUIRE(by_n.rows.size() == 3);
-  CHECK(by_n.rows[2][1] == "200k");
-  CHECK(by_n.rows[2][4] == "-0.400 pp");
-  const auto& per_point = table("Per grid point");
-  REQUIRE(per_point.rows.size() == 3);
-  CHECK(per_point.rows[0][4] == "-0.100 pp");
-  CHECK(per_point.rows[0][6] == "-0.150 pp [-0.300 pp, +0.020 pp]");
+  CHECK(law.rows[0] == std::vector<std::string>{"ufp4 − e2m1", "target (extrapolation of the functional form)", "1.5B",
+                                                "100B", "-0.110 pp [-0.250 pp, +0.020 pp]"});
+  CHECK(law.rows[1] == std::vector<std::string>{"ufp4 − e2m1", "grid point", "50k", "100k",
+                                                "-0.150 pp [-0.300 pp, +0.020 pp]"});
   CHECK(md.find("# Recipe against recipe\n") != std::string::npos);
-  CHECK(md.find("| ufp4 − e2m1 | 3 | 2 | \\-0.240 pp ± 0.210 |") != std::string::npos);
+  CHECK(md.find("| ufp4 − e2m1 | grid point | 50k | 100k | \\-0.150 pp \\[-0.300 pp, +0.020 pp\\] |") !=
+        std::string::npos);
   const auto rows = fp4::test::read_csv(fp4::test::slurp(out / "comparisons.csv"));
   REQUIRE(!rows.empty());
-  CHECK(rows[0] == std::vector<std::string>{"fit_id", "recipe", "against", "baseline", "kind", "n", "d", "count", "wins",
-                                            "value", "sd", "lo", "hi"});
+  CHECK(rows[0] == std::vector<std::string>{"fit_id", "recipe", "against", "baseline", "kind", "n", "d", "value", "lo",
+                                            "hi"});
   std::map<std::string, int> kinds;
   for (size_t i = 1; i < rows.size(); ++i) {
     const auto& row = rows[i];
@@ -562,22 +556,15 @@ TEST_CASE("report of a store with fits of several grids shows the main grid's fi
     CHECK(row[0] == std::to_string(main_fit.id));
     CHECK(row[1] == "ufp4");
     CHECK(row[2] == "e2m1");
-    const double value = std::strtod(row[9].c_str(), nullptr);
-    if (row[4] == "observed") {
-      CHECK(value == c.observed.mean);  // %.17g round-trips
-      CHECK(std::strtod(row[11].c_str(), nullptr) == c.observed.ci.lo);
-      CHECK(std::strtod(row[12].c_str(), nullptr) == c.observed.ci.hi);
-      CHECK(row[7] == "3");
-      CHECK(row[8] == "2");
-    }
+    const double value = std::strtod(row[7].c_str(), nullptr);
     if (row[4] == "target") {
-      CHECK(value == c.targets[0].gap.value);
+      CHECK(value == c.targets[0].gap.value);  // %.17g round-trips
       CHECK(std::strtod(row[5].c_str(), nullptr) == 1.5e9);
+      CHECK(std::strtod(row[8].c_str(), nullptr) == c.targets[0].gap.ci.lo);
+      CHECK(std::strtod(row[9].c_str(), nullptr) == c.targets[0].gap.ci.hi);
     }
-    if (row[4] == "slope") CHECK(value == c.slope.per_decade.value);
   }
-  CHECK(kinds == std::map<std::string, int>{{"observed", 1}, {"observed_n", 3}, {"observed_point", 3}, {"fitted", 3},
-                                            {"target", 1}, {"slope", 1}});
+  CHECK(kinds == std::map<std::string, int>{{"fitted", 3}, {"target", 1}});
   // Every sidecar written is documented (docs/report.md, "The data files").
   CHECK(fp4::test::documented_csv_files().size() >= 18);
   CHECK(fp4::test::undocumented_csv_files(out).empty());

@@ -600,8 +600,8 @@ TEST_CASE("report of a study-shaped store: each section selects its runs and sho
   CHECK(text.find("1.2570%") != std::string::npos);                 // the paper's numbers
   CHECK(text.find("This study is not finished") == std::string::npos);
   CHECK(text.find("No fits in the store.") != std::string::npos);
-  CHECK(text.find("No fits in the store: run fp4lab fit STUDY.toml (law \"precision\", the default) to compare every "
-                  "pair of 4-bit recipes.") != std::string::npos);
+  CHECK(text.find("No fits in the store: run fp4lab fit STUDY.toml (law \"precision\", the default) for the law's d "
+                  "between every pair of 4-bit recipes.") != std::string::npos);
   CHECK(text.find("No run diverged or failed.") != std::string::npos);
   CHECK(text.find("nothing is missing") != std::string::npos);
 
@@ -672,8 +672,8 @@ TEST_CASE("report of a study-shaped store: each section selects its runs and sho
   CHECK(shown->rows[0][column(*shown, "input hash")] == main_fit_hash.substr(0, 16));
   CHECK(shown->rows[0][column(*shown, "fitted")] == fp4::reports::fmt_utc(1764640000 + 3.333));
   CHECK(shown->rows[0][column(*shown, "not shown")] == "3 others");
-  // No precision fit: the comparisons say where they come from.
-  CHECK(fitted.text.find("No precision-law fit is stored, and the comparisons come from it") != std::string::npos);
+  // No precision fit: the law's d says where it comes from.
+  CHECK(fitted.text.find("No precision-law fit is stored, and the law's d comes from it") != std::string::npos);
 
   // Only a fit of some of the main grid's runs, chosen by another grid: shown, and the table says so.
   {

@@ -213,7 +213,7 @@ TEST_CASE("report safety: hostile names are escaped for HTML, Markdown, CSV and 
   for (const auto& t : dom.tables())
     for (const auto& row : t.rows) {
       if (t.caption.rfind("The stored fits this report shows", 0) == 0) grid_shown = grid_shown || row.at(3) == fp4::reports::one_line(kEvil);
-      if (t.caption.rfind("Paired difference of gaps", 0) == 0)
+      if (t.caption.rfind("The precision law's d", 0) == 0)
         pair_shown = pair_shown || row.at(0) == kEvilRecipe + " − " + fp4::reports::one_line(kEvilOther);
     }
   CHECK(grid_shown);
