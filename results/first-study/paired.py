@@ -1,9 +1,12 @@
 #!/usr/bin/env python3
 """paired.py — the recipe-against-recipe differences of the first study over SEEDS.
 
-`fp4lab fit study.toml` compares recipes over the main grid's points (seed 0: one run per point,
-the points as the unit); the noise-floor, ablation and d6-seeds grids add seeds at some points.
-This prints, for every grid point with two or more seeds of both recipes and their BF16 twin, and
+Superseded by `fp4lab fit study.toml` (its paired contrasts over every seed, with exact sign-flip
+and Holm-adjusted p-values: docs/statistics.md) and the report's "Recipe against recipe"
+(paired_contrasts.csv). Kept because the README quotes one number only it computes: d2's three
+token counts pooled into one interval (seed × D pairs as the unit), which fp4lab does not pool.
+
+The noise-floor, ablation and d6-seeds grids add seeds at some points. This prints, for every grid point with two or more seeds of both recipes and their BF16 twin, and
 pooled over the D values of one size, the paired difference of gaps
 
     d = gap_A - gap_B = (L_A - L_B) / L_bf16      (percentage points; below 0: A closer to BF16)
