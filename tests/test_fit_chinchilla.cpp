@@ -12,6 +12,7 @@
 #include "fit/fitter.h"
 #include "fit/stored_fit.h"
 #include "store/store.h"
+#include "tests/fit_test_helpers.h"
 
 using fp4::fit::FitRequest;
 using fp4::fit::Law;
@@ -82,18 +83,12 @@ TEST_CASE("fit chinchilla: the same bits on one thread and on two, bootstrap inc
   request.grid.e = {0};
   request.grid.alpha = {0.5};
   request.grid.beta = {0.5};
-  const auto plan = fp4::fit::plan_fits(data, request);
-  request.threads = 1;
-  const auto one = fp4::fit::run_fits(data, request, plan);
-  request.threads = 2;
-  const auto two = fp4::fit::run_fits(data, request, plan);
-  REQUIRE(one.size() == 1);
-  REQUIRE(two.size() == 1);
-  auto a = fp4::fit::to_record(one[0]), b = fp4::fit::to_record(two[0]);
+  const auto [one, two] = fp4::test::fit_on_one_and_two_threads(data, request, fp4::fit::plan_fits(data, request));
+  auto a = fp4::fit::to_record(one), b = fp4::fit::to_record(two);
   CHECK(a.params_json == b.params_json);
   CHECK(a.intervals_json == b.intervals_json);
   CHECK(a.quality_json == b.quality_json);
   CHECK(a.predictions_json == b.predictions_json);
-  CHECK(one[0].samples.size() == 20);
-  CHECK(one[0].held_out.done);
+  CHECK(one.samples.size() == 20);
+  CHECK(one.held_out.done);
 }

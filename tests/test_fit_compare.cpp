@@ -19,6 +19,7 @@
 #include "fit/fitter.h"
 #include "fit/synthetic_data.h"
 #include "store/store.h"
+#include "tests/fit_test_helpers.h"
 #include "tests/test_support.h"
 
 using fp4::fit::FitData;
@@ -35,19 +36,8 @@ namespace {
 // the true difference of two recipes is the difference of their gaps. Each run gets its own 0.1%
 // multiplicative noise, the baseline's included.
 FitData data_with_gaps(const std::map<std::string, double>& gaps, uint64_t seed) {
-  fp4::fit::SyntheticGrid g;
-  g.truth.E = 1.2;
-  g.truth.A = 100;
-  g.truth.B = 200;
-  g.truth.alpha = 0.35;
-  g.truth.beta = 0.3;
-  g.rho = {{"bf16", {1.0, 1.0}}};
+  fp4::fit::SyntheticGrid g = fp4::test::first_study_grid(seed, 0.001, 2);
   for (const auto& [recipe, gap] : gaps) g.rho[recipe] = {1.0, 1.0};
-  g.n = {4.0e5, 1.3e6, 3.1e6, 6.1e6, 1.06e7};
-  g.d = {2.5e7, 5e7, 1e8};
-  g.seeds = 2;
-  g.noise = 0.001;
-  g.seed = seed;
   FitData data = fp4::fit::synthetic_data(g);
   for (fp4::fit::FitPoint& p : data.points)
     if (p.recipe != "bf16") p.loss *= 1 + gaps.at(p.recipe);
@@ -220,16 +210,10 @@ TEST_CASE("fit compare: two recipes identical up to noise show no detectable dif
 TEST_CASE("fit compare: the same bits on one thread and on two", "[fit][fit_compare]") {
   const FitData data = data_with_gaps({{"e2m1", 0.007}, {"ufp4", 0.004}}, 13);
   FitRequest request = precision_request(30);
-  const auto plan = fp4::fit::plan_fits(data, request);
-  request.threads = 1;
-  const auto one = fp4::fit::run_fits(data, request, plan);
-  request.threads = 2;
-  const auto two = fp4::fit::run_fits(data, request, plan);
-  REQUIRE(one.size() == 1);
-  REQUIRE(two.size() == 1);
-  REQUIRE(one[0].comparisons.size() == 1);
-  CHECK(one[0].comparisons[0].slope.per_decade.ci.known());
-  CHECK(fp4::fit::to_record(one[0]).predictions_json == fp4::fit::to_record(two[0]).predictions_json);
+  const auto [one, two] = fp4::test::fit_on_one_and_two_threads(data, request, fp4::fit::plan_fits(data, request));
+  REQUIRE(one.comparisons.size() == 1);
+  CHECK(one.comparisons[0].slope.per_decade.ci.known());
+  CHECK(fp4::fit::to_record(one).predictions_json == fp4::fit::to_record(two).predictions_json);
 }
 
 TEST_CASE("fit compare: one quantized recipe has nothing to compare, says so in one line, and fits",

@@ -13,6 +13,7 @@
 #include "fit/stored_fit.h"
 #include "fit/synthetic_data.h"
 #include "store/store.h"
+#include "tests/fit_test_helpers.h"
 
 using fp4::fit::Guardrail;
 using fp4::fit::GuardrailInputs;
@@ -131,18 +132,9 @@ TEST_CASE("guardrails: each check fires on a fit built to trip it, and only it",
 
 TEST_CASE("guardrails: a law recovered from clean long runs raises none; an unidentified one prints no target gap",
           "[fit][guardrails]") {
-  fp4::fit::SyntheticGrid g;
-  g.truth.E = 1.2;
-  g.truth.A = 100;
-  g.truth.B = 200;
-  g.truth.alpha = 0.35;
-  g.truth.beta = 0.3;
-  g.rho = {{"bf16", {1.0, 1.0}}};
-  g.n = {4.0e5, 1.3e6, 3.1e6, 6.1e6, 1.06e7};
-  g.d = {2.5e8, 5e8, 1e9};  // at least 23 tokens per parameter
-  g.noise = 0.001;
-  g.seeds = 2;  // 30 resampling groups: a resample rarely draws too few distinct N or D
-  g.seed = 5;
+  // 2 seeds: 30 resampling groups, so a resample rarely draws too few distinct N or D.
+  fp4::fit::SyntheticGrid g = fp4::test::first_study_grid(5, 0.001, 2);
+  g.d = {2.5e8, 5e8, 1e9};  // ten times the study's tokens: at least 23 tokens per parameter
   const fp4::fit::FitData data = fp4::fit::synthetic_data(g);
   fp4::fit::FitRequest request;
   request.laws = {fp4::fit::Law::chinchilla};

@@ -13,6 +13,7 @@
 #include "fit/stored_fit.h"
 #include "fit/synthetic_data.h"
 #include "store/store.h"
+#include "tests/fit_test_helpers.h"
 
 using fp4::fit::FitRequest;
 using fp4::fit::Law;
@@ -22,18 +23,8 @@ namespace {
 
 // The first study's shape: d2–d6 non-embedding sizes, 25/50/100M tokens.
 fp4::fit::SyntheticGrid study_grid(uint64_t seed, bool quantized) {
-  fp4::fit::SyntheticGrid g;
-  g.truth.E = 1.2;
-  g.truth.A = 100;
-  g.truth.B = 200;
-  g.truth.alpha = 0.35;
-  g.truth.beta = 0.3;
-  g.rho = {{"bf16", {1.0, 1.0}}};
+  fp4::fit::SyntheticGrid g = fp4::test::first_study_grid(seed, 0.003);
   if (quantized) g.rho["ufp4"] = {0.8, 0.9};
-  g.n = {4.0e5, 1.3e6, 3.1e6, 6.1e6, 1.06e7};
-  g.d = {2.5e7, 5e7, 1e8};
-  g.noise = 0.003;
-  g.seed = seed;
   return g;
 }
 
