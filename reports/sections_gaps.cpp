@@ -11,7 +11,9 @@
 #include <set>
 #include <tuple>
 
+#include "fit/contrasts.h"
 #include "fit/guardrails.h"
+#include "fit/trend.h"
 #include "reports/escape.h"
 #include "reports/fits.h"
 #include "reports/format.h"
@@ -136,8 +138,69 @@ Section prediction_subsection(ReportContext& ctx, const FitChoice& fits) {
   return s;
 }
 
+// The gap's weighted trend (fit/trend.h, docs/statistics.md "Trends with scale"): over the main
+// grid's points with two or more seeds, each point's mean gap weighted by 1/se² from its own seeds,
+// beside the unweighted line, the seed and cluster bootstraps and the leave-one-out slopes. The
+// least-squares slope of the fits weighs every matched run alike, though a point's seed noise
+// differs severalfold between sizes.
+void weighted_gap_trends(ReportContext& ctx, const std::map<PointKey, ObservedPoint>& observed, Section& s) {
+  Table t;
+  t.caption = "Weighted trend of the observed gap per tenfold compute (points with two or more seeds)";
+  t.header = {"recipe", "points", "weighted slope per decade of C [95%]", "unweighted", "seed bootstrap [95%]",
+              "cluster bootstrap over the points [95%]", "without each point"};
+  t.numeric = {false, true, true, true, true, true, false};
+  std::vector<std::vector<std::string>> csv;
+  auto interval = [](const fit::Interval& ci) {
+    return ci.known() ? "[" + fmt_percent(ci.lo) + ", " + fmt_percent(ci.hi) + "]" : std::string("—");
+  };
+  for (const std::string& recipe : ctx.palette.order()) {
+    std::vector<fit::TrendPoint> points;
+    std::set<double> xs;
+    for (const auto& [k, p] : observed) {
+      if (k.recipe != recipe) continue;
+      std::vector<double> gaps;
+      for (double g : p.gaps)
+        if (std::isfinite(g)) gaps.push_back(g);
+      if (gaps.size() < 2) continue;
+      const double x = std::log10(6.0 * static_cast<double>(k.n) * static_cast<double>(k.d));
+      points.push_back({k.model + " " + fmt_count(static_cast<double>(k.d)), x, std::move(gaps)});
+      xs.insert(x);
+    }
+    if (xs.size() < 2) continue;
+    const fit::Trend tr = fit::fit_trend(points, fit::kTrendReplicates, 0);
+    std::vector<std::string> loo;
+    for (const fit::LeaveOneOut& l : tr.leave_one_out) loo.push_back(l.label + ": " + fmt_percent(l.slope));
+    t.rows.push_back({ctx.recipe_cell(recipe), {std::to_string(tr.points)},
+                      {fmt_percent(tr.weighted.slope) + " " + interval(tr.weighted.ci)}, {fmt_percent(tr.unweighted_slope)},
+                      {interval(tr.seed_bootstrap)}, {interval(tr.cluster_bootstrap)},
+                      {loo.empty() ? "—" : fmt::format("{}", fmt::join(loo, "; "))}});
+    csv.push_back({csv_field(recipe), std::to_string(tr.points), csv_number(tr.weighted.slope), csv_number(tr.weighted.ci.lo),
+                   csv_number(tr.weighted.ci.hi), csv_number(tr.unweighted_slope), csv_number(tr.seed_bootstrap.lo),
+                   csv_number(tr.seed_bootstrap.hi), csv_number(tr.cluster_bootstrap.lo),
+                   csv_number(tr.cluster_bootstrap.hi)});
+  }
+  t.csv = ctx.csv("gap_trends.csv",
+                  {"recipe", "points", "slope_per_decade", "lo", "hi", "unweighted_slope", "seed_bootstrap_lo",
+                   "seed_bootstrap_hi", "cluster_bootstrap_lo", "cluster_bootstrap_hi"},
+                  csv);
+  if (t.rows.empty()) {
+    s.blocks.push_back(Note{{text("No recipe has two sizes of compute with two or more seeds each: no weighted trend of "
+                                  "the gap. The slope above weighs single-seed points as if they were equally noisy.")}});
+    return;
+  }
+  s.blocks.push_back(Paragraph{{strong("Weighted by each point's seed noise. "),
+                                text("The slope above weighs every matched run alike, though the seed noise of a point's "
+                                     "gap differs severalfold between sizes. Over the points the store holds two or more "
+                                     "seeds of, each point's mean gap is weighted by 1/se² from its own seeds (the weighted "
+                                     "least-squares line of docs/statistics.md \"Trends with scale\", its normal 95% "
+                                     "interval), beside the unweighted line, a bootstrap of the seeds within each point, a "
+                                     "bootstrap of the points themselves, and the slope without each point. Whatever else "
+                                     "varies between these points (the learning rate, the steps) varies along C too.")}});
+  s.blocks.push_back(std::move(t));
+}
+
 // SCIENCE.md claim 6 as a number: the observed gap's least-squares slope against log10(C).
-Section slope_subsection(ReportContext& ctx, const FitChoice& fits) {
+Section slope_subsection(ReportContext& ctx, const FitChoice& fits, const std::map<PointKey, ObservedPoint>& observed) {
   Section s{slug("Gap against compute"), "Gap against compute", {}, {}};
   std::map<std::string, const fit::RecipeGap*> gaps;
   for (const auto& [recipe, f] : fits.chinchilla)
@@ -168,12 +231,13 @@ Section slope_subsection(ReportContext& ctx, const FitChoice& fits) {
   if (t.rows.empty()) {
     s.blocks.push_back(Paragraph{{text("The gap's trend with compute comes with the fits: run "),
                                   code("fp4lab fit STUDY.toml"), text(".")}});
-    return s;
+  } else {
+    s.blocks.push_back(Paragraph{{text("SCIENCE.md claim 6 says the gap to BF16 does not widen with compute. The slope is "
+                                       "the change of the observed gap (percentage points) per tenfold increase of C over "
+                                       "every matched run, its interval from the bootstrap.")}});
+    s.blocks.push_back(std::move(t));
   }
-  s.blocks.push_back(Paragraph{{text("SCIENCE.md claim 6 says the gap to BF16 does not widen with compute. The slope is "
-                                     "the change of the observed gap (percentage points) per tenfold increase of C over "
-                                     "every matched run, its interval from the bootstrap.")}});
-  s.blocks.push_back(std::move(t));
+  weighted_gap_trends(ctx, observed, s);
   return s;
 }
 
@@ -300,7 +364,7 @@ Section gap_section(ReportContext& ctx) {
                                               twins.without.size() == 1 ? "s" : "ve"))}});
   s.subsections.push_back(prediction_subsection(ctx, fits));
   s.subsections.push_back(paper_subsection(ctx, observed));
-  s.subsections.push_back(slope_subsection(ctx, fits));
+  s.subsections.push_back(slope_subsection(ctx, fits, observed));
   return s;
 }
 

@@ -16,8 +16,10 @@
 #include <map>
 #include <set>
 
+#include "fit/contrasts.h"
 #include "fit/statistics.h"
 #include "fit/stored_fit.h"
+#include "fit/trend.h"
 #include "reports/escape.h"
 #include "reports/format.h"
 #include "tests/report_test_helpers.h"
@@ -406,6 +408,7 @@ TEST_CASE("report of a study-shaped store: each section selects its runs and sho
   const auto gaps_csv = csv_records(out / "gaps.csv");
   REQUIRE(gaps_csv.size() == 12);
   int three_seed_points = 0;
+  std::map<std::string, std::vector<fp4::fit::TrendPoint>> trend_points;  // recipe → its points with seeds
   for (const auto& row : gaps_csv) {
     INFO(row.at("recipe") << " " << row.at("model") << " " << row.at("tokens"));
     const Known* point = nullptr;
@@ -435,7 +438,12 @@ TEST_CASE("report of a study-shaped store: each section selects its runs and sho
     for (const auto& [seed, k] : seeds) in += (in.empty() ? "'" : ", '") + k->rec.id + "'";
     CHECK(number(row.at("gap_mean")) ==
           Approx(sql_double(*store, "SELECT avg(gap) FROM bf16_gap WHERE id IN (" + in + ")")).epsilon(1e-12));
-    // The train-loss gap over training ends at the mean of the seeds' last-step ratios.
+    if (gaps.size() >= 2)
+      trend_points[row.at("recipe")].push_back(
+          {"", std::log10(6.0 * static_cast<double>(point->rec.n_params_nonembedding) * static_cast<double>(point->rec.tokens)),
+           gaps});
+    // The train-loss gap over training ends at the mean of the seeds' last-step ratios (runs of 2
+    // or 4 steps: the train tail, a tenth, and the figure's window, 5%, are both the last step).
     const auto& last = last_row.at(row.at("recipe") + "/" + row.at("n_params_nonembedding") + "/" + row.at("tokens"));
     CHECK(last.at("seeds") == row.at("seeds"));
     check_number(row.at("train_gap_mean"), number(last.at("gap")));
@@ -446,6 +454,24 @@ TEST_CASE("report of a study-shaped store: each section selects its runs and sho
     CHECK(shown);
   }
   CHECK(three_seed_points == 8);  // 3 recipes × 2 lengths at d1, e2m1 and ufp4 at the ablation point
+  // The gap's weighted trend with compute: fit::fit_trend of those points' per-seed gaps (issue 32:
+  // each point weighted by its own seed noise), one row per recipe.
+  const auto trends_csv = csv_records(out / "gap_trends.csv");
+  REQUIRE(trends_csv.size() == 3);
+  for (const auto& row : trends_csv) {
+    INFO(row.at("recipe"));
+    const auto& pts = trend_points.at(row.at("recipe"));
+    CHECK(row.at("points") == std::to_string(pts.size()));
+    CHECK(pts.size() == (row.at("recipe") == "nvfp4" ? 2u : 3u));
+    const fp4::fit::Trend tr = fp4::fit::fit_trend(pts, fp4::fit::kTrendReplicates, 0);
+    check_number(row.at("slope_per_decade"), tr.weighted.slope);
+    check_number(row.at("lo"), tr.weighted.ci.lo);
+    check_number(row.at("hi"), tr.weighted.ci.hi);
+    check_number(row.at("unweighted_slope"), tr.unweighted_slope);
+    CHECK(number(row.at("cluster_bootstrap_lo")) == Approx(tr.cluster_bootstrap.lo).epsilon(1e-9).margin(1e-12));
+    CHECK(number(row.at("seed_bootstrap_hi")) == Approx(tr.seed_bootstrap.hi).epsilon(1e-9).margin(1e-12));
+  }
+  REQUIRE(table_with_caption(tables, "Weighted trend of the observed gap") != nullptr);
 
   // ---- The noise floor: every group of runs equal but for the seed with two or more finished
   // seeds, from any grid: d1 × 2 lengths × 4 recipes (noise floor), L2-d64 at 256 × 6 (ablation).
