@@ -230,10 +230,13 @@ cuda::Workspace& workspace() {
 
 // want_codes = false leaves the codes out, as training does (the kernels then skip them entirely);
 // the fetched codes are then empty.
+// source_rows: quantize_fused's (uploaded), or null.
 GpuResult run_gpu(const std::vector<bf16_t>& x, int rows, int cols, const QuantSpec* row, const QuantSpec* col,
-                  bool want_amax, bool want_codes = true) {
+                  bool want_amax, bool want_codes = true, const std::vector<int32_t>* source_rows = nullptr) {
   DeviceArray<bf16_t> dx(x.size());
   dx.upload(x);
+  DeviceArray<int32_t> dsrc(source_rows != nullptr ? source_rows->size() : 1);
+  if (source_rows != nullptr) dsrc.upload(*source_rows);
   DeviceArray<unsigned> flag(1);
   FP4_CUDA_CHECK(cudaMemset(flag.get(), 0, sizeof(unsigned)));
   std::unique_ptr<DeviceCopy> drow, dcol;
@@ -247,7 +250,7 @@ GpuResult run_gpu(const std::vector<bf16_t>& x, int rows, int cols, const QuantS
     ocol = dcol->out(*col, want_amax, want_codes);
   }
   cuda::quantize_fused(dx.get(), rows, cols, row != nullptr ? &orow : nullptr, col != nullptr ? &ocol : nullptr,
-                       flag.get(), workspace(), nullptr);
+                       flag.get(), workspace(), nullptr, source_rows != nullptr ? dsrc.get() : nullptr);
   FP4_CUDA_CHECK(cudaDeviceSynchronize());
   GpuResult r;
   if (drow) r.row = drow->fetch();
@@ -674,6 +677,38 @@ TEST_CASE("gpu quantizer: docs/recipes.md's options match the CPU reference", "[
                                   kinds[k].first;
         compare(x, sh.rows, sh.cols, kinds[k].second(BlockAlong::row), kinds[k].second(BlockAlong::column), k % 2 == 1,
                 label, (seed + k) % 3 != 0);
+      }
+    }
+}
+
+TEST_CASE("gpu quantizer: an expert group's copies (source_rows) draw as the CPU reference's", "[gpu]") {
+  // An MoE expert's group: rows gathered from a larger micro-batch in ascending token order, then
+  // zero padding rows numbered R + i (docs/model.md, "The SR key of a group"). The SR copies must
+  // take the tokens' draws (cpu::quantize's source_rows) and differ from the ungrouped draws.
+  const int R = 1000, rows = 96, cols = 128;
+  std::vector<int32_t> src(rows);
+  for (int r = 0; r < 80; ++r) src[r] = 3 + 11 * r;        // tokens of the group
+  for (int r = 80; r < rows; ++r) src[r] = R + (r - 80);   // its padding
+  std::vector<bf16_t> x = make_input(rows, cols, Dist::gaussian, 77);
+  std::fill(x.begin() + 80 * cols, x.end(), bf16_t(0));
+  const Variant variants[] = {{false, Rounding::sr, false}, {true, Rounding::sr, false}, {true, Rounding::rn, false}};
+  for (const Preset& p : kPresets)
+    for (const Variant& v : variants) {
+      const QuantSpec rs = make_spec(p, BlockAlong::row, v), cs = make_spec(p, BlockAlong::column, v);
+      if (!cpu::shape_error(rows, cols, rs).empty() || !cpu::shape_error(rows, cols, cs).empty()) continue;
+      INFO("preset " << p.name);
+      INFO(describe(rs));
+      INFO(describe(cs));
+      const GpuResult got = run_gpu(x, rows, cols, &rs, &cs, true, true, &src);
+      const cpu::QuantizedTensor ref_row = cpu::quantize(x.data(), rows, cols, rs, false, src.data());
+      const cpu::QuantizedTensor ref_col = cpu::quantize(x.data(), rows, cols, cs, false, src.data());
+      REQUIRE(got.row.has_value());
+      REQUIRE(got.col.has_value());
+      check_copy(ref_row, *got.row, true);
+      check_copy(ref_col, *got.col, true);
+      if (v.rounding == Rounding::sr) {  // the keyed draws are really in use
+        const cpu::QuantizedTensor plain = cpu::quantize(x.data(), rows, cols, rs);
+        CHECK(plain.dequant != ref_row.dequant);
       }
     }
 }

@@ -27,8 +27,10 @@ bool launch_fused_strips(const FusedArgs& a, int b, cudaStream_t stream);
 // docs/recipes.md's options (quantize_recipes.cu): whether a spec uses one, and the plain kernels
 // that quantize such copies, one after the other.
 bool uses_recipe_options(const QuantSpec& s);
+// source_rows: quantize_fused's (may be null).
 void quantize_recipe_copies(const bf16_t* x, int rows, int cols, const CopyOut* row_copy, const CopyOut* col_copy,
-                            unsigned* nonfinite_flag, Workspace& workspace, cudaStream_t stream);
+                            unsigned* nonfinite_flag, const int32_t* source_rows, Workspace& workspace,
+                            cudaStream_t stream);
 }  // namespace detail
 
 namespace {
@@ -405,7 +407,7 @@ void launch_quantize(const bf16_t* x, int rows, int cols, const CopyOut* row_cop
 }  // namespace
 
 void quantize_fused(const bf16_t* x, int rows, int cols, const CopyOut* row_copy, const CopyOut* col_copy,
-                    unsigned* nonfinite_flag, Workspace& workspace, cudaStream_t stream) {
+                    unsigned* nonfinite_flag, Workspace& workspace, cudaStream_t stream, const int32_t* source_rows) {
   check_copy(row_copy, BlockAlong::row, rows, cols);
   check_copy(col_copy, BlockAlong::column, rows, cols);
   if (row_copy == nullptr && col_copy == nullptr) return;
@@ -413,10 +415,15 @@ void quantize_fused(const bf16_t* x, int rows, int cols, const CopyOut* row_copy
     throw std::invalid_argument("quantize_fused: the source must be a 16-byte aligned device pointer");
 
   // Copies with docs/recipes.md's options take the reference-shaped kernels (both copies then, one
-  // read of x each); the §5 recipes never do.
-  if ((row_copy != nullptr && uses_recipe_options(row_copy->spec)) ||
+  // read of x each); the §5 recipes never do. Nor do a gathered group's copies when one rounds
+  // stochastically (source_rows): the fused kernels draw by x's own element index, and the
+  // reference-shaped ones are the first correct version of the keyed draw, not a fast one. With
+  // round-to-nearest the draws are unused and the fused kernels give the same bits.
+  auto sr = [](const CopyOut* c) { return c != nullptr && c->spec.rounding == Rounding::sr; };
+  const bool keyed = source_rows != nullptr && (sr(row_copy) || sr(col_copy));
+  if (keyed || (row_copy != nullptr && uses_recipe_options(row_copy->spec)) ||
       (col_copy != nullptr && uses_recipe_options(col_copy->spec))) {
-    quantize_recipe_copies(x, rows, cols, row_copy, col_copy, nonfinite_flag, workspace, stream);
+    quantize_recipe_copies(x, rows, cols, row_copy, col_copy, nonfinite_flag, source_rows, workspace, stream);
     return;
   }
 

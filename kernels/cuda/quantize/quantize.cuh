@@ -41,8 +41,13 @@ struct CopyOut {
 // never cleared here, so one flag can collect a whole step. Asynchronous on `stream`.
 // Throws std::invalid_argument (with fp4::cpu::shape_error's message when the shape does not fit a
 // spec) before launching anything, and std::runtime_error on a CUDA error.
+// source_rows (device, may be null): for a copy whose rows were gathered from a larger tensor (an
+// MoE expert's group of tokens), the source row of each row of x, as fp4::cpu::quantize's
+// source_rows: the SR draw of element (r, c) is that of index source_rows[r]·cols + c, so the
+// random numbers do not depend on the grouping. Blocks, the RHT and the amax run over x's rows.
+// Copies that round stochastically then take the plain reference-shaped kernels (slower).
 void quantize_fused(const bf16_t* x, int rows, int cols, const CopyOut* row_copy,
                     const CopyOut* col_copy, unsigned* nonfinite_flag, Workspace& workspace,
-                    cudaStream_t stream);
+                    cudaStream_t stream, const int32_t* source_rows = nullptr);
 
 }  // namespace fp4::cuda

@@ -8,7 +8,9 @@
 //      amax over finite |v| (an atomic maximum on the bits of non-negative floats: order-free);
 //   2. one thread makes the tensor scale (§3's, Four Over Six's 256-aimed one, MS-EDEN's, or 1);
 //   3. blocks (plain and Four Over Six) or 128-groups (double-block, MS-EDEN).
-// The fused kernels (quantize_kernels.cuh) are not touched: the §5 recipes never come here.
+// The fused kernels (quantize_kernels.cuh) are not touched: the §5 recipes never come here, except
+// the SR copies of an MoE expert's group (quantize_fused's source_rows), whose draws are keyed by
+// the source tensor's rows: these kernels take any spec, and only the draw's index changes.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -82,11 +84,20 @@ struct RecipeOut {
   uint8_t* codes;  // may be null
   float* scales;   // may be null
   unsigned* nonfinite_flag;  // may be null
+  const int32_t* source_rows;  // may be null: quantize_fused's source_rows (SR draws only)
 };
 
-__device__ float uniform_for(const QuantSpec& s, int64_t i) {
+// The SR draw's element index of element i of x: i itself, or with source_rows (an MoE expert's
+// group, quantize.cuh) the index of the same (row, column) in the source tensor, as the
+// reference's source_index.
+__device__ uint64_t draw_index(int64_t i, int cols, const int32_t* source_rows) {
+  if (source_rows == nullptr) return static_cast<uint64_t>(i);
+  return static_cast<uint64_t>(source_rows[i / cols]) * static_cast<uint64_t>(cols) + static_cast<uint64_t>(i % cols);
+}
+
+__device__ float uniform_for(const QuantSpec& s, int64_t i, int cols, const int32_t* source_rows) {
   return s.rounding == Rounding::sr
-             ? uniform_from_word(philox_word_for_element(s.seed, s.stream, s.step, static_cast<uint64_t>(i)))
+             ? uniform_from_word(philox_word_for_element(s.seed, s.stream, s.step, draw_index(i, cols, source_rows)))
              : 0.0f;
 }
 
@@ -134,7 +145,7 @@ __global__ void recipe_block_kernel(const bf16_t* x, const float* v, int rows, i
       for (int c = c0; c < c0 + nc; ++c) {
         const int64_t i = static_cast<int64_t>(r) * cols + c;
         vals[n] = v[i];
-        us[n++] = uniform_for(spec, i);
+        us[n++] = uniform_for(spec, i, cols, o.source_rows);
       }
     const BlockScale s4 = make_block_scale(spec.scale, amax_b, kFourOverSixLowMax, ts);
     if (four_over_six_picks_four(vals, us, n, s, s4, ts.dec, spec.grid, max_index, spec.rounding)) s = s4;
@@ -143,7 +154,7 @@ __global__ void recipe_block_kernel(const bf16_t* x, const float* v, int rows, i
   for (int r = r0; r < r0 + nr; ++r)
     for (int c = c0; c < c0 + nc; ++c) {
       const int64_t i = static_cast<int64_t>(r) * cols + c;
-      const QuantizedElement e = quantize_element(v[i], s, spec.grid, max_index, spec.rounding, uniform_for(spec, i));
+      const QuantizedElement e = quantize_element(v[i], s, spec.grid, max_index, spec.rounding, uniform_for(spec, i, cols, o.source_rows));
       o.dequant[i] = e.out;
       if (o.codes != nullptr) o.codes[i] = e.code;
     }
@@ -184,8 +195,8 @@ __global__ void recipe_group_kernel(const bf16_t* x, const float* v, int rows, i
     uint8_t mag[kMsEdenGroup];
     for (int k = 0; k < kMsEdenGroup; ++k) vals[k] = v[index(k)];
     for (int b = 0; b < kBlocks; ++b)
-      us[b] = uniform_from_word(philox_word_for_element(spec.seed, spec.stream, spec.step,
-                                                        static_cast<uint64_t>(index(16 * b))));
+      us[b] = uniform_from_word(
+          philox_word_for_element(spec.seed, spec.stream, spec.step, draw_index(index(16 * b), cols, o.source_rows)));
     ms_eden_group(vals, ts_ptr->dec, us, scales, mag);
     for (int b = 0; b < kBlocks; ++b) {
       if (o.scales != nullptr) o.scales[scale_index(b)] = scales[b];
@@ -226,15 +237,15 @@ __global__ void recipe_group_kernel(const bf16_t* x, const float* v, int rows, i
     if (o.scales != nullptr) o.scales[scale_index(b)] = inner;
     for (int k = 16 * b; k < 16 * b + 16; ++k) {
       const int64_t i = index(k);
-      const QuantizedElement e = quantize_element(v[i], s, spec.grid, max_index, spec.rounding, uniform_for(spec, i));
+      const QuantizedElement e = quantize_element(v[i], s, spec.grid, max_index, spec.rounding, uniform_for(spec, i, cols, o.source_rows));
       o.dequant[i] = e.out;
       if (o.codes != nullptr) o.codes[i] = e.code;
     }
   }
 }
 
-void quantize_one(const bf16_t* x, int rows, int cols, const CopyOut& c, unsigned* nonfinite_flag, Workspace& workspace,
-                  cudaStream_t stream) {
+void quantize_one(const bf16_t* x, int rows, int cols, const CopyOut& c, unsigned* nonfinite_flag,
+                  const int32_t* source_rows, Workspace& workspace, cudaStream_t stream) {
   const QuantSpec& s = c.spec;
   const int64_t n = static_cast<int64_t>(rows) * cols;
   const size_t v_bytes = (static_cast<size_t>(n) * sizeof(float) + 255) / 256 * 256;
@@ -251,7 +262,7 @@ void quantize_one(const bf16_t* x, int rows, int cols, const CopyOut& c, unsigne
   FP4_CUDA_CHECK(cudaGetLastError());
   recipe_scale_kernel<<<1, 1, 0, stream>>>(s, amax_bits, ts, c.amax, c.tensor_scale);
   FP4_CUDA_CHECK(cudaGetLastError());
-  const RecipeOut o{c.dequant, c.codes, c.scales, nonfinite_flag};
+  const RecipeOut o{c.dequant, c.codes, c.scales, nonfinite_flag, source_rows};
   if (s.ms_eden || s.outer_block != 0) {
     recipe_group_kernel<<<std::max(1, ceil_div(n / kOuterBlock, kRecipeThreads)), kRecipeThreads, 0, stream>>>(
         x, v, rows, cols, s, ts, o);
@@ -271,9 +282,10 @@ bool uses_recipe_options(const QuantSpec& s) {
 }
 
 void quantize_recipe_copies(const bf16_t* x, int rows, int cols, const CopyOut* row_copy, const CopyOut* col_copy,
-                            unsigned* nonfinite_flag, Workspace& workspace, cudaStream_t stream) {
-  if (row_copy != nullptr) quantize_one(x, rows, cols, *row_copy, nonfinite_flag, workspace, stream);
-  if (col_copy != nullptr) quantize_one(x, rows, cols, *col_copy, nonfinite_flag, workspace, stream);
+                            unsigned* nonfinite_flag, const int32_t* source_rows, Workspace& workspace,
+                            cudaStream_t stream) {
+  if (row_copy != nullptr) quantize_one(x, rows, cols, *row_copy, nonfinite_flag, source_rows, workspace, stream);
+  if (col_copy != nullptr) quantize_one(x, rows, cols, *col_copy, nonfinite_flag, source_rows, workspace, stream);
 }
 
 }  // namespace fp4::cuda::detail
