@@ -531,23 +531,21 @@ TEST_CASE("train: an MoE model writes its routing per step, and resumes bit for 
   }
   CHECK(keys["train/aux_loss"] == 20);
 
-  // On device "cuda" it is refused in one line before the directory is touched (in a build
-  // without CUDA the device itself is), and a config that names no device trains on the CPU.
+  // On more than one GPU it is refused in one line before the directory is touched (the config
+  // itself is: with or without CUDA in the build), and a config that names no device trains on
+  // the CPU.
   json cuda = j;
   cuda["device"] = "cuda";
+  cuda["gpus"] = 2;
   const auto refused = tmp / "cuda";
   try {
     run_train(write_config(tmp, cuda, "cuda.json"), refused);
-    FAIL("an MoE model trained on device cuda");
+    FAIL("an MoE model trained on 2 GPUs");
   } catch (const fp4::UserError& e) {
     const std::string what = e.what();
     INFO(what);
     CHECK(what.find('\n') == std::string::npos);
-#ifdef FP4LAB_HAVE_CUDA
-    CHECK(what.find(fp4::model::kMoeCudaRefusal) != std::string::npos);
-#else
-    CHECK(what.find("device \"cuda\": this fp4lab was built without CUDA; ") != std::string::npos);
-#endif
+    CHECK(what.find(std::string("gpus = 2: ") + fp4::model::kMoeMultiGpuRefusal) != std::string::npos);
   }
   CHECK_FALSE(std::filesystem::exists(refused));
   json unnamed = tiny_config("bf16", 1);

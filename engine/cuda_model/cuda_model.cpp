@@ -37,8 +37,6 @@ void require_device() {
 
 CudaModel::CudaModel(const model::ModelShape& config, const engine::Recipe& recipe, std::vector<int> bf16_layers)
     : host_(config, recipe, bf16_layers, model::Storage::bf16) {
-  if (config.moe.enabled())  // before the device: the refusal holds on any machine
-    throw UserError(model::kMoeCudaRefusal);
   require_device();
   if (config.head_dim > cuda::kMaxHeadDim)
     throw UserError("model: head_dim = " + std::to_string(config.head_dim) +
@@ -51,9 +49,34 @@ CudaModel::CudaModel(const model::ModelShape& config, const engine::Recipe& reci
   keep_bf16_.assign(L, false);
   for (int b : host_.bf16_layers()) keep_bf16_[b] = true;
   n_params_ = host_.params().size();
-  tok_emb_ = 0;
-  final_norm_ = 1 + 6 * L;
-  lm_head_ = 2 + 6 * L;
+  // Every view by name (param_layout's names): a dense model's are its fixed indices.
+  auto find = [&](const std::string& name) {
+    for (size_t i = 0; i < views().size(); ++i)
+      if (views()[i].name == name) return static_cast<int>(i);
+    return -1;
+  };
+  tok_emb_ = find("tok_emb");
+  final_norm_ = find("final_norm");
+  lm_head_ = find("lm_head");
+  block_index_.assign(L, BlockIndex{});
+  for (int b = 0; b < L; ++b) {
+    const std::string p = "blocks." + std::to_string(b) + ".";
+    BlockIndex& bi = block_index_[b];
+    bi.attn_norm = find(p + "attn_norm");
+    bi.qkv = find(p + "qkv");
+    bi.attn_out = find(p + "attn_out");
+    bi.mlp_norm = find(p + "mlp_norm");
+    bi.mlp_in = find(p + "mlp_in");
+    bi.mlp_out = find(p + "mlp_out");
+    if (!model::is_moe_block(config, b)) continue;
+    bi.router = find(p + "router");
+    const int E = config.moe.n_experts;
+    for (int j = 0; j < E + config.moe.n_shared; ++j) {
+      const std::string e = p + (j < E ? "experts." + std::to_string(j) : "shared." + std::to_string(j - E)) + ".";
+      bi.expert_in.push_back(find(e + "mlp_in"));
+      bi.expert_out.push_back(find(e + "mlp_out"));
+    }
+  }
 
   FP4_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
   gemm_ = std::make_unique<cuda::Gemm>();
@@ -72,7 +95,7 @@ CudaModel::CudaModel(const model::ModelShape& config, const engine::Recipe& reci
   pending_flags_.reserve(kPendingSlots);
   FP4_CUDA_CHECK(cudaStreamSynchronize(stream_));
   const char* graphs = std::getenv("FP4LAB_CUDA_GRAPHS");
-  graphs_on_ = graphs == nullptr || std::strcmp(graphs, "0") != 0;
+  graphs_on_ = (graphs == nullptr || std::strcmp(graphs, "0") != 0) && !config.moe.enabled();
 }
 
 CudaModel::~CudaModel() {
@@ -135,10 +158,12 @@ engine::LinearSite CudaModel::site(const model::StepContext& ctx, int block, int
 }
 
 const model::ParamView& CudaModel::weight_view(int block, int pos) const {
-  // The layout (param_layout): tok_emb, then per block attn_norm, qkv, attn_out, mlp_norm, mlp_in,
-  // mlp_out.
-  static constexpr int kOffsetInBlock[4] = {1, 2, 4, 5};
-  return views()[1 + 6 * block + kOffsetInBlock[pos]];
+  const BlockIndex& b = block_index_[block];
+  const int view = pos == 0 ? b.qkv : pos == 1 ? b.attn_out : pos == 2 ? b.mlp_in : b.mlp_out;
+  if (view < 0)  // an MoE block's MLP positions: its experts' views are in block_index_
+    throw std::logic_error("cuda model: block " + std::to_string(block) + " has no linear at position " +
+                           std::to_string(pos));
+  return views()[view];
 }
 
 namespace detail {
@@ -155,17 +180,17 @@ cuda::CopyOut copy_out(const QuantSpec& spec, bf16_t* dequant, float* tensor_sca
 // Quantizes `src` into one or two copies: a row-blocked and a column-blocked copy share one fused
 // pass; two copies blocked the same way take a pass each.
 void quantize_copies(const bf16_t* src, int rows, int cols, const cuda::CopyOut* a, const cuda::CopyOut* b,
-                     unsigned* flag, cuda::Workspace& ws, cudaStream_t stream) {
+                     unsigned* flag, cuda::Workspace& ws, cudaStream_t stream, const int32_t* source_rows) {
   auto row = [](const cuda::CopyOut* c) { return c != nullptr && c->spec.along == BlockAlong::row ? c : nullptr; };
   auto col = [](const cuda::CopyOut* c) { return c != nullptr && c->spec.along == BlockAlong::column ? c : nullptr; };
   if (b != nullptr && a->spec.along == b->spec.along) {
-    cuda::quantize_fused(src, rows, cols, row(a), col(a), flag, ws, stream);
-    cuda::quantize_fused(src, rows, cols, row(b), col(b), flag, ws, stream);
+    cuda::quantize_fused(src, rows, cols, row(a), col(a), flag, ws, stream, source_rows);
+    cuda::quantize_fused(src, rows, cols, row(b), col(b), flag, ws, stream, source_rows);
     return;
   }
   const cuda::CopyOut* r = row(a) ? row(a) : row(b);
   const cuda::CopyOut* c = col(a) ? col(a) : col(b);
-  cuda::quantize_fused(src, rows, cols, r, c, flag, ws, stream);
+  cuda::quantize_fused(src, rows, cols, r, c, flag, ws, stream, source_rows);
 }
 
 // How many K chunks a block linear's weight gradient is cut into (Gemm::matmul_split_k). Each CTA

@@ -24,7 +24,14 @@
 //     in bf16 directly; run() marks each store;
 //   - the shrinkage probe (probe()): the training pass's forward and dX backward, every slot's
 //     copy measured by kernels/cuda/quant_metrics.cuh where it is made; only the metrics' fp64
-//     sums come to the host.
+//     sums come to the host;
+//   - an MoE block (cuda_model_moe.cpp; docs/model.md, "The MoE block's passes"): the router in
+//     fp32 (fp32 GEMMs with the fp32 master weights), kernels/cuda/moe.cuh's routing, dispatch,
+//     combine and their backward, and one quantized GEMM per expert group (a loop over the experts:
+//     the first correct version, not a fast one), each group's X and dY copies quantized over the
+//     group's own rows with the SR draws keyed by its tokens (quantize_fused's source_rows). The
+//     dispatch sizes the GEMMs on the host, so a pass of an MoE model waits for the GPU once per
+//     MoE block and never runs as a CUDA graph.
 // Deterministic: no atomics anywhere (ops.cuh; gemm.cuh's split-K adds its partials in a fixed order
 // with a chunk count fixed by the shape), so two identical calls
 // give identical bits on the same GPU model.
@@ -47,6 +54,7 @@
 #include "kernels/cuda/cuda_common.cuh"  // DeviceArray, FP4_CUDA_CHECK
 #include "kernels/cuda/flash_attention.cuh"
 #include "kernels/cuda/gemm.cuh"
+#include "kernels/cuda/moe.cuh"
 #include "kernels/cuda/ops.cuh"
 #include "kernels/cuda/quant_metrics.cuh"
 #include "kernels/cuda/quantize/quantize.cuh"
@@ -235,7 +243,8 @@ class CudaModel {
   // pass has no argument that changes and replays as captured. A graph holds raw device pointers:
   // it is used only while cuda::device_allocation_count() is the count it was made at. Two per
   // model: micro-step 0 of an optimizer step remakes the weight slots' copies, the others do not.
-  // FP4LAB_CUDA_GRAPHS=0 in the environment turns them off (every pass launched kernel by kernel).
+  // FP4LAB_CUDA_GRAPHS=0 in the environment turns them off (every pass launched kernel by kernel);
+  // so does an MoE model (its dispatch waits for the host mid-pass).
   struct PassGraph {
     cudaGraphExec_t exec = nullptr;
     int rows = 0, batch = 0;
@@ -277,6 +286,63 @@ class CudaModel {
   DeviceArray<float> weight_ts_;
   DeviceArray<unsigned> weight_flags_;
   std::vector<unsigned char> weight_used_;
+
+  // ---- The parameters' views by block (every block linear's and norm's index into views()) ----
+  // Found by name (model::param_layout's), so a dense model gets the layout's fixed indices and an
+  // MoE block its router and experts.
+  struct BlockIndex {
+    int attn_norm = -1, qkv = -1, attn_out = -1, mlp_norm = -1, mlp_in = -1, mlp_out = -1, router = -1;
+    std::vector<int> expert_in, expert_out;  // routed 0..E-1, then shared
+  };
+  std::vector<BlockIndex> block_index_;
+
+  // ---- MoE blocks (cuda_model_moe.cpp) ----
+  // What one MoE block keeps from its forward for its backward: the router's outputs, the dispatch
+  // plan (on the device and, for the GEMM shapes, on the host), and the experts' bf16 activations,
+  // grouped (expert j's padded group at rows plan.offsets[j] .. offsets[j + 1]; kernels/cuda/moe.cuh).
+  struct MoeActs {
+    DeviceArray<float> logits, scores, gates, lse;     // [R, E], [R, E], [R, k], [R]
+    DeviceArray<int32_t> chosen, slot, tokens, choice;  // [R, k], [R, k], [groups], [groups]
+    DeviceArray<int64_t> plan_dev;                     // counts [J] | offsets [J + 1]
+    DeviceArray<bf16_t> x, u, a, y;                    // [groups, d], [groups, 2·f_e], [groups, f_e], [groups, d]
+    cuda::MoeDispatch plan;
+    model::MoeLayerStats stats;
+  };
+  std::vector<std::unique_ptr<MoeActs>> moe_acts_;  // per block (null for a dense block)
+  // Shared scratch of the MoE blocks: h in fp32 [R, d] (the router's and the gather's input), two
+  // fp32 [R, d] (the combined output or dh; dout), grouped fp32 [groups, d], the router's dgates
+  // [R, k], dlogits [R, E] and share of dh [R, d], the experts' grouped bf16 dY, da, du and dX,
+  // their quantized copies (X or dY, W, wgrad dY, wgrad X) and those copies' tensor scales.
+  DeviceArray<float> moe_h_, moe_out_, moe_dout_, moe_grouped_, moe_dgates_, moe_dlogits_, moe_router_dh_;
+  DeviceArray<bf16_t> moe_dy_, moe_da_, moe_du_, moe_dx_;
+  DeviceArray<bf16_t> moe_q_a_, moe_q_w_, moe_q_c_, moe_q_d_;
+  DeviceArray<float> moe_ts_;
+  int64_t moe_capacity_ = 0;  // grouped rows the buffers hold (moe_dispatch_capacity)
+  // The MoE blocks' routing of each pass in flight (appended by enqueue_pass, as pending_rows_).
+  std::vector<std::vector<model::MoeLayerStats>> pending_moe_;
+  std::vector<model::MoeLayerStats> pass_moe_;  // the pass being enqueued
+  void prepare_moe();
+  // The MoE block of `block`: tmpb_ (its output, stored) from h (mlp_norm's bf16 output); and its
+  // backward from dresb_ into dhb_ (dh, stored) and the gradients.
+  void moe_forward(const model::StepContext& ctx, int block, const bf16_t* h);
+  void moe_backward(const model::StepContext& ctx, int block, const bf16_t* h, float grad_scale);
+  // Expert j's group in the pass: its rows, its padded length, where it starts in the grouped
+  // buffers, its tokens (device: the SR draws' rows), and its two linears' sites (its own Philox
+  // sites, model::expert_linear_site).
+  struct ExpertGroup {
+    int rows = 0, padded = 0;
+    int64_t first = 0;
+    const int32_t* tokens = nullptr;
+    engine::LinearSite in, out;
+  };
+  ExpertGroup expert_group(const model::StepContext& ctx, int block, int expert);
+  // One expert linear (weights views()[view]) over a group: Y [rows] = X · Wᵀ; and its backward,
+  // dX over `rows` rows and dW += over `padded` rows (zero padding beyond `rows`). source_rows
+  // (device): the group's tokens, the SR draws' rows. The weight's copies are made afresh at each use.
+  void expert_forward(const engine::LinearSite& s, int view, const bf16_t* xb, int rows, const int32_t* source_rows,
+                      LinearOut y);
+  void expert_backward(const engine::LinearSite& s, int view, const bf16_t* xb, const bf16_t* dyb, int rows,
+                       int padded, const int32_t* source_rows, LinearOut dx);
 
   // Per-pass state.
   int batch_ = 0, seq_ = 0, rows_ = 0;

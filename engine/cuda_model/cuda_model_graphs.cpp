@@ -98,6 +98,7 @@ void CudaModel::enqueue_forward_backward(const model::Batch& batch, const model:
                                    cudaMemcpyDeviceToDevice, stream_));
   pending_used_.push_back(weight_used_);
   pending_rows_.push_back(rows_);
+  pending_moe_.push_back(std::exchange(pass_moe_, {}));
 }
 
 void CudaModel::harvest_pending() {
@@ -118,10 +119,18 @@ void CudaModel::harvest_pending() {
     model::PassResult r;
     r.loss = loss[p] / pending_rows_[p];
     r.nonfinite = !finite;
+    // MoE models: the auxiliary losses, as the CPU model's forward_backward sums them.
+    const model::MoeShape& m = config().moe;
+    for (model::MoeLayerStats& st : pending_moe_[p]) {
+      r.aux_loss += m.balance_coef * st.balance + m.z_coef * st.z;
+      r.moe.push_back(std::move(st));
+    }
+    r.nonfinite = r.nonfinite || !std::isfinite(r.aux_loss);
     harvested_.push_back(r);
   }
   pending_used_.clear();
   pending_rows_.clear();
+  pending_moe_.clear();
 }
 
 std::vector<model::PassResult> CudaModel::finish_forward_backward() {

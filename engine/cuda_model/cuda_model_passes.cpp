@@ -113,13 +113,14 @@ void CudaModel::prepare(const model::Batch& batch) {
       for (int i = 0; i < kLinearsPerBlock * L; ++i) x_col_.push_back(std::make_unique<DeviceArray<bf16_t>>());
     }
     for (int l = 0; l < L; ++l)
-      for (int pos = 0; pos < 4; ++pos)
+      for (int pos = 0; pos < (model::is_moe_block(c, l) ? 2 : 4); ++pos)  // an MoE block's experts keep none
         if (!keep_bf16_[l]) x_col_[linear_site(l, pos)]->reserve(r * static_cast<size_t>(weight_view(l, pos).shape[1]));
     x_col_ts_.reserve(static_cast<size_t>(kLinearsPerBlock * L));
   }
   head_w_.reserve(static_cast<size_t>(V) * d);
   size_t wgrad_floats = 0;
   for (int pos = 0; pos < 4; ++pos) {
+    if (model::is_moe_block(c, 0) && pos >= 2) continue;  // MoE experts' wgrad runs as one GEMM each
     const model::ParamView& w = weight_view(0, pos);
     const int n = static_cast<int>(w.shape[0]), k = static_cast<int>(w.shape[1]), chunks = wgrad_chunks(n, k, R);
     if (chunks > 1) wgrad_floats = std::max(wgrad_floats, static_cast<size_t>(chunks) * n * k);
@@ -143,6 +144,7 @@ void CudaModel::prepare(const model::Batch& batch) {
     pending_weight_flags_.reserve(kPendingSlots * weight_slots);
   }
   weight_used_.assign(weight_slots, 0);
+  if (c.moe.enabled()) prepare_moe();
   if (weights_stale_) {
     ++weights_version_;  // every weight slot's copy is remade on its next use
     cuda::float_to_bf16(params_.get(), w_bf16_.get(), n_params_, stream_);
@@ -179,7 +181,8 @@ void CudaModel::enqueue_pass(const model::StepContext& ctx, bool backward, float
   const int32_t* inputs = tokens_.get();
   const int32_t* targets = tokens_.get() + r;
   const auto& v = views();
-  auto block_view = [&](int l, int k) { return 1 + 6 * l + k; };  // k: 0 attn_norm, 3 mlp_norm
+  auto block_view = [&](int l, int k) { return k == 0 ? block_index_[l].attn_norm : block_index_[l].mlp_norm; };
+  pass_moe_.clear();
   cudaStream_t st = stream_;
 
   // ---- Forward ----
@@ -224,11 +227,15 @@ void CudaModel::enqueue_pass(const model::StepContext& ctx, bool backward, float
     cuda::rmsnorm_forward(A.x_midb.get(), param(block_view(l, 3)), R, d, eps, nullptr, A.rstd2.get(), st,
                           store_out(A.h2b.get()));
     // store(A.h2): rounded by rmsnorm_forward, which writes only the mlp_in linear's X into A.h2b
-    linear_forward(ctx, l, 2, A.h2b.get(), out_bf16(A.ub.get()));
-    cuda::swiglu_forward(A.ub.get(), R, f, nullptr, st, store_out(A.ab.get()));
-    // store(A.u): by the GEMM; store(A.a): rounded by swiglu_forward, which writes only the
-    // mlp_out linear's X into A.ab
-    linear_forward(ctx, l, 3, A.ab.get(), block_out);
+    if (model::is_moe_block(c, l)) {
+      moe_forward(ctx, l, A.h2b.get());  // store(tmp): tmpb_ holds the block's bf16 output
+    } else {
+      linear_forward(ctx, l, 2, A.h2b.get(), out_bf16(A.ub.get()));
+      cuda::swiglu_forward(A.ub.get(), R, f, nullptr, st, store_out(A.ab.get()));
+      // store(A.u): by the GEMM; store(A.a): rounded by swiglu_forward, which writes only the
+      // mlp_out linear's X into A.ab
+      linear_forward(ctx, l, 3, A.ab.get(), block_out);
+    }
     cuda::residual_add(A.x_midb.get(), tmpb_.get(), nullptr, rd, st, store_out(residb_[l + 1]->get()));
     // store(tmp): by the GEMM; store(resid[l + 1]): rounded by residual_add
   }
@@ -274,11 +281,15 @@ void CudaModel::enqueue_pass(const model::StepContext& ctx, bool backward, float
     for (int l = L - 1; l >= 0; --l) {
       LayerActs& A = *acts_[l];
       // dresb_ holds ∂loss/∂(block output). MLP branch.
-      linear_backward(ctx, l, 3, A.ab.get(), dresb_.get(), out_bf16(dab_.get()));
-      cuda::swiglu_backward(A.ub.get(), dab_.get(), R, f, nullptr, st, store_out(dyb_.get()));
-      // store(da): by the GEMM; store(du): rounded by swiglu_backward, which writes only the
-      // mlp_in linear's dY into dyb_
-      linear_backward(ctx, l, 2, A.h2b.get(), dyb_.get(), out_bf16(dhb_.get()));
+      if (model::is_moe_block(c, l)) {
+        moe_backward(ctx, l, A.h2b.get(), grad_scale);  // store(dh): dhb_ holds the block's bf16 dh
+      } else {
+        linear_backward(ctx, l, 3, A.ab.get(), dresb_.get(), out_bf16(dab_.get()));
+        cuda::swiglu_backward(A.ub.get(), dab_.get(), R, f, nullptr, st, store_out(dyb_.get()));
+        // store(da): by the GEMM; store(du): rounded by swiglu_backward, which writes only the
+        // mlp_in linear's dY into dyb_
+        linear_backward(ctx, l, 2, A.h2b.get(), dyb_.get(), out_bf16(dhb_.get()));
+      }
       cuda::rmsnorm_backward_add(A.x_midb.get(), param(block_view(l, 3)), A.rstd2.get(), dhb_.get(), R, d,
                                  dresb_.get(), gain_grad(block_view(l, 3)), ws_ops_, st);
       // store(dh): by the GEMM; dres += the norm's dx, then store(dres): rounded as written, in

@@ -98,6 +98,8 @@ void CudaModel::probe_linear_backward(const engine::LinearSite& s, int block, in
 
 ProbeOutcome CudaModel::probe(const model::Batch& batch, const model::StepContext& ctx,
                               const ProbeObserver& observer) {
+  if (config().moe.enabled())  // as the CPU model's probe()
+    throw std::invalid_argument("model: the shrinkage probe does not measure an MoE model's expert linears yet");
   host_.validate_batch(batch, ctx, true);
   prepare(batch);
   const model::ModelShape& c = config();

@@ -54,11 +54,10 @@ struct ModelShape {
   MoeShape moe;              // n_experts = 0: the dense model
 };
 
-// Until the CUDA engine has its expert path (issue 33), MoE models train on the CPU only: the
-// trainer and the CUDA model refuse them with this line.
-inline constexpr const char* kMoeCudaRefusal =
-    "device \"cuda\": MoE models (model.moe) train only on device \"cpu\" so far (the CUDA engine has no "
-    "expert path yet): train with --device cpu";
+// MoE models train on one GPU so far (their routing rows would be one rank's alone, and the
+// data-parallel MoE path is untested): a config with gpus > 1 is refused with this line.
+inline constexpr const char* kMoeMultiGpuRefusal =
+    "MoE models (model.moe) train on one GPU so far: set gpus = 1";
 
 // Whether block b holds an MoE block (moe.enabled() and (b + 1) % moe.every == 0).
 bool is_moe_block(const ModelShape& c, int block);

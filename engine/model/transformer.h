@@ -188,6 +188,9 @@ class BasicModel {
   void validate_batch(const Batch& batch, const StepContext& ctx, bool backward) const {
     check_batch(batch, ctx, backward);
   }
+  // What an MoE block's expert groups are padded to (rows, a multiple of the recipe's wgrad blocks;
+  // 1 when the block's linears are not quantized): moe_block.cpp's, and the CUDA model's.
+  int wgrad_row_multiple(int block) const;
 
  private:
   struct LayerActs {  // what a block keeps for its backward pass
@@ -242,7 +245,6 @@ class BasicModel {
   // backward from dout into dh (overwritten) and g. moe_forward fills stats with the routing.
   bool moe_forward(const StepContext& ctx, int block, const T* h, T* out);
   bool moe_backward(const StepContext& ctx, int block, const T* h, const T* dout, T* dh, T* g, T grad_scale);
-  int wgrad_row_multiple(int block) const;  // the padding of expert groups
 
   ModelShape config_;
   engine::Recipe recipe_;

@@ -442,6 +442,7 @@ std::string gpus_error(const RunConfig& c, int64_t gpus) {
   if (c.device != "cuda")
     return fmt::format("gpus = {} needs device \"cuda\" (data parallelism runs one process per GPU), "
                        "the device is \"{}\": set device \"cuda\" or train on 1 GPU", gpus, c.device);
+  if (c.model.moe.enabled()) return fmt::format("gpus = {}: {}", gpus, model::kMoeMultiGpuRefusal);
   if (c.grad_accum() % gpus != 0)
     return fmt::format("gpus = {} does not divide the {} micro-steps of a step (train.batch_tokens {} / "
                        "(train.micro_batch {} × model.seq_len {})): every GPU takes whole micro-batches, so make "

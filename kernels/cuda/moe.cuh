@@ -2,8 +2,8 @@
 // block's passes"): the router after its logits (kernels/cpu/router.h is the reference, with the
 // formulas), the dispatch plan (the groups of tokens per expert, in ascending token index), the
 // gather of a group's rows, the gated combine of the experts' outputs, the gates' gradients, the
-// experts' dY and the sum of their dX. The grouped expert GEMMs and the CUDA model's MoE block that
-// strings these together are still to come: until then the CUDA engine refuses MoE models.
+// experts' dY and the sum of their dX. engine/cuda_model/cuda_model_moe.cpp strings these together
+// with one GEMM per expert group (grouped GEMMs are still to come).
 //
 // Layouts: logits, scores [R, E]; chosen, gates, slot [R, k] (chosen in ascending expert index, as
 // the reference); the groups of all experts (routed 0..E-1, then shared) concatenated, expert j's

@@ -1,0 +1,301 @@
+// cuda_model_moe.cpp — CudaModel's MoE blocks (cuda_model.h; docs/model.md, "The MoE block's
+// passes"): engine/model/moe_block.cpp step for step, with kernels/cuda/moe.cuh's routing, dispatch
+// and combine and one quantized GEMM per expert group. Keep the two in step when either changes.
+//
+// The expert GEMMs are a loop over the experts, each group its own GEMMs (cuBLASLt, as the dense
+// linears): the first correct version, not a fast one (issue 33's grouped GEMMs are still to come;
+// bench/RESULTS.md measures nothing of it yet). Each group's X and dY copies are quantized over the
+// group's own rows, their SR draws keyed by the group's tokens (quantize_fused's source_rows,
+// bit-identical to cpu::quantize's); the expert weights are quantized afresh at each use (the same
+// copy each time: weight slots draw with micro-step 0).
+//
+// Where the CPU model keeps an fp32 buffer of bf16 values, this one keeps bf16 (the GEMMs write
+// bf16 outputs, rounded once: LinearOut) and converts to fp32 (exactly) where moe.cuh's kernels
+// read fp32; an fp32 result the CPU stores is rounded by float_to_bf16 into its bf16 buffer.
+#include <algorithm>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "base/linear_sites.h"
+#include "engine/cuda_model/cuda_model.h"
+#include "engine/cuda_model/cuda_model_internal.h"
+#include "engine/quantized_linear.h"
+#include "kernels/cpu/router.h"
+
+namespace fp4::cuda_model {
+
+using detail::backward_specs;
+using detail::copy_out;
+using detail::quantize_copies;
+
+void CudaModel::prepare_moe() {
+  const model::ModelShape& c = config();
+  const model::MoeShape& m = c.moe;
+  const int L = c.n_layers, d = c.d_model, fe = m.d_ff_expert, E = m.n_experts, K = m.top_k;
+  const int J = m.n_experts + m.n_shared, R = rows_;
+  const size_t r = static_cast<size_t>(R);
+  int64_t cap = 0;
+  for (int l = 0; l < L; ++l)
+    if (model::is_moe_block(c, l))
+      cap = std::max(cap, cuda::moe_dispatch_capacity(R, E, m.n_shared, K, host_.wgrad_row_multiple(l)));
+  const size_t g = static_cast<size_t>(cap);
+  if (static_cast<int>(moe_acts_.size()) != L) {
+    moe_acts_.clear();
+    for (int l = 0; l < L; ++l)
+      moe_acts_.push_back(model::is_moe_block(c, l) ? std::make_unique<MoeActs>() : nullptr);
+  }
+  for (auto& a : moe_acts_) {
+    if (!a) continue;
+    a->logits.reserve(r * E);
+    a->scores.reserve(r * E);
+    a->gates.reserve(r * K);
+    a->lse.reserve(r);
+    a->chosen.reserve(r * K);
+    a->slot.reserve(r * K);
+    a->tokens.reserve(g);
+    a->choice.reserve(g);
+    a->plan_dev.reserve(static_cast<size_t>(2 * J + 1));
+    a->x.reserve(g * d);
+    a->u.reserve(g * 2 * fe);
+    a->a.reserve(g * fe);
+    a->y.reserve(g * d);
+  }
+  moe_h_.reserve(r * d);
+  moe_out_.reserve(r * d);
+  moe_dout_.reserve(r * d);
+  moe_grouped_.reserve(g * d);
+  moe_dgates_.reserve(r * K);
+  moe_dlogits_.reserve(r * E);
+  moe_router_dh_.reserve(r * d);
+  moe_dy_.reserve(g * d);
+  moe_da_.reserve(g * fe);
+  moe_du_.reserve(g * 2 * fe);
+  moe_dx_.reserve(g * d);
+  if (recipe().quantized) {
+    const size_t widest = static_cast<size_t>(std::max(d, 2 * fe));
+    moe_q_a_.reserve(g * widest);
+    moe_q_c_.reserve(g * widest);
+    moe_q_d_.reserve(g * widest);
+    moe_q_w_.reserve(static_cast<size_t>(2 * fe) * d);
+    moe_ts_.reserve(4);
+  }
+  moe_capacity_ = cap;
+}
+
+// ---- One expert linear over its group ----------------------------------------------------------
+
+void CudaModel::expert_forward(const engine::LinearSite& s, int view, const bf16_t* xb, int rows,
+                               const int32_t* source_rows, LinearOut y) {
+  const model::ParamView& w = views()[view];
+  const int n = static_cast<int>(w.shape[0]), k = static_cast<int>(w.shape[1]);
+  const bf16_t* wb = w_bf16_.get() + w.offset;
+  if (!engine::site_is_quantized(s)) {
+    plain_gemm(false, true, rows, n, k, xb, wb, y);
+    return;
+  }
+  float* ts = moe_ts_.get();
+  const QuantSpec sx = engine::site_slot_spec(s, engine::Slot::fprop_x);
+  const QuantSpec sw = engine::site_slot_spec(s, engine::Slot::fprop_w);
+  const cuda::CopyOut cx = copy_out(sx, moe_q_a_.get(), ts + 0), cw = copy_out(sw, moe_q_w_.get(), ts + 1);
+  quantize_copies(xb, rows, k, &cx, nullptr, nonfinite_.get(), ws_quant_, stream_, source_rows);
+  quantize_copies(wb, n, k, &cw, nullptr, nonfinite_.get(), ws_quant_, stream_);  // W's own rows: no source rows
+  const float* alpha = alpha_of(sx, ts + 0, sw, ts + 1, scalars_.get() + 2);
+  quantized_gemm(false, true, rows, n, k, alpha, moe_q_a_.get(), moe_q_w_.get(), y);
+}
+
+void CudaModel::expert_backward(const engine::LinearSite& s, int view, const bf16_t* xb, const bf16_t* dyb, int rows,
+                                int padded, const int32_t* source_rows, LinearOut dx) {
+  const model::ParamView& w = views()[view];
+  const int n = static_cast<int>(w.shape[0]), k = static_cast<int>(w.shape[1]);
+  const bf16_t* wb = w_bf16_.get() + w.offset;
+  float* dw = grad(view);
+  if (!engine::site_is_quantized(s)) {
+    plain_gemm(false, false, rows, k, n, dyb, wb, dx);                             // dX = dY · W
+    gemm_->gemm(true, false, n, k, padded, 1.0f, dyb, xb, 1.0f, dw, stream_);      // dW += dYᵀ · X
+    return;
+  }
+  float* ts = moe_ts_.get();
+  const auto [s_dy_d, s_w_d, s_dy_w, s_x_w] = backward_specs(s);
+  const cuda::CopyOut c_dy_d = copy_out(s_dy_d, moe_q_a_.get(), ts + 0), c_w_d = copy_out(s_w_d, moe_q_w_.get(), ts + 1);
+  const cuda::CopyOut c_dy_w = copy_out(s_dy_w, moe_q_c_.get(), ts + 2), c_x_w = copy_out(s_x_w, moe_q_d_.get(), ts + 3);
+  // As the CPU's linear_bwd: dgrad's dY over the group's rows, wgrad's over the padded group (one
+  // read of dY when they are the same rows).
+  if (rows == padded) {
+    quantize_copies(dyb, rows, n, &c_dy_d, &c_dy_w, nonfinite_.get(), ws_quant_, stream_, source_rows);
+  } else {
+    quantize_copies(dyb, rows, n, &c_dy_d, nullptr, nonfinite_.get(), ws_quant_, stream_, source_rows);
+    quantize_copies(dyb, padded, n, &c_dy_w, nullptr, nonfinite_.get(), ws_quant_, stream_, source_rows);
+  }
+  quantize_copies(wb, n, k, &c_w_d, nullptr, nonfinite_.get(), ws_quant_, stream_);
+  quantize_copies(xb, padded, k, &c_x_w, nullptr, nonfinite_.get(), ws_quant_, stream_, source_rows);
+  const float* alpha_d = alpha_of(s_dy_d, ts + 0, s_w_d, ts + 1, scalars_.get() + 2);
+  quantized_gemm(false, false, rows, k, n, alpha_d, moe_q_a_.get(), moe_q_w_.get(), dx);
+  // dW += alpha·(dYᵀ·X) over the padded group: one GEMM (no split-K), beta = 1 from device memory
+  // where alpha is a device value (linear_backward says why that is deterministic).
+  const float* alpha_w = alpha_of(s_dy_w, ts + 2, s_x_w, ts + 3, scalars_.get() + 3);
+  if (alpha_w == nullptr)
+    gemm_->gemm(true, false, n, k, padded, 1.0f, moe_q_c_.get(), moe_q_d_.get(), 1.0f, dw, stream_);
+  else
+    gemm_->gemm_device_scalars(true, false, n, k, padded, alpha_w, moe_q_c_.get(), moe_q_d_.get(), scalars_.get() + 1,
+                               dw, stream_);
+}
+
+// ---- The block ---------------------------------------------------------------------------------
+
+CudaModel::ExpertGroup CudaModel::expert_group(const model::StepContext& ctx, int block, int expert) {
+  const MoeActs& A = *moe_acts_[block];
+  ExpertGroup g;
+  g.rows = static_cast<int>(A.plan.counts[expert]);
+  g.first = A.plan.offsets[expert];
+  g.padded = static_cast<int>(A.plan.offsets[expert + 1] - g.first);
+  g.tokens = A.tokens.get() + g.first;
+  g.in = site(ctx, block, 2);
+  g.out = site(ctx, block, 3);
+  g.in.linear_id = model::expert_linear_site(config(), block, expert, 2);
+  g.out.linear_id = model::expert_linear_site(config(), block, expert, 3);
+  return g;
+}
+
+void CudaModel::moe_forward(const model::StepContext& ctx, int block, const bf16_t* h) {
+  const model::MoeShape& m = config().moe;
+  const int E = m.n_experts, K = m.top_k, S = m.n_shared, J = E + S, fe = m.d_ff_expert;
+  const int d = config().d_model, R = rows_;
+  const size_t rd = static_cast<size_t>(R) * d;
+  const bool sigmoid = m.score == model::RouterScore::sigmoid;
+  MoeActs& A = *moe_acts_[block];
+  const BlockIndex& bi = block_index_[block];
+  cudaStream_t st = stream_;
+
+  // The router, in fp32: logits = h · W_routerᵀ with the fp32 master weights.
+  cuda::bf16_to_float(h, moe_h_.get(), rd, st);
+  cuda::GemmShape lg;
+  lg.trans_b = true;
+  lg.m = R;
+  lg.n = E;
+  lg.k = d;
+  gemm_->matmul(lg, 1.0f, moe_h_.get(), param(bi.router), 0.0f, A.logits.get(), st);
+  cuda::moe_router_forward(A.logits.get(), R, E, K, sigmoid, m.renormalize, A.scores.get(), A.chosen.get(),
+                           A.gates.get(), A.lse.get(), st);
+
+  // Dispatch (the groups in ascending token index; the host learns their sizes: one wait).
+  const int pad = host_.wgrad_row_multiple(block);
+  A.plan = cuda::moe_dispatch(A.chosen.get(), R, E, S, K, pad, A.slot.get(), A.tokens.get(), A.choice.get(),
+                              A.plan_dev.get(), st);
+  // The auxiliary losses and the expert load, on the host from the router's outputs, by the CPU
+  // reference's own function (the same sums in the same order).
+  {
+    std::vector<float> scores(static_cast<size_t>(R) * E), lse(R);
+    std::vector<int32_t> chosen(static_cast<size_t>(R) * K);
+    FP4_CUDA_CHECK(cudaMemcpyAsync(scores.data(), A.scores.get(), scores.size() * sizeof(float),
+                                   cudaMemcpyDeviceToHost, st));
+    FP4_CUDA_CHECK(cudaMemcpyAsync(chosen.data(), A.chosen.get(), chosen.size() * sizeof(int32_t),
+                                   cudaMemcpyDeviceToHost, st));
+    FP4_CUDA_CHECK(cudaMemcpyAsync(lse.data(), A.lse.get(), lse.size() * sizeof(float), cudaMemcpyDeviceToHost, st));
+    FP4_CUDA_CHECK(cudaStreamSynchronize(st));
+    cpu::RouterLosses losses = cpu::router_losses(scores.data(), chosen.data(), lse.data(), R, E, K, sigmoid);
+    A.stats = model::MoeLayerStats{block, std::move(losses.counts), losses.balance, losses.z};
+    pass_moe_.push_back(A.stats);
+  }
+  const int64_t total = A.plan.offsets[J];
+  if (total > moe_capacity_)
+    throw std::logic_error("cuda model: " + std::to_string(total) + " grouped rows exceed the MoE buffers' " +
+                           std::to_string(moe_capacity_));
+
+  // Gather: every group's rows (zero padding rows), as bf16 (exact: h holds bf16 values).
+  cuda::moe_gather(moe_h_.get(), A.tokens.get(), total, R, d, moe_grouped_.get(), st);
+  cuda::float_to_bf16(moe_grouped_.get(), A.x.get(), static_cast<size_t>(total) * d, st);
+
+  // The experts: u = mlp_in(x), a = silu(gate)·up, y = mlp_out(a), each stored in bf16.
+  for (int j = 0; j < J; ++j) {
+    const auto [rows, padded, o, src, s_in, s_out] = expert_group(ctx, block, j);
+    if (rows == 0) continue;  // no token chose it: nothing runs, no gradient
+    bf16_t* u = A.u.get() + o * 2 * fe;
+    bf16_t* a = A.a.get() + o * fe;
+    expert_forward(s_in, bi.expert_in[j], A.x.get() + o * d, rows, src, LinearOut{nullptr, u});
+    // store(u): by the GEMM; store(a): rounded by swiglu_forward, which writes a's bf16 copy only;
+    // a's padding rows are zero (the wgrad operand's padding).
+    cuda::swiglu_forward(u, rows, fe, nullptr, st, store_out(a));
+    if (padded > rows)
+      FP4_CUDA_CHECK(cudaMemsetAsync(a + static_cast<size_t>(rows) * fe, 0,
+                                     static_cast<size_t>(padded - rows) * fe * sizeof(bf16_t), st));
+    expert_forward(s_out, bi.expert_out[j], a, rows, src, LinearOut{nullptr, A.y.get() + o * d});
+    // store(y): by the GEMM
+  }
+
+  // Combine (fp32, each token's experts in ascending index), then store(out) into the block's
+  // bf16 output tmpb_. The padding rows of y are converted but never read.
+  cuda::bf16_to_float(A.y.get(), moe_grouped_.get(), static_cast<size_t>(total) * d, st);
+  cuda::moe_combine(moe_grouped_.get(), A.chosen.get(), A.slot.get(), A.plan_dev.get() + J, A.gates.get(), R, E, S, K,
+                    d, moe_out_.get(), st);
+  cuda::float_to_bf16(moe_out_.get(), tmpb_.get(), rd, st);
+}
+
+void CudaModel::moe_backward(const model::StepContext& ctx, int block, const bf16_t* h, float grad_scale) {
+  const model::MoeShape& m = config().moe;
+  const int E = m.n_experts, K = m.top_k, S = m.n_shared, J = E + S, fe = m.d_ff_expert;
+  const int d = config().d_model, R = rows_;
+  const size_t rd = static_cast<size_t>(R) * d;
+  MoeActs& A = *moe_acts_[block];
+  const BlockIndex& bi = block_index_[block];
+  const int64_t total = A.plan.offsets[J];
+  const size_t td = static_cast<size_t>(total) * d;
+  cudaStream_t st = stream_;
+
+  // dgates = dout[t] · y_j[t] (dout: dresb_, the block output's gradient), then each group's
+  // dy = gate · dout, stored.
+  cuda::bf16_to_float(dresb_.get(), moe_dout_.get(), rd, st);
+  cuda::bf16_to_float(A.y.get(), moe_grouped_.get(), td, st);
+  cuda::moe_dgates(moe_dout_.get(), moe_grouped_.get(), A.chosen.get(), A.slot.get(), A.plan_dev.get() + J, R, K, d,
+                   moe_dgates_.get(), st);
+  cuda::moe_expert_dy(moe_dout_.get(), A.tokens.get(), A.choice.get(), A.gates.get(), total, R, d,
+                      moe_grouped_.get(), st);
+  cuda::float_to_bf16(moe_grouped_.get(), moe_dy_.get(), td, st);
+
+  // The experts, as the dense MLP's backward over each group.
+  for (int j = 0; j < J; ++j) {
+    const auto [rows, padded, o, src, s_in, s_out] = expert_group(ctx, block, j);
+    if (rows == 0) continue;
+    bf16_t* da = moe_da_.get() + o * fe;
+    bf16_t* du = moe_du_.get() + o * 2 * fe;
+    expert_backward(s_out, bi.expert_out[j], A.a.get() + o * fe, moe_dy_.get() + o * d, rows, padded, src,
+                    LinearOut{nullptr, da});
+    // store(da): by the GEMM; store(du): rounded by swiglu_backward (bf16 only), zero padding rows
+    cuda::swiglu_backward(A.u.get() + o * 2 * fe, da, rows, fe, nullptr, st, store_out(du));
+    if (padded > rows)
+      FP4_CUDA_CHECK(cudaMemsetAsync(du + static_cast<size_t>(rows) * 2 * fe, 0,
+                                     static_cast<size_t>(padded - rows) * 2 * fe * sizeof(bf16_t), st));
+    expert_backward(s_in, bi.expert_in[j], A.x.get() + o * d, du, rows, padded, src,
+                    LinearOut{nullptr, moe_dx_.get() + o * d});
+    // store(dx): by the GEMM
+  }
+
+  // The router: dlogits from the gates and the auxiliary losses (scaled like the loss), then
+  // dW_router += dlogitsᵀ · h and its share of dh, dlogits · W_router, all fp32.
+  cuda::moe_router_backward(A.logits.get(), A.scores.get(), A.chosen.get(), A.lse.get(), moe_dgates_.get(),
+                            A.plan_dev.get(), R, E, K, m.score == model::RouterScore::sigmoid, m.renormalize,
+                            grad_scale * static_cast<float>(m.balance_coef), grad_scale * static_cast<float>(m.z_coef),
+                            moe_dlogits_.get(), st);
+  cuda::bf16_to_float(h, moe_h_.get(), rd, st);  // this block's h (the forward's buffer is shared)
+  cuda::GemmShape wg;  // d W_router [E, d] += dlogitsᵀ [E, R] · h [R, d]
+  wg.trans_a = true;
+  wg.m = E;
+  wg.n = d;
+  wg.k = R;
+  gemm_->matmul(wg, 1.0f, moe_dlogits_.get(), moe_h_.get(), 1.0f, grad(bi.router), st);
+  cuda::GemmShape dg;  // router_dh [R, d] = dlogits [R, E] · W_router [E, d]
+  dg.m = R;
+  dg.n = d;
+  dg.k = E;
+  gemm_->matmul(dg, 1.0f, moe_dlogits_.get(), param(bi.router), 0.0f, moe_router_dh_.get(), st);
+
+  // dh: each token's experts' dX in ascending index, plus the router's share; store(dh) into the
+  // bf16 dhb_ that mlp_norm's backward reads.
+  cuda::bf16_to_float(moe_dx_.get(), moe_grouped_.get(), td, st);
+  cuda::moe_sum_dx(moe_grouped_.get(), A.chosen.get(), A.slot.get(), A.plan_dev.get() + J, moe_router_dh_.get(), R, E,
+                   S, K, d, moe_out_.get(), st);
+  cuda::float_to_bf16(moe_out_.get(), dhb_.get(), rd, st);
+}
+
+}  // namespace fp4::cuda_model
