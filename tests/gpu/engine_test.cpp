@@ -33,12 +33,14 @@
 #include "engine/run/trainer.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cuda/cuda_common.cuh"
+#include "tests/gpu/grad_compare.h"
 #include "tests/run_test_helpers.h"
 
 using fp4::bf16_t;
 using fp4::test::final_state;
 using fp4::test::plain_rows;
 using fp4::test::read_rows;
+using fp4::test::rel_diff_norm;
 using fp4::test::require_identical_runs;
 using fp4::test::same_bits;
 using nlohmann::json;
@@ -63,16 +65,6 @@ class Scratch {
  private:
   std::filesystem::path path_;
 };
-
-double rel_diff_norm(const std::vector<float>& a, const std::vector<float>& b, size_t offset, size_t n) {
-  double diff = 0.0, ref = 0.0;
-  for (size_t i = offset; i < offset + n; ++i) {
-    const double d = static_cast<double>(a[i]) - static_cast<double>(b[i]);
-    diff += d * d;
-    ref += static_cast<double>(b[i]) * static_cast<double>(b[i]);
-  }
-  return std::sqrt(diff) / std::max(std::sqrt(ref), 1e-30);
-}
 
 // ---- Whole runs ----
 
