@@ -42,7 +42,9 @@ void register_plan_commands(CLI::App& app) {
       "plan", "Before a study runs: its device time from measured tokens/s, and the seeds each contrast needs "
               "(docs/statistics.md \"Planning\")");
   plan->add_option("study", p->spec, "The study's TOML file")->required();
-  plan->add_option("--pilot", p->pilot, "A store whose paired seeds give the sd of each contrast (default: the study's)");
+  plan->add_option("--pilot", p->pilot,
+                   "A store whose paired seeds give the sd of each contrast (default: the study's), and whose runs "
+                   "give the speed of a size and recipe the study's store has not measured");
   plan->add_option("--effect", p->effect, "The difference to detect, in percentage points of the BF16 loss (default 0.3)")
       ->check(real_number(0, std::numeric_limits<double>::infinity(), true));
   plan->add_option("--power", p->power, "The power to detect it with (default 0.8)");

@@ -150,14 +150,21 @@ void plan_study(const PlanCommand& c) {
   const store::GridRecord& grid = c.study->main;
   std::string out = fmt::format("plan of {} ({} points; docs/statistics.md \"Planning\")\n", grid.name, grid.points.size());
 
-  // (a) Device time, from the study's own store.
+  const std::filesystem::path pilot_path = c.pilot.empty() ? grid.store : c.pilot;
+  if (!c.pilot.empty() && !std::filesystem::exists(c.pilot))
+    throw UserError("--pilot " + c.pilot.string() + ": no such store");
+  std::unique_ptr<store::Store> pilot = open_if_there(pilot_path);
+
+  // (a) Device time, from the study's own store; a size and recipe it has not measured yet, from a
+  // pilot store's runs (--pilot), which is how a study is planned before any of its runs.
   std::unique_ptr<store::Store> own = open_if_there(grid.store);
   std::map<std::string, store::RunState> state;
-  std::map<std::pair<std::string, std::string>, DeviceRate> rates;
+  std::map<std::pair<std::string, std::string>, DeviceRate> rates, pilot_rates;
   if (own) {
     for (const store::RunRecord& r : own->runs()) state[r.id] = r.state;
     rates = device_rates(measured_attempts(*own));
   }
+  if (pilot && !c.pilot.empty()) pilot_rates = device_rates(measured_attempts(*pilot));
   struct Cost {
     int64_t runs = 0, tokens = 0;
   };
@@ -180,27 +187,41 @@ void plan_study(const PlanCommand& c) {
   double total = 0;
   int64_t unknown = 0;
   std::vector<std::string> packed_otherwise;
+  int64_t from_pilot = 0;
   for (const auto& [key, k] : left) {
-    const auto rate = rates.find(key);
-    if (rate == rates.end()) {
+    const DeviceRate* measured = nullptr;
+    bool pilot_speed = false;
+    if (const auto own_rate = rates.find(key); own_rate != rates.end()) {
+      measured = &own_rate->second;
+    } else if (const auto p = pilot_rates.find(key); p != pilot_rates.end()) {
+      measured = &p->second;
+      pilot_speed = true;
+      from_pilot += k.runs;
+    }
+    if (measured == nullptr) {
       unknown += k.runs;
       out += fmt::format("  {:<8} {:<22} {:>4} runs  {:>8} tokens  unknown: no succeeded run of this size and recipe "
-                         "measured its speed (bench/RESULTS.md has figures per size)\n",
+                         "measured its speed (--pilot STORE reads another study's; bench/RESULTS.md has figures per "
+                         "size)\n",
                          key.first, key.second, k.runs, fmt::format("{:.3g}", static_cast<double>(k.tokens)));
       continue;
     }
-    const DeviceRate& r = rate->second;
+    const DeviceRate& r = *measured;
     const double seconds = static_cast<double>(k.tokens) / r.tokens_per_device_s;
     total += seconds;
-    out += fmt::format("  {:<8} {:<22} {:>4} runs  {:>8} tokens  at {} a run, {:.1f} runs per device: {} a device: {}\n",
+    out += fmt::format("  {:<8} {:<22} {:>4} runs  {:>8} tokens  at {} a run, {:.1f} runs per device: {} a device: {}{}\n",
                        key.first, key.second, k.runs, fmt::format("{:.3g}", static_cast<double>(k.tokens)),
                        format_rate(r.tokens_per_s), r.sharing, format_rate(r.tokens_per_device_s),
-                       format_duration(seconds));
+                       format_duration(seconds), pilot_speed ? " (the pilot's speed)" : "");
     if (std::fabs(r.sharing - c.runs_per_device) >= 0.5) packed_otherwise.push_back(key.first + " " + key.second);
   }
   out += fmt::format("  total: {} of device time (divide by the devices it runs on for the wall time){}\n",
                      format_duration(total),
                      unknown > 0 ? fmt::format(", plus {} run(s) of unknown speed", unknown) : "");
+  if (from_pilot > 0)
+    out += fmt::format("  note: {} run(s) at the speed the pilot's runs of the same size and recipe measured ({}); a "
+                       "batch, sequence length or GPU other than theirs trains at another speed\n",
+                       from_pilot, pilot_path.string());
   if (!packed_otherwise.empty())
     out += fmt::format("  note: this grid packs {} run{} per device ([executor] runs_per_gpu, or cpu_jobs on the CPU), "
                        "but {} {} measured at another packing: the estimate assumes a device trains as many tokens "
@@ -209,10 +230,6 @@ void plan_study(const PlanCommand& c) {
                        packed_otherwise.size() == 1 ? "was" : "were");
 
   // (b) Seeds per contrast, from the pilot's paired seeds.
-  const std::filesystem::path pilot_path = c.pilot.empty() ? grid.store : c.pilot;
-  if (!c.pilot.empty() && !std::filesystem::exists(c.pilot))
-    throw UserError("--pilot " + c.pilot.string() + ": no such store");
-  std::unique_ptr<store::Store> pilot = open_if_there(pilot_path);
   const double target_se = c.effect_pp / (normal_quantile(1 - c.alpha / 2) + normal_quantile(c.power));
   out += fmt::format("seeds per contrast: effect {:g} pp, power {:g}%, two-sided alpha {:g} (before any multiplicity "
                      "adjustment), from the sd of d over the pilot's paired seeds ({}):\n",

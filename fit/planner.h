@@ -62,7 +62,8 @@ std::map<std::pair<std::string, std::string>, DeviceRate> device_rates(const std
 // contrast needs.
 struct PlanCommand {
   const store::DeclaredStudy* study = nullptr;
-  std::filesystem::path pilot;          // a store whose paired seeds give the sd of d ("" : the study's own)
+  std::filesystem::path pilot;          // a store whose paired seeds give the sd of d ("" : the study's own),
+                                        // and whose runs' speeds stand in for those the study has not measured
   double effect_pp = 0.3, power = 0.8, alpha = 0.05;
   int runs_per_device = 1;              // the packing it plans: [executor] runs_per_gpu (GPU runs) or cpu_jobs
 };

@@ -131,6 +131,27 @@ TEST_CASE("fp4lab plan: the first study's device time and the seeds its contrast
   CHECK(sharing <= 3.0);
   CHECK(left.out.find("note: this grid packs") == std::string::npos);  // measured as it plans to pack
 
+  // A study planned before any of its runs (its store does not exist yet) reads the speeds of the
+  // pilot's runs of the same size and recipe, and says so.
+  std::string fresh = fp4::test::slurp(dir / "study.toml");
+  const size_t at_store = fresh.find("store = \"first-study.db\"");
+  REQUIRE(at_store != std::string::npos);
+  fresh.replace(at_store, std::string("store = \"first-study.db\"").size(), "store = \"fresh.db\"");
+  fp4::test::spit(dir / "fresh.toml", fresh);
+  const auto alone = fp4::test::run_fp4lab("plan '" + (dir / "fresh.toml").string() + "'", dir);
+  INFO(alone.err << alone.out);
+  REQUIRE(alone.exit_code == 0);
+  CHECK(alone.out.find("device time: 0 of 60 runs have succeeded") != std::string::npos);
+  CHECK(alone.out.find("plus 60 run(s) of unknown speed") != std::string::npos);
+  const auto piloted =
+      fp4::test::run_fp4lab("plan '" + (dir / "fresh.toml").string() + "' --pilot '" + (dir / "first-study.db").string() + "'", dir);
+  INFO(piloted.err << piloted.out);
+  REQUIRE(piloted.exit_code == 0);
+  CHECK(piloted.out.find("unknown speed") == std::string::npos);
+  CHECK(fp4::test::count_of(piloted.out, "(the pilot's speed)") == 20);  // 5 sizes × 4 recipes
+  CHECK(piloted.out.find("note: 60 run(s) at the speed the pilot's runs") != std::string::npos);
+  CHECK_FALSE(std::filesystem::exists(dir / "fresh.db"));  // planning writes nothing
+
   // A malformed option is one line, exit 2.
   const auto bad = fp4::test::run_fp4lab("plan '" + (dir / "study.toml").string() + "' --power 1.5", dir);
   CHECK(bad.exit_code == 2);
