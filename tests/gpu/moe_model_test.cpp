@@ -228,7 +228,8 @@ TEST_CASE("cuda MoE model with one expert at the dense width, top-1, is the dens
   CHECK(g.worst < 10 * grad_tolerance(recipe));
 }
 
-TEST_CASE("cuda trains an MoE preset like the CPU does, routing rows included", "[gpu][engine][moe]") {
+TEST_CASE("cuda trains an MoE preset like the CPU does, routing rows included, deterministically and resumably",
+          "[gpu][engine][moe][resume]") {
   const std::string recipe_name = GENERATE(as<std::string>{}, "bf16", "e2m1", "ufp4");
   INFO("recipe " << recipe_name);
   const fp4::test::ScratchDir scratch;
@@ -242,16 +243,24 @@ TEST_CASE("cuda trains an MoE preset like the CPU does, routing rows included", 
                        {"checkpoint", {{"every", 10}}}};
   const auto path = tmp / "config.json";
   std::ofstream(path) << config.dump(2);
-  auto train = [&](const std::string& device) {
+  auto train = [&](const std::string& device, const std::string& dir, bool resume = false, int64_t stop_after = -1) {
     fp4::run::TrainOptions o;
     o.config = path;
-    o.dir = tmp / device;
+    o.dir = tmp / dir;
     o.echo = false;
     o.device = device;
+    o.resume = resume;
+    o.stop_after = stop_after;
     return fp4::run::train(o);
   };
-  REQUIRE(train("cpu").outcome == fp4::run::Outcome::succeeded);
-  REQUIRE(train("cuda").outcome == fp4::run::Outcome::succeeded);
+  REQUIRE(train("cpu", "cpu").outcome == fp4::run::Outcome::succeeded);
+  REQUIRE(train("cuda", "cuda").outcome == fp4::run::Outcome::succeeded);
+  // Deterministic (a second run) and resumable bit for bit (10 steps, then the other 10).
+  REQUIRE(train("cuda", "again").outcome == fp4::run::Outcome::succeeded);
+  fp4::test::require_identical_runs(tmp / "cuda", tmp / "again");
+  CHECK(train("cuda", "split", false, 10).outcome == fp4::run::Outcome::interrupted);
+  REQUIRE(train("cuda", "split", true).outcome == fp4::run::Outcome::succeeded);
+  fp4::test::require_identical_runs(tmp / "cuda", tmp / "split");
   const std::vector<json> cpu_rows = read_rows(tmp / "cpu"), gpu_rows = read_rows(tmp / "cuda");
   auto of = [](const std::vector<json>& rows, const std::string& kind) {
     std::vector<json> out;
