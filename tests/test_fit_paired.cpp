@@ -497,17 +497,11 @@ TEST_CASE("contrasts: on the second study's committed store, the numbers of its 
 TEST_CASE("contrasts and guardrails on the committed first study: d4 ufp4 - e2m1 is not significant after Holm, "
           "its chinchilla fits are flagged unidentified and print no target gap",
           "[fit][paired][guardrails]") {
-  if (std::system("command -v xz >/dev/null 2>&1") != 0) {
+  fp4::test::ScratchDir dir;
+  if (!fp4::test::copy_committed_study("first-study", dir.path())) {
     WARN("xz not found: skipped");
     return;
   }
-  fp4::test::ScratchDir dir;
-  const std::filesystem::path source = std::filesystem::path(FP4LAB_SOURCE_DIR) / "results/first-study";
-  for (const auto& e : std::filesystem::directory_iterator(source))
-    if (e.path().extension() == ".toml") std::filesystem::copy_file(e.path(), dir / e.path().filename());
-  REQUIRE(std::system(("xz -dc '" + (source / "first-study.db.xz").string() + "' > '" + (dir / "first-study.db").string() +
-                       "'")
-                          .c_str()) == 0);
   const auto r = fp4::test::run_fp4lab("fit '" + (dir / "study.toml").string() + "' --format json --plain", dir);
   INFO(r.err);
   REQUIRE(r.exit_code == 0);

@@ -83,17 +83,11 @@ TEST_CASE("planner: a device's speed counts the runs packed on it", "[fit][plann
 
 TEST_CASE("fp4lab plan: the first study's device time and the seeds its contrasts need, from its own store",
           "[fit][planner]") {
-  if (std::system("command -v xz >/dev/null 2>&1") != 0) {
+  fp4::test::ScratchDir dir;
+  if (!fp4::test::copy_committed_study("first-study", dir.path())) {
     WARN("xz not found: skipped");
     return;
   }
-  fp4::test::ScratchDir dir;
-  const std::filesystem::path source = std::filesystem::path(FP4LAB_SOURCE_DIR) / "results/first-study";
-  for (const auto& e : std::filesystem::directory_iterator(source))
-    if (e.path().extension() == ".toml") std::filesystem::copy_file(e.path(), dir / e.path().filename());
-  REQUIRE(std::system(("xz -dc '" + (source / "first-study.db.xz").string() + "' > '" + (dir / "first-study.db").string() +
-                       "'")
-                          .c_str()) == 0);
   const auto r = fp4::test::run_fp4lab("plan '" + (dir / "study.toml").string() + "'", dir);
   INFO(r.err << r.out);
   REQUIRE(r.exit_code == 0);

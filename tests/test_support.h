@@ -1,6 +1,6 @@
 // test_support.h — helpers the tests share: scratch directories, file bytes, running the fp4lab
-// binary, hand-built .npy files, bitwise comparison of float vectors. Header-only, so each test
-// file just includes it.
+// binary, a committed study's copy, hand-built .npy files, bitwise comparison of float vectors.
+// Header-only, so each test file just includes it.
 #pragma once
 
 #include <stdlib.h>
@@ -101,6 +101,20 @@ inline CliRun run_fp4lab(const std::string& args, const std::filesystem::path& d
 
 inline CliRun run_fp4lab(const std::string& args, const ScratchDir& scratch) {
   return run_fp4lab(args, scratch.path());
+}
+
+// A committed study (results/NAME of the source tree) copied for a test to run fp4lab on: its TOMLs,
+// and its store NAME.db.xz decompressed beside them as NAME.db (the tree itself is never written).
+// False, with nothing copied, when xz(1) is not on PATH: the caller skips with a warning.
+inline bool copy_committed_study(const std::string& name, const std::filesystem::path& dir) {
+  if (std::system("command -v xz >/dev/null 2>&1") != 0) return false;
+  const std::filesystem::path source = std::filesystem::path(FP4LAB_SOURCE_DIR) / "results" / name;
+  for (const auto& e : std::filesystem::directory_iterator(source))
+    if (e.path().extension() == ".toml") std::filesystem::copy_file(e.path(), dir / e.path().filename());
+  const std::string cmd =
+      "xz -dc '" + (source / (name + ".db.xz")).string() + "' > '" + (dir / (name + ".db")).string() + "'";
+  if (std::system(cmd.c_str()) != 0) throw std::runtime_error("copy_committed_study: " + cmd + " failed");
+  return true;
 }
 
 // Appends the low `bytes` bytes of v, little-endian.
