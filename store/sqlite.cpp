@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <limits>
 #include <stdexcept>
 #include <thread>
 
@@ -122,6 +123,9 @@ bool Statement::is_null(int column) const { return sqlite3_column_type(stmt_, co
 int64_t Statement::column_int64(int column) const { return sqlite3_column_int64(stmt_, column); }
 
 double Statement::column_double(int column) const { return sqlite3_column_double(stmt_, column); }
+double Statement::column_real(int column) const {
+  return is_null(column) ? std::numeric_limits<double>::quiet_NaN() : column_double(column);
+}
 
 std::string Statement::column_text(int column) const {
   const auto* text = reinterpret_cast<const char*>(sqlite3_column_text(stmt_, column));

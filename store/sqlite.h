@@ -65,6 +65,7 @@ class Statement {
   bool is_null(int column) const;
   int64_t column_int64(int column) const;
   double column_double(int column) const;
+  double column_real(int column) const;       // NaN for NULL (a NaN is bound as NULL)
   std::string column_text(int column) const;  // "" for NULL
 
  private:

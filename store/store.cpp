@@ -116,10 +116,6 @@ Statement& bind_probe_row(Statement& st, const std::string& run_id, const Row& r
   return st;
 }
 
-double nan_if_null(const Statement& s, int column) {
-  return s.is_null(column) ? std::numeric_limits<double>::quiet_NaN() : s.column_double(column);
-}
-
 // A JSON column as stored, or `fallback` where its text does not parse (a reader shows what it can).
 json json_or(const std::string& text, json fallback) {
   try {
@@ -155,7 +151,7 @@ std::vector<RunRow> read_probe_rows(Statement& s) {
       if constexpr (std::is_same_v<V, std::string>)
         v = s.column_text(column);
       else if constexpr (std::is_same_v<V, double>)
-        v = nan_if_null(s, column);
+        v = s.column_real(column);
       else
         v = static_cast<V>(s.column_int64(column));
       ++column;
@@ -380,7 +376,7 @@ std::vector<StoredGrid> Store::grids() const {
     g.fit = json_or(s.column_text(6), json::object());
     g.text = s.column_text(7);
     g.text_hash = s.column_text(8);
-    g.created = nan_if_null(s, 9);
+    g.created = s.column_real(9);
     grids.push_back(std::move(g));
   }
   Statement links(db_, path_, "SELECT grid, run, axes_json FROM grid_runs ORDER BY grid, position");
@@ -626,7 +622,7 @@ std::vector<MetricRow> Store::metrics(const std::string& run_id, const std::stri
     m.step = s.column_int64(1);
     m.tokens = s.column_int64(2);
     m.is_nan = s.column_int64(4) != 0;
-    m.value = m.is_nan ? std::numeric_limits<double>::quiet_NaN() : nan_if_null(s, 3);
+    m.value = m.is_nan ? std::numeric_limits<double>::quiet_NaN() : s.column_real(3);
     out.push_back(std::move(m));
   }
   return out;
@@ -646,7 +642,7 @@ std::optional<double> Store::final_loss(const std::string& run_id) const {
   s.bind(1, run_id);
   if (!s.step()) return std::nullopt;
   // A non-finite final loss (a diverged evaluation) is reported as NaN, not as "no loss".
-  const double v = s.column_int64(1) != 0 ? std::numeric_limits<double>::quiet_NaN() : nan_if_null(s, 0);
+  const double v = s.column_int64(1) != 0 ? std::numeric_limits<double>::quiet_NaN() : s.column_real(0);
   s.reset();
   return v;
 }
@@ -660,7 +656,7 @@ Curves Store::curves() const {
     m.step = s.column_int64(2);
     m.tokens = s.column_int64(3);
     m.is_nan = s.column_int64(5) != 0;
-    m.value = m.is_nan ? std::numeric_limits<double>::quiet_NaN() : nan_if_null(s, 4);
+    m.value = m.is_nan ? std::numeric_limits<double>::quiet_NaN() : s.column_real(4);
     out[s.column_text(0)][m.key].push_back(std::move(m));
   }
   return out;
@@ -686,9 +682,9 @@ std::vector<Bf16GapRow> Store::bf16_gaps() const {
     r.final_step = s.column_int64(9);
     r.bf16_step = s.column_int64(10);
     r.seed = seed_from_column(s.column_int64(11));
-    r.loss = nan_if_null(s, 12);
-    r.bf16_loss = nan_if_null(s, 13);
-    r.gap = nan_if_null(s, 14);
+    r.loss = s.column_real(12);
+    r.bf16_loss = s.column_real(13);
+    r.gap = s.column_real(14);
     rows.push_back(std::move(r));
   }
   return rows;

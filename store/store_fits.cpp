@@ -40,8 +40,7 @@ std::vector<FinalLossRecord> Store::final_losses() const {
     if (!s.is_null(12)) {
       r.final_step = s.column_int64(12);
       r.final_is_nan = s.column_int64(14) != 0;
-      const bool nan = r.final_is_nan || s.is_null(13);
-      r.final_loss = nan ? std::numeric_limits<double>::quiet_NaN() : s.column_double(13);
+      r.final_loss = r.final_is_nan ? std::numeric_limits<double>::quiet_NaN() : s.column_real(13);
     }
     out.push_back(std::move(r));
   }
@@ -113,10 +112,6 @@ constexpr const char* kContrastColumns =
     "wins, baseline_seeds, missing_twins, baseline_mean, mean_pp, sd_pp, se_pp, lo_pp, hi_pp, p_t, p_sign_flip, "
     "sign_flip_method, p_holm, d_json, sd_recipe_pp, sd_against_pp, correlation";
 
-double column_real(const Statement& s, int column) {
-  return s.is_null(column) ? std::numeric_limits<double>::quiet_NaN() : s.column_double(column);
-}
-
 ContrastRecord read_contrast_row(const Statement& s) {
   ContrastRecord c;
   c.family = s.column_text(0);
@@ -133,20 +128,20 @@ ContrastRecord read_contrast_row(const Statement& s) {
   c.wins = s.column_int64(11);
   c.baseline_seeds = s.column_int64(12);
   c.missing_twins = s.column_int64(13);
-  c.baseline_mean = column_real(s, 14);
-  c.mean_pp = column_real(s, 15);
-  c.sd_pp = column_real(s, 16);
-  c.se_pp = column_real(s, 17);
-  c.lo_pp = column_real(s, 18);
-  c.hi_pp = column_real(s, 19);
-  c.p_t = column_real(s, 20);
-  c.p_sign_flip = column_real(s, 21);
+  c.baseline_mean = s.column_real(14);
+  c.mean_pp = s.column_real(15);
+  c.sd_pp = s.column_real(16);
+  c.se_pp = s.column_real(17);
+  c.lo_pp = s.column_real(18);
+  c.hi_pp = s.column_real(19);
+  c.p_t = s.column_real(20);
+  c.p_sign_flip = s.column_real(21);
   c.sign_flip_method = s.column_text(22);
-  c.p_holm = column_real(s, 23);
+  c.p_holm = s.column_real(23);
   c.d_json = s.column_text(24);
-  c.sd_recipe_pp = column_real(s, 25);
-  c.sd_against_pp = column_real(s, 26);
-  c.correlation = column_real(s, 27);
+  c.sd_recipe_pp = s.column_real(25);
+  c.sd_against_pp = s.column_real(26);
+  c.correlation = s.column_real(27);
   return c;
 }
 
