@@ -17,6 +17,7 @@
 #include "fit/stored_fit.h"
 #include "store/schema.h"
 #include "store/store.h"
+#include "tests/sql_test_helpers.h"
 #include "tests/test_support.h"
 
 using fp4::fit::BootstrapSample;
@@ -411,16 +412,9 @@ TEST_CASE("stored fit: rows missing keys read as defaults; malformed rows name t
 TEST_CASE("stored fit: a version-2 store's fits gain predictions_json when migrated", "[fit][fit_stored]") {
   ScratchDir dir;
   const auto path = dir / "v2.db";
-  {
-    sqlite3* db = nullptr;
-    REQUIRE(sqlite3_open(path.c_str(), &db) == SQLITE_OK);
-    fp4::store::detail::migrate_store(db, path, 2);
-    REQUIRE(sqlite3_exec(db,
-                         "INSERT INTO fits (law, scope, input_hash, params_json, n_points, fp4lab_version, created) "
-                         "VALUES ('chinchilla', 'bf16', 'h', '{\"E\": 2}', 3, '0.1.0', 1.0)",
-                         nullptr, nullptr, nullptr) == SQLITE_OK);
-    sqlite3_close(db);
-  }
+  fp4::test::write_old_store(path, 2,
+                             "INSERT INTO fits (law, scope, input_hash, params_json, n_points, fp4lab_version, created) "
+                             "VALUES ('chinchilla', 'bf16', 'h', '{\"E\": 2}', 3, '0.1.0', 1.0)");
   auto store = Store::open(path, Store::Mode::read_write);
   CHECK(store->schema_version() == Store::latest_schema_version());
   const auto fits = fp4::fit::read_all_fits(*store);
@@ -439,35 +433,16 @@ TEST_CASE("stored fit: every query in docs/fit.md runs and finds the stored valu
   auto store = Store::open(dir / "s.db", Store::Mode::read_write);
   fp4::fit::insert_fit(*store, sample_precision_fit());
   sqlite3* db = store->handle();
-  int statements = 0, rows = 0;
-  for (const std::string& block : blocks) {
-    const char* sql = block.c_str();
-    while (*sql != '\0') {
-      sqlite3_stmt* s = nullptr;
-      const char* rest = nullptr;
-      const int rc = sqlite3_prepare_v2(db, sql, -1, &s, &rest);
-      INFO("query: " << sql << "\nerror: " << sqlite3_errmsg(db));
-      REQUIRE(rc == SQLITE_OK);
-      if (s == nullptr) break;
+  size_t statements = 0;
+  for (const std::string& block : blocks)
+    for (const auto& run : fp4::test::run_statements(db, block)) {
       ++statements;
-      int step_rc = SQLITE_ROW;
-      int found = 0;
-      while ((step_rc = sqlite3_step(s)) == SQLITE_ROW) ++found;
-      CHECK(step_rc == SQLITE_DONE);
-      CHECK(found > 0);  // each query finds something in a store holding one precision fit
-      rows += found;
-      sqlite3_finalize(s);
-      sql = rest;
+      INFO("query: " << run.sql);
+      CHECK(run.rows > 0);  // each query finds something in a store holding one precision fit
     }
-  }
   CHECK(statements == 5);
   // The rho query: bf16 and ufp4, with ufp4's rho_N interval [0.4, 0.8].
-  sqlite3_stmt* s = nullptr;
-  REQUIRE(sqlite3_prepare_v2(db,
-                             "SELECT json_extract(f.intervals_json, '$.params.rho.' || r.key || '.rho_N') "
-                             "FROM fits AS f, json_each(f.params_json, '$.rho') AS r WHERE r.key = 'ufp4'",
-                             -1, &s, nullptr) == SQLITE_OK);
-  REQUIRE(sqlite3_step(s) == SQLITE_ROW);
-  CHECK(std::string(reinterpret_cast<const char*>(sqlite3_column_text(s, 0))) == "[0.4,0.8]");
-  sqlite3_finalize(s);
+  CHECK(fp4::test::query_one(db, "SELECT json_extract(f.intervals_json, '$.params.rho.' || r.key || '.rho_N') "
+                                 "FROM fits AS f, json_each(f.params_json, '$.rho') AS r WHERE r.key = 'ufp4'") ==
+        "[0.4,0.8]");
 }

@@ -16,6 +16,7 @@
 #include "store/store.h"
 #include "tests/report_test_helpers.h"
 #include "tests/run_test_helpers.h"
+#include "tests/sql_test_helpers.h"
 #include "tests/sweeps_test_helpers.h"
 
 namespace fs = std::filesystem;
@@ -28,14 +29,9 @@ namespace {
 void set_numerics(const fs::path& db_path, const std::string& run_name, int identity) {
   sqlite3* db = nullptr;
   REQUIRE(sqlite3_open(db_path.c_str(), &db) == SQLITE_OK);
-  const std::string sql = "UPDATE runs SET numerics = " + std::to_string(identity) + " WHERE name = '" + run_name + "'";
-  char* error = nullptr;
-  const int rc = sqlite3_exec(db, sql.c_str(), nullptr, nullptr, &error);
-  INFO((error ? error : ""));
-  sqlite3_free(error);
+  fp4::test::exec_sql(db, "UPDATE runs SET numerics = " + std::to_string(identity) + " WHERE name = '" + run_name + "'");
   const int changed = sqlite3_changes(db);
   sqlite3_close(db);
-  REQUIRE(rc == SQLITE_OK);
   REQUIRE(changed == 1);
 }
 

@@ -27,6 +27,7 @@
 #include "store/schema.h"
 #include "store/store.h"
 #include "sweeps/metrics_jsonl.h"
+#include "tests/sql_test_helpers.h"
 #include "tests/test_support.h"
 
 using fp4::store::AttemptEnd;
@@ -40,7 +41,11 @@ using fp4::store::Provenance;
 using fp4::store::RunRecord;
 using fp4::store::RunState;
 using fp4::store::Store;
+using fp4::test::exec_sql;
+using fp4::test::query_int;
+using fp4::test::query_one;
 using fp4::test::ScratchDir;
+using fp4::test::write_old_store;
 using nlohmann::json;
 
 namespace {
@@ -77,36 +82,6 @@ GridRecord spec_of(const std::string& text, const std::filesystem::path& dir, st
   s.axis_names = {"recipe", "seed"};
   s.points = std::move(points);
   return s;
-}
-
-// One SQL value as text, for checks on raw queries ("NULL" for NULL).
-std::string query_one(sqlite3* db, const std::string& sql) {
-  sqlite3_stmt* s = nullptr;
-  REQUIRE(sqlite3_prepare_v2(db, sql.c_str(), -1, &s, nullptr) == SQLITE_OK);
-  std::string out = "<no row>";
-  if (sqlite3_step(s) == SQLITE_ROW)
-    out = sqlite3_column_type(s, 0) == SQLITE_NULL ? "NULL" : reinterpret_cast<const char*>(sqlite3_column_text(s, 0));
-  sqlite3_finalize(s);
-  return out;
-}
-
-int64_t query_int(sqlite3* db, const std::string& sql) { return std::stoll(query_one(db, sql)); }
-
-void exec_sql(sqlite3* db, const std::string& sql) {
-  char* error = nullptr;
-  const int rc = sqlite3_exec(db, sql.c_str(), nullptr, nullptr, &error);
-  INFO(sql << ": " << (error ? error : ""));
-  sqlite3_free(error);
-  REQUIRE(rc == SQLITE_OK);
-}
-
-// A store file at schema `version` (an older fp4lab's), holding the rows `sql` inserts.
-void write_old_store(const std::filesystem::path& path, int version, const std::string& sql) {
-  sqlite3* db = nullptr;
-  REQUIRE(sqlite3_open(path.c_str(), &db) == SQLITE_OK);
-  fp4::store::detail::migrate_store(db, path, version);
-  exec_sql(db, sql);
-  sqlite3_close(db);
 }
 
 // The message of the fp4::UserError `f` throws; checks it is one line naming `path`.
@@ -766,23 +741,7 @@ TEST_CASE("sweeps store: every example query in the docs runs, and the docs name
   ViewStudy study;
   study.store->begin_attempt("id-ufp4-s0", provenance_of("node-1"), 10, 1);
   sqlite3* db = study.store->handle();
-  for (const std::string& block : blocks) {
-    const char* sql = block.c_str();
-    while (*sql != '\0') {
-      sqlite3_stmt* s = nullptr;
-      const char* rest = nullptr;
-      const int rc = sqlite3_prepare_v2(db, sql, -1, &s, &rest);
-      INFO("query: " << sql << "\nerror: " << sqlite3_errmsg(db));
-      REQUIRE(rc == SQLITE_OK);
-      if (s == nullptr) break;  // only whitespace or comments were left
-      int step_rc = SQLITE_ROW;
-      while ((step_rc = sqlite3_step(s)) == SQLITE_ROW) {
-      }
-      CHECK(step_rc == SQLITE_DONE);
-      sqlite3_finalize(s);
-      sql = rest;
-    }
-  }
+  for (const std::string& block : blocks) fp4::test::run_statements(db, block);
 
   sqlite3_stmt* s = nullptr;
   REQUIRE(sqlite3_prepare_v2(db, "SELECT name FROM sqlite_schema WHERE type IN ('table', 'view')", -1, &s, nullptr) ==
