@@ -18,12 +18,14 @@
 #include "fit/stored_fit.h"
 #include "store/store.h"
 #include "sweeps/spec.h"
+#include "tests/fit_test_helpers.h"
 #include "tests/test_support.h"
 
 using fp4::store::MetricRow;
 using fp4::store::MetricsBatch;
 using fp4::store::RunState;
 using fp4::store::Store;
+using fp4::test::check_one_line_error;
 using fp4::test::run_fp4lab;
 using fp4::test::ScratchDir;
 using nlohmann::json;
@@ -55,12 +57,7 @@ fp4::sweeps::SweepSpec make_study(const std::filesystem::path& toml, const std::
   const auto spec = fp4::sweeps::load_sweep_spec(toml);
   auto store = Store::open(spec.store, Store::Mode::read_write);
   store->record_grid(fp4::sweeps::grid_record(spec));
-  fp4::fit::LawParameters law;
-  law.E = 1.2;
-  law.A = 100;
-  law.B = 200;
-  law.alpha = 0.35;
-  law.beta = 0.3;
+  const fp4::fit::LawParameters law = fp4::test::first_study_law();
   int k = 0;
   for (const auto& p : spec.points) {
     const bool quantized = !p.baseline;
@@ -79,14 +76,6 @@ fp4::sweeps::SweepSpec make_study(const std::filesystem::path& toml, const std::
 
 int64_t fit_rows(const std::filesystem::path& store) {
   return static_cast<int64_t>(Store::open(store, Store::Mode::read_only)->fits().size());
-}
-
-// The last line of stderr, and that it is the only one.
-void check_one_line_error(const fp4::test::CliRun& r, const std::string& needle) {
-  INFO("stderr: " << r.err << "\nstdout: " << r.out);
-  CHECK(r.exit_code == 2);
-  CHECK(r.err.find(needle) != std::string::npos);
-  CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
 }
 
 }  // namespace
@@ -253,12 +242,7 @@ TEST_CASE("fp4lab fit: every [fit] key is applied, and its flag overrides it", "
 TEST_CASE("fp4lab fit: progress is one redrawn line on a terminal, lines per stage otherwise", "[fit][fit_cli]") {
   ScratchDir dir;
   std::string csv = "recipe,n,d,loss\n";
-  fp4::fit::LawParameters law;
-  law.E = 1.2;
-  law.A = 100;
-  law.B = 200;
-  law.alpha = 0.35;
-  law.beta = 0.3;
+  const fp4::fit::LawParameters law = fp4::test::first_study_law();
   for (double n : {4e5, 1.3e6, 3.1e6})
     for (double d : {2.5e7, 5e7, 1e8}) csv += fmt::format("bf16,{},{},{}\n", n, d, fp4::fit::law_loss(law, 1, 1, n, d));
   fp4::test::spit(dir / "points.csv", csv);
@@ -291,12 +275,7 @@ TEST_CASE("fp4lab fit: progress is one redrawn line on a terminal, lines per sta
 TEST_CASE("fp4lab fit: --points fits a CSV and stores nothing; gamma and targets come from flags", "[fit][fit_cli]") {
   ScratchDir dir;
   std::string csv = "recipe,n,d,loss\n";
-  fp4::fit::LawParameters law;
-  law.E = 1.2;
-  law.A = 100;
-  law.B = 200;
-  law.alpha = 0.35;
-  law.beta = 0.3;
+  const fp4::fit::LawParameters law = fp4::test::first_study_law();
   for (double n : {4e5, 1.3e6, 3.1e6, 6.1e6})
     for (double d : {2.5e7, 5e7, 1e8}) {
       csv += fmt::format("bf16,{},{},{}\n", n, d, fp4::fit::law_loss(law, 1, 1, n, d));

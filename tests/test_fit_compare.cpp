@@ -50,11 +50,7 @@ FitRequest precision_request(int64_t bootstrap) {
   r.laws = {Law::precision};
   r.bootstrap = bootstrap;
   r.held_out = false;
-  r.grid.a = {0, 5, 10};
-  r.grid.b = {0, 5, 10};
-  r.grid.e = {-0.5, 0.5};
-  r.grid.alpha = {0.25, 0.75};
-  r.grid.beta = {0.25, 0.75};
+  r.grid = fp4::test::coarse_start_grid();
   return r;
 }
 

@@ -15,8 +15,10 @@
 
 #include "store/store.h"
 #include "sweeps/spec.h"
+#include "tests/fit_test_helpers.h"
 #include "tests/test_support.h"
 
+using fp4::test::check_one_line_error;
 using fp4::test::run_fp4lab;
 using fp4::test::ScratchDir;
 using nlohmann::json;
@@ -60,13 +62,6 @@ const json& fit_of(const json& fits, const std::string& law, const std::string& 
     if (f["law"] == law && f["scope"] == scope) return f;
   FAIL("no " << law << " fit of " << scope << " in the output");
   return fits;
-}
-
-void check_one_line_error(const fp4::test::CliRun& r, const std::string& needle) {
-  INFO("stderr: " << r.err << "\nstdout: " << r.out);
-  CHECK(r.exit_code == 2);
-  CHECK(r.err.find(needle) != std::string::npos);
-  CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
 }
 
 }  // namespace

@@ -140,11 +140,7 @@ TEST_CASE("guardrails: a law recovered from clean long runs raises none; an unid
   request.laws = {fp4::fit::Law::chinchilla};
   request.bootstrap = 60;
   request.targets = {{5e6, 5e8}};  // inside the grid
-  request.grid.a = {0, 5, 10};
-  request.grid.b = {0, 5, 10};
-  request.grid.e = {-0.5, 0.5};
-  request.grid.alpha = {0.25, 0.75};
-  request.grid.beta = {0.25, 0.75};
+  request.grid = fp4::test::coarse_start_grid();
   auto fits = fp4::fit::run_fits(data, request, fp4::fit::plan_fits(data, request));
   REQUIRE(fits.size() == 1);
   StoredFit& f = fits[0];

@@ -64,19 +64,18 @@ TEST_CASE("fit recovery: chinchilla and precision laws are fitted back inside th
   FitRequest request;
   request.bootstrap = 200;
   request.held_out = false;
-  SECTION("chinchilla") {
-    const auto g = study_grid(1, false);
-    request.laws = {Law::chinchilla};
-    const StoredFit f = fit_one(fp4::fit::synthetic_data(g), request);
+  // `law` fitted to g's data: nearly every replicate succeeds, and the truth is inside the intervals.
+  auto fit_and_check = [&](const fp4::fit::SyntheticGrid& g, Law law) {
+    request.laws = {law};
+    StoredFit f = fit_one(fp4::fit::synthetic_data(g), request);
     CHECK(f.samples.size() >= 190);
     check_truth_inside(f, g.truth, g.rho);
-  }
+    return f;
+  };
+  SECTION("chinchilla") { fit_and_check(study_grid(1, false), Law::chinchilla); }
   SECTION("precision") {
     const auto g = study_grid(1, true);
-    request.laws = {Law::precision};
-    const StoredFit f = fit_one(fp4::fit::synthetic_data(g), request);
-    CHECK(f.samples.size() >= 190);
-    check_truth_inside(f, g.truth, g.rho);
+    const StoredFit f = fit_and_check(g, Law::precision);
     // The gap the law implies at the target, and its interval, contain the true gap.
     const fp4::fit::Target t = request.targets[0];
     const double true_gap = fp4::fit::law_loss(g.truth, 0.8, 0.9, t.n, t.d) / fp4::fit::law_loss(g.truth, 1, 1, t.n, t.d) - 1;
@@ -95,11 +94,7 @@ TEST_CASE("fit recovery: over 100 data sets the 95% interval of rho_N covers the
   request.laws = {Law::precision};
   request.bootstrap = 200;
   request.held_out = false;
-  request.grid.a = {0, 5, 10};
-  request.grid.b = {0, 5, 10};
-  request.grid.e = {-0.5, 0.5};
-  request.grid.alpha = {0.25, 0.75};
-  request.grid.beta = {0.25, 0.75};
+  request.grid = fp4::test::coarse_start_grid();
   int covered = 0, datasets = 0;
   double sum_estimate = 0;
   for (uint64_t seed = 1000; seed < 1100; ++seed) {
