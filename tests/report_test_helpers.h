@@ -309,6 +309,14 @@ class HtmlDom {
   xmlDocPtr doc_ = nullptr;
 };
 
+// The first of `tables` whose caption starts with `prefix`; null when there is none.
+inline const HtmlDom::TableData* table_with_caption(const std::vector<HtmlDom::TableData>& tables,
+                                                    const std::string& prefix) {
+  for (const auto& t : tables)
+    if (t.caption.rfind(prefix, 0) == 0) return &t;
+  return nullptr;
+}
+
 // The <svg>...</svg> elements of an HTML text, as text (each must be well-formed XML on its own).
 inline std::vector<std::string> inline_svgs(const std::string& html) {
   std::vector<std::string> out;

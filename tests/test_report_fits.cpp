@@ -5,6 +5,9 @@
 // reading, and the precision law's rho table and figure.
 #include <catch2/catch.hpp>
 
+#include <functional>
+#include <initializer_list>
+
 #include "engine/data/synthetic_spec.h"
 #include "fit/guardrails.h"
 #include "fit/stored_fit.h"
@@ -30,6 +33,33 @@ fp4::fit::LawParameters law(double scale, bool precision) {
     p.rho_d = {{"bf16", 1.0}, {"ufp4", 0.95}};
   }
   return p;
+}
+
+// The table whose caption starts with `prefix`; the test case fails when there is none.
+const HtmlDom::TableData& table_named(const std::vector<HtmlDom::TableData>& tables, const std::string& prefix) {
+  const HtmlDom::TableData* t = fp4::test::table_with_caption(tables, prefix);
+  if (t == nullptr) FAIL("no table " << prefix);
+  return *t;
+}
+
+// Runs of three sizes (50k, 100k, 200k parameters, 100k tokens) by `recipes`, recorded and trained:
+// run p's loss at step s is loss(p, s).
+std::vector<fp4::sweeps::GridPoint> trained_points(
+    fp4::test::HandStudy& h, std::initializer_list<const char*> recipes,
+    const std::function<double(const fp4::sweeps::GridPoint&, int64_t)>& loss) {
+  std::vector<fp4::sweeps::GridPoint> points;
+  for (int64_t n : {50000, 100000, 200000})
+    for (const char* recipe : recipes)
+      points.push_back(h.add(fmt::format("n{}-{}", n, recipe), recipe, fmt::format("m{}", n), n, 100000, 0,
+                             fmt::format("m{}", n)));
+  h.record();
+  for (const auto& p : points) h.train(p, [&](int64_t s) { return loss(p, s); }, RunState::succeeded);
+  return points;
+}
+
+// Nine runs, three sizes by bf16, e2m1 and ufp4, all trained to a final loss of 3.0.
+std::vector<fp4::sweeps::GridPoint> nine_trained_points(fp4::test::HandStudy& h) {
+  return trained_points(h, {"bf16", "e2m1", "ufp4"}, [](const auto&, int64_t s) { return 3.0 + 0.01 * (10 - s); });
 }
 
 // A fit as `fp4lab fit` stores it, with three bootstrap replicates around the point estimate.
@@ -95,16 +125,10 @@ TEST_CASE("report with stored fits: laws, bands, parameters, residuals, fitted a
           "[report][report_fits]") {
   ScratchDir dir;
   fp4::test::HandStudy h(dir.path(), "fitted");
-  std::vector<fp4::sweeps::GridPoint> points;
-  for (int64_t n : {50000, 100000, 200000})
-    for (const char* recipe : {"bf16", "ufp4"})
-      points.push_back(h.add(fmt::format("n{}-{}", n, recipe), recipe, fmt::format("m{}", n), n, 100000, 0,
-                             fmt::format("m{}", n)));
-  h.record();
-  for (const auto& p : points) {
+  trained_points(h, {"bf16", "ufp4"}, [](const fp4::sweeps::GridPoint& p, int64_t s) {
     const double final = 3.0 - 0.1 * std::log10(static_cast<double>(p.n_params_nonembedding)) + (p.baseline ? 0 : 0.01);
-    h.train(p, [&](int64_t s) { return final + 0.01 * (10 - s) - 0.01; }, RunState::succeeded);
-  }
+    return final + 0.01 * (10 - s) - 0.01;
+  });
   std::vector<fp4::fit::StoredFit> fits = {make_fit("chinchilla", "bf16", 1.0), make_fit("chinchilla", "ufp4", 1.003),
                                           make_fit("precision", "joint", 1.0)};
   for (auto& f : fits) f.id = fp4::fit::insert_fit(h.store(), f);
@@ -145,12 +169,7 @@ TEST_CASE("report with stored fits: laws, bands, parameters, residuals, fitted a
   }
 
   const auto tables = dom.tables();
-  auto table = [&](const std::string& prefix) -> const HtmlDom::TableData& {
-    for (const auto& t : tables)
-      if (t.caption.rfind(prefix, 0) == 0) return t;
-    FAIL("no table " << prefix);
-    return tables.front();
-  };
+  auto table = [&](const std::string& prefix) -> const HtmlDom::TableData& { return table_named(tables, prefix); };
   // Parameters with intervals: every fit, E as stored.
   const auto& params = table("Fitted parameters");
   REQUIRE(params.rows.size() == 3);
@@ -245,12 +264,7 @@ TEST_CASE("report after fp4lab fit on a real tiny study shows the stored fits' o
   const auto fits = fp4::fit::read_fits(*store);
   REQUIRE(fits.size() == 4);  // chinchilla bf16, e2m1, ufp4, precision joint
   const auto tables = dom.tables();
-  auto table = [&](const std::string& prefix) -> const HtmlDom::TableData& {
-    for (const auto& t : tables)
-      if (t.caption.rfind(prefix, 0) == 0) return t;
-    FAIL("no table " << prefix);
-    return tables.front();
-  };
+  auto table = [&](const std::string& prefix) -> const HtmlDom::TableData& { return table_named(tables, prefix); };
   // The parameters: each fit's E with its interval, its points and replicates, as stored.
   const auto& params = table("Fitted parameters");
   REQUIRE(params.rows.size() == fits.size());
@@ -448,14 +462,7 @@ TEST_CASE("report of a store with fits of several grids shows the main grid's fi
   // TOML's name, and fp4lab fit --store's ""), and a chinchilla fit of bf16 that only another grid made.
   ScratchDir dir;
   fp4::test::HandStudy h(dir.path(), "fitted");
-  std::vector<fp4::sweeps::GridPoint> points;
-  for (int64_t n : {50000, 100000, 200000})
-    for (const char* recipe : {"bf16", "e2m1", "ufp4"})
-      points.push_back(h.add(fmt::format("n{}-{}", n, recipe), recipe, fmt::format("m{}", n), n, 100000, 0,
-                             fmt::format("m{}", n)));
-  h.record();
-  for (const auto& p : points)
-    h.train(p, [&](int64_t s) { return 3.0 + 0.01 * (10 - s); }, RunState::succeeded);
+  const auto points = nine_trained_points(h);
   auto main_fit = grid_fit("fitted", 0, points, 1764640000);      // 2025-12-02 01:46 UTC
   // Fitted while one run had not run yet (it has since): the report says the fit is older than the runs.
   main_fit.residuals.pop_back();
@@ -481,12 +488,7 @@ TEST_CASE("report of a store with fits of several grids shows the main grid's fi
   const std::string md = fp4::test::slurp(out / "report.md");
   HtmlDom dom(html);
   const auto tables = dom.tables();
-  auto table = [&](const std::string& prefix) -> const HtmlDom::TableData& {
-    for (const auto& t : tables)
-      if (t.caption.rfind(prefix, 0) == 0) return t;
-    FAIL("no table " << prefix);
-    return tables.front();
-  };
+  auto table = [&](const std::string& prefix) -> const HtmlDom::TableData& { return table_named(tables, prefix); };
 
   // The parameters are the main grid's fit's (E = 1.8), not the later ones' (1.818, 1.836).
   const auto& params = table("Fitted parameters");
@@ -577,14 +579,7 @@ TEST_CASE("report notes a fit that names the main grid whose TOML has changed si
   // ranks below it (rank 4 against rank 3), so the report shows the older fit, and says why in a note.
   ScratchDir dir;
   fp4::test::HandStudy h(dir.path(), "fitted");
-  std::vector<fp4::sweeps::GridPoint> points;
-  for (int64_t n : {50000, 100000, 200000})
-    for (const char* recipe : {"bf16", "e2m1", "ufp4"})
-      points.push_back(h.add(fmt::format("n{}-{}", n, recipe), recipe, fmt::format("m{}", n), n, 100000, 0,
-                             fmt::format("m{}", n)));
-  h.record();
-  for (const auto& p : points)
-    h.train(p, [&](int64_t s) { return 3.0 + 0.01 * (10 - s); }, RunState::succeeded);
+  const auto points = nine_trained_points(h);
   auto changed_fit = grid_fit("fitted", 0, points, 1764640000);
   changed_fit.residuals.push_back({"id-dropped-by-the-edit", "n400000-ufp4", "ufp4", 4e5, 1e5, 2.9, 2.9, 0.0});
   changed_fit.n_points = static_cast<int64_t>(changed_fit.residuals.size());
@@ -602,12 +597,7 @@ TEST_CASE("report notes a fit that names the main grid whose TOML has changed si
   HtmlDom dom(fp4::test::slurp(out / "report.html"));
   const std::string text = dom.text();
   const auto tables = dom.tables();
-  auto table = [&](const std::string& prefix) -> const HtmlDom::TableData& {
-    for (const auto& t : tables)
-      if (t.caption.rfind(prefix, 0) == 0) return t;
-    FAIL("no table " << prefix);
-    return tables.front();
-  };
+  auto table = [&](const std::string& prefix) -> const HtmlDom::TableData& { return table_named(tables, prefix); };
   // The older fit is shown (E = 1.8, not the later fit's 1.818) and named with its reason.
   const auto& params = table("Fitted parameters");
   REQUIRE(params.rows.size() == 1);

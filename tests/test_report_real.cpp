@@ -28,6 +28,7 @@ namespace fs = std::filesystem;
 using fp4::store::Store;
 using fp4::test::HtmlDom;
 using fp4::test::ScratchDir;
+using fp4::test::table_with_caption;
 
 namespace {
 
@@ -39,12 +40,6 @@ double sql_double(const Store& store, const std::string& sql) {
   if (sqlite3_step(st) == SQLITE_ROW && sqlite3_column_type(st, 0) != SQLITE_NULL) v = sqlite3_column_double(st, 0);
   sqlite3_finalize(st);
   return v;
-}
-
-const HtmlDom::TableData* table_with_caption(const std::vector<HtmlDom::TableData>& tables, const std::string& prefix) {
-  for (const auto& t : tables)
-    if (t.caption.rfind(prefix, 0) == 0) return &t;
-  return nullptr;
 }
 
 size_t column(const HtmlDom::TableData& t, const std::string& name) {
