@@ -29,6 +29,26 @@ uint16_t mask_from(const std::string& s) {
   return m;
 }
 
+// How far a GEMM of transformed operands strays from the GEMM of the originals: the largest
+// |Σ_r a'·b' − Σ_r a·b| / Σ_r |a·b| over the outputs (i, j), the sums over r < depth, where a(i, r)
+// and b(j, r) are the original operands' elements and a_t, b_t the transformed ones'.
+template <typename A, typename B, typename At, typename Bt>
+double worst_gemm_deviation(int rows, int cols, int depth, A a, B b, At a_t, Bt b_t) {
+  double worst = 0;
+  for (int i = 0; i < rows; ++i)
+    for (int j = 0; j < cols; ++j) {
+      double y = 0, yt = 0, s = 0;
+      for (int r = 0; r < depth; ++r) {
+        const double x = a(i, r), w = b(j, r);
+        y += x * w;
+        yt += static_cast<double>(a_t(i, r)) * b_t(j, r);
+        s += std::abs(x * w);
+      }
+      worst = std::max(worst, std::abs(yt - y) / s);
+    }
+  return worst;
+}
+
 std::vector<float> rht_apply(std::vector<float> v, uint16_t signs) {
   fp4::rht16(v.data(), signs);
   return v;
@@ -206,32 +226,18 @@ TEST_CASE("RHT through quantize(): the transform runs along the blocking axis an
   fp4::rht16(seg.data(), fp4::kRhtFixedSigns);
   for (int k = 0; k < 16; ++k) CHECK(Xc.transformed[(16 + k) * K + 5] == seg[k]);
 
-  double worst = 0;
-  for (int t = 0; t < T; ++t)
-    for (int n = 0; n < N; ++n) {
-      double y = 0, yt = 0, s = 0;
-      for (int k = 0; k < K; ++k) {
-        const double a = fp4test::fl(X[t * K + k]), b = fp4test::fl(W[n * K + k]);
-        y += a * b;
-        yt += static_cast<double>(Xr.transformed[t * K + k]) * Wr.transformed[n * K + k];
-        s += std::abs(a * b);
-      }
-      worst = std::max(worst, std::abs(yt - y) / s);
-    }
-  CHECK(worst < 1e-6);
-  worst = 0;
-  for (int n = 0; n < N; ++n)
-    for (int k = 0; k < K; ++k) {
-      double y = 0, yt = 0, s = 0;
-      for (int t = 0; t < T; ++t) {
-        const double a = fp4test::fl(dY[t * N + n]), b = fp4test::fl(X[t * K + k]);
-        y += a * b;
-        yt += static_cast<double>(dYc.transformed[t * N + n]) * Xc.transformed[t * K + k];
-        s += std::abs(a * b);
-      }
-      worst = std::max(worst, std::abs(yt - y) / s);
-    }
-  CHECK(worst < 1e-6);
+  // The elements by (row, column) of each operand, as given and as transformed.
+  auto x = [&](int t, int k) { return fp4test::fl(X[t * K + k]); };
+  auto w = [&](int n, int k) { return fp4test::fl(W[n * K + k]); };
+  auto dy = [&](int t, int n) { return fp4test::fl(dY[t * N + n]); };
+  auto xr = [&](int t, int k) { return Xr.transformed[t * K + k]; };
+  auto wr = [&](int n, int k) { return Wr.transformed[n * K + k]; };
+  auto dyc = [&](int t, int n) { return dYc.transformed[t * N + n]; };
+  auto xc = [&](int t, int k) { return Xc.transformed[t * K + k]; };
+  auto transposed = [](auto f) { return [f](int i, int j) { return f(j, i); }; };
+  // fprop: Y[t, n] sums over k; wgrad: dW[n, k] sums over t.
+  CHECK(worst_gemm_deviation(T, N, K, x, w, xr, wr) < 1e-6);
+  CHECK(worst_gemm_deviation(N, K, T, transposed(dy), transposed(x), transposed(dyc), transposed(xc)) < 1e-6);
 }
 
 TEST_CASE("RHT through quantize(): amax and scales are taken after the transform", "[numerics][rht][quantize]") {
