@@ -22,6 +22,7 @@
 
 #include "kernels/cpu/quantize.h"  // scale_grid
 #include "kernels/cuda/quantize/quantize.cuh"
+#include "tests/gpu/quant_presets.h"  // the presets, shared with the [gpu] test
 
 namespace {
 
@@ -39,19 +40,8 @@ __global__ void fill_gaussian(bf16_t* x, size_t n, uint64_t seed) {
   }
 }
 
-struct Preset {
-  const char* name;
-  Grid grid;
-  float gmax;
-  ScaleMode scale;
-  int block;
-};
-
-const Preset kPresets[] = {
-    {"e2m1", Grid::e2m1, 6.0f, ScaleMode::fp32, 16},   {"ufp4", Grid::e1m2, 7.0f, ScaleMode::fp32, 16},
-    {"nvfp4", Grid::e2m1, 6.0f, ScaleMode::e4m3x2, 16}, {"mxfp4", Grid::e2m1, 6.0f, ScaleMode::e8m0, 32},
-    {"ufp4-e4m3", Grid::e1m2, 7.0f, ScaleMode::e4m3x2, 16},
-};
+using Preset = fp4::test::QuantPreset;
+constexpr const auto& kPresets = fp4::test::kSection5Presets;
 
 QuantSpec make_spec(const Preset& p, BlockAlong along, bool rht, Rounding rounding, bool tile_2d) {
   QuantSpec s;

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <cstring>
 #include <functional>
+#include <iterator>
 #include <memory>
 #include <optional>
 #include <random>
@@ -20,6 +21,7 @@
 #include "kernels/cpu/quantize.h"
 #include "kernels/cuda/cuda_common.cuh"
 #include "kernels/cuda/quantize/quantize.cuh"
+#include "tests/gpu/quant_presets.h"
 
 namespace {
 
@@ -102,20 +104,14 @@ std::vector<bf16_t> make_input(int rows, int cols, Dist d, uint64_t seed) {
 // Specs
 // ---------------------------------------------------------------------------------------------
 
-struct Preset {
-  const char* name;
-  Grid grid;
-  float gmax;
-  ScaleMode scale;
-  int block;
-};
+using Preset = fp4::test::QuantPreset;
 
-// NUMERICS.md §5 (bf16 has no quantizer), plus a clipped e2m1 for the clip path.
-const Preset kPresets[] = {
-    {"e2m1", Grid::e2m1, 6.0f, ScaleMode::fp32, 16},        {"ufp4", Grid::e1m2, 7.0f, ScaleMode::fp32, 16},
-    {"nvfp4", Grid::e2m1, 6.0f, ScaleMode::e4m3x2, 16},     {"mxfp4", Grid::e2m1, 6.0f, ScaleMode::e8m0, 32},
-    {"ufp4-e4m3", Grid::e1m2, 7.0f, ScaleMode::e4m3x2, 16}, {"e2m1-clip4", Grid::e2m1, 4.0f, ScaleMode::fp32, 16},
-};
+// NUMERICS.md §5, in its order, plus a clipped e2m1 for the clip path.
+const std::vector<Preset> kPresets = [] {
+  std::vector<Preset> p(std::begin(fp4::test::kSection5Presets), std::end(fp4::test::kSection5Presets));
+  p.push_back({"e2m1-clip4", Grid::e2m1, 4.0f, ScaleMode::fp32, 16});
+  return p;
+}();
 
 struct Variant {
   bool rht;
