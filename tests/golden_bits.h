@@ -42,7 +42,7 @@ inline std::string golden_line(const GoldenBits& got) {
 inline nlohmann::json golden_config(const std::string& recipe, const std::string& device) {
   return {{"model", {{"n_layers", 2}, {"d_model", 128}, {"n_heads", 2}, {"d_ff", 384}, {"seq_len", 32}}},
           {"recipe", recipe},
-          {"data", "synthetic:markov?order=1&vocab=64&branch=4&seed=1"},
+          {"data", kTinyRunData},
           {"train", {{"steps", 20}, {"batch_tokens", 256}, {"micro_batch", 4}, {"lr", 3e-3}, {"seed", 7}}},
           {"eval", {{"every", 20}, {"tokens", 512}}},
           {"checkpoint", {{"every", 20}}},

@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/run/checkpoint.h"
+#include "engine/run/trainer.h"
 #include "tests/test_support.h"
 
 namespace fp4::test {
@@ -70,5 +71,26 @@ class OmpThreads {
  private:
   int saved_;
 };
+
+// J written as DIR/NAME, indented as a person would write a run config; its path.
+inline std::filesystem::path write_config(const ScratchDir& dir, const nlohmann::json& j,
+                                          const std::string& name = "run.json") {
+  const auto path = dir / name;
+  spit(path, j.dump(2));
+  return path;
+}
+
+// The options of an in-process run of CONFIG in DIR that does not echo train.log to stderr (the
+// test reads the run's files); the caller adds what else its run needs (a device, a rank).
+inline run::TrainOptions quiet_train_options(const std::filesystem::path& config, const std::filesystem::path& dir,
+                                             bool resume = false, int64_t stop_after = -1) {
+  run::TrainOptions o;
+  o.config = config;
+  o.dir = dir;
+  o.resume = resume;
+  o.stop_after = stop_after;
+  o.echo = false;
+  return o;
+}
 
 }  // namespace fp4::test

@@ -33,14 +33,12 @@ using nlohmann::json;
 
 namespace {
 
-const char* kSource = "synthetic:markov?order=1&vocab=64&branch=4&seed=1";
-
 // d1 (d_model 64, d_ff 192), 32-token sequences, 2 sequences per micro-step, 2 micro-steps per
 // step: every dimension a multiple of 16 (and of nvfp4's 16×16 tiles).
 json tiny_config(const std::string& recipe, int64_t steps = 40) {
   return {{"model", {{"preset", "d1"}, {"seq_len", 32}}},
           {"recipe", recipe},
-          {"data", kSource},
+          {"data", kTinyRunData},
           {"train", {{"steps", steps}, {"batch_tokens", 128}, {"micro_batch", 2}, {"lr", 3e-3}, {"seed", 7}}},
           {"eval", {{"every", 10}, {"tokens", 512}}},
           {"probe", {{"every", recipe == "bf16" ? 0 : 10}}},
@@ -48,22 +46,10 @@ json tiny_config(const std::string& recipe, int64_t steps = 40) {
           {"device", "cpu"}};  // the CPU engine on any machine (without it a visible GPU is picked)
 }
 
-std::filesystem::path write_config(const ScratchDir& tmp, const json& j, const std::string& name = "run.json") {
-  const auto path = tmp / name;
-  spit(path, j.dump(2));
-  return path;
-}
-
 TrainResult run_train(const std::filesystem::path& config, const std::filesystem::path& dir, bool resume = false,
                       int64_t stop_after = -1, int threads = 1) {
   const fp4::test::OmpThreads omp(threads);
-  TrainOptions o;
-  o.config = config;
-  o.dir = dir;
-  o.resume = resume;
-  o.stop_after = stop_after;
-  o.echo = false;
-  return train(o);
+  return train(quiet_train_options(config, dir, resume, stop_after));
 }
 
 // The rows a consumer keeps: the last per (kind, step, layer, linear, slot, gemm), without the
@@ -459,7 +445,7 @@ TEST_CASE("train: a tiny model learns the synthetic source down to, not below, i
   double final_loss = 0;
   for (const json& row : read_rows(dir))
     if (row["kind"] == "eval") final_loss = row["loss"];
-  const fp4::data::MarkovChain chain(fp4::data::parse_synthetic_spec(kSource));
+  const fp4::data::MarkovChain chain(fp4::data::parse_synthetic_spec(kTinyRunData));
   const fp4::data::MarkovEntropies h = chain.entropies();
   const double floor = h.window_floor(32);
   INFO("final " << final_loss << ", unigram " << h.unigram << ", rate " << h.rate << ", floor " << floor);

@@ -18,6 +18,10 @@
 
 namespace fp4::test {
 
+// The data source of the tiny runs that tests train, alone or in a sweep: a first-order Markov
+// chain over 64 symbols.
+inline constexpr const char* kTinyRunData = "synthetic:markov?order=1&vocab=64&branch=4&seed=1";
+
 // A fresh directory under the system temp dir, removed (with everything in it) on destruction.
 // mkdtemp gives every test process its own directory, so ctest -j runs cannot collide.
 class ScratchDir {

@@ -43,59 +43,29 @@ using fp4::test::read_rows;
 using fp4::test::rel_diff_norm;
 using fp4::test::require_identical_runs;
 using fp4::test::same_bits;
+using fp4::test::ScratchDir;
+using fp4::test::write_config;
 using nlohmann::json;
 
 namespace {
 
-class Scratch {
- public:
-  Scratch() {
-    std::string templ = (std::filesystem::temp_directory_path() / "fp4lab-gpu-engine-XXXXXX").string();
-    if (mkdtemp(templ.data()) == nullptr) throw std::runtime_error("mkdtemp failed");
-    path_ = templ;
-  }
-  ~Scratch() {
-    std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
-  }
-  Scratch(const Scratch&) = delete;
-  Scratch& operator=(const Scratch&) = delete;
-  std::filesystem::path operator/(const std::string& name) const { return path_ / name; }
-
- private:
-  std::filesystem::path path_;
-};
-
 // ---- Whole runs ----
-
-const char* kSource = "synthetic:markov?order=1&vocab=64&branch=4&seed=1";
-
-std::filesystem::path write_config(const Scratch& tmp, const json& j, const std::string& name) {
-  const auto path = tmp / name;
-  std::ofstream(path) << j.dump(2);
-  return path;
-}
 
 fp4::run::TrainResult train_run(const std::filesystem::path& config, const std::filesystem::path& dir,
                                 const std::string& device, bool resume = false, int64_t stop_after = -1) {
-  fp4::run::TrainOptions o;
-  o.config = config;
-  o.dir = dir;
-  o.resume = resume;
-  o.stop_after = stop_after;
-  o.echo = false;
+  fp4::run::TrainOptions o = fp4::test::quiet_train_options(config, dir, resume, stop_after);
   o.device = device;
   return fp4::run::train(o);
 }
 
-// A d1 run on the GPU with 32-token sequences and micro-batches of 2 over kSource: `steps` steps
+// A d1 run on the GPU with 32-token sequences and micro-batches of 2 over kTinyRunData: `steps` steps
 // of `batch_tokens`, evaluations every `eval_every` steps over `eval_tokens`, checkpoints every
 // `checkpoint_every`, and (for 4-bit recipes) the probe every 10 steps.
 json d1_cuda_run(const std::string& recipe, int steps, int batch_tokens, int seed, int eval_every, int eval_tokens,
                  int checkpoint_every) {
   return {{"model", {{"preset", "d1"}, {"seq_len", 32}}},
           {"recipe", recipe},
-          {"data", kSource},
+          {"data", fp4::test::kTinyRunData},
           {"device", "cuda"},
           {"train",
            {{"steps", steps}, {"batch_tokens", batch_tokens}, {"micro_batch", 2}, {"lr", 3e-3}, {"seed", seed}}},
@@ -269,14 +239,14 @@ TEST_CASE("cuda model one micro-batch matches the CPU model loss and gradients",
 TEST_CASE("cuda training follows the CPU loss curve for 50 steps of a d2 model", "[gpu][engine]") {
   const std::string recipe = GENERATE(as<std::string>{}, "bf16", "e2m1", "ufp4", "nvfp4");
   INFO("recipe " << recipe);
-  Scratch tmp;
+  ScratchDir tmp;
   // 64-token sequences: the CUDA model takes its fused bf16 attention here (cuda_model.h
   // use_flash), so this test also holds that kernel's rounding of P and dS to bf16 against the
   // CPU's fp32 attention over 50 steps.
   // d2 (d_model 128, d_ff 320), 64-token sequences, 2 sequences per micro-step, 2 micro-steps.
   const json j = {{"model", {{"preset", "d2"}, {"seq_len", 64}}},
                   {"recipe", recipe},
-                  {"data", kSource},
+                  {"data", fp4::test::kTinyRunData},
                   {"train", {{"steps", 50}, {"batch_tokens", 256}, {"micro_batch", 2}, {"lr", 3e-3}, {"seed", 3}}},
                   {"eval", {{"every", 25}, {"tokens", 1024}}},
                   {"checkpoint", {{"every", 0}}}};
@@ -330,7 +300,7 @@ TEST_CASE("cuda training follows the CPU loss curve for 50 steps of a d2 model",
 TEST_CASE("cuda training is deterministic and resumes bit for bit", "[gpu][engine][resume]") {
   const std::string recipe = GENERATE(as<std::string>{}, "bf16", "ufp4", "nvfp4");
   INFO("recipe " << recipe);
-  Scratch tmp;
+  ScratchDir tmp;
   // d1 with 32-token sequences; the probe on (on the GPU: CudaModel::probe).
   const auto config = write_config(tmp, d1_cuda_run(recipe, 40, 128, 7, 10, 512, 20), "run.json");
   using fp4::run::Outcome;
@@ -437,7 +407,7 @@ TEST_CASE("cuda graphs and enqueued passes give the bits of passes launched one 
 TEST_CASE("cuda training with and without CUDA graphs writes identical runs", "[gpu][engine][graphs]") {
   const std::string recipe = GENERATE(as<std::string>{}, "bf16", "ufp4", "nvfp4");
   INFO("recipe " << recipe);
-  Scratch tmp;
+  ScratchDir tmp;
   const auto config = write_config(tmp, d1_cuda_run(recipe, 20, 256, 5, 5, 256, 10), "run.json");
   using fp4::run::Outcome;
   {

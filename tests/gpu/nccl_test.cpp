@@ -40,37 +40,25 @@ using fp4::test::read_rows;
 using fp4::test::require_identical_runs;
 using fp4::test::same_bits;
 using fp4::test::ScratchDir;
+using fp4::test::write_config;
 using nlohmann::json;
 
 namespace {
-
-const char* kSource = "synthetic:markov?order=1&vocab=64&branch=4&seed=1";
 
 // d1, 32-token sequences, 4 micro-steps of 2 sequences per step (so 2 ranks take 2 each).
 json small_run(const std::string& recipe, int64_t steps) {
   return {{"model", {{"preset", "d1"}, {"seq_len", 32}}},
           {"recipe", recipe},
-          {"data", kSource},
+          {"data", fp4::test::kTinyRunData},
           {"device", "cuda"},
           {"train", {{"steps", steps}, {"batch_tokens", 256}, {"micro_batch", 2}, {"lr", 3e-3}, {"seed", 7}}},
           {"eval", {{"every", 10}, {"tokens", 512}}},
           {"checkpoint", {{"every", 10}}}};
 }
 
-std::filesystem::path write_config(const ScratchDir& tmp, const json& j, const std::string& name) {
-  const auto path = tmp / name;
-  std::ofstream(path) << j.dump(2);
-  return path;
-}
-
 fp4::run::TrainResult train_in_process(const std::filesystem::path& config, const std::filesystem::path& dir,
                                        bool as_rank, bool resume = false, int64_t stop_after = -1) {
-  fp4::run::TrainOptions o;
-  o.config = config;
-  o.dir = dir;
-  o.resume = resume;
-  o.stop_after = stop_after;
-  o.echo = false;
+  fp4::run::TrainOptions o = fp4::test::quiet_train_options(config, dir, resume, stop_after);
   if (as_rank) o.rank = fp4::run::RankInfo{0, 1, 0, "nccl-test"};
   return fp4::run::train(o);
 }

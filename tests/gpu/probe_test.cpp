@@ -128,13 +128,8 @@ bool is_weight_slot(Slot s) { return s == Slot::fprop_w || s == Slot::dgrad_w; }
 
 // ---- Whole runs ----
 
-const char* kSource = "synthetic:markov?order=1&vocab=64&branch=4&seed=1";
-
 fp4::run::TrainResult train_run(const std::filesystem::path& config, const std::filesystem::path& dir) {
-  fp4::run::TrainOptions o;
-  o.config = config;
-  o.dir = dir;
-  o.echo = false;
+  fp4::run::TrainOptions o = fp4::test::quiet_train_options(config, dir);
   o.device = "cuda";
   return fp4::run::train(o);
 }
@@ -345,7 +340,7 @@ TEST_CASE("gpu training with the probe on is bit for bit training without it", "
   // probe's micro-batch is 64 tokens.
   json j = {{"model", {{"preset", "d1"}, {"seq_len", 32}}},
             {"recipe", recipe},
-            {"data", kSource},
+            {"data", fp4::test::kTinyRunData},
             {"device", "cuda"},
             {"train", {{"steps", 40}, {"batch_tokens", 128}, {"micro_batch", 2}, {"lr", 3e-3}, {"seed", 7}}},
             {"eval", {{"every", 10}, {"tokens", 512}}},
