@@ -17,12 +17,13 @@
 
 namespace fp4::test {
 
-// A grid of tiny CPU runs (d1 at sequence length 32, a few dozen steps, a checkpoint every 5
-// steps) declared in `dir`/<name>.toml with the store <name>.db and the run root <name>-runs.
+// A grid of tiny runs (d1 at sequence length 32, a few dozen steps, a checkpoint every 5 steps; on
+// the CPU unless `device` names another) declared in `dir`/<name>.toml with the store <name>.db and the run root <name>-runs.
 struct TinyGrid {
   std::string grid;                    // the [grid] table's lines
-  std::string data = "synthetic:markov?order=1&vocab=64&branch=4&seed=1";
+  std::string data = kTinyRunData;
   std::string executor;                // more [executor] lines
+  std::string device;                  // non-empty: [sweep] device (runs on "cuda" want a CUDA build)
 };
 inline std::filesystem::path write_tiny_grid(const std::filesystem::path& dir, const std::string& name,
                                              const TinyGrid& g) {
@@ -30,7 +31,8 @@ inline std::filesystem::path write_tiny_grid(const std::filesystem::path& dir, c
       "[sweep]\n"
       "name = \"" + name + "\"\n"
       "store = \"" + name + ".db\"\n"
-      "run_root = \"" + name + "-runs\"\n"
+      "run_root = \"" + name + "-runs\"\n" +
+      (g.device.empty() ? "" : "device = \"" + g.device + "\"\n") +
       "[data]\n"
       "source = \"" + g.data + "\"\n"
       "[model]\n"
@@ -58,6 +60,17 @@ inline std::filesystem::path write_tiny_grid(const std::filesystem::path& dir, c
   TinyGrid g;
   g.grid = grid;
   return write_tiny_grid(dir, name, g);
+}
+
+// A stand-in trainer (FP4LAB_TRAINER; argv: train --config DIR/run.json --dir DIR --resume --quiet)
+// that writes the CUDA_VISIBLE_DEVICES it was given to DIR/gpu.txt, holds its slot 0.3 s, and
+// succeeds.
+inline void write_gpu_recording_trainer(const std::filesystem::path& path) {
+  write_script(path,
+               "#!/bin/sh\n"
+               "printf '%s' \"$CUDA_VISIBLE_DEVICES\" > \"$5/gpu.txt\"\n"
+               "sleep 0.3\n"
+               "printf '{\"state\": \"succeeded\", \"step\": 10}' > \"$5/status.json\"\n");
 }
 
 // `fp4lab ARGS...` started in the background (argument vector, no shell), output to `log`.

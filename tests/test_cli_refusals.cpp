@@ -71,9 +71,7 @@ TEST_CASE("a sweep whose eval.tokens exceeds its data's validation split is refu
 
 TEST_CASE("a store path that is a directory is a user error", "[cli][sweeps]") {
   ScratchDir dir;
-  fp4::test::TinyGrid g;
-  g.grid = "tokens = [1280]\n";
-  const fs::path toml = fp4::test::write_tiny_grid(dir.path(), "s", g);
+  const fs::path toml = fp4::test::write_tiny_grid(dir.path(), "s", "tokens = [1280]\n");
   fs::create_directories(dir / "s.db");
   refused("sweep run --plain " + shell_quote(toml.string()), dir, "s.db is a directory, not a sweep store");
   refused("sweep status " + shell_quote(toml.string()), dir, "is a directory, not a sweep store");
@@ -95,9 +93,7 @@ TEST_CASE("a sweep spec that is not a regular file, or too big to be one, is ref
 
 TEST_CASE("numeric options say what they take, in words", "[cli]") {
   ScratchDir dir;
-  fp4::test::TinyGrid g;
-  g.grid = "tokens = [1280]\n";
-  const std::string toml = shell_quote(fp4::test::write_tiny_grid(dir.path(), "n", g).string());
+  const std::string toml = shell_quote(fp4::test::write_tiny_grid(dir.path(), "n", "tokens = [1280]\n").string());
   refused("sweep run --jobs 0 " + toml, dir, "--jobs: expected a whole number from 1 to 4096, got \"0\"");
   refused("sweep run --jobs abc " + toml, dir, "--jobs: expected a whole number from 1 to 4096, got \"abc\"");
   refused("sweep run --jobs 1e3 " + toml, dir, "got \"1e3\"");
@@ -147,9 +143,7 @@ TEST_CASE("train --print-config refuses the options it would ignore", "[cli][run
 
 TEST_CASE("a GPU named twice is refused wherever a GPU list is given", "[cli][sweeps]") {
   ScratchDir dir;
-  fp4::test::TinyGrid g;
-  g.grid = "tokens = [1280]\n";
-  const std::string toml = shell_quote(fp4::test::write_tiny_grid(dir.path(), "g", g).string());
+  const std::string toml = shell_quote(fp4::test::write_tiny_grid(dir.path(), "g", "tokens = [1280]\n").string());
   refused("sweep run --gpus 0,0 " + toml, dir, "--gpus 0,0: lists GPU 0 twice");
   refused("sweep run --gpus 0,00 " + toml, dir, "lists GPU 0 twice");
   refused("sweep run --gpus 0,,1 " + toml, dir, "--gpus 0,,1: \"\" is not a GPU");

@@ -253,11 +253,10 @@ TEST_CASE("report: gnuplot is a child of fp4lab with no arguments and the whole 
   REQUIRE(!real.empty());
   fs::create_directories(dir / "bin");
   const fs::path log = dir / "calls.txt", input = dir / "stdin.txt";
-  fp4::test::spit(dir / "bin" / "gnuplot",
-                  "#!/bin/sh\n"
-                  "printf 'parent=%s args=%s\\n' \"$(cat /proc/$PPID/comm)\" \"$#\" >> '" + log.string() + "'\n"
-                  "tee -a '" + input.string() + "' | '" + real + "'\n");
-  fs::permissions(dir / "bin" / "gnuplot", fs::perms::owner_all);
+  fp4::test::write_script(dir / "bin" / "gnuplot",
+                          "#!/bin/sh\n"
+                          "printf 'parent=%s args=%s\\n' \"$(cat /proc/$PPID/comm)\" \"$#\" >> '" + log.string() + "'\n"
+                          "tee -a '" + input.string() + "' | '" + real + "'\n");
   fp4::test::HandStudy h(dir.path(), "child");
   const auto b = h.add("b", "bf16", "m", 50000, 100000, 0, "m1");
   const auto q = h.add("q", kEvilRecipe, "m", 50000, 100000, 0, "m1");

@@ -63,6 +63,13 @@ inline void spit(const std::filesystem::path& p, const std::string& bytes) {
   out << bytes;
 }
 
+// An executable script (its owner may read, write and run it): a stand-in for a program a test
+// runs fp4lab against.
+inline void write_script(const std::filesystem::path& p, const std::string& text) {
+  spit(p, text);
+  std::filesystem::permissions(p, std::filesystem::perms::owner_all);
+}
+
 // How many times `needle` starts in `text` (overlapping occurrences counted).
 inline size_t count_of(const std::string& text, const std::string& needle) {
   size_t n = 0;

@@ -95,18 +95,10 @@ TEST_CASE("sweeps: gpus_per_run gives each run a group of GPUs of its own", "[sw
   fp4::test::TinyGrid g;
   g.grid = "seed = [0, 1, 2, 3]\ntokens = [1280]\n";
   g.executor = "gpus_per_run = 2\n";
+  g.device = "cuda";
   const std::filesystem::path toml = fp4::test::write_tiny_grid(dir.path(), "groups", g);
-  std::string text = fp4::test::slurp(toml);
-  text.replace(text.find("[data]"), 0, "device = \"cuda\"\n");  // into [sweep]
-  fp4::test::spit(toml, text);
   const std::filesystem::path fake = dir / "fake-trainer.sh";
-  // argv: train --config DIR/run.json --dir DIR --resume --quiet
-  fp4::test::spit(fake,
-                  "#!/bin/sh\n"
-                  "printf '%s' \"$CUDA_VISIBLE_DEVICES\" > \"$5/gpu.txt\"\n"
-                  "sleep 0.3\n"
-                  "printf '{\"state\": \"succeeded\", \"step\": 10}' > \"$5/status.json\"\n");
-  std::filesystem::permissions(fake, std::filesystem::perms::owner_all);
+  fp4::test::write_gpu_recording_trainer(fake);
   const std::string cmd = "FP4LAB_TRAINER='" + fake.string() + "' '" + FP4LAB_BINARY +
                           "' sweep run --plain --gpus 0,1,2,3,4 '" + toml.string() + "' >'" +
                           (dir / "groups.log").string() + "' 2>&1";

@@ -30,24 +30,20 @@ struct MpsFixture {
     fs::create_directories(bin);
     control_log = dir / "control.log";
     // The control program: `-d` starts (here: pretends to), stdin carries commands such as quit.
-    fp4::test::spit(bin / "nvidia-cuda-mps-control",
-                    "#!/bin/sh\n"
-                    "in=$(cat)\n"
-                    "printf 'args=[%s] pipe=[%s] log=[%s] stdin=[%s]\\n' \"$*\" \"$CUDA_MPS_PIPE_DIRECTORY\" "
-                    "\"$CUDA_MPS_LOG_DIRECTORY\" \"$in\" >> '" + control_log.string() + "'\n");
-    fs::permissions(bin / "nvidia-cuda-mps-control", fs::perms::owner_all);
-    fp4::test::spit(dir / "trainer.sh",
-                    "#!/bin/sh\n"
-                    "printf '%s' \"$CUDA_MPS_PIPE_DIRECTORY\" > \"$5/mps.txt\"\n"
-                    "printf '{\"state\": \"succeeded\", \"step\": 10}' > \"$5/status.json\"\n");
-    fs::permissions(dir / "trainer.sh", fs::perms::owner_all);
+    fp4::test::write_script(bin / "nvidia-cuda-mps-control",
+                            "#!/bin/sh\n"
+                            "in=$(cat)\n"
+                            "printf 'args=[%s] pipe=[%s] log=[%s] stdin=[%s]\\n' \"$*\" \"$CUDA_MPS_PIPE_DIRECTORY\" "
+                            "\"$CUDA_MPS_LOG_DIRECTORY\" \"$in\" >> '" + control_log.string() + "'\n");
+    fp4::test::write_script(dir / "trainer.sh",
+                            "#!/bin/sh\n"
+                            "printf '%s' \"$CUDA_MPS_PIPE_DIRECTORY\" > \"$5/mps.txt\"\n"
+                            "printf '{\"state\": \"succeeded\", \"step\": 10}' > \"$5/status.json\"\n");
     fp4::test::TinyGrid g;
     g.grid = "seed = [0, 1, 2]\ntokens = [1280]\n";
     g.executor = executor;
+    g.device = "cuda";
     toml = fp4::test::write_tiny_grid(dir.path(), "mps", g);
-    std::string text = fp4::test::slurp(toml);
-    text.replace(text.find("[data]"), 0, "device = \"cuda\"\n");  // into [sweep]
-    fp4::test::spit(toml, text);
   }
 
   // Runs the sweep with the stand-ins, `env` in front; returns the exit code and fills `log`.

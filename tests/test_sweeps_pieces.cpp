@@ -27,13 +27,12 @@ namespace {
 // second in small naps (so a SIGTERM is answered within one), then succeeds; SIGTERM exits 143
 // as a checkpointing trainer does.
 void write_stand_in_trainer(const fs::path& path) {
-  fp4::test::spit(path,
-                  "#!/bin/sh\n"
-                  "trap 'exit 143' TERM\n"
-                  "i=0\n"
-                  "while [ \"$i\" -lt \"${STAND_IN_TENTHS:-10}\" ]; do sleep 0.1; i=$((i + 1)); done\n"
-                  "printf '{\"state\": \"succeeded\", \"step\": 10}' > \"$5/status.json\"\n");
-  fs::permissions(path, fs::perms::owner_all);
+  fp4::test::write_script(path,
+                          "#!/bin/sh\n"
+                          "trap 'exit 143' TERM\n"
+                          "i=0\n"
+                          "while [ \"$i\" -lt \"${STAND_IN_TENTHS:-10}\" ]; do sleep 0.1; i=$((i + 1)); done\n"
+                          "printf '{\"state\": \"succeeded\", \"step\": 10}' > \"$5/status.json\"\n");
 }
 
 int sweep_run(const fs::path& toml, const fs::path& trainer, const fs::path& log, int tenths,
@@ -151,14 +150,13 @@ TEST_CASE("a store carried to a machine without its run directories finishes its
   const fs::path moved = dir / "moved.toml";
   fp4::test::spit(moved, text);
   const fs::path partial = dir / "partial.sh";
-  fp4::test::spit(partial,
-                  "#!/bin/sh\n"
-                  "for s in 1 2 3 4 5 6 7 8 9 10 11 12; do\n"
-                  "  printf '{\"kind\": \"train\", \"step\": %s, \"tokens\": %s, \"loss\": -1, \"lr\": 0, \"grad_norm\": 0, "
-                  "\"pad\": \"%0200d\"}\\n' \"$s\" \"$((s * 128))\" 0 >> \"$5/metrics.jsonl\"\n"
-                  "done\n"
-                  "exit 143\n");
-  fs::permissions(partial, fs::perms::owner_all);
+  fp4::test::write_script(partial,
+                          "#!/bin/sh\n"
+                          "for s in 1 2 3 4 5 6 7 8 9 10 11 12; do\n"
+                          "  printf '{\"kind\": \"train\", \"step\": %s, \"tokens\": %s, \"loss\": -1, \"lr\": 0, \"grad_norm\": 0, "
+                          "\"pad\": \"%0200d\"}\\n' \"$s\" \"$((s * 128))\" 0 >> \"$5/metrics.jsonl\"\n"
+                          "done\n"
+                          "exit 143\n");
   const std::string cmd = "FP4LAB_TRAINER='" + partial.string() + "' '" + FP4LAB_BINARY + "' sweep run --plain '" +
                           moved.string() + "' >'" + (dir / "partial.log").string() + "' 2>&1";
   CHECK(std::system(cmd.c_str()) != 0);  // interrupted, again and again, up to the attempt cap

@@ -322,8 +322,7 @@ TEST_CASE("failed runs are retried only with --retry-failed, up to the cap", "[s
   g.executor = "max_attempts = 2\n";
   const fs::path toml = fp4::test::write_tiny_grid(dir.path(), "broken", g);
   const fs::path trainer = dir / "failing-trainer.sh";
-  fp4::test::spit(trainer, "#!/bin/sh\necho 'fp4lab: error: no-such-shards: not a directory' >&2\nexit 2\n");
-  fs::permissions(trainer, fs::perms::owner_all);
+  fp4::test::write_script(trainer, "#!/bin/sh\necho 'fp4lab: error: no-such-shards: not a directory' >&2\nexit 2\n");
   const struct TrainerOverride {
     explicit TrainerOverride(const fs::path& p) { ::setenv("FP4LAB_TRAINER", p.c_str(), 1); }
     ~TrainerOverride() { ::unsetenv("FP4LAB_TRAINER"); }
@@ -426,8 +425,7 @@ TEST_CASE("a trainer whose heartbeat falls silent is killed and its run resumed 
   const fs::path toml = fp4::test::write_tiny_grid(dir.path(), "hung", g);
   // A "trainer" that never beats: the orchestrator must not wait on it forever.
   const fs::path fake = dir / "hung-trainer.sh";
-  fp4::test::spit(fake, "#!/bin/sh\nexec sleep 60\n");
-  fs::permissions(fake, fs::perms::owner_all);
+  fp4::test::write_script(fake, "#!/bin/sh\nexec sleep 60\n");
   const std::string cmd = "FP4LAB_TRAINER='" + fake.string() + "' '" + FP4LAB_BINARY + "' sweep run --plain '" +
                           toml.string() + "' >'" + (dir / "hung.log").string() + "' 2>&1";
   const int status = std::system(cmd.c_str());
@@ -451,34 +449,31 @@ TEST_CASE("runs on device cuda are spread over the GPU slots, two at once on a G
   fp4::test::TinyGrid g;
   g.grid = "seed = [0, 1, 2, 3, 4, 5]\ntokens = [1280]\n";
   g.executor = "runs_per_gpu = 2\n";
+  g.device = "cuda";
   fs::path toml = fp4::test::write_tiny_grid(dir.path(), "gpus", g);
-  std::string text = fp4::test::slurp(toml);
-  text.replace(text.find("[data]"), 0, "device = \"cuda\"\n");  // into [sweep]
-  fp4::test::spit(toml, text);
   const fs::path share = dir / "share";
   fs::create_directories(share);
   const fs::path fake = dir / "fake-trainer.sh";
   // argv: train --config DIR/run.json --dir DIR --resume --quiet. A trainer waits (a few seconds at
   // most) until it sees another run's start marker without its end marker on the same GPU.
-  fp4::test::spit(fake,
-                  "#!/bin/sh\n"
-                  "gpu=\"$CUDA_VISIBLE_DEVICES\"\n"
-                  "me='" + share.string() + "'/\"$gpu.$(basename \"$5\")\"\n"
-                  ": > \"$me.start\"\n"
-                  "shared=alone\n"
-                  "i=0\n"
-                  "while [ $shared = alone ] && [ $i -lt 100 ]; do\n"
-                  "  for s in '" + share.string() + "'/\"$gpu\".*.start; do\n"
-                  "    peer=\"${s%.start}\"\n"
-                  "    if [ \"$peer\" != \"$me\" ] && [ ! -e \"$peer.end\" ]; then shared=shared; fi\n"
-                  "  done\n"
-                  "  [ $shared = alone ] && sleep 0.05\n"
-                  "  i=$((i + 1))\n"
-                  "done\n"
-                  "printf '%s %s' \"$gpu\" $shared > \"$5/gpu.txt\"\n"
-                  ": > \"$me.end\"\n"
-                  "printf '{\"state\": \"succeeded\", \"step\": 10}' > \"$5/status.json\"\n");
-  fs::permissions(fake, fs::perms::owner_all);
+  fp4::test::write_script(fake,
+                          "#!/bin/sh\n"
+                          "gpu=\"$CUDA_VISIBLE_DEVICES\"\n"
+                          "me='" + share.string() + "'/\"$gpu.$(basename \"$5\")\"\n"
+                          ": > \"$me.start\"\n"
+                          "shared=alone\n"
+                          "i=0\n"
+                          "while [ $shared = alone ] && [ $i -lt 100 ]; do\n"
+                          "  for s in '" + share.string() + "'/\"$gpu\".*.start; do\n"
+                          "    peer=\"${s%.start}\"\n"
+                          "    if [ \"$peer\" != \"$me\" ] && [ ! -e \"$peer.end\" ]; then shared=shared; fi\n"
+                          "  done\n"
+                          "  [ $shared = alone ] && sleep 0.05\n"
+                          "  i=$((i + 1))\n"
+                          "done\n"
+                          "printf '%s %s' \"$gpu\" $shared > \"$5/gpu.txt\"\n"
+                          ": > \"$me.end\"\n"
+                          "printf '{\"state\": \"succeeded\", \"step\": 10}' > \"$5/status.json\"\n");
   const std::string cmd = "CUDA_VISIBLE_DEVICES=7 FP4LAB_TRAINER='" + fake.string() + "' '" + FP4LAB_BINARY +
                           "' sweep run --plain --gpus 2,5 '" + toml.string() + "' >'" + (dir / "gpus.log").string() +
                           "' 2>&1";
@@ -511,17 +506,10 @@ TEST_CASE("GPU UUIDs in CUDA_VISIBLE_DEVICES are slots too, handed on as written
   ScratchDir dir;
   fp4::test::TinyGrid g;
   g.grid = "seed = [0, 1]\ntokens = [1280]\n";
+  g.device = "cuda";
   fs::path toml = fp4::test::write_tiny_grid(dir.path(), "uuid", g);
-  std::string text = fp4::test::slurp(toml);
-  text.replace(text.find("[data]"), 0, "device = \"cuda\"\n");
-  fp4::test::spit(toml, text);
   const fs::path fake = dir / "fake-trainer.sh";
-  fp4::test::spit(fake,
-                  "#!/bin/sh\n"
-                  "printf '%s' \"$CUDA_VISIBLE_DEVICES\" > \"$5/gpu.txt\"\n"
-                  "sleep 0.3\n"
-                  "printf '{\"state\": \"succeeded\", \"step\": 10}' > \"$5/status.json\"\n");
-  fs::permissions(fake, fs::perms::owner_all);
+  fp4::test::write_gpu_recording_trainer(fake);
   const std::string uuid = "GPU-8932f937-d72c-4106-c12f-20bd9faed9f6";
   const auto sweep = [&](const std::string& visible) {
     const std::string cmd = "CUDA_VISIBLE_DEVICES='" + visible + "' FP4LAB_TRAINER='" + fake.string() + "' '" +
@@ -545,10 +533,8 @@ TEST_CASE("a build without CUDA plans a device cuda sweep and refuses to run it"
   ScratchDir dir;
   fp4::test::TinyGrid g;
   g.grid = "seed = [0, 1]\ntokens = [1280]\n";
+  g.device = "cuda";
   fs::path toml = fp4::test::write_tiny_grid(dir.path(), "nocuda", g);
-  std::string text = fp4::test::slurp(toml);
-  text.replace(text.find("[data]"), 0, "device = \"cuda\"\n");  // into [sweep]
-  fp4::test::spit(toml, text);
   const auto sweep = [&](const std::string& verb) {
     const std::string cmd = "'" + std::string(FP4LAB_BINARY) + "' sweep " + verb + " '" + toml.string() + "' >'" +
                             (dir / (verb.substr(0, verb.find(' ')) + ".log")).string() + "' 2>&1";
