@@ -462,21 +462,23 @@ TEST_CASE("contrasts: on the second study's committed store, the numbers of its 
       "out = {}\n"
       "for a, b in [('ufp4', 'e2m1'), ('nvfp4', 'e2m1'), ('nvfp4', 'ufp4')]:\n"
       "    for metric, name in [('final', 'final_eval'), ('train_tail', 'train_tail')]:\n"
-      "        r = analysis.contrast(runs, 'd4', a, b, metric)\n"
-      "        if r:\n"
-      "            out[a + '|' + b + '|' + name] = [r['n'], r['mean'], r['sd'], r['lo'], r['hi'], r['p_t'], r['p_flip'], "
-      "r['wins']]\n"
+      "        for size in analysis.SIZES:\n"
+      "            r = analysis.contrast(runs, size, a, b, metric)\n"
+      "            if r:\n"
+      "                out[a + '|' + b + '|' + name + '|' + size] = [r['n'], r['mean'], r['sd'], r['lo'], r['hi'], "
+      "r['p_t'], r['p_flip'], r['wins']]\n"
       "json.dump(out, open(sys.argv[2], 'w'))\n";
   fp4::test::spit(dir / "analysis_check.py", script);
   REQUIRE(std::system(("python3 -B '" + (dir / "analysis_check.py").string() + "' '" + db.string() + "' '" +
                        (dir / "out.json").string() + "'")
                           .c_str()) == 0);
   const nlohmann::json want = nlohmann::json::parse(fp4::test::slurp(dir / "out.json"));
-  REQUIRE(want.size() >= 6);  // three contrasts on two metrics
+  REQUIRE(want.size() >= 6);  // three contrasts on two metrics at d4 at least
   int compared = 0;
   for (const auto& family : set.families)
     for (const ContrastTest& t : family.tests) {
-      const std::string key = t.recipe + "|" + t.against + "|" + t.metric;
+      // Every size the store holds pairs at, as the study's legs add them.
+      const std::string key = t.recipe + "|" + t.against + "|" + t.metric + "|" + t.model;
       INFO(key << " at " << t.point);
       REQUIRE(want.contains(key));
       const auto& w = want[key];
