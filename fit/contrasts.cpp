@@ -74,6 +74,22 @@ std::vector<std::string> varying_settings(const std::set<std::string>& point_key
 
 std::string replicate_key(const json& config) { return without_seeds(config).dump(); }
 
+std::vector<const ContrastTest*> ContrastFamily::tests_on(const std::string& metric) const {
+  std::vector<const ContrastTest*> out;
+  for (const ContrastTest& t : tests)
+    if (t.metric == metric) out.push_back(&t);
+  return out;
+}
+
+std::string ContrastFamily::origin() const {
+  const std::string on = metrics_declared
+                             ? fmt::format("tested on {}, as declared", fmt::join(metrics, " and "))
+                             : fmt::format("tested on {} ({})", fmt::join(metrics, " and "),
+                                           declared ? "the table names no metrics: every metric, the default"
+                                                    : "every metric, the default");
+  return (declared ? "declared in the [compare] table; " : "a default family, declared nowhere; ") + on;
+}
+
 double ContrastTest::pairing_removed() const {
   const double unpaired = sd_recipe * sd_recipe + sd_against * sd_against;
   return unpaired > 0 ? 1 - t.sd * t.sd / unpaired : kNaN;
@@ -158,6 +174,7 @@ FamilyRequest families_asked(const store::CompareTable& table, const std::string
                              const std::vector<ContrastRun>& runs) {
   FamilyRequest r;
   if (table.present) {
+    r.declared = true;
     r.source = "[compare] of " + file;
     r.families = table.families;
     r.primary = table.primary;
@@ -165,7 +182,7 @@ FamilyRequest families_asked(const store::CompareTable& table, const std::string
       bool named = false;
       for (const store::CompareFamily& f : r.families)
         named = named || std::find(f.contrasts.begin(), f.contrasts.end(), c) != f.contrasts.end();
-      if (!named) r.families.insert(r.families.begin(), store::CompareFamily{contrast_name(c), {c}});
+      if (!named) r.families.insert(r.families.begin(), store::CompareFamily{contrast_name(c), {c}, {}});
     }
     return r;
   }
@@ -179,8 +196,8 @@ FamilyRequest families_asked(const store::CompareTable& table, const std::string
     if (main_recipes.empty() || std::find(main_recipes.begin(), main_recipes.end(), q) != main_recipes.end())
       main.push_back(q);
   for (size_t j = 0; j < main.size(); ++j)
-    for (size_t i = 0; i < j; ++i) r.families.push_back({main[j] + " - " + main[i], {{main[j], main[i]}}});
-  store::CompareFamily variants{"variants against their base", {}};
+    for (size_t i = 0; i < j; ++i) r.families.push_back({main[j] + " - " + main[i], {{main[j], main[i]}}, {}});
+  store::CompareFamily variants{"variants against their base", {}, {}};
   for (const auto& [recipe, base] : recipe_bases)
     if (present.count(recipe) && present.count(base) && quantized.count(base)) variants.contrasts.emplace_back(recipe, base);
   if (!variants.contrasts.empty()) r.families.push_back(std::move(variants));
@@ -210,7 +227,12 @@ ContrastSet compute_contrasts(const std::vector<ContrastRun>& runs, const Family
   });
 
   json hashed = {{"grid", grid}, {"families", json::array()}, {"primary", request.primary}, {"runs", json::array()}};
-  for (const store::CompareFamily& f : request.families) hashed["families"].push_back({f.name, f.contrasts});
+  for (const store::CompareFamily& f : request.families) {
+    // Metrics only where the table names them: a family without `metrics` asks what it asked before.
+    json family = {f.name, f.contrasts};
+    if (!f.metrics.empty()) family.push_back(f.metrics);
+    hashed["families"].push_back(std::move(family));
+  }
   for (const ContrastRun& r : runs)
     hashed["runs"].push_back({r.id, r.recipe, r.point, r.seed, r.baseline, r.finished, r.finished ? r.final_loss : 0.0,
                               std::isnan(r.train_tail) ? 0.0 : r.train_tail, r.tail_steps});
@@ -218,13 +240,26 @@ ContrastSet compute_contrasts(const std::vector<ContrastRun>& runs, const Family
   std::set<std::string> noted;
   for (const store::CompareFamily& asked : request.families) {
     ContrastFamily family{asked.name, asked.contrasts, {}, {}};
-    for (const char* metric : {"final_eval", "train_tail"}) {
-      const bool eval = std::string(metric) == "final_eval";
+    family.declared = request.declared;
+    family.metrics_declared = !asked.metrics.empty();
+    if (family.metrics_declared) {
+      // In kContrastMetrics' order, whatever order the table lists them in.
+      family.metrics.clear();
+      for (const char* m : store::kContrastMetrics)
+        if (std::find(asked.metrics.begin(), asked.metrics.end(), m) != asked.metrics.end()) family.metrics.push_back(m);
+    }
+    for (const std::string& metric : family.metrics) {
+      const bool eval = metric == "final_eval";
+      // A point's untested reasons are the same on every metric: listed with the first one.
+      const bool first_metric = metric == family.metrics.front();
       // The loss of a run on this metric, NaN when it has none.
       auto loss_of = [&](const ContrastRun& r) { return !r.finished ? kNaN : eval ? r.final_loss : r.train_tail; };
       const size_t first_test = family.tests.size();
       for (const auto& contrast : asked.contrasts) {
-        const bool primary = std::find(request.primary.begin(), request.primary.end(), contrast) != request.primary.end();
+        // A primary contrast is primary on the primary metric: its train-tail tests are secondary
+        // (the second study's plan: the primary endpoint is d on the final loss).
+        const bool primary = eval && std::find(request.primary.begin(), request.primary.end(), contrast) !=
+                                         request.primary.end();
         bool anywhere = false;
         std::vector<std::string> one_seed, unpaired;  // points with one pair, with none
         for (const std::string& key : points) {
@@ -246,14 +281,14 @@ ContrastSet compute_contrasts(const std::vector<ContrastRun>& runs, const Family
           for (const auto& [seed, loss] : a)
             if (b.count(seed)) seeds.push_back(seed);
           if (seeds.size() < 2) {
-            if (eval) (seeds.empty() ? unpaired : one_seed).push_back(first.point_label);
+            if (first_metric) (seeds.empty() ? unpaired : one_seed).push_back(first.point_label);
             continue;
           }
           if (base.empty()) {
             const std::string note = fmt::format("{}: no finished baseline (bf16) run, so no d is normalised there",
                                                  first.point_label);
             if (noted.insert(note).second) set.notes.push_back(note);
-            if (eval)
+            if (first_metric)
               family.untested.push_back(fmt::format("{} at {}: no baseline run", contrast_name(contrast), first.point_label));
             continue;
           }
@@ -309,7 +344,7 @@ ContrastSet compute_contrasts(const std::vector<ContrastRun>& runs, const Family
           t.correlation = ma.sd > 0 && mb.sd > 0 ? cov / (ma.sd * mb.sd) : kNaN;
           family.tests.push_back(std::move(t));
         }
-        if (!anywhere && eval)
+        if (!anywhere && first_metric)
           family.untested.push_back(fmt::format("{}: no grid point has runs of both recipes", contrast_name(contrast)));
         if (!one_seed.empty())
           family.untested.push_back(fmt::format("{}: one paired seed (a test needs two) at {}", contrast_name(contrast),
@@ -349,7 +384,8 @@ store::ContrastSetRecord to_record(const ContrastSet& set) {
   r.source = set.source;
   json families = json::array();
   for (const ContrastFamily& f : set.families) {
-    json u = {{"name", f.name}, {"contrasts", f.contrasts}, {"untested", f.untested}};
+    json u = {{"name", f.name},         {"contrasts", f.contrasts},           {"untested", f.untested},
+              {"metrics", f.metrics},   {"metrics_declared", f.metrics_declared}, {"declared", f.declared}};
     families.push_back(std::move(u));
   }
   r.families_json = families.dump();
@@ -415,6 +451,15 @@ ContrastSet from_record(const store::ContrastSetRecord& r) {
       if (f.contains("untested") && f["untested"].is_array())
         for (const json& u : f["untested"])
           if (u.is_string()) family.untested.push_back(u);
+      // A set stored before families named their metrics tested every family on every metric, and
+      // its families were declared exactly when its source is a [compare] table.
+      if (f.contains("metrics") && f["metrics"].is_array() && !f["metrics"].empty()) {
+        family.metrics.clear();
+        for (const json& m : f["metrics"])
+          if (m.is_string()) family.metrics.push_back(m);
+      }
+      family.metrics_declared = f.value("metrics_declared", false);
+      family.declared = f.value("declared", r.source.rfind("[compare]", 0) == 0);
       set.families.push_back(std::move(family));
     }
   for (const store::ContrastRecord& c : r.contrasts) {
@@ -454,6 +499,7 @@ ContrastSet from_record(const store::ContrastSetRecord& r) {
                                [&](const ContrastFamily& f) { return f.name == c.family; });
     if (family == set.families.end()) {
       set.families.push_back({c.family, {}, {}, {}});
+      set.families.back().declared = r.source.rfind("[compare]", 0) == 0;
       family = set.families.end() - 1;
     }
     family->tests.push_back(std::move(t));
@@ -474,6 +520,29 @@ std::string fmt_p(double p) { return std::isnan(p) ? "-" : p >= 1e-4 ? fmt::form
 std::string fmt_pp(double v) { return std::isnan(v) ? "-" : fmt::format("{:+.3f}", v); }
 
 }  // namespace
+
+std::string metric_in_words(const std::string& metric) {
+  if (metric == "final_eval") return "the final validation loss (final_eval, the primary metric)";
+  if (metric == "train_tail")
+    return "the mean train loss of the last tenth of the logged steps, at most 1000 (train_tail, the paper's metric)";
+  return metric;
+}
+
+std::string holm_set_in_words(size_t tests) {
+  if (tests == 0) return "no test (no grid point with two or more paired seeds)";
+  if (tests == 1) return "1 test, its own Holm set (Holm p = sign-flip p)";
+  return fmt::format("{} tests, Holm over these {}", tests, tests);
+}
+
+std::string declared_in_words(const ContrastSet& set) {
+  bool declared = false;
+  for (const ContrastFamily& f : set.families) declared = declared || f.declared;
+  if (set.families.empty() || !declared)
+    return "none. Every family below is one of fp4lab's defaults, tested on every metric; a "
+           "[compare] table in the study's TOML declares the families and metrics to test instead";
+  return "the families below as the [compare] table names them, on the metrics it names (a family "
+         "without `metrics` is tested on every metric, the default); no other test is made";
+}
 
 Trend contrast_trend(const ContrastFamily& family, const std::pair<std::string, std::string>& contrast) {
   std::vector<TrendPoint> points;
@@ -555,6 +624,9 @@ json contrast_set_json(const ContrastSet& set) {
     }
     families.push_back({{"name", f.name},
                         {"contrasts", f.contrasts},
+                        {"metrics", f.metrics},
+                        {"metrics_declared", f.metrics_declared},
+                        {"declared", f.declared},
                         {"tests", std::move(tests)},
                         {"trends", std::move(trends)},
                         {"untested", f.untested}});
@@ -573,41 +645,37 @@ std::string format_contrasts_table(const ContrastSet& set) {
   std::string out = "paired contrasts over seeds: d = (L_A - L_B) / mean L_bf16 of the grid point, in percentage points, "
                     "runs of A and B paired by seed; negative: A closer to bf16 (docs/statistics.md)\n";
   out += "  families: " + set.source + "\n";
+  out += "  declared tests: " + declared_in_words(set) + "\n";
   out += "  each test: mean d with its 95% Student-t interval over the seeds, the paired t-test, the exact sign-flip "
-         "test, and the sign-flip p Holm-adjusted within its family; significant: Holm p < 0.05\n";
+         "test, and the sign-flip p Holm-adjusted over its family's tests on the same metric; significant: Holm p < "
+         "0.05\n";
   if (set.families.empty())
     out += "  no family: fewer than two 4-bit recipes, and no recipe declared with `base = X`: nothing to compare\n";
   for (const ContrastFamily& f : set.families) {
-    out += fmt::format("  family \"{}\": {} test{} ({}), Holm over all of them\n", f.name, f.tests.size(),
-                       f.tests.size() == 1 ? "" : "s",
-                       fmt::format("{}", fmt::join([&] {
-                         std::vector<std::string> names;
-                         for (const auto& c : f.contrasts) names.push_back(contrast_name(c));
-                         return names;
-                       }(), ", ")));
-    std::string metric;
-    for (const ContrastTest& t : f.tests) {
-      if (t.metric != metric) {
-        metric = t.metric;
-        out += metric == "final_eval"
-                   ? "    on the final validation loss (the primary metric):\n"
-                   : "    on the mean train loss of the last tenth of the logged steps, at most 1000 (the paper's "
-                     "metric), Holm separately:\n";
-        out += fmt::format("    {:<28} {:<44} {:>5} {:>5} {:>8} {:<20} {:>8} {:>8} {:>8}  {}\n", "A - B", "grid point",
-                           "seeds", "wins", "mean d", "95% t interval", "p t", "p flip", "p Holm", "reading");
+    std::vector<std::string> names;
+    for (const auto& c : f.contrasts) names.push_back(contrast_name(c));
+    out += fmt::format("  family \"{}\" ({}): {}\n", f.name, fmt::join(names, ", "), f.origin());
+    for (const std::string& metric : f.metrics) {
+      const std::vector<const ContrastTest*> tests = f.tests_on(metric);
+      out += fmt::format("    on {}: {}\n", metric_in_words(metric), holm_set_in_words(tests.size()));
+      if (tests.empty()) continue;
+      out += fmt::format("    {:<28} {:<44} {:>5} {:>5} {:>8} {:<20} {:>8} {:>8} {:>8}  {}\n", "A - B", "grid point",
+                         "seeds", "wins", "mean d", "95% t interval", "p t", "p flip", "p Holm", "reading");
+      for (const ContrastTest* tp : tests) {
+        const ContrastTest& t = *tp;
+        const bool significant = t.p_holm < 0.05;
+        std::string reading = significant ? (t.t.mean < 0 ? t.recipe + " closer (significant)" : t.against + " closer (significant)")
+                                          : "not significant after Holm";
+        if (t.primary) reading += "; primary";
+        if (t.missing_twins > 0)
+          reading += fmt::format("; {} of {} seeds have no {} twin: every d is normalised by the mean of the point's {} "
+                                 "{} run(s)",
+                                 t.missing_twins, t.t.n, t.baseline, t.baseline_seeds, t.baseline);
+        out += fmt::format("    {:<28} {:<44} {:>5} {:>5} {:>8} {:<20} {:>8} {:>8} {:>8}  {}\n",
+                           (t.primary ? "* " : "") + t.recipe + " - " + t.against, t.point, t.t.n, t.wins, fmt_pp(t.t.mean),
+                           fmt::format("[{}, {}]", fmt_pp(t.t.ci.lo), fmt_pp(t.t.ci.hi)), fmt_p(t.t.p), fmt_p(t.flip.p),
+                           fmt_p(t.p_holm), reading);
       }
-      const bool significant = t.p_holm < 0.05;
-      std::string reading = significant ? (t.t.mean < 0 ? t.recipe + " closer (significant)" : t.against + " closer (significant)")
-                                        : "not significant after Holm";
-      if (t.primary) reading += "; primary";
-      if (t.missing_twins > 0)
-        reading += fmt::format("; {} of {} seeds have no {} twin: every d is normalised by the mean of the point's {} "
-                               "{} run(s)",
-                               t.missing_twins, t.t.n, t.baseline, t.baseline_seeds, t.baseline);
-      out += fmt::format("    {:<28} {:<44} {:>5} {:>5} {:>8} {:<20} {:>8} {:>8} {:>8}  {}\n",
-                         (t.primary ? "* " : "") + t.recipe + " - " + t.against, t.point, t.t.n, t.wins, fmt_pp(t.t.mean),
-                         fmt::format("[{}, {}]", fmt_pp(t.t.ci.lo), fmt_pp(t.t.ci.hi)), fmt_p(t.t.p), fmt_p(t.flip.p),
-                         fmt_p(t.p_holm), reading);
     }
     for (const std::string& u : f.untested) out += "    not tested: " + u + "\n";
     bool decomposition = false;

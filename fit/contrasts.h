@@ -98,9 +98,17 @@ struct ContrastTest {
 struct ContrastFamily {
   std::string name;
   std::vector<std::pair<std::string, std::string>> contrasts;  // as asked
-  std::vector<ContrastTest> tests;      // final_eval tests (by contrast as asked, then N, D, point), then
-                                        // the same on train_tail; Holm within each metric
+  std::vector<ContrastTest> tests;      // per metric of `metrics`, in kContrastMetrics' order: its tests
+                                        // by contrast as asked, then N, D, point; Holm within each metric
   std::vector<std::string> untested;    // "ufp4 - e2m1: one paired seed (a test needs two) at d3 25M, ..."
+  std::vector<std::string> metrics = {std::begin(store::kContrastMetrics), std::end(store::kContrastMetrics)};
+  bool declared = false;                // named by a [compare] table (else one of the defaults)
+  bool metrics_declared = false;        // its metrics named by the table (else every metric, the default)
+  // Its tests on one metric (Holm's set: the count its p-values were adjusted over).
+  std::vector<const ContrastTest*> tests_on(const std::string& metric) const;
+  // Where the family and its metrics come from, in words: "declared in the [compare] table, on
+  // final_eval as declared" or "a default family (no [compare] table), on every metric (the default)".
+  std::string origin() const;
 };
 
 struct ContrastSet {
@@ -121,6 +129,7 @@ struct ContrastSet {
 // is compared with X. `main_recipes`: the main grid's recipes (empty: every recipe of `runs`).
 struct FamilyRequest {
   std::vector<store::CompareFamily> families;
+  bool declared = false;                // the families are a [compare] table's, not the defaults
   std::vector<std::pair<std::string, std::string>> primary;
   std::string source;
 };
@@ -129,8 +138,9 @@ FamilyRequest families_asked(const store::CompareTable& table, const std::string
                              const std::map<std::string, std::string>& recipe_bases,
                              const std::vector<ContrastRun>& runs);
 
-// The tests of every family on both metrics: the final eval loss ("final_eval", the primary one),
-// and the paper's mean train loss of the last steps ("train_tail"). A point enters a contrast's tests when it has
+// The tests of every family on each of its metrics (its `metrics`; every metric when the request
+// names none): the final eval loss ("final_eval", the primary one), and the paper's mean train loss
+// of the last steps ("train_tail"). A point enters a contrast's tests when it has
 // at least two seeds with finished runs of A and of B and at least one finished baseline run;
 // points with one pair are listed in `untested`, points with no baseline in `notes`.
 ContrastSet compute_contrasts(const std::vector<ContrastRun>& runs, const FamilyRequest& request,
@@ -146,6 +156,13 @@ std::optional<ContrastSet> latest_contrast_set(const store::Store& store, const 
 // two distinct x. kTrendReplicates bootstrap resamples from seed 0.
 inline constexpr int64_t kTrendReplicates = 10000;
 Trend contrast_trend(const ContrastFamily& family, const std::pair<std::string, std::string>& contrast);
+
+// Words shared by `fp4lab fit`'s table and the report: a metric ("final_eval", "train_tail") as a
+// heading says it; a metric's Holm set of `tests` tests; which tests of the set were declared
+// ("none. Every family below is one of fp4lab's defaults...", after "declared tests: ").
+std::string metric_in_words(const std::string& metric);
+std::string holm_set_in_words(size_t tests);
+std::string declared_in_words(const ContrastSet& set);
 
 // The table `fp4lab fit` prints after the fits.
 std::string format_contrasts_table(const ContrastSet& set);

@@ -13,6 +13,7 @@
 #include <sstream>
 
 #include "base/user_error.h"
+#include "fit/contrasts.h"
 #include "store/store.h"
 
 namespace fp4::fit {
@@ -90,7 +91,8 @@ FitData data_from_runs(const store::Store& store, const std::vector<store::Final
     } else if (!(r.final_loss > 0) || !(n > 0) || !(d > 0)) {
       exclude(fmt::format("loss, N and D must be > 0 (loss {}, N {}, D {})", r.final_loss, n, d));
     } else {
-      data.points.push_back({r.id, r.name, r.recipe, r.match_key, n, d, r.final_loss, *r.final_step});
+      data.points.push_back({r.id, r.name, r.recipe, r.match_key, n, d, r.final_loss, *r.final_step,
+                             train_tail(store.metrics(r.id, "train/loss")).mean});
     }
   }
   data.baselines.assign(baselines.begin(), baselines.end());

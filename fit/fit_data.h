@@ -26,6 +26,10 @@ struct FitPoint {
   std::string group;
   double n = 0, d = 0, loss = 0;
   int64_t steps = 0;                   // the run's last eval step (its training steps); 0: unknown (CSV)
+  // The paper's metric (fit::train_tail, fit/contrasts.h): the mean train loss of the run's last
+  // tenth of logged steps; NaN from a CSV, or when the run logged none or a NaN lies in its tail.
+  // Not fitted: the gap tables show its gap beside the final loss's.
+  double train_tail = kNaN;
 };
 
 struct FitData {

@@ -2,6 +2,7 @@
 #include "fit/fit_output.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <cmath>
@@ -31,7 +32,7 @@ std::string pct_interval(const Interval& ci) {
   return ci.known() ? fmt::format("[{}, {}]", pct(ci.lo), pct(ci.hi)) : "-";
 }
 
-// "recipe comparisons" of a precision fit: each pair's paired difference of gaps, observed and fitted.
+// "recipe comparisons" of a precision fit: each pair's d = gap_A - gap_B as the law gives it at the targets.
 void table_comparisons(std::string& out, const StoredFit& f) {
   if (f.options.baseline.empty()) return;
   if (f.comparisons.empty()) {
@@ -44,29 +45,25 @@ void table_comparisons(std::string& out, const StoredFit& f) {
                          quantized.empty() ? std::string("-") : quantized[0]);
     return;
   }
-  out += fmt::format("  recipe comparisons: d = gap_A - gap_B = (L_A - L_B)/L_{}, runs paired by grid point and "
-                     "seed; negative: A closer to {}\n",
+  // The law's d only, as the report shows it: the observed d over the fit's own grid points (one
+  // seed each in a one-seed grid, sizes mixed, no multiplicity adjustment) is descriptive, and
+  // the test of A - B is the paired contrasts over seeds printed after the fits.
+  out += fmt::format("  recipe comparisons, the law's d = gap_A - gap_B = (L_A - L_B)/L_{} (negative: A closer to {}); "
+                     "the test of A - B is the paired contrasts over seeds after the fits, and the descriptive observed "
+                     "d of the fit's grid points is in --format csv and json only\n",
                      f.options.baseline, f.options.baseline);
   for (const RecipeComparison& c : f.comparisons) {
-    const ObservedDifference& o = c.observed;
-    out += fmt::format("    {} - {}: observed {} 95% {} (Student-t over {} matched points, a grid point and seed "
-                       "each); {} closer at {} of {}\n",
-                       c.recipe, c.against, pct(o.mean), pct_interval(o.ci), o.points, c.recipe, o.wins, o.points);
-    out += fmt::format("      {:<10} {:>6} {:>5} {:>9}  {}\n", "N", "points", "wins", "observed", "95% interval (points)");
-    for (const ObservedDifference& b : c.observed_by_n)
-      out += fmt::format("      {:<10} {:>6} {:>5} {:>9}  {}\n", num(b.n, "{:.4g}"), b.points, b.wins, pct(b.mean),
-                         pct_interval(b.ci));
+    if (c.targets.empty())
+      out += fmt::format("    {} - {}: no target (--format csv lists the law's d at each grid point)\n", c.recipe, c.against);
     for (const FittedGap& t : c.targets)
-      out += unidentified(f) ? fmt::format("      predicted at N = {}, D = {}: withheld (the law is flagged unidentified)\n",
-                                           num(t.n, "{:.3g}"), num(t.d, "{:.3g}"))
-                             : fmt::format("      predicted at N = {}, D = {}: {} 95% {}{}\n", num(t.n, "{:.3g}"),
-                                           num(t.d, "{:.3g}"), pct(t.gap.value), pct_interval(t.gap.ci),
-                                           beyond_grid(f, {t.n, t.d}) != std::pair<double, double>{1, 1}
-                                               ? " (extrapolation of the functional form)"
-                                               : "");
-    out += fmt::format("      trend of d: {} per tenfold compute (C = 6ND), 95% {} over {} matched points "
-                       "(--format csv lists d per grid point, observed and fitted)\n",
-                       pct(c.slope.per_decade.value), pct_interval(c.slope.per_decade.ci), c.slope.points);
+      out += unidentified(f)
+                 ? fmt::format("    {} - {} at N = {}, D = {}: withheld (the law is flagged unidentified)\n", c.recipe,
+                               c.against, num(t.n, "{:.3g}"), num(t.d, "{:.3g}"))
+                 : fmt::format("    {} - {} at N = {}, D = {}: {} 95% {}{}\n", c.recipe, c.against, num(t.n, "{:.3g}"),
+                               num(t.d, "{:.3g}"), pct(t.gap.value), pct_interval(t.gap.ci),
+                               beyond_grid(f, {t.n, t.d}) != std::pair<double, double>{1, 1}
+                                   ? " (extrapolation of the functional form)"
+                                   : "");
   }
 }
 
@@ -149,16 +146,28 @@ void table_one(std::string& out, const StoredFit& f, const std::string& note) {
     if (gap_withheld) out += "  no target gap: the law is flagged unidentified (GUARDRAILS above)\n";
   }
   for (const RecipeGap& g : f.gaps) {
-    out += fmt::format("  gap of {} against {} on the grid (gap = L/L_{} - 1):\n", g.recipe, g.baseline, g.baseline);
-    out += fmt::format("    {:<10} {:<10} {:>5} {:>9}  {:<22} {:>9}  {}\n", "N", "D", "seeds", "observed",
-                       "95% interval (seeds)", "fitted", "95% interval");
+    out += fmt::format("  gap of {} against {} on the grid (gap = L/L_{} - 1): observed on the final eval loss, beside "
+                       "it on the paper's train-tail loss (the mean train loss of the last tenth of the logged steps, at "
+                       "most 1000), and the law's on the final eval loss:\n",
+                       g.recipe, g.baseline, g.baseline);
+    out += fmt::format("    {:<10} {:<10} {:>5} {:>9}  {:<22} {:>9}  {:<22} {:>9}  {}\n", "N", "D", "seeds", "observed",
+                       "95% interval (seeds)", "tail", "95% interval (seeds)", "fitted", "95% interval");
     for (size_t i = 0; i < g.observed.size(); ++i) {
       const ObservedGap& o = g.observed[i];
+      const ObservedGap* tail = i < g.observed_train_tail.size() ? &g.observed_train_tail[i] : nullptr;
       const FittedGap* fit = i < g.fitted.size() ? &g.fitted[i] : nullptr;
-      out += fmt::format("    {:<10} {:<10} {:>5} {:>9}  {:<22} {:>9}  {}\n", num(o.n, "{:.4g}"), num(o.d, "{:.4g}"),
-                         o.seeds, pct(o.mean), pct_interval(o.ci), fit ? pct(fit->gap.value) : "-",
+      out += fmt::format("    {:<10} {:<10} {:>5} {:>9}  {:<22} {:>9}  {:<22} {:>9}  {}\n", num(o.n, "{:.4g}"),
+                         num(o.d, "{:.4g}"), o.seeds, pct(o.mean), pct_interval(o.ci), tail ? pct(tail->mean) : "-",
+                         tail ? pct_interval(tail->ci) : "-", fit ? pct(fit->gap.value) : "-",
                          fit ? pct_interval(fit->gap.ci) : "-");
     }
+    if (g.observed_train_tail.empty() && !g.observed.empty())
+      out += "    tail: not in this stored fit (an older fp4lab stored it; --refit adds it)\n";
+    for (size_t i = 0; i < g.observed_train_tail.size() && i < g.observed.size(); ++i)
+      if (g.observed_train_tail[i].seeds < g.observed[i].seeds) {
+        out += "    tail: over the seeds where both runs have a train-tail loss (a NaN in a tail leaves a run out)\n";
+        break;
+      }
     out += fmt::format("    trend: {} per tenfold compute (C = 6ND), 95% {} over {} matched runs\n",
                        pct(g.slope.per_decade.value), pct_interval(g.slope.per_decade.ci), g.slope.points);
   }
@@ -206,6 +215,8 @@ void csv_one(std::string& out, const StoredFit& f) {
   for (const RecipeGap& g : f.gaps) {
     for (const ObservedGap& o : g.observed)
       csv_row(out, f, "observed_gap", "gap", g.recipe, o.n, o.d, o.mean, o.ci, fmt::format("seeds={}", o.seeds));
+    for (const ObservedGap& o : g.observed_train_tail)
+      csv_row(out, f, "observed_gap_train_tail", "gap", g.recipe, o.n, o.d, o.mean, o.ci, fmt::format("seeds={}", o.seeds));
     for (const FittedGap& x : g.fitted) csv_row(out, f, "fitted_gap", "gap", g.recipe, x.n, x.d, x.gap.value, x.gap.ci, "");
     csv_row(out, f, "gap_slope", "per_decade", g.recipe, kNaN, kNaN, g.slope.per_decade.value, g.slope.per_decade.ci,
             fmt::format("points={}", g.slope.points));
@@ -250,6 +261,9 @@ void csv_contrasts(std::string& out, const ContrastSet& set) {
   };
   row("", "contrast_families", "", "", kNaN, kNaN, kNaN, {}, set.source);
   for (const ContrastFamily& f : set.families) {
+    row(f.name, "contrast_family", "", "", kNaN, kNaN, kNaN, {},
+        fmt::format("metrics={} declared={} metrics_declared={}", fmt::join(f.metrics, "+"), f.declared ? 1 : 0,
+                    f.metrics_declared ? 1 : 0));
     for (const ContrastTest& t : f.tests) {
       const double n = static_cast<double>(t.n), d = static_cast<double>(t.tokens);
       const std::string where = fmt::format("metric={} point={}", t.metric, t.point);

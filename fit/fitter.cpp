@@ -313,7 +313,13 @@ void check_request(const FitRequest& request) {
 
 json canonical_data(const FitData& data, const FitRequest& request) {
   json points = json::array(), excluded = json::array(), targets = json::array();
-  for (const FitPoint& p : data.points) points.push_back({p.recipe, p.group, p.run_id, p.n, p.d, p.loss});
+  for (const FitPoint& p : data.points) {
+    json point = {p.recipe, p.group, p.run_id, p.n, p.d, p.loss};
+    // The train-tail loss is not fitted, but the fit's gap table shows its gap: a store whose tails
+    // differ is another input.
+    if (std::isfinite(p.train_tail)) point.push_back(p.train_tail);
+    points.push_back(std::move(point));
+  }
   for (const ExcludedRun& e : data.excluded) excluded.push_back({e.recipe, e.run_id, e.run_name, e.reason});
   for (const Target& t : request.targets) targets.push_back({t.n, t.d});
   const StartGrid& g = request.grid;
@@ -466,21 +472,23 @@ class Estimator {
 struct MatchedRun {
   size_t group = 0;
   double n = 0, d = 0, gap = 0;
+  double tail_gap = kNaN;  // the same gap on the runs' train-tail losses (NaN where either has none)
 };
 
 // Every group that has a run of `recipe` and of `baseline` (the first of each, in data order).
 std::vector<MatchedRun> matched_runs(const FitData& data, const std::vector<size_t>& group_of,
                                      const std::string& recipe, const std::string& baseline) {
-  std::map<size_t, double> base_loss;
+  std::map<size_t, const FitPoint*> base_of;
   for (size_t i = 0; i < data.points.size(); ++i)
-    if (data.points[i].recipe == baseline) base_loss.emplace(group_of[i], data.points[i].loss);
+    if (data.points[i].recipe == baseline) base_of.emplace(group_of[i], &data.points[i]);
   std::vector<MatchedRun> out;
   std::set<size_t> seen;
   for (size_t i = 0; i < data.points.size(); ++i) {
     const FitPoint& p = data.points[i];
     if (p.recipe != recipe || !seen.insert(group_of[i]).second) continue;
-    const auto b = base_loss.find(group_of[i]);
-    if (b != base_loss.end()) out.push_back({group_of[i], p.n, p.d, p.loss / b->second - 1});
+    const auto b = base_of.find(group_of[i]);
+    if (b != base_of.end())
+      out.push_back({group_of[i], p.n, p.d, p.loss / b->second->loss - 1, p.train_tail / b->second->train_tail - 1});
   }
   return out;
 }
@@ -499,11 +507,16 @@ double gap_slope(const std::vector<MatchedRun>& runs, const std::vector<int>* co
   return least_squares_line(x, y).slope;
 }
 
-// Distinct (n, d) of matched runs, in order, with the gaps observed there.
+// Distinct (n, d) of matched runs, in order, with the gaps observed there (the train-tail gaps
+// with `tail`, those that are finite).
 std::vector<std::pair<std::pair<double, double>, std::vector<double>>> by_grid_point(
-    const std::vector<MatchedRun>& runs) {
+    const std::vector<MatchedRun>& runs, bool tail = false) {
   std::map<std::pair<double, double>, std::vector<double>> m;
-  for (const MatchedRun& r : runs) m[{r.n, r.d}].push_back(r.gap);
+  for (const MatchedRun& r : runs) {
+    std::vector<double>& gaps = m[{r.n, r.d}];
+    if (!tail) gaps.push_back(r.gap);
+    else if (std::isfinite(r.tail_gap)) gaps.push_back(r.tail_gap);
+  }
   return {m.begin(), m.end()};
 }
 
@@ -906,6 +919,12 @@ std::vector<StoredFit> run_fits(const FitData& all_data, const FitRequest& reque
           g.observed.push_back({nd.first, nd.second, static_cast<int64_t>(gaps.size()), m.mean, m.sd, m.min, m.max,
                                 m.ci});
           g.fitted.push_back({nd.first, nd.second, gap_estimate(r, nd.first, nd.second)});
+        }
+        // The same grid points, in the same order, on the train-tail losses (no seed there: NaN).
+        for (const auto& [nd, gaps] : by_grid_point(matched[r], true)) {
+          const MeanSpread m = mean_spread(gaps);  // all NaN without a gap
+          g.observed_train_tail.push_back(
+              {nd.first, nd.second, static_cast<int64_t>(gaps.size()), m.mean, m.sd, m.min, m.max, m.ci});
         }
         g.slope.points = static_cast<int64_t>(matched[r].size());
         g.slope.per_decade = {gap_slope(matched[r], nullptr), percentile_interval(boot_slopes[r])};

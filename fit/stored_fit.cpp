@@ -251,12 +251,14 @@ json predictions_to_json(const StoredFit& fit) {
                        {"gap", estimate_json(p.gap)}});
   json gaps = json::array();
   for (const RecipeGap& g : fit.gaps) {
-    json observed = json::array(), fitted = json::array();
+    json observed = json::array(), tail = json::array(), fitted = json::array();
     for (const ObservedGap& o : g.observed) observed.push_back(observed_gap_json(o));
+    for (const ObservedGap& o : g.observed_train_tail) tail.push_back(observed_gap_json(o));
     for (const FittedGap& f : g.fitted) fitted.push_back(fitted_gap_json(f));
     gaps.push_back({{"recipe", g.recipe},
                     {"baseline", g.baseline},
                     {"observed", observed},
+                    {"observed_train_tail", tail},
                     {"fitted", fitted},
                     {"slope", slope_json(g.slope)}});
   }
@@ -432,6 +434,7 @@ void read_predictions(StoredFit& fit, const json& j) {
     rg.recipe = read_string(g, "recipe");
     rg.baseline = read_string(g, "baseline");
     for (const json& o : read_array(g, "observed")) rg.observed.push_back(read_observed_gap(o));
+    for (const json& o : read_array(g, "observed_train_tail")) rg.observed_train_tail.push_back(read_observed_gap(o));
     for (const json& f : read_array(g, "fitted")) rg.fitted.push_back(read_fitted_gap(f));
     rg.slope = read_slope(read_object(g, "slope"));
     fit.gaps.push_back(std::move(rg));

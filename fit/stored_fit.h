@@ -143,6 +143,10 @@ struct GapSlope {
 struct RecipeGap {
   std::string recipe, baseline;
   std::vector<ObservedGap> observed;     // by N, then D
+  // The gap of the same matched runs on the paper's metric, their train-tail losses (fit::train_tail,
+  // fit/contrasts.h), at the same grid points (seeds 0 and NaN where no run has one: --points).
+  // Empty in a fit stored before fp4lab computed it.
+  std::vector<ObservedGap> observed_train_tail;
   std::vector<FittedGap> fitted;         // the same grid points
   GapSlope slope;
 };

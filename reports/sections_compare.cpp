@@ -38,6 +38,8 @@ std::string p_value(double p) {
   return p >= 1e-4 ? fmt::format("{:.4f}", p) : fmt::format("{:.1e}", p);
 }
 std::string pp_value(double v) { return std::isfinite(v) ? fmt::format("{:+.3f}", v) : "—"; }
+// A metric as the table's "loss" column names it.
+std::string metric_label(const std::string& metric) { return metric == "final_eval" ? "final eval" : "train, last 10%"; }
 
 // Every seed, paired (fit/contrasts.h, as `fp4lab fit` stored it): a table per family with Holm's
 // adjustment, the families' origin stated.
@@ -56,16 +58,20 @@ void paired_over_seeds(ReportContext& ctx, Section& s) {
                                     "the mean of d with its 95% Student-t interval over the seeds, the paired t-test, the exact "
                                     "sign-flip test (with n seeds it cannot fall below 2/2ⁿ: 1/32 for six) and the sign-flip p "
                                     "Holm-adjusted across its family; a difference is called significant only when the Holm p is "
-                                    "below 0.05. Each test is made twice: on the final validation loss (the primary "
-                                    "metric) and on the UFP4 paper's own, the mean train loss of the last tenth of the "
-                                    "logged steps (at most 1000; \"train, last 10%\"), with Holm applied to each "
-                                    "separately. Stored set {} (fp4lab {}). Families: {}.",
+                                    "below 0.05. A family is tested on the final validation loss (the primary metric, "
+                                    "\"final eval\"), on the UFP4 paper's own, the mean train loss of the last tenth of the "
+                                    "logged steps (at most 1000; \"train, last 10%\"), or on both, as its declaration "
+                                    "says; Holm's adjustment runs over the family's tests on one metric at a time. "
+                                    "Stored set {} (fp4lab {}). Families: {}.",
                                     set->id, set->fp4lab_version.empty() ? "unknown" : set->fp4lab_version, set->source))}});
+  s.blocks.push_back(Paragraph{{strong("Declared tests: "), text(fit::declared_in_words(*set) + ".")}});
   std::vector<std::vector<std::string>> csv;
   for (const fit::ContrastFamily& f : set->families) {
     Table t;
-    t.caption = fmt::format("Family “{}”: {} test{}, Holm-adjusted together on each loss", f.name, f.tests.size(),
-                            f.tests.size() == 1 ? "" : "s");
+    std::vector<std::string> per_metric;
+    for (const std::string& m : f.metrics)
+      per_metric.push_back(fmt::format("on {}: {}", metric_label(m), fit::holm_set_in_words(f.tests_on(m).size())));
+    t.caption = fmt::format("Family “{}”: {}. Holm sets: {}", f.name, f.origin(), fmt::join(per_metric, "; "));
     t.header = {"A − B", "loss", "grid point", "seeds", "A wins", "mean d (pp)", "95% t interval (pp)", "t p",
                 "sign-flip p", "Holm p", "reading"};
     t.numeric = {false, false, false, true, true, true, true, true, true, true, false};
@@ -77,7 +83,7 @@ void paired_over_seeds(ReportContext& ctx, Section& s) {
         reading += fmt::format("; {} of {} seeds without a {} twin, normalised by the {} run mean", c.missing_twins,
                                c.t.n, c.baseline, c.baseline);
       t.rows.push_back({Cell(c.recipe + " − " + c.against, ctx.palette.style(c.recipe).color),
-                        {c.metric == "final_eval" ? "final eval" : "train, last 10%"}, {c.point},
+                        {metric_label(c.metric)}, {c.point},
                         {std::to_string(c.t.n)}, {std::to_string(c.wins)}, {pp_value(c.t.mean)},
                         {"[" + pp_value(c.t.ci.lo) + ", " + pp_value(c.t.ci.hi) + "]"}, {p_value(c.t.p)},
                         {p_value(c.flip.p)}, {p_value(c.p_holm)}, {reading}});
@@ -88,7 +94,10 @@ void paired_over_seeds(ReportContext& ctx, Section& s) {
                      csv_number(c.t.sd), csv_number(c.t.ci.lo), csv_number(c.t.ci.hi), csv_number(c.t.p),
                      csv_number(c.flip.p), csv_number(c.p_holm)});
     }
-    if (!t.rows.empty()) s.blocks.push_back(std::move(t));
+    if (!t.rows.empty())
+      s.blocks.push_back(std::move(t));
+    else
+      s.blocks.push_back(Note{{text(t.caption + ".")}});
     for (const auto& contrast : f.contrasts) {
       const fit::Trend tr = fit::contrast_trend(f, contrast);
       if (tr.points < 2 || std::isnan(tr.weighted.slope)) continue;

@@ -47,11 +47,15 @@ struct FitTable {
 // A grid's [compare] table (docs/statistics.md "The [compare] table"): the paired contrasts
 // `fp4lab fit` tests over seeds. A contrast "A - B" compares recipe A with recipe B (d = (L_A -
 // L_B) / L̄_bf16 per seed); a family is a set of contrasts whose tests (each contrast at each grid
-// point with two or more paired seeds) share one Holm adjustment. Validated by the study reader
-// (sweeps/spec.cpp); empty `present`: no table, fit/ uses its defaults and says so.
+// point with two or more paired seeds) share one Holm adjustment per metric. Validated by the study
+// reader (sweeps/spec.cpp); empty `present`: no table, fit/ uses its defaults and says so.
+inline constexpr const char* kContrastMetrics[] = {"final_eval", "train_tail"};  // every metric, in test order
 struct CompareFamily {
   std::string name;
   std::vector<std::pair<std::string, std::string>> contrasts;  // (A, B)
+  // The metrics the family is tested on, as `metrics = [...]` lists them (kContrastMetrics' names);
+  // empty: the table does not say, and the family is tested on every metric (the default).
+  std::vector<std::string> metrics;
   bool operator==(const CompareFamily&) const = default;
 };
 struct CompareTable {

@@ -456,6 +456,26 @@ std::vector<std::pair<std::string, std::string>> read_contrasts(const toml::node
   return out;
 }
 
+// A family's `metrics`: which losses its contrasts are tested on, each once (a pre-registration
+// names them; a test no plan declared is not run).
+std::vector<std::string> read_metrics(const toml::node& n, const SpecErrors& errors) {
+  const std::string key = "compare.families.metrics";
+  const std::string allowed = fmt::format("\"{}\"", fmt::join(std::begin(store::kContrastMetrics), std::end(store::kContrastMetrics), "\", \""));
+  if (!n.is_array() || n.as_array()->empty())
+    errors.fail(loc_of(n), key, "must be a non-empty array of metrics, a subset of [" + allowed + "], got " + describe(n));
+  std::vector<std::string> out;
+  for (const toml::node& m : *n.as_array()) {
+    const std::string name = read_string(m, key, errors);
+    if (std::find(std::begin(store::kContrastMetrics), std::end(store::kContrastMetrics), name) ==
+        std::end(store::kContrastMetrics))
+      errors.fail(loc_of(m), key, "names an unknown metric \"" + name + "\" (known: " + allowed + ")");
+    if (std::find(out.begin(), out.end(), name) != out.end())
+      errors.fail(loc_of(m), key, "lists \"" + name + "\" twice");
+    out.push_back(name);
+  }
+  return out;
+}
+
 // [compare] (docs/statistics.md): the primary contrasts and the families of contrasts that share
 // a Holm adjustment; fit/ applies it (fit/contrasts.h).
 store::CompareTable read_compare(const toml::table* t, const SpecErrors& errors) {
@@ -470,14 +490,15 @@ store::CompareTable read_compare(const toml::table* t, const SpecErrors& errors)
                   "must be a non-empty array of tables {name = \"...\", contrasts = [\"A - B\", ...]}, got " + describe(*n));
     for (const toml::node& f : *n->as_array()) {
       const toml::table& ft = require_table(f, "compare.families", errors);
-      check_keys(ft, "compare.families", {"name", "contrasts"}, errors);
+      check_keys(ft, "compare.families", {"name", "contrasts", "metrics"}, errors);
       const toml::node* name = ft.get("name");
       const toml::node* contrasts = ft.get("contrasts");
       if (name == nullptr) errors.fail(loc_of(ft), "compare.families.name", "is required (the family's name in the report)");
       if (contrasts == nullptr)
         errors.fail(loc_of(ft), "compare.families.contrasts", "is required (e.g. contrasts = [\"ufp4 - e2m1\"])");
       store::CompareFamily family{read_string(*name, "compare.families.name", errors),
-                                  read_contrasts(*contrasts, "compare.families.contrasts", errors)};
+                                  read_contrasts(*contrasts, "compare.families.contrasts", errors), {}};
+      if (const toml::node* m = ft.get("metrics")) family.metrics = read_metrics(*m, errors);
       if (family.name.empty()) errors.fail(loc_of(*name), "compare.families.name", "must not be empty");
       for (const store::CompareFamily& other : compare.families)
         if (other.name == family.name)

@@ -6,6 +6,7 @@
 // one line and exit 2.
 #include <catch2/catch.hpp>
 
+#include <map>
 #include <set>
 #include <sstream>
 #include <string>
@@ -13,6 +14,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "fit/contrasts.h"
 #include "store/store.h"
 #include "sweeps/spec.h"
 #include "tests/fit_test_helpers.h"
@@ -157,6 +159,28 @@ TEST_CASE("fp4lab fit: a study fits exactly its own grid's runs of a store that 
     const json& gaps = joint["predictions"]["gaps"][0]["observed"];
     REQUIRE(gaps.size() == 9);
     for (const json& g : gaps) CHECK(g["seeds"] == 1);
+    // Beside each, the gap on the paper's metric: the same pair's train-tail losses (fit::train_tail).
+    const json& tails = joint["predictions"]["gaps"][0]["observed_train_tail"];
+    REQUIRE(tails.size() == 9);
+    const auto store = fp4::store::Store::open(dir / "shared.db", fp4::store::Store::Mode::read_only);
+    for (size_t i = 0; i < tails.size(); ++i) {
+      INFO("grid point " << i);
+      CHECK(tails[i]["n"] == gaps[i]["n"]);
+      CHECK(tails[i]["d"] == gaps[i]["d"]);
+      CHECK(tails[i]["seeds"] == 1);
+      std::map<std::string, double> tail;
+      for (const auto& run : store->runs())
+        if (ids_of(main_spec, run.recipe).count(run.id) &&
+            static_cast<double>(run.n_params_nonembedding) == gaps[i]["n"].get<double>() &&
+            static_cast<double>(run.tokens) == gaps[i]["d"].get<double>())
+          tail[run.recipe] = fp4::fit::train_tail(store->metrics(run.id, "train/loss")).mean;
+      REQUIRE(tail.size() == 2);
+      CHECK_THAT(tails[i]["mean"].get<double>(), Catch::Matchers::WithinRel(tail["ufp4"] / tail["bf16"] - 1, 1e-12));
+      CHECK(tails[i]["mean"].get<double>() != gaps[i]["mean"].get<double>());
+    }
+    const auto table = run_fp4lab("fit " + at("main.toml") + " --bootstrap 20", dir);
+    REQUIRE(table.exit_code == 0);
+    CHECK(table.out.find("beside it on the paper's train-tail loss") != std::string::npos);
   }
 
   {  // What cannot be fitted when it is asked for: one line, exit 2.

@@ -417,6 +417,188 @@ TEST_CASE("contrasts: the paper's metric, the mean train loss of the last tenth,
   CHECK(set.notes.empty());  // the synthetic points' keys are not JSON configs: nothing to compare
 }
 
+TEST_CASE("contrasts: a family is tested on the metrics its [compare] entry declares, Holm within each metric",
+          "[fit][paired][sweeps_spec]") {
+  // The reader: `metrics` is a non-empty list of known metrics, each once; a family without it is
+  // tested on every metric.
+  const std::string prelude =
+      "[sweep]\nname = \"t\"\n[data]\nsource = \"synthetic:markov?order=1&vocab=64\"\n[model]\npreset = \"d2\"\n"
+      "[train]\nbatch_tokens = 4096\nmicro_batch = 4\ntokens = 65536\n[grid]\nrecipe = [\"bf16\", \"e2m1\", \"ufp4\"]\n"
+      "[compare]\n";
+  auto error_of = [&](const std::string& family) {
+    try {
+      (void)fp4::sweeps::parse_sweep_spec(prelude + "families = [" + family + "]\n", "spec.toml", "/study");
+    } catch (const fp4::UserError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  const std::string head = "{name = \"a\", contrasts = [\"ufp4 - e2m1\"], metrics = ";
+  const std::string unknown = error_of(head + "[\"final\"]}");
+  INFO(unknown);
+  CHECK(unknown.find("spec.toml:14:") == 0);
+  CHECK(unknown.find("compare.families.metrics") != std::string::npos);
+  CHECK(unknown.find("unknown metric \"final\"") != std::string::npos);
+  CHECK(unknown.find("\"final_eval\", \"train_tail\"") != std::string::npos);
+  CHECK(unknown.find('\n') == std::string::npos);  // one line
+  CHECK(error_of(head + "[\"train_tail\", \"train_tail\"]}").find("twice") != std::string::npos);
+  CHECK(error_of(head + "[]}").find("non-empty array of metrics") != std::string::npos);
+  CHECK(error_of(head + "\"final_eval\"}").find("spec.toml:14:") == 0);
+  CHECK(error_of(head + "[3]}").find("compare.families.metrics") != std::string::npos);
+  const auto spec = fp4::sweeps::parse_sweep_spec(
+      prelude + "families = [" + head + "[\"train_tail\", \"final_eval\"]},\n" +
+          "{name = \"b\", contrasts = [\"ufp4 - e2m1\"]}]\n",
+      "spec.toml", "/study");
+  REQUIRE(spec.compare.families.size() == 2);
+  CHECK(spec.compare.families[0].metrics == std::vector<std::string>{"train_tail", "final_eval"});
+  CHECK(spec.compare.families[1].metrics.empty());
+
+  // The tests: A on the final loss only, C on the train tail only, both on every metric (the default).
+  std::vector<ContrastRun> runs = synthetic_runs(3, 6, 0.003, 0.0005, 6);
+  for (ContrastRun& r : runs) {
+    r.train_tail = r.final_loss;
+    r.tail_steps = 20;
+  }
+  fp4::store::CompareTable table;
+  table.present = true;
+  table.families = {{"A", {{"ufp4", "e2m1"}}, {"final_eval"}},
+                    {"C", {{"ufp4", "e2m1"}}, {"train_tail"}},
+                    {"both", {{"ufp4", "e2m1"}}, {}}};
+  table.primary = {{"ufp4", "e2m1"}};
+  const auto asked = fp4::fit::families_asked(table, "study.toml", {}, {}, runs);
+  CHECK(asked.declared);
+  const ContrastSet set = fp4::fit::compute_contrasts(runs, asked, "g");
+  REQUIRE(set.families.size() == 3);
+  const auto& a = set.families[0];
+  const auto& c = set.families[1];
+  const auto& both = set.families[2];
+  REQUIRE(a.tests.size() == 3);
+  for (const ContrastTest& t : a.tests) CHECK(t.metric == "final_eval");
+  REQUIRE(c.tests.size() == 3);
+  for (const ContrastTest& t : c.tests) CHECK(t.metric == "train_tail");
+  REQUIRE(both.tests.size() == 6);
+  CHECK(both.tests_on("final_eval").size() == 3);
+  CHECK(both.tests_on("train_tail").size() == 3);
+  // Holm over each metric's three tests (six seeds of one sign: sign-flip p 1/32), not over six.
+  for (const auto* family : {&a, &c, &both})
+    for (const ContrastTest& t : family->tests) CHECK_THAT(t.p_holm, WithinRel(3.0 / 32, 1e-12));
+  // Primary on the final loss only: the train-tail tests of the primary contrast are secondary.
+  for (const ContrastTest& t : a.tests) CHECK(t.primary);
+  for (const ContrastTest& t : c.tests) CHECK_FALSE(t.primary);
+  for (const ContrastTest& t : both.tests) CHECK(t.primary == (t.metric == "final_eval"));
+  CHECK(a.metrics_declared);
+  CHECK_FALSE(both.metrics_declared);
+  CHECK(both.metrics == std::vector<std::string>{"final_eval", "train_tail"});
+
+  const std::string text = fp4::fit::format_contrasts_table(set);
+  INFO(text);
+  CHECK(text.find("Holm over all of them") == std::string::npos);
+  CHECK(text.find("family \"A\" (ufp4 - e2m1): declared in the [compare] table; tested on final_eval, as declared") !=
+        std::string::npos);
+  CHECK(text.find("family \"both\" (ufp4 - e2m1): declared in the [compare] table; tested on final_eval and "
+                  "train_tail (the table names no metrics: every metric, the default)") != std::string::npos);
+  CHECK(text.find("(train_tail, the paper's metric): 3 tests, Holm over these 3") != std::string::npos);
+  CHECK(text.find("declared tests: the families below as the [compare] table names them") != std::string::npos);
+  // A's section holds no train-tail heading: it starts at A's line and ends at C's.
+  const size_t at_a = text.find("family \"A\""), at_c = text.find("family \"C\"");
+  CHECK(text.substr(at_a, at_c - at_a).find("train_tail, the paper's metric") == std::string::npos);
+
+  // The metrics are part of the request: the same runs under other metrics are another set.
+  fp4::store::CompareTable other = table;
+  other.families[0].metrics = {"final_eval", "train_tail"};
+  CHECK(fp4::fit::compute_contrasts(runs, fp4::fit::families_asked(other, "study.toml", {}, {}, runs), "g").input_hash !=
+        set.input_hash);
+
+  // The store keeps each family's metrics and where they came from.
+  fp4::test::ScratchDir dir;
+  auto store = fp4::store::Store::open(dir / "s.db", fp4::store::Store::Mode::read_write);
+  store->insert_contrast_set(fp4::fit::to_record(set));
+  const auto back = fp4::fit::latest_contrast_set(*store, "g");
+  REQUIRE(back);
+  REQUIRE(back->families.size() == 3);
+  CHECK(back->families[1].metrics == std::vector<std::string>{"train_tail"});
+  CHECK(back->families[1].declared);
+  CHECK(back->families[1].metrics_declared);
+  CHECK_FALSE(back->families[2].metrics_declared);
+  CHECK(fp4::fit::format_contrasts_table(*back) == text);
+  const nlohmann::json json = fp4::fit::contrast_set_json(set);
+  CHECK(json["families"][1]["metrics"] == nlohmann::json::array({"train_tail"}));
+  CHECK(json["families"][1]["metrics_declared"] == true);
+
+  // A set stored before families named metrics tested every family on both: read as such.
+  fp4::store::ContrastSetRecord old = fp4::fit::to_record(set);
+  nlohmann::json families = nlohmann::json::parse(old.families_json);
+  for (auto& f : families) f.erase("metrics"), f.erase("metrics_declared"), f.erase("declared");
+  old.families_json = families.dump();
+  const ContrastSet read = fp4::fit::from_record(old);
+  CHECK(read.families[0].metrics == std::vector<std::string>{"final_eval", "train_tail"});
+  CHECK(read.families[0].declared);  // its source is the [compare] table
+
+  // Without a [compare] table the output says that no test was declared.
+  const ContrastSet defaults =
+      fp4::fit::compute_contrasts(runs, fp4::fit::families_asked({}, "study.toml", {}, {}, runs), "g");
+  REQUIRE(defaults.families.size() == 1);
+  CHECK_FALSE(defaults.families[0].declared);
+  const std::string defaults_text = fp4::fit::format_contrasts_table(defaults);
+  CHECK(defaults_text.find("declared tests: none. Every family below is one of fp4lab's defaults") != std::string::npos);
+  CHECK(defaults_text.find("a default family, declared nowhere; tested on final_eval and train_tail") !=
+        std::string::npos);
+}
+
+TEST_CASE("contrasts: the second study's pre-registered families A, B and C, each on its declared metric, on its "
+          "committed store",
+          "[fit][paired]") {
+  // results/second-study/PLAN.md "Endpoints"/"Tests": A (ufp4 - e2m1) and B (nvfp4 against e2m1
+  // and ufp4) on the final loss, C (family A) on the train tail. Its study.toml, copied, with these
+  // three families: no test of B on the train tail, no other test at all.
+  fp4::test::ScratchDir dir;
+  if (!fp4::test::copy_committed_study("second-study", dir.path())) {
+    WARN("xz not found: skipped");
+    return;
+  }
+  std::string text = fp4::test::slurp(dir / "study.toml");
+  const size_t from = text.find("families = [");
+  REQUIRE(from != std::string::npos);
+  const size_t to = text.find("\n]\n", from);
+  REQUIRE(to != std::string::npos);
+  text.replace(from, to + 3 - from,
+               "families = [\n"
+               "  {name = \"A\", contrasts = [\"ufp4 - e2m1\"], metrics = [\"final_eval\"]},\n"
+               "  {name = \"B\", contrasts = [\"nvfp4 - e2m1\", \"nvfp4 - ufp4\"], metrics = [\"final_eval\"]},\n"
+               "  {name = \"C\", contrasts = [\"ufp4 - e2m1\"], metrics = [\"train_tail\"]},\n"
+               "]\n");
+  const auto spec = fp4::sweeps::parse_sweep_spec(text, "study.toml", dir.path());
+  REQUIRE(spec.compare.families.size() == 3);
+  std::vector<ContrastRun> runs;
+  {
+    auto store = fp4::store::Store::open(dir / "second-study.db", fp4::store::Store::Mode::read_migrating);
+    runs = fp4::fit::load_contrast_runs(*store);
+  }
+  const ContrastSet set =
+      fp4::fit::compute_contrasts(runs, fp4::fit::families_asked(spec.compare, "study.toml", {}, {}, runs), "");
+  REQUIRE(set.families.size() == 3);
+  const auto& a = set.families[0];
+  const auto& b = set.families[1];
+  const auto& c = set.families[2];
+  REQUIRE_FALSE(a.tests.empty());  // d4 has its seeds
+  CHECK(a.tests_on("train_tail").empty());
+  CHECK(b.tests_on("train_tail").empty());
+  CHECK_FALSE(b.tests_on("final_eval").empty());
+  CHECK(c.tests_on("final_eval").empty());
+  // C is A's contrast at A's points on the other metric, with a Holm set of its own size.
+  REQUIRE(c.tests.size() == a.tests.size());
+  for (size_t i = 0; i < a.tests.size(); ++i) CHECK(c.tests[i].point == a.tests[i].point);
+  const std::string table = fp4::fit::format_contrasts_table(set);
+  INFO(table);
+  CHECK(fp4::test::count_of(table, "(train_tail, the paper's metric)") == 1);  // C's heading only
+  CHECK(table.find(fp4::fit::holm_set_in_words(b.tests.size())) != std::string::npos);
+  // Under the defaults (every metric), B is tested on the train tail too: the tests the table leaves out.
+  fp4::store::CompareTable every = spec.compare;
+  for (auto& f : every.families) f.metrics.clear();
+  const ContrastSet all = fp4::fit::compute_contrasts(runs, fp4::fit::families_asked(every, "study.toml", {}, {}, runs), "");
+  CHECK_FALSE(all.families[1].tests_on("train_tail").empty());
+}
+
 TEST_CASE("contrasts: train.data_seed set apart from the seed makes a point of its own", "[fit][paired]") {
   // The default: the run seed drives the data order too; the point is the config without both.
   const nlohmann::json same = {{"recipe", "ufp4"}, {"train", {{"seed", 3}, {"data_seed", 3}, {"lr", 1e-3}}}};

@@ -332,6 +332,12 @@ TEST_CASE("report after fp4lab fit on a real tiny study shows the stored fits' o
   CHECK(c.recipe == "ufp4");
   CHECK(c.against == "e2m1");
   REQUIRE(c.observed.points == 9);
+  // No [compare] table: the report says that no test was declared, and what the default family is
+  // tested on (one seed a point here: no test, the family's line says so).
+  CHECK(dom.text().find("Declared tests: none. Every family below is one of fp4lab's defaults") !=
+        std::string::npos);
+  CHECK(dom.text().find("Family “ufp4 - e2m1”: a default family, declared nowhere; tested on final_eval and train_tail "
+                        "(every metric, the default). Holm sets: on final eval: no test") != std::string::npos);
   for (const auto& t : tables) {
     INFO(t.caption);
     CHECK(t.caption.rfind("Paired difference of gaps", 0) != 0);
