@@ -10,6 +10,7 @@
 #include <tuple>
 
 #include "base/sha256.h"
+#include "fit/stored_fit.h"
 #include "fit/trend.h"
 #include "store/store.h"
 
@@ -436,6 +437,9 @@ ContrastSet from_record(const store::ContrastSetRecord& r) {
   set.source = r.source;
   set.fp4lab_version = r.fp4lab_version;
   set.created = r.created;
+  // A set stored before families said whether they were declared: declared exactly when its
+  // families came from a [compare] table (families_asked's source says so).
+  const bool from_compare_table = r.source.rfind("[compare]", 0) == 0;
   const json notes = json::parse(r.notes_json, nullptr, false);
   if (notes.is_array())
     for (const json& n : notes)
@@ -451,15 +455,14 @@ ContrastSet from_record(const store::ContrastSetRecord& r) {
       if (f.contains("untested") && f["untested"].is_array())
         for (const json& u : f["untested"])
           if (u.is_string()) family.untested.push_back(u);
-      // A set stored before families named their metrics tested every family on every metric, and
-      // its families were declared exactly when its source is a [compare] table.
+      // A set stored before families named their metrics tested every family on every metric.
       if (f.contains("metrics") && f["metrics"].is_array() && !f["metrics"].empty()) {
         family.metrics.clear();
         for (const json& m : f["metrics"])
           if (m.is_string()) family.metrics.push_back(m);
       }
       family.metrics_declared = f.value("metrics_declared", false);
-      family.declared = f.value("declared", r.source.rfind("[compare]", 0) == 0);
+      family.declared = f.value("declared", from_compare_table);
       set.families.push_back(std::move(family));
     }
   for (const store::ContrastRecord& c : r.contrasts) {
@@ -499,7 +502,7 @@ ContrastSet from_record(const store::ContrastSetRecord& r) {
                                [&](const ContrastFamily& f) { return f.name == c.family; });
     if (family == set.families.end()) {
       set.families.push_back({c.family, {}, {}, {}});
-      set.families.back().declared = r.source.rfind("[compare]", 0) == 0;
+      set.families.back().declared = from_compare_table;
       family = set.families.end() - 1;
     }
     family->tests.push_back(std::move(t));
@@ -557,13 +560,6 @@ Trend contrast_trend(const ContrastFamily& family, const std::pair<std::string, 
   if (xs.size() < 2) return Trend{};
   return fit_trend(points, kTrendReplicates, 0);
 }
-
-namespace {
-
-// NaN as null: JSON has no NaN, and a reader should see "not estimated", not a number.
-json number_or_null(double v) { return std::isfinite(v) ? json(v) : json(nullptr); }
-
-}  // namespace
 
 json contrast_set_json(const ContrastSet& set) {
   json families = json::array();

@@ -13,14 +13,15 @@ namespace fp4::fit {
 
 using nlohmann::json;
 
+json number_or_null(double v) { return std::isfinite(v) ? json(v) : json(nullptr); }
+
 namespace {
 
 // ---- JSON helpers: NaN travels as null; a missing key reads as its default ----------------------
 
-json number(double v) { return std::isnan(v) ? json(nullptr) : json(v); }
-json interval_json(const Interval& ci) { return json::array({number(ci.lo), number(ci.hi)}); }
+json interval_json(const Interval& ci) { return json::array({number_or_null(ci.lo), number_or_null(ci.hi)}); }
 json estimate_json(const Estimate& e) {
-  return {{"value", number(e.value)}, {"lo", number(e.ci.lo)}, {"hi", number(e.ci.hi)}};
+  return {{"value", number_or_null(e.value)}, {"lo", number_or_null(e.ci.lo)}, {"hi", number_or_null(e.ci.hi)}};
 }
 
 double read_number(const json& j, const char* key) {
@@ -133,14 +134,14 @@ double sample_value(const LawParameters& p, const std::pair<std::string, std::st
 
 json params_to_json(const StoredFit& fit) {
   json j = json::object();
-  for (const char* n : kSharedNames) j[n] = number(shared_value(fit.point, n));
-  j["a"] = number(allocation_exponent_a(fit.point));
-  j["b"] = number(allocation_exponent_b(fit.point));
+  for (const char* n : kSharedNames) j[n] = number_or_null(shared_value(fit.point, n));
+  j["a"] = number_or_null(allocation_exponent_a(fit.point));
+  j["b"] = number_or_null(allocation_exponent_b(fit.point));
   if (is_precision(fit)) {
-    j["gamma"] = number(fit.point.gamma);
+    j["gamma"] = number_or_null(fit.point.gamma);
     json rho = json::object();
     for (const auto& [recipe, rn] : fit.point.rho_n)
-      rho[recipe] = {{"rho_N", number(rn)}, {"rho_D", number(fit.point.rho_d.at(recipe))}};
+      rho[recipe] = {{"rho_N", number_or_null(rn)}, {"rho_D", number_or_null(fit.point.rho_d.at(recipe))}};
     j["rho"] = rho;
   }
   return j;
@@ -161,7 +162,7 @@ json intervals_to_json(const StoredFit& fit) {
   for (const BootstrapSample& s : fit.samples) {
     replicate.push_back(s.replicate);
     json row = json::array();
-    for (const auto& c : cols) row.push_back(number(sample_value(s.params, c)));
+    for (const auto& c : cols) row.push_back(number_or_null(sample_value(s.params, c)));
     values.push_back(std::move(row));
   }
   return {{"level", 0.95},
@@ -178,22 +179,22 @@ json quality_to_json(const StoredFit& fit) {
                     {"starts_tried", o.starts_tried}, {"starts_succeeded", o.starts_succeeded},
                     {"best_start", o.best_start},     {"iterations", o.iterations},
                     {"termination", o.termination},   {"message", o.message},
-                    {"initial_cost", number(o.initial_cost)}, {"final_cost", number(o.final_cost)}};
+                    {"initial_cost", number_or_null(o.initial_cost)}, {"final_cost", number_or_null(o.final_cost)}};
   json residuals = json::array();
   for (const Residual& r : fit.residuals)
     residuals.push_back({{"run", r.run_id}, {"name", r.run_name}, {"recipe", r.recipe}, {"n", r.n}, {"d", r.d},
-                         {"observed", number(r.observed)}, {"fitted", number(r.fitted)},
-                         {"log_residual", number(r.log_residual)}});
+                         {"observed", number_or_null(r.observed)}, {"fitted", number_or_null(r.fitted)},
+                         {"log_residual", number_or_null(r.log_residual)}});
   json held_recipes = json::array();
   for (const HeldOutRecipe& h : fit.held_out.recipes) {
     json points = json::array();
     for (const HeldOutPoint& p : h.points)
       points.push_back({{"run", p.run_id}, {"name", p.run_name}, {"n", p.n}, {"d", p.d},
-                        {"observed", number(p.observed)}, {"predicted", number(p.predicted)},
-                        {"rel_error", number(p.rel_error)}});
+                        {"observed", number_or_null(p.observed)}, {"predicted", number_or_null(p.predicted)},
+                        {"rel_error", number_or_null(p.rel_error)}});
     held_recipes.push_back({{"recipe", h.recipe}, {"points", points},
-                            {"mean_abs_rel_error", number(h.mean_abs_rel_error)},
-                            {"max_abs_rel_error", number(h.max_abs_rel_error)}});
+                            {"mean_abs_rel_error", number_or_null(h.mean_abs_rel_error)},
+                            {"max_abs_rel_error", number_or_null(h.max_abs_rel_error)}});
   }
   json excluded = json::array();
   for (const ExcludedRun& e : fit.excluded)
@@ -205,12 +206,12 @@ json quality_to_json(const StoredFit& fit) {
   for (const Guardrail& g : fit.guardrails)
     guardrails.push_back({{"check", g.check}, {"message", g.message}, {"unidentified", g.unidentified},
                           {"parameter", g.parameter}, {"recipe", g.recipe}});
-  return {{"objective", number(fit.objective)},
+  return {{"objective", number_or_null(fit.objective)},
           {"n_points", fit.n_points},
           {"optimizer", optimizer},
           {"residuals", residuals},
           {"held_out",
-           {{"done", fit.held_out.done}, {"reason", fit.held_out.reason}, {"n", number(fit.held_out.held_out_n)},
+           {{"done", fit.held_out.done}, {"reason", fit.held_out.reason}, {"n", number_or_null(fit.held_out.held_out_n)},
             {"recipes", held_recipes}}},
           {"excluded", excluded},
           {"replicate_failures", failures},
@@ -228,20 +229,20 @@ json options_to_json(const StoredFit& fit) {
 }
 
 json observed_gap_json(const ObservedGap& o) {
-  return {{"n", o.n}, {"d", o.d}, {"seeds", o.seeds}, {"mean", number(o.mean)}, {"sd", number(o.sd)},
-          {"min", number(o.min)}, {"max", number(o.max)}, {"lo", number(o.ci.lo)}, {"hi", number(o.ci.hi)}};
+  return {{"n", o.n}, {"d", o.d}, {"seeds", o.seeds}, {"mean", number_or_null(o.mean)}, {"sd", number_or_null(o.sd)},
+          {"min", number_or_null(o.min)}, {"max", number_or_null(o.max)}, {"lo", number_or_null(o.ci.lo)}, {"hi", number_or_null(o.ci.hi)}};
 }
 json fitted_gap_json(const FittedGap& f) {
-  return {{"n", f.n}, {"d", f.d}, {"value", number(f.gap.value)}, {"lo", number(f.gap.ci.lo)},
-          {"hi", number(f.gap.ci.hi)}};
+  return {{"n", f.n}, {"d", f.d}, {"value", number_or_null(f.gap.value)}, {"lo", number_or_null(f.gap.ci.lo)},
+          {"hi", number_or_null(f.gap.ci.hi)}};
 }
 json slope_json(const GapSlope& s) {
-  return {{"per_decade", number(s.per_decade.value)}, {"lo", number(s.per_decade.ci.lo)},
-          {"hi", number(s.per_decade.ci.hi)}, {"points", s.points}};
+  return {{"per_decade", number_or_null(s.per_decade.value)}, {"lo", number_or_null(s.per_decade.ci.lo)},
+          {"hi", number_or_null(s.per_decade.ci.hi)}, {"points", s.points}};
 }
 json observed_difference_json(const ObservedDifference& o) {
-  return {{"n", number(o.n)},       {"points", o.points}, {"wins", o.wins},        {"mean", number(o.mean)},
-          {"sd", number(o.sd)},     {"lo", number(o.ci.lo)}, {"hi", number(o.ci.hi)}};
+  return {{"n", number_or_null(o.n)},       {"points", o.points}, {"wins", o.wins},        {"mean", number_or_null(o.mean)},
+          {"sd", number_or_null(o.sd)},     {"lo", number_or_null(o.ci.lo)}, {"hi", number_or_null(o.ci.hi)}};
 }
 
 json predictions_to_json(const StoredFit& fit) {

@@ -21,6 +21,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "fit/laws.h"
 #include "fit/statistics.h"
 
@@ -30,6 +32,10 @@ struct FitRecord;
 }  // namespace fp4::store
 
 namespace fp4::fit {
+
+// A number as fp4lab's JSON outputs write it (the stored fits' columns, `fp4lab fit --format json`):
+// one that could not be estimated (NaN, or not finite) is null, which JSON can hold.
+nlohmann::json number_or_null(double v);
 
 // A point where the fit is extrapolated: N parameters (as options.n counts them), D tokens.
 struct Target {
