@@ -238,11 +238,17 @@ void CudaModel::weight_gradient(int n, int k, const float* alpha, const bf16_t* 
     g.n = k;
     g.k = t;
     gemm_->matmul_split_k(g, chunks, alpha, dy, x, 1.0f, dw, wgrad_partials_.get(), stream_);
-  } else if (alpha == nullptr) {
-    gemm_->gemm(true, false, n, k, t, 1.0f, dy, x, 1.0f, dw, stream_);
   } else {
-    gemm_->gemm_device_scalars(true, false, n, k, t, alpha, dy, x, scalars_.get() + 1, dw, stream_);
+    weight_gradient_one_gemm(n, k, t, alpha, dy, x, dw);
   }
+}
+
+void CudaModel::weight_gradient_one_gemm(int n, int k, int rows, const float* alpha, const bf16_t* dy,
+                                         const bf16_t* x, float* dw) {
+  if (alpha == nullptr)
+    gemm_->gemm(true, false, n, k, rows, 1.0f, dy, x, 1.0f, dw, stream_);
+  else
+    gemm_->gemm_device_scalars(true, false, n, k, rows, alpha, dy, x, scalars_.get() + 1, dw, stream_);
 }
 
 const float* CudaModel::alpha_of(const QuantSpec& a, const float* ts_a, const QuantSpec& b, const float* ts_b,

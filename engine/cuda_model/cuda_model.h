@@ -396,6 +396,10 @@ class CudaModel {
   // dW [n, k] += alpha·(dYᵀ · X) over the pass's rows (alpha: a device float, or null for 1), as
   // one GEMM or a deterministic split-K.
   void weight_gradient(int n, int k, const float* alpha, const bf16_t* dy, const bf16_t* x, float* dw);
+  // The same over `rows` rows as one GEMM (no split-K): weight_gradient's unsplit case, and an
+  // expert group's weight gradient.
+  void weight_gradient_one_gemm(int n, int k, int rows, const float* alpha, const bf16_t* dy, const bf16_t* x,
+                                float* dw);
   DeviceArray<unsigned> nonfinite_;     // the quantizers' flag for this pass
   DeviceArray<double> loss_sum_;
   // The probe's buffers (allocated by the first probe): codes of the activation and gradient

@@ -113,7 +113,7 @@ void CudaModel::expert_backward(const engine::LinearSite& s, int view, const bf1
   float* dw = grad(view);
   if (!engine::site_is_quantized(s)) {
     plain_gemm(false, false, rows, k, n, dyb, wb, dx);                             // dX = dY · W
-    gemm_->gemm(true, false, n, k, padded, 1.0f, dyb, xb, 1.0f, dw, stream_);      // dW += dYᵀ · X
+    weight_gradient_one_gemm(n, k, padded, nullptr, dyb, xb, dw);                // dW += dYᵀ · X
     return;
   }
   float* ts = moe_ts_.get();
@@ -135,11 +135,7 @@ void CudaModel::expert_backward(const engine::LinearSite& s, int view, const bf1
   // dW += alpha·(dYᵀ·X) over the padded group: one GEMM (no split-K), beta = 1 from device memory
   // where alpha is a device value (linear_backward says why that is deterministic).
   const float* alpha_w = alpha_of(s_dy_w, ts + 2, s_x_w, ts + 3, scalars_.get() + 3);
-  if (alpha_w == nullptr)
-    gemm_->gemm(true, false, n, k, padded, 1.0f, moe_q_c_.get(), moe_q_d_.get(), 1.0f, dw, stream_);
-  else
-    gemm_->gemm_device_scalars(true, false, n, k, padded, alpha_w, moe_q_c_.get(), moe_q_d_.get(), scalars_.get() + 1,
-                               dw, stream_);
+  weight_gradient_one_gemm(n, k, padded, alpha_w, moe_q_c_.get(), moe_q_d_.get(), dw);
 }
 
 // ---- The block ---------------------------------------------------------------------------------
