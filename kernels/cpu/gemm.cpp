@@ -12,6 +12,18 @@ using RowMajor = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::Row
 using ConstMap = Eigen::Map<const RowMajor>;
 using Map = Eigen::Map<RowMajor>;
 constexpr int kPanelRows = 64;
+
+// Eigen cuts K into blocks whose size it plans from the CPU's cache sizes (read from CPUID at first
+// use) and adds each block's partial products into C in turn, so the bits of a product would depend
+// on the machine. Eigen plans with these sizes instead, whatever the machine, which leaves the
+// summation order a function of the shape alone (only the speed depends on the real caches). They
+// give the plan of the machine the CPU golden bits were pinned on (bench/RESULTS.md, "Same bits
+// across Hopper GPUs and commits"). Eigen keeps them process-wide: the fitter's products plan with
+// them too.
+const bool kFixedEigenBlocking = [] {
+  Eigen::setCpuCacheSizes(48 << 10, 2 << 20, 105 << 20);
+  return true;
+}();
 }  // namespace
 
 void gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* a,

@@ -2,8 +2,9 @@
 //
 // Row-major throughout: op(A) is M x K, op(B) is K x N, C is M x N. With trans_a, A is stored as
 // [K, M]; with trans_b, B is stored as [N, K] (so C = A · Bᵀ, the fprop of a linear layer).
-// Deterministic: the result for a given machine and shape never depends on the thread count,
-// because rows are cut into fixed-size panels and each panel is one independent product.
+// Deterministic: the result for a given shape depends neither on the thread count (rows are cut
+// into fixed-size panels and each panel is one independent product) nor on the machine's caches
+// (Eigen's K blocking is planned from fixed cache sizes: gemm.cpp).
 #pragma once
 
 namespace fp4::cpu {
