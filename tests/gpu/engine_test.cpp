@@ -34,6 +34,7 @@
 #include "kernels/cpu/gemm.h"
 #include "kernels/cuda/cuda_common.cuh"
 #include "tests/gpu/grad_compare.h"
+#include "tests/gpu/model_pair.h"
 #include "tests/run_test_helpers.h"
 
 using fp4::bf16_t;
@@ -172,13 +173,9 @@ TEST_CASE("cuda model one micro-batch matches the CPU model loss and gradients",
   // Two blocks, d_model 64 (one head of 64), d_ff 192, vocabulary 64; B·T = 2·32 rows. Every
   // dimension a multiple of 16 (nvfp4's 16×16 weight tiles included).
   const fp4::model::ModelShape mc = fp4::model::model_explicit(2, 64, 1, 64, 192, 64);
-  const fp4::engine::Recipe recipe = fp4::engine::recipe_preset(recipe_name);
-  const std::vector<int> bf16_layers = fp4::engine::resolve_bf16_layers(recipe.bf16_layers, mc.n_layers);
-  fp4::model::Model cpu(mc, recipe, bf16_layers);
-  fp4::cuda_model::CudaModel gpu(mc, recipe, bf16_layers);
-  cpu.init_params(11);
-  gpu.init_params(11);
-  REQUIRE(same_bits(gpu.params_to_host(), cpu.params()));
+  const fp4::test::ModelPair models = fp4::test::model_pair(mc, recipe_name, 11);
+  fp4::model::Model& cpu = *models.cpu;
+  fp4::cuda_model::CudaModel& gpu = *models.gpu;
 
   const int B = 2, T = 32;
   std::vector<int32_t> inputs(B * T), targets(B * T);
@@ -231,7 +228,7 @@ TEST_CASE("cuda model one micro-batch matches the CPU model loss and gradients",
   // Gradients (the whole vector by norm; each tensor 10× looser): bf16 flips of single stored
   // activations move individual gradient entries by ~2^-8 relative; under a 4-bit recipe a flip can
   // also move one element to a neighbouring code (up to a grid step), hence the looser bound there.
-  const double grad_tol = recipe.quantized ? 2e-2 : 5e-3;
+  const double grad_tol = models.recipe.quantized ? 2e-2 : 5e-3;
   CHECK(grad_rel < grad_tol);
   CHECK(worst_tensor < 10 * grad_tol);
 }

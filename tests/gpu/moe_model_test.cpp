@@ -28,6 +28,7 @@
 #include "engine/recipe.h"
 #include "engine/run/trainer.h"
 #include "tests/gpu/grad_compare.h"
+#include "tests/gpu/model_pair.h"
 #include "tests/run_test_helpers.h"
 
 using fp4::test::read_rows;
@@ -106,13 +107,11 @@ TEST_CASE("cuda MoE model one micro-batch matches the CPU MoE model", "[gpu][eng
   INFO("recipe " << recipe_name << ", moe.every " << every);
   const ModelShape dense = fp4::model::model_explicit(2, 64, 1, 64, 192, 64);
   const ModelShape mc = with_moe(dense, 4, 2, 96, every == 2 ? 1 : 0, every);
-  const fp4::engine::Recipe recipe = fp4::engine::recipe_preset(recipe_name);
-  const std::vector<int> bf16_layers = fp4::engine::resolve_bf16_layers(recipe.bf16_layers, mc.n_layers);
-  fp4::model::Model cpu(mc, recipe, bf16_layers);
-  fp4::cuda_model::CudaModel gpu(mc, recipe, bf16_layers);
-  cpu.init_params(11);
-  gpu.init_params(11);
-  REQUIRE(same_bits(gpu.params_to_host(), cpu.params()));
+  const fp4::test::ModelPair models = fp4::test::model_pair(mc, recipe_name, 11);
+  const fp4::engine::Recipe& recipe = models.recipe;
+  const std::vector<int>& bf16_layers = models.bf16_layers;
+  fp4::model::Model& cpu = *models.cpu;
+  fp4::cuda_model::CudaModel& gpu = *models.gpu;
 
   const int B = 2, T = 32;
   const Tokens tok = tokens(B * T, 64);
