@@ -86,9 +86,10 @@ std::vector<bf16_t> wavy_tensor(int rows, int cols) {
 // ---- A small model, as tests/gpu/engine_test.cpp's one micro-batch ----
 
 struct SmallBatch {
-  static constexpr int B = 2, T = 32;
+  static constexpr int T = 32;
+  int B;
   std::vector<int32_t> inputs, targets;
-  SmallBatch() : inputs(B * T), targets(B * T) {
+  explicit SmallBatch(int sequences = 2) : B(sequences), inputs(B * T), targets(B * T) {
     for (int i = 0; i < B * T; ++i) {
       inputs[i] = (i * 37 + 5) % 64;
       targets[i] = (i * 11 + 3) % 64;
@@ -104,8 +105,21 @@ struct SmallBatch {
   }
 };
 
-// Two blocks, d_model 64, d_ff 192, vocabulary 64: every dimension fits every preset's blocks.
+// Two blocks, d_model 64, d_ff 192, vocabulary 64: every dimension fits the 16- and 32-wide blocks.
 fp4::model::ModelShape small_model() { return fp4::model::model_explicit(2, 64, 1, 64, 192, 64); }
+
+// Quartet II's 128-wide rotation and TetraJet-v2's 128-wide outer blocks run along every GEMM's
+// dimensions, the tokens of the weight gradient included (docs/recipes.md): their recipes get a
+// model (d_model 128, d_ff 384) and a batch (4 sequences, 128 tokens) whose every dimension is a
+// multiple of 128.
+bool needs_multiples_of_128(const fp4::engine::Recipe& r) {
+  return std::any_of(r.slots.begin(), r.slots.end(),
+                     [](const fp4::engine::SlotRecipe& s) { return s.outer_block == 128 || s.rht_size == 128; });
+}
+fp4::model::ModelShape model_for(const fp4::engine::Recipe& r) {
+  return needs_multiples_of_128(r) ? fp4::model::model_explicit(2, 128, 2, 64, 384, 64) : small_model();
+}
+SmallBatch batch_for(const fp4::engine::Recipe& r) { return SmallBatch(needs_multiples_of_128(r) ? 4 : 2); }
 
 // A non-preset recipe that exercises what the presets leave out: per-step RHT signs on every
 // GEMM, stochastic rounding on every slot, and the last block kept in bf16 (not probed).
@@ -197,17 +211,18 @@ TEST_CASE("gpu slot metrics kernel matches cpu slot_metric_sums and repeats bit 
 }
 
 TEST_CASE("gpu probe: every slot's copy is the CPU quantize_slot's and its metrics are the CPU's", "[gpu][probe]") {
-  const std::string name = GENERATE(as<std::string>{}, "e2m1", "ufp4", "nvfp4", "mxfp4", "ufp4-e4m3", "variant");
+  const std::string name = GENERATE(as<std::string>{}, "e2m1", "ufp4", "nvfp4", "mxfp4", "ufp4-e4m3", "nvfp4-te",
+                                     "four-over-six", "quartet-ii", "tetrajet-v2", "variant");
   INFO("recipe " << name);
   const fp4::engine::Recipe recipe = recipe_named(name);
   REQUIRE(fp4::engine::recipe_error(recipe).empty());
-  const fp4::model::ModelShape mc = small_model();
+  const fp4::model::ModelShape mc = model_for(recipe);
   const std::vector<int> bf16_layers = fp4::engine::resolve_bf16_layers(recipe.bf16_layers, mc.n_layers);
   fp4::cuda_model::CudaModel gpu(mc, recipe, bf16_layers);
   fp4::model::Model cpu(mc, recipe, bf16_layers);
   gpu.init_params(11);
   cpu.init_params(11);
-  const SmallBatch tokens;
+  const SmallBatch tokens = batch_for(recipe);
   const fp4::model::StepContext ctx{5, 3, 0};  // the trainer probes with micro-step 0
 
   // The probe's pass is the training pass: the same loss, and it leaves the gradients alone.
@@ -286,16 +301,18 @@ TEST_CASE("gpu probe: every slot's copy is the CPU quantize_slot's and its metri
 }
 
 TEST_CASE("gpu probe rows follow the CPU backend's on the same weights and batch", "[gpu][probe]") {
-  const std::string name = GENERATE(as<std::string>{}, "e2m1", "ufp4", "nvfp4", "mxfp4", "ufp4-e4m3");
+  // Every preset that quantizes every block (nvfp4-te keeps blocks in BF16: its quantized slots are nvfp4's).
+  const std::string name = GENERATE(as<std::string>{}, "e2m1", "ufp4", "nvfp4", "mxfp4", "ufp4-e4m3", "four-over-six",
+                                     "quartet-ii", "tetrajet-v2");
   INFO("recipe " << name);
   const fp4::engine::Recipe recipe = fp4::engine::recipe_preset(name);
-  const fp4::model::ModelShape mc = small_model();
+  const fp4::model::ModelShape mc = model_for(recipe);
   const std::vector<int> bf16_layers = fp4::engine::resolve_bf16_layers(recipe.bf16_layers, mc.n_layers);
   auto cpu = fp4::run::make_cpu_backend(mc, recipe, bf16_layers);
   auto gpu = fp4::cuda_model::make_cuda_backend(mc, recipe, bf16_layers);
   cpu->init(11);
   gpu->init(11);
-  const SmallBatch tokens;
+  const SmallBatch tokens = batch_for(recipe);
   const fp4::model::StepContext ctx{5, 3, 0};
   const std::vector<fp4::engine::ProbedSlot> rc = cpu->probe(tokens.view(), ctx);
   const std::vector<fp4::engine::ProbedSlot> rg = gpu->probe(tokens.view(), ctx);
