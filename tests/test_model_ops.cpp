@@ -12,8 +12,11 @@
 
 #include <catch2/catch.hpp>
 
+#include <Eigen/Core>
+
 #include "engine/quantized_linear.h"
 #include "engine/recipe.h"
+#include "kernels/cpu/gemm.h"
 #include "kernels/cpu/ops.h"
 #include "tests/test_model_helpers.h"
 
@@ -33,6 +36,17 @@ double weighted_sum(const std::vector<double>& w, const std::vector<double>& y) 
 }
 
 }  // namespace
+
+// Eigen reads the cache sizes from CPUID and plans its K blocking, hence the order of a product's
+// partial sums, from them: the CPU engine's bits followed the machine until gemm fixed the sizes.
+TEST_CASE("cpu gemm: Eigen plans the blocking from the fixed cache sizes and not from the machine", "[model][ops]") {
+  std::vector<float> a(64 * 64, 1.0f), b(64 * 64, 0.5f), c(64 * 64, 0.0f);
+  fp4::cpu::gemm(false, false, 64, 64, 64, 1.0f, a.data(), b.data(), 0.0f, c.data());
+  CHECK(c[0] == 32.0f);
+  CHECK(Eigen::l1CacheSize() == fp4::cpu::kGemmPlanL1);
+  CHECK(Eigen::l2CacheSize() == fp4::cpu::kGemmPlanL2);
+  CHECK(Eigen::l3CacheSize() == fp4::cpu::kGemmPlanL3);
+}
 
 TEST_CASE("rmsnorm backward matches finite differences", "[model][ops]") {
   const int rows = 5, d = 12;

@@ -21,7 +21,7 @@ constexpr int kPanelRows = 64;
 // across Hopper GPUs and commits"). Eigen keeps them process-wide: the fitter's products plan with
 // them too.
 const bool kFixedEigenBlocking = [] {
-  Eigen::setCpuCacheSizes(48 << 10, 2 << 20, 105 << 20);
+  Eigen::setCpuCacheSizes(kGemmPlanL1, kGemmPlanL2, kGemmPlanL3);
   return true;
 }();
 }  // namespace

@@ -9,6 +9,9 @@
 
 namespace fp4::cpu {
 
+// The cache sizes (bytes) Eigen plans gemm's K blocking with, whatever the machine's (gemm.cpp).
+inline constexpr long kGemmPlanL1 = 48L << 10, kGemmPlanL2 = 2L << 20, kGemmPlanL3 = 105L << 20;
+
 void gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* a,
           const float* b, float beta, float* c);
 
