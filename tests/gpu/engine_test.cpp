@@ -173,7 +173,7 @@ TEST_CASE("cuda model one micro-batch matches the CPU model loss and gradients",
   // Two blocks, d_model 64 (one head of 64), d_ff 192, vocabulary 64; B·T = 2·32 rows. Every
   // dimension a multiple of 16 (nvfp4's 16×16 weight tiles included).
   const fp4::model::ModelShape mc = fp4::model::model_explicit(2, 64, 1, 64, 192, 64);
-  const fp4::test::ModelPair models = fp4::test::model_pair(mc, recipe_name, 11);
+  const fp4::test::ModelPair models = fp4::test::model_pair(mc, fp4::engine::recipe_preset(recipe_name), 11);
   fp4::model::Model& cpu = *models.cpu;
   fp4::cuda_model::CudaModel& gpu = *models.gpu;
 

@@ -1,12 +1,11 @@
 // model_pair.h — the start of every [gpu] comparison of the CUDA model with the CPU reference: both
-// models of one shape under one recipe preset, initialised from one seed, with the same weights.
+// models of one shape under one recipe, initialised from one seed, with the same weights.
 #pragma once
 
 #include <catch2/catch.hpp>
 
 #include <cstdint>
 #include <memory>
-#include <string>
 #include <vector>
 
 #include "engine/cuda_model/cuda_model.h"
@@ -25,9 +24,9 @@ struct ModelPair {
 
 // Requires the two backends' initial weights to be the same bits: initialisation is host code
 // shared by both, so any difference is a copy or layout fault, not rounding.
-inline ModelPair model_pair(const model::ModelShape& shape, const std::string& recipe_name, uint64_t seed) {
+inline ModelPair model_pair(const model::ModelShape& shape, const engine::Recipe& recipe, uint64_t seed) {
   ModelPair m;
-  m.recipe = engine::recipe_preset(recipe_name);
+  m.recipe = recipe;
   m.bf16_layers = engine::resolve_bf16_layers(m.recipe.bf16_layers, shape.n_layers);
   m.cpu = std::make_unique<model::Model>(shape, m.recipe, m.bf16_layers);
   m.gpu = std::make_unique<cuda_model::CudaModel>(shape, m.recipe, m.bf16_layers);

@@ -107,7 +107,7 @@ TEST_CASE("cuda MoE model one micro-batch matches the CPU MoE model", "[gpu][eng
   INFO("recipe " << recipe_name << ", moe.every " << every);
   const ModelShape dense = fp4::model::model_explicit(2, 64, 1, 64, 192, 64);
   const ModelShape mc = with_moe(dense, 4, 2, 96, every == 2 ? 1 : 0, every);
-  const fp4::test::ModelPair models = fp4::test::model_pair(mc, recipe_name, 11);
+  const fp4::test::ModelPair models = fp4::test::model_pair(mc, fp4::engine::recipe_preset(recipe_name), 11);
   const fp4::engine::Recipe& recipe = models.recipe;
   const std::vector<int>& bf16_layers = models.bf16_layers;
   fp4::model::Model& cpu = *models.cpu;

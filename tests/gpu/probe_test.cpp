@@ -35,6 +35,7 @@
 #include "kernels/cpu/quantize.h"
 #include "kernels/cuda/cuda_common.cuh"
 #include "kernels/cuda/quant_metrics.cuh"
+#include "tests/gpu/model_pair.h"
 #include "tests/run_test_helpers.h"
 
 using fp4::bf16_t;
@@ -113,8 +114,11 @@ fp4::model::ModelShape small_model() { return fp4::model::model_explicit(2, 64, 
 // model (d_model 128, d_ff 384) and a batch (4 sequences, 128 tokens) whose every dimension is a
 // multiple of 128.
 bool needs_multiples_of_128(const fp4::engine::Recipe& r) {
-  return std::any_of(r.slots.begin(), r.slots.end(),
-                     [](const fp4::engine::SlotRecipe& s) { return s.outer_block == 128 || s.rht_size == 128; });
+  for (int i = 0; i < fp4::engine::kSlotCount; ++i) {
+    const fp4::QuantSpec q = fp4::engine::slot_quant_spec(r.slots[i], static_cast<Slot>(i));
+    if (fp4::cpu::axis_multiple(q) == 128) return true;
+  }
+  return false;
 }
 fp4::model::ModelShape model_for(const fp4::engine::Recipe& r) {
   return needs_multiples_of_128(r) ? fp4::model::model_explicit(2, 128, 2, 64, 384, 64) : small_model();
@@ -217,11 +221,10 @@ TEST_CASE("gpu probe: every slot's copy is the CPU quantize_slot's and its metri
   const fp4::engine::Recipe recipe = recipe_named(name);
   REQUIRE(fp4::engine::recipe_error(recipe).empty());
   const fp4::model::ModelShape mc = model_for(recipe);
-  const std::vector<int> bf16_layers = fp4::engine::resolve_bf16_layers(recipe.bf16_layers, mc.n_layers);
-  fp4::cuda_model::CudaModel gpu(mc, recipe, bf16_layers);
-  fp4::model::Model cpu(mc, recipe, bf16_layers);
-  gpu.init_params(11);
-  cpu.init_params(11);
+  const fp4::test::ModelPair models = fp4::test::model_pair(mc, recipe, 11);
+  const std::vector<int>& bf16_layers = models.bf16_layers;
+  fp4::cuda_model::CudaModel& gpu = *models.gpu;
+  fp4::model::Model& cpu = *models.cpu;
   const SmallBatch tokens = batch_for(recipe);
   const fp4::model::StepContext ctx{5, 3, 0};  // the trainer probes with micro-step 0
 
