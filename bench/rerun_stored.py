@@ -24,6 +24,7 @@ import json
 import math
 import os
 import pathlib
+import shutil
 import sqlite3
 import subprocess
 import sys
@@ -127,7 +128,7 @@ def main():
         fresh, fingerprint = rerun_values(run_dir / "metrics.jsonl")
     finally:
         if not args.keep:
-            subprocess.run(["rm", "-rf", str(work)])
+            shutil.rmtree(work, ignore_errors=True)
 
     kept = stored_fingerprint(db, run_id)
     if kept and fingerprint and kept != fingerprint:
