@@ -5,8 +5,9 @@
 # the byte tokenizer's vocabulary. Prints one Markdown row per case: the median tokens/s over all
 # steps but the first (metrics.jsonl's tokens_per_s), the step time, the model FLOP utilization
 # against GEMM_TFLOPS (the bf16 GEMM rate measured in the same session: pass it), and the peak
-# device memory the run reported.
-# Usage: [SIZES="d6 d12"] bench/gpu_train.sh FP4LAB_BINARY GEMM_TFLOPS [STEPS]
+# device memory the run reported. SIZES and RECIPES choose the cases (any model preset, MoE ones
+# such as d6-e8k2 included: their MFU counts active FLOPs only).
+# Usage: [SIZES="d6 d12"] [RECIPES="bf16 e2m1 ufp4 nvfp4"] bench/gpu_train.sh FP4LAB_BINARY GEMM_TFLOPS [STEPS]
 set -euo pipefail
 bin=$1
 gemm_tflops=$2
@@ -16,7 +17,7 @@ trap 'rm -rf "$work"' EXIT
 echo "| model | recipe | tokens/s (median) | step ms | MFU | peak device MiB | steps |"
 echo "|---|---|---|---|---|---|---|"
 for size in ${SIZES:-d6 d12}; do
-  for recipe in bf16 e2m1 ufp4 nvfp4; do
+  for recipe in ${RECIPES:-bf16 e2m1 ufp4 nvfp4}; do
     cat >"$work/$size-$recipe.json" <<JSON
 {"model": {"preset": "$size", "seq_len": 1024}, "recipe": "$recipe", "device": "cuda",
  "data": "synthetic:markov?order=1&vocab=256&branch=64&seed=0",
