@@ -1,15 +1,24 @@
 #!/usr/bin/env python3
-"""PyTorch speed peer of fp4lab's training step (issue 4).
+"""PyTorch speed peer of fp4lab's training step (issue 4; its mixture-of-experts models: issue 33).
 
 Builds the model of docs/model.md in PyTorch, trains it with the optimizer of docs/train.md, and
 measures tokens/s and model FLOP utilization (MFU) against a bf16 GEMM rate measured in the same
-process. For the 4-bit recipes every block linear (qkv, attn_out, mlp_in, mlp_out) fake-quantizes
-the operands of its three GEMMs with ordinary torch operations following NUMERICS.md.
+process. For the 4-bit recipes every block linear (qkv, attn_out, mlp_in, mlp_out, and each
+expert's mlp_in and mlp_out) fake-quantizes the operands of its three GEMMs with ordinary torch
+operations following NUMERICS.md.
 
     python3 bench/peer_torch.py --model d6 --recipe ufp4 --seq-len 1024 --micro-batch 8 \
         --batch-tokens 65536 --steps 20 --warmup 5 --vocab 256 [--no-compile] [--json out.jsonl]
     python3 bench/peer_torch.py --model d6,d12 --recipe bf16,e2m1,ufp4,nvfp4   # one line per pair
+    python3 bench/peer_torch.py --model d6-e8k2,d6 --recipe bf16,ufp4   # an MoE model and its dense twin
     python3 bench/peer_torch.py --check        # CPU self-check of the fake quantizer, seconds
+
+Models: d<L>, and fp4lab's MoE presets d<L>-e<E>k<K> (docs/model.md, "Mixture of experts"): the
+dimensions of d<L> with an MoE block in every layer instead of the SwiGLU MLP, E routed experts of
+width d_ff_expert = d_ff / K (to the nearest multiple of 32), top-K, no shared experts. The experts
+run as grouped GEMMs (torch._grouped_mm, PyTorch >= 2.8 on sm90) or, where that is missing or
+fails a one-off probe against the loop (always on the CPU), as a loop over the experts: the line's
+"expert_path" says which ("grouped_mm" or "loop"); --expert-path forces one.
 
 Recipes: bf16, e2m1, ufp4, nvfp4, and also mxfp4 and ufp4-e4m3 (NUMERICS.md §5 presets). Each
 (model, recipe) pair prints one JSON line on stdout (and appends it to --json); --time-budget
@@ -23,6 +32,16 @@ What is the same as fp4lab
     bias), RoPE on interleaved pairs (2i, 2i+1) with base 10000, causal MHA with head_dim 64,
     SwiGLU with mlp_in producing gate | up, untied embedding and LM head, no biases; init
     N(0, 0.02^2) with attn_out / mlp_out at 0.02 / sqrt(2 L), gains 1.
+  * MoE blocks (docs/model.md, "Mixture of experts"; engine/model/moe_block.cpp): the router
+    [E, d] in fp32 from the fp32 master weights on the bf16 normed hidden state, never quantized;
+    softmax scores, the top-K logits, gates renormalized over the chosen K when K > 1; each expert
+    a SwiGLU of width d_ff_expert with its own mlp_in [2 f_e, d] (gate | up) and mlp_out [d, f_e]
+    (init as the dense ones, the router N(0, 0.02^2), weight decay on all three);
+    dropless dispatch (every token reaches its K experts); the combine sum_c gate_c * y_c in fp32
+    over the token's experts in ascending expert index, stored bf16; the auxiliary losses added to
+    the objective per MoE block, alpha * E * sum_i f_i P_i (f_i the share of the micro-batch's
+    token-expert assignments, no gradient; P_i the mean score) with alpha = 0.01 and the z-loss
+    beta * mean_t logsumexp(z_t)^2 with beta = 0.001; the reported loss is the cross-entropy alone.
   * Precision: fp32 master weights, fp32 gradients and AdamW state; every GEMM takes bf16 operands
     and accumulates in fp32 (bf16 autocast); activations and the residual stream are bf16; norms,
     RoPE, SwiGLU and the loss compute in fp32.
@@ -52,13 +71,36 @@ Where the peer differs (it measures speed; it is not a second reference)
     the amount of work.
   * Gradient clipping uses torch's factor max_norm / (norm + 1e-6) (fp4lab: max_norm / norm).
   * Only the presets' fixed RHT signs are implemented; bf16_layers is not.
+  * MoE blocks: the dispatch sorts the token-expert pairs by expert (stable, so each expert's rows
+    are its tokens in ascending index, as fp4lab's groups) into one buffer of static size in which
+    each expert's group is padded with zero rows to a multiple of 16 (of the recipe's wgrad block
+    if larger) and holds at least one such block (never empty), so that the shapes never depend on
+    the routing (no host synchronization, one compiled graph per block; fp4lab pads only to the
+    wgrad block, not at all in bf16, and skips an expert that no token chose, whose gradient is
+    zero either way). The experts' fprop, dgrad and wgrad GEMMs are each one grouped GEMM over that buffer
+    (2-D x 3-D, and 2-D x 2-D for dW); the loop fallback runs the same GEMMs expert by expert over
+    the same buffer, reading the group sizes on the host. The combine and the backward's sum over a
+    token's experts are gathers followed by a sum over the K choices in order: the gathers'
+    backward scatters write each row once, so nothing depends on the order of atomic additions.
+  * MoE routing: torch.topk's order among exactly tied logits is not fp4lab's lower-index rule;
+    the router's gradient reaches the bf16 hidden state through torch's autocast casts (one more
+    bf16 rounding of its share than fp4lab's single rounding of the sum).
+  * MoE quantization is per group as in fp4lab: X and dY blocked along the features per row,
+    blocked along the tokens (within the group's padded rows) for dW, weights per expert, and
+    e4m3x2's tensor scale taken per expert group (a segment amax over the group's rows) and
+    applied to that group's rows of the output. SR draws come from torch.rand over the whole
+    buffer, not fp4lab's per-token keys. Only the presets' shape is built: every block MoE,
+    softmax scores, no shared experts (fp4lab's moe.every, moe.shared and sigmoid scores are not).
 
 FLOP accounting is docs/model.md's: flops_per_token = 6 N_nonemb + 6 L T d (the LM head and the
-quantizers are not counted), mfu = flops_per_token * tokens_per_s / bf16 GEMM FLOP/s.
+quantizers are not counted), mfu = flops_per_token * tokens_per_s / bf16 GEMM FLOP/s. For an MoE
+model N_nonemb is the active count (the router and top-K experts per block: fp4lab's
+train_flops_per_token); the line carries both n_params (every expert) and n_params_active.
 """
 
 import argparse
 import dataclasses
+import itertools
 import json
 import math
 import re
@@ -207,22 +249,44 @@ def rht16(v, mask_signs=RHT_FIXED_SIGNS):
     return w.reshape(shape) * 0.25
 
 
-def quantize_parts(t, spec):
-    """Quantize a [R, C] tensor blocked along C (the GEMM's reduction dimension is last).
+def _tensor_amax(amax_b, n_lead, groups, block):
+    """e4m3x2's tensor amax from the block amaxes: over the whole tensor (a 0-dim result), over each
+    leading index (each expert's weights: keepdim), or over each group of rows or of block columns
+    (groups = (ids, n, axis): a segment amax, [n]). Returns (amax, ids to broadcast it or None)."""
+    if groups is None:
+        if n_lead == 0:
+            return amax_b.amax(), None
+        return amax_b.amax(dim=tuple(range(n_lead, amax_b.dim())), keepdim=True), None
+    ids, n, axis = groups
+    if axis == 0:   # ids per row: blocks run along the row
+        unit, gid, shape = amax_b.amax(dim=(1, 2)), ids, (-1, 1, 1)
+    else:           # ids per column, constant over each block of columns
+        unit, gid, shape = amax_b.amax(dim=(0, 2)), ids[::block], (1, -1, 1)
+    amax = torch.zeros(n, dtype=F32, device=amax_b.device).scatter_reduce(0, gid, unit, "amax")
+    return amax, (gid, shape)
+
+
+def quantize_parts(t, spec, groups=None):
+    """Quantize a [..., R, C] tensor blocked along C (the GEMM's reduction dimension is last); each
+    leading index is a tensor of its own (an expert's weights). groups = (ids, n, axis), for a 2-D
+    tensor holding the rows of n expert groups: ids [R] (axis 0) or ids [C] (axis 1, constant over
+    each block) give each row's or column's group, and e4m3x2's tensor scale is taken per group.
     Returns (v, q, s, dec): the values after the RHT grouped in blocks, the signed grid values, the
-    stored block scales (broadcastable to v), and the tensor's S_dec (1 unless e4m3x2)."""
-    R, C = t.shape
+    stored block scales (broadcastable to v), and S_dec (1 unless e4m3x2; per leading index, or
+    [n] per group)."""
+    *lead, R, C = t.shape
     B = spec.block
-    if C % B or (spec.tile_2d and R % B):
-        raise ValueError(f"quantize: shape {R}x{C} does not fit block {B} (tile_2d={spec.tile_2d})")
+    if C % B or (spec.tile_2d and R % B) or (groups is not None and (lead or spec.tile_2d)):
+        raise ValueError(f"quantize: shape {tuple(t.shape)} does not fit block {B} (tile_2d={spec.tile_2d}, "
+                         f"groups={groups is not None})")
     v = t.to(F32)
     if spec.rht:
         v = rht16(v, spec.rht_signs)
     if spec.tile_2d:
-        v = v.reshape(R // B, B, C // B, B)
-        amax_b = v.abs().amax(dim=(1, 3), keepdim=True)
+        v = v.reshape(*lead, R // B, B, C // B, B)
+        amax_b = v.abs().amax(dim=(-3, -1), keepdim=True)
     else:
-        v = v.reshape(R, C // B, B)
+        v = v.reshape(*lead, R, C // B, B)
         amax_b = v.abs().amax(dim=-1, keepdim=True)
     one = _scalar(t, 1.0)
     dec = one
@@ -232,13 +296,17 @@ def quantize_parts(t, spec):
         x = torch.where(torch.isnan(x), torch.zeros_like(x), x)  # 0/0 in an all-zero block is 0
     elif spec.scale == "e4m3x2":
         # TransformerEngine's order (NUMERICS.md §3): the tensor amax is the largest block amax.
-        amax_t = amax_b.amax()
+        amax_t, spread = _tensor_amax(amax_b, len(lead), groups, B)
         enc = (_scalar(t, 448.0 * spec.gmax) / amax_t).clamp(max=FLT_MAX)
         enc = torch.where((amax_t == 0) | (enc == 0), one, enc)
         dec = one / enc
-        enc_per_gmax = enc * (one / _scalar(t, spec.gmax))
+        enc_b, dec_b = enc, dec
+        if spread is not None:  # each block takes its group's tensor scale
+            gid, shape = spread
+            enc_b, dec_b = enc[gid].reshape(shape), dec[gid].reshape(shape)
+        enc_per_gmax = enc_b * (one / _scalar(t, spec.gmax))
         s = e4m3_rn_satfinite(amax_b * enc_per_gmax)
-        mul = (one / (s * dec)).clamp(max=FLT_MAX)  # s == 0: 1/0 = Inf, capped
+        mul = (one / (s * dec_b)).clamp(max=FLT_MAX)  # s == 0: 1/0 = Inf, capped
         x = (v * mul).abs()
     elif spec.scale == "e8m0":
         e = (_exponent(amax_b) - 2).clamp(-127, 127)  # emax = 2 for both grids
@@ -252,9 +320,9 @@ def quantize_parts(t, spec):
     return v, q, s, dec
 
 
-def fake_quant(t, spec):
-    """The dequantized bf16 operand [R, C] (blocked along C) and its tensor scale S_dec."""
-    _, q, s, dec = quantize_parts(t, spec)
+def fake_quant(t, spec, groups=None):
+    """The dequantized bf16 operand [..., R, C] (blocked along C) and its tensor scale S_dec."""
+    _, q, s, dec = quantize_parts(t, spec, groups)
     return (q * s).to(BF16).reshape(t.shape), dec
 
 
@@ -305,8 +373,177 @@ def make_quantized_linear(slots):
 
 
 # ---------------------------------------------------------------------------------------------
+# Grouped expert GEMMs (MoE blocks): one buffer holds every expert's group of rows, group g being
+# rows offs[g-1] .. offs[g] (offs: the int32 cumulative group ends, as torch._grouped_mm takes them).
+# ---------------------------------------------------------------------------------------------
+
+
+def gmm_grouped(a, b, offs):
+    """torch._grouped_mm: a [M, K] x b [G, K, N] -> [M, N] (row group g times b[g]), or a [N, M] x
+    b [M, K] -> [G, N, K] (group g of the shared dimension M). bf16 operands and result, fp32
+    accumulation (CUTLASS on sm90). Rows past offs[-1] are left unwritten."""
+    return torch._grouped_mm(a, b, offs=offs)
+
+
+def gmm_loop(a, b, offs):
+    """The same products as one ordinary GEMM per group (reads the group ends on the host)."""
+    ends = [int(e) for e in offs.tolist()]
+    starts = [0] + ends[:-1]
+    if b.dim() == 3:
+        out = a.new_zeros(a.shape[0], b.shape[-1])
+        for g, (lo, hi) in enumerate(zip(starts, ends)):
+            if hi > lo:
+                out[lo:hi] = a[lo:hi] @ b[g]
+        return out
+    out = a.new_zeros(len(ends), a.shape[0], b.shape[1])
+    for g, (lo, hi) in enumerate(zip(starts, ends)):
+        if hi > lo:
+            out[g] = a[:, lo:hi] @ b[lo:hi]
+    return out
+
+
+GMM = {"grouped_mm": gmm_grouped, "loop": gmm_loop}
+
+
+def probe_grouped_mm(device):
+    """Whether torch._grouped_mm runs here in the layouts the experts use (fprop, dgrad, wgrad) and
+    agrees with the loop: (True, None) or (False, why)."""
+    if not hasattr(torch, "_grouped_mm"):
+        return False, f"torch {torch.__version__} has no torch._grouped_mm"
+    try:
+        gen = torch.Generator().manual_seed(0)
+        rnd = lambda *shape: torch.randn(*shape, generator=gen).to(device=device, dtype=BF16)  # noqa: E731
+        offs = torch.tensor([16, 48, 96], dtype=torch.int32, device=device)  # 16 rows past the end
+        x, w, dy = rnd(112, 64), rnd(3, 48, 64), rnd(112, 48)
+        x[96:] = 0
+        dy[96:] = 0
+        # fprop (W^T a view), dgrad (W as stored), wgrad in the bf16 layout (dY^T a view) and in the
+        # quantized one (the copies dY^T and X^T as made, X^T's transpose a view).
+        for a, b in ((x, w.transpose(1, 2)), (dy, w), (dy.t(), x), (dy.t().contiguous(), x.t().contiguous().t())):
+            got, want = gmm_grouped(a, b, offs).float(), gmm_loop(a, b, offs).float()
+            if got.dim() == 2:
+                got, want = got[:96], want[:96]
+            err = float((got - want).norm() / want.norm())
+            if not err < 1e-2:
+                return False, f"torch._grouped_mm differs from the loop by {err:.3g} (relative)"
+    except Exception as e:  # noqa: BLE001 -- any failure means: use the loop
+        return False, f"torch._grouped_mm failed: {type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"
+    return True, None
+
+
+_EXPERT_PATHS = {}
+
+
+def select_expert_path(requested, device):
+    """The experts' GEMM path for --expert-path (auto: the grouped GEMM on a GPU when the probe
+    passes, else the loop): (path, why the grouped GEMM is not used, or None)."""
+    key = (requested, str(device))
+    if key not in _EXPERT_PATHS:
+        if requested == "loop":
+            _EXPERT_PATHS[key] = ("loop", None)
+        elif requested == "auto" and device.type != "cuda":
+            _EXPERT_PATHS[key] = ("loop", "the CPU runs the loop")
+        else:
+            ok, why = probe_grouped_mm(device)
+            if not ok and requested == "grouped_mm":
+                sys.exit(f"peer_torch: --expert-path grouped_mm: {why}")
+            if not ok:
+                print(f"peer_torch: {why}; the experts run as a loop", file=sys.stderr)
+            _EXPERT_PATHS[key] = ("grouped_mm", None) if ok else ("loop", why)
+    return _EXPERT_PATHS[key]
+
+
+def group_row_multiple(slots):
+    """An expert group's rows are padded to a multiple of this: 16 (each group then starts 16-row
+    aligned, as the grouped GEMM's tiles like it), or the recipe's wgrad block when larger (32 for
+    mxfp4), since the wgrad copies block along the group's tokens (fp4lab's wgrad_row_multiple)."""
+    m = 16
+    for spec, gemm in zip(slots or (), SLOT_GEMM):
+        if gemm == "wgrad":
+            m = math.lcm(m, spec.block)
+    return m
+
+
+def _alpha(a, b):
+    # The per-group alpha S_dec_A * S_dec_B of a grouped GEMM ([G]), or None when neither is e4m3x2.
+    if a is None or b is None:
+        return a if b is None else b
+    return a * b
+
+
+def _scale_groups(y, alpha, row_group):
+    # e4m3x2: each group's rows (or each group's dW, y [G, N, K]) times its alpha, after the bf16 GEMM.
+    if alpha is None:
+        return y
+    a = alpha[row_group][:, None] if row_group is not None else alpha[:, None, None]
+    return (y.to(F32) * a).to(BF16)
+
+
+def make_grouped_linear(slots, gmm):
+    """A torch.autograd.Function for the experts' linears over the grouped buffer: y[r] = x[r] w[g]^T
+    for every row r of group g, with x [M, K] (bf16), w [G, N, K] (the fp32 master weights of the G
+    experts), offs [G] (int32 group ends), row_group [M] (each row's group) and live [M] (rows
+    before offs[-1]; the rows after it are zeroed). fprop and dgrad are 2-D x 3-D grouped GEMMs, the
+    wgrad dW[g] = dY_g^T X_g one 2-D x 2-D grouped GEMM. With a 4-bit recipe the six slots are
+    quantized as the dense linear's (NUMERICS.md §1), per group: X and dY blocked along the features
+    row by row, dY^T and X^T blocked along the tokens (the groups are padded to whole blocks, so no
+    block spans two groups), W per expert, and e4m3x2's tensor scales per group (per expert for W),
+    their product applied to the group's rows of the result."""
+    if slots is None:
+        fx = fw = ddy = dw_ = wdy = wx = None
+        reuse_w = True
+    else:
+        fx, fw, ddy, dw_, wdy, wx = slots
+        reuse_w = fw == dw_ and fw.tile_2d and not fw.rht and not fw.sr
+
+    def quant(t, spec, groups=None):
+        # The operand (dequantized when quantized) and its per-group S_dec ([G]; None unless e4m3x2).
+        if spec is None:
+            return t, None
+        q, dec = fake_quant(t, spec, groups)
+        return q, dec.reshape(-1) if spec.scale == "e4m3x2" else None
+
+    class GroupedLinear(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x, w, offs, row_group, live):
+            G = w.shape[0]
+            xb, wb = x.to(BF16), w.to(BF16)
+            qx, ax = quant(xb, fx, (row_group, G, 0))     # X along K, row by row
+            qw, aw = quant(wb, fw)                        # each expert's W along K
+            y = _scale_groups(gmm(qx, qw.transpose(1, 2), offs), _alpha(ax, aw), row_group)
+            y = torch.where(live[:, None], y, torch.zeros_like(y))
+            ctx.save_for_backward(xb, qw if reuse_w else wb, aw, offs, row_group, live)
+            return y
+
+        @staticmethod
+        def backward(ctx, dy):                            # dy [M, N]
+            xb, w_saved, aw, offs, row_group, live = ctx.saved_tensors
+            G = w_saved.shape[0]
+            dy = dy.to(BF16)
+            # dgrad: dX = dY . W[g], reduction over N: dY along N (rows), W along N (its columns).
+            qdy, ady = quant(dy, ddy, (row_group, G, 0))
+            if reuse_w:
+                dx = _scale_groups(gmm(qdy, w_saved, offs), _alpha(ady, aw), row_group)
+            else:
+                qwt, awt = quant(w_saved.transpose(1, 2), dw_)   # [G, K, N], blocked along N
+                dx = _scale_groups(gmm(qdy, qwt.transpose(1, 2), offs), _alpha(ady, awt), row_group)
+            dx = torch.where(live[:, None], dx, torch.zeros_like(dx))
+            # wgrad: dW[g] = dY_g^T . X_g, reduction over the group's tokens: both along the tokens.
+            qdyt, ady2 = quant(dy.t(), wdy, (row_group, G, 1))    # [N, M]
+            qxt, ax2 = quant(xb.t(), wx, (row_group, G, 1))       # [K, M]
+            dw = _scale_groups(gmm(qdyt, qxt.t(), offs), _alpha(ady2, ax2), None)
+            return dx, dw.to(F32), None, None, None
+
+    return GroupedLinear
+
+
+# ---------------------------------------------------------------------------------------------
 # Model (docs/model.md)
 # ---------------------------------------------------------------------------------------------
+
+
+MOE_BALANCE_COEF = 0.01  # engine/model/model_shape.h's kDefaultBalanceCoef (Switch Transformer)
+MOE_Z_COEF = 0.001       # kDefaultZCoef (ST-MoE)
 
 
 @dataclasses.dataclass
@@ -318,30 +555,65 @@ class ModelConfig:
     d_ff: int
     vocab: int
     seq_len: int
+    n_experts: int = 0       # E routed experts in every block's MoE block; 0: the dense model
+    top_k: int = 0           # experts per token
+    d_ff_expert: int = 0     # each expert's SwiGLU width
+    balance_coef: float = MOE_BALANCE_COEF
+    z_coef: float = MOE_Z_COEF
 
     @staticmethod
     def preset(name, vocab, seq_len):
-        m = re.fullmatch(r"d(\d+)", name)
+        """d<L>, or fp4lab's MoE preset d<L>-e<E>k<K> (engine/model/model_shape.cpp's model_preset)."""
+        m = re.fullmatch(r"d(\d+)(?:-e([1-9]\d{0,3})k([1-9]\d{0,3}))?", name)
         if not m or not 1 <= int(m.group(1)) <= 64:
-            raise ValueError(f"model must be d<L> with L in 1..64, got {name!r}")
+            raise ValueError(f"model must be d<L> (L in 1..64) or d<L>-e<E>k<K> (e.g. d6-e8k2), got {name!r}")
         L = int(m.group(1))
         d = 64 * L
-        return ModelConfig(L, d, L, 64, d_ff_rule(d), vocab, seq_len)
+        cfg = ModelConfig(L, d, L, 64, d_ff_rule(d), vocab, seq_len)
+        if m.group(2):
+            E, K = int(m.group(2)), int(m.group(3))
+            if not (E <= 1024 and K <= E):
+                raise ValueError(f"model {name!r}: needs 1 <= top-k <= experts <= 1024")
+            cfg = dataclasses.replace(cfg, n_experts=E, top_k=K, d_ff_expert=d_ff_expert_rule(cfg.d_ff, K))
+        return cfg
+
+    def _block_params(self, experts):
+        # A dense block, or an MoE block whose tokens use `experts` experts (docs/model.md, "Sizes of
+        # MoE models"): attention and norms 4d^2 + 2d, the router E d, 3 d f_e per expert.
+        d, f = self.d_model, self.d_ff
+        if not self.n_experts:
+            return 4 * d * d + 3 * d * f + 2 * d
+        return 4 * d * d + 2 * d + self.n_experts * d + experts * 3 * d * self.d_ff_expert
 
     def n_params_nonembedding(self):
-        d, f, L = self.d_model, self.d_ff, self.n_layers
-        return L * (4 * d * d + 3 * d * f + 2 * d) + d
+        """Every parameter but the embedding and the LM head, every expert counted."""
+        return self.n_layers * self._block_params(self.n_experts) + self.d_model
+
+    def n_params_active_nonembedding(self):
+        """What one token uses: the router and top_k experts per MoE block (the dense count otherwise)."""
+        return self.n_layers * self._block_params(self.top_k) + self.d_model
 
     def n_params(self):
         return self.n_params_nonembedding() + 2 * self.vocab * self.d_model
 
+    def n_params_active(self):
+        return self.n_params_active_nonembedding() + 2 * self.vocab * self.d_model
+
     def flops_per_token(self):
-        return 6 * self.n_params_nonembedding() + 6 * self.n_layers * self.seq_len * self.d_model
+        """fp4lab's train_flops_per_token: 6 N_active + 6 L T d."""
+        return 6 * self.n_params_active_nonembedding() + 6 * self.n_layers * self.seq_len * self.d_model
 
 
 def d_ff_rule(d):
     """The multiple of 64 nearest 8/3 d, a tie going up, at least 64."""
     return 64 * max(1, (8 * d + 96) // 192)
+
+
+def d_ff_expert_rule(d_ff, top_k):
+    """The MoE presets' expert width: d_ff / top_k to the nearest multiple of 32, a tie going up, at
+    least 32 (model_shape.cpp's default_d_ff_expert)."""
+    unit = 32 * max(1, top_k)
+    return 32 * max(1, (d_ff + unit // 2) // unit)
 
 
 def rms_norm(x, gain, eps=1e-5):
@@ -380,8 +652,88 @@ def causal_attention(q, k, v):
     return (att @ v.to(F32)).to(BF16)
 
 
+def moe_dispatch(flat, counts, m):
+    """The grouped buffer for the token-expert pairs flat [R K] (pair i = t K + c: token t's c-th
+    expert) with counts [E] pairs per expert. The pairs are sorted by expert, stably, so that each
+    expert's group is its tokens in ascending index (fp4lab's order); group g takes rows
+    offs[g] - padded[g] .. offs[g] - 1 of a buffer of static size M = R K + E m, padded with zero rows
+    to whole blocks of m rows and at least one block (no shape depends on the routing, and no group
+    is empty: CUTLASS's 2-D x 2-D grouped GEMM, the wgrad, may hang on a group of size 0, as noted in
+    pytorch/pytorch#155466); the rows after offs[-1] are unused. Returns (pair_row [R K]: each pair's row,
+    row_pair [M]: each row's pair (0 on padding), valid [M]: rows holding a pair, row_group [M],
+    live [M]: rows before offs[-1], offs [E] int32: the group ends)."""
+    E, RK = counts.shape[0], flat.shape[0]
+    M, dev = RK + E * m, flat.device
+    order = torch.sort(flat, stable=True).indices
+    padded = torch.div(counts + (m - 1), m, rounding_mode="floor").clamp(min=1) * m
+    ends = torch.cumsum(padded, 0)
+    first = ends - padded - (torch.cumsum(counts, 0) - counts)     # group start minus its first sorted pair
+    rows = first.index_select(0, flat.index_select(0, order)) + torch.arange(RK, device=dev)
+    pair_row = torch.empty_like(order).scatter_(0, order, rows)
+    row_pair = torch.zeros(M, dtype=torch.int64, device=dev).scatter_(0, rows, order)
+    valid = torch.zeros(M, dtype=torch.bool, device=dev).scatter_(0, rows, torch.ones_like(rows, dtype=torch.bool))
+    row_index = torch.arange(M, device=dev)
+    row_group = torch.searchsorted(ends, row_index, right=True).clamp(max=E - 1)
+    return pair_row, row_pair, valid, row_group, row_index < ends[-1], ends.to(torch.int32)
+
+
+class MoE(nn.Module):
+    """An MoE block's MLP part (docs/model.md, "Mixture of experts"; engine/model/moe_block.cpp):
+    router, dropless dispatch into the grouped buffer, the experts, combine. Returns the output and
+    the block's auxiliary loss (balance_coef * balance + z_coef * z)."""
+
+    def __init__(self, cfg, glinear, row_multiple):
+        super().__init__()
+        E, d, fe = cfg.n_experts, cfg.d_model, cfg.d_ff_expert
+        self.n_experts, self.top_k, self.d_ff_expert = E, cfg.top_k, fe
+        self.renormalize = cfg.top_k > 1
+        self.balance_coef, self.z_coef = cfg.balance_coef, cfg.z_coef
+        self.row_multiple = row_multiple
+        self.router = nn.Parameter(torch.empty(E, d))
+        self.experts_in = nn.Parameter(torch.empty(E, 2 * fe, d))   # per expert: rows gate | up
+        self.experts_out = nn.Parameter(torch.empty(E, d, fe))
+        self.glinear = glinear
+
+    def forward(self, h):
+        B, T, d = h.shape
+        R, E, K, m = B * T, self.n_experts, self.top_k, self.row_multiple
+        dev = h.device
+        h2 = h.reshape(R, d)
+        # Router: fp32 logits from the fp32 master weights, never quantized, outside autocast.
+        with torch.autocast(device_type=dev.type, enabled=False):
+            logits = h2.to(F32) @ self.router.t()
+        probs = logits.softmax(-1)
+        chosen = logits.topk(K, dim=-1).indices.sort(dim=-1).values   # [R, K], ascending expert index
+        g = probs.gather(1, chosen)
+        gates = g / g.sum(-1, keepdim=True) if self.renormalize else g
+        flat = chosen.reshape(-1)                                      # pair i = t K + c
+        counts = torch.zeros(E, dtype=torch.int64, device=dev).scatter_add_(0, flat, torch.ones_like(flat))
+        # Auxiliary losses: E sum_i f_i P_i (f a count, no gradient) and mean_t logsumexp(z_t)^2.
+        balance = E * ((counts.to(F32) / (R * K)) * probs.mean(0)).sum()
+        z = torch.logsumexp(logits, -1).square().mean()
+        aux = self.balance_coef * balance + self.z_coef * z
+
+        # Dispatch, then gather through the pair layout (row i of h_pairs is token i // K): the
+        # backward adds each row's gradient to its own pair, then sums a token's K pairs in order.
+        pair_row, row_pair, valid, row_group, live, offs = moe_dispatch(flat, counts, m)
+        h_pairs = h2.unsqueeze(1).expand(R, K, d).reshape(R * K, d)
+        x = h_pairs.index_select(0, row_pair)
+        x = torch.where(valid[:, None], x, torch.zeros_like(x))
+
+        # The experts: SwiGLU, each linear one grouped GEMM per pass.
+        u = self.glinear.apply(x, self.experts_in, offs, row_group, live)
+        gate, up = u.split(self.d_ff_expert, dim=-1)
+        a = (F.silu(gate.to(F32)) * up.to(F32)).to(BF16)
+        y = self.glinear.apply(a, self.experts_out, offs, row_group, live)
+
+        # Combine: sum_c gate_c y_c over the token's experts in ascending index, fp32, stored bf16.
+        yk = y.index_select(0, pair_row).reshape(R, K, d)
+        out = (yk.to(F32) * gates.unsqueeze(-1)).sum(1).to(BF16)
+        return out.reshape(B, T, d), aux
+
+
 class Block(nn.Module):
-    def __init__(self, cfg, qlinear):
+    def __init__(self, cfg, qlinear, glinear=None, row_multiple=16):
         super().__init__()
         d, f = cfg.d_model, cfg.d_ff
         self.n_heads, self.head_dim = cfg.n_heads, cfg.head_dim
@@ -389,8 +741,12 @@ class Block(nn.Module):
         self.qkv = nn.Parameter(torch.empty(3 * d, d))        # rows q | k | v, head h at h * hd
         self.attn_out = nn.Parameter(torch.empty(d, d))
         self.mlp_norm = nn.Parameter(torch.ones(d))
-        self.mlp_in = nn.Parameter(torch.empty(2 * f, d))     # rows gate | up
-        self.mlp_out = nn.Parameter(torch.empty(d, f))
+        if cfg.n_experts:
+            self.moe = MoE(cfg, glinear, row_multiple)        # instead of the SwiGLU MLP
+        else:
+            self.moe = None
+            self.mlp_in = nn.Parameter(torch.empty(2 * f, d))     # rows gate | up
+            self.mlp_out = nn.Parameter(torch.empty(d, f))
         self.qlinear = qlinear                                # None: bf16 (autocast F.linear)
 
     def linear(self, x, w):
@@ -410,6 +766,9 @@ class Block(nn.Module):
         v = v.reshape(B, T, H, hd).transpose(1, 2)
         a = causal_attention(q, k, v).transpose(1, 2).reshape(B, T, d)
         x = (x + self.linear(a, self.attn_out)).to(BF16)
+        if self.moe is not None:                              # (x'', this block's auxiliary loss)
+            y, aux = self.moe(rms_norm(x, self.mlp_norm))
+            return (x + y).to(BF16), aux
         gu = self.linear(rms_norm(x, self.mlp_norm), self.mlp_in)
         gate, up = gu.split(gu.shape[-1] // 2, dim=-1)
         h = (F.silu(gate.to(F32)) * up.to(F32)).to(BF16)
@@ -430,14 +789,19 @@ class Head(nn.Module):
 
 
 class Transformer(nn.Module):
-    def __init__(self, cfg, recipe):
+    def __init__(self, cfg, recipe, expert_path="loop"):
         super().__init__()
         self.cfg = cfg
         slots = PRESETS[recipe]
         qlinear = make_quantized_linear(slots) if slots is not None else None
+        # One Function class for every block's experts, so that the compiled blocks share code.
+        glinear = make_grouped_linear(slots, GMM[expert_path]) if cfg.n_experts else None
+        self.expert_path = expert_path if cfg.n_experts else None
         self.tok_emb = nn.Parameter(torch.empty(cfg.vocab, cfg.d_model))
-        self.blocks = nn.ModuleList(Block(cfg, qlinear) for _ in range(cfg.n_layers))
+        self.blocks = nn.ModuleList(Block(cfg, qlinear, glinear, group_row_multiple(slots))
+                                    for _ in range(cfg.n_layers))
         self.head = Head(cfg)
+        self.ce_loss = self.aux_loss = None  # an MoE model's last forward: its two parts, detached
         self.init_weights()
 
     @torch.no_grad()
@@ -447,9 +811,12 @@ class Transformer(nn.Module):
         nn.init.normal_(self.head.lm_head, std=0.02)
         for b in self.blocks:
             nn.init.normal_(b.qkv, std=0.02)
-            nn.init.normal_(b.mlp_in, std=0.02)
+            # Every expert's mlp_in and mlp_out as the dense ones (each expert's slice of the stack).
+            nn.init.normal_(b.mlp_in if b.moe is None else b.moe.experts_in, std=0.02)
             nn.init.normal_(b.attn_out, std=std_out)
-            nn.init.normal_(b.mlp_out, std=std_out)
+            nn.init.normal_(b.mlp_out if b.moe is None else b.moe.experts_out, std=std_out)
+            if b.moe is not None:
+                nn.init.normal_(b.moe.router, std=0.02)
 
     def compile_parts(self):
         # One compiled region per block rather than one for the whole model: every block runs the
@@ -469,10 +836,20 @@ class Transformer(nn.Module):
             self.head = torch.compile(self.head)
 
     def forward(self, idx, targets, cos, sin):
+        """The training objective: the mean cross-entropy, plus the MoE blocks' auxiliary losses in an
+        MoE model (which leaves the two parts, detached, in self.ce_loss and self.aux_loss)."""
         x = F.embedding(idx, self.tok_emb).to(BF16)
+        aux = None
         for b in self.blocks:
             x = b(x, cos, sin)
-        return self.head(x, targets)
+            if isinstance(x, tuple):
+                x, a = x
+                aux = a if aux is None else aux + a
+        loss = self.head(x, targets)
+        if aux is None:
+            return loss
+        self.ce_loss, self.aux_loss = loss.detach(), aux.detach()
+        return loss + aux
 
 
 def param_groups(model, weight_decay):
@@ -561,12 +938,14 @@ def run_config(args, model_name, recipe, device, gemm_tflops):
     if PRESETS[recipe] is not None:
         # Every blocked dimension must hold whole blocks (NUMERICS.md §1).
         block = max(s.block for s in PRESETS[recipe])
-        for dim, name in ((cfg.d_model, "d_model"), (cfg.d_ff, "d_ff"), (tokens_micro, "micro_batch * seq_len")):
+        mlp = (cfg.d_ff_expert, "d_ff_expert") if cfg.n_experts else (cfg.d_ff, "d_ff")
+        for dim, name in ((cfg.d_model, "d_model"), mlp, (tokens_micro, "micro_batch * seq_len")):
             if dim % block:
                 raise ValueError(f"{name} = {dim} is not a multiple of the block size {block}")
+    expert_path, expert_note = select_expert_path(args.expert_path, device) if cfg.n_experts else (None, None)
 
     torch.manual_seed(args.seed)
-    model = Transformer(cfg, recipe).to(device)
+    model = Transformer(cfg, recipe, expert_path or "loop").to(device)
     n_params = sum(p.numel() for p in model.parameters())
     assert n_params == cfg.n_params(), (n_params, cfg.n_params())
     opt, opt_kind = make_adamw(model, args.lr, device)
@@ -583,15 +962,20 @@ def run_config(args, model_name, recipe, device, gemm_tflops):
         for g in opt.param_groups:
             g["lr"] = lr_at(i, total_steps, warmup_lr, args.lr, args.lr / 10)
         loss_sum = torch.zeros((), device=device)
+        aux_sum = torch.zeros((), device=device)
         for k in range(accum):
             with torch.autocast(device_type=device.type, dtype=BF16):
                 loss = model(data[k, :, :-1], data[k, :, 1:], cos, sin)
             (loss / accum).backward()
-            loss_sum += loss.detach()
+            if model.aux_loss is None:
+                loss_sum += loss.detach()
+            else:  # an MoE model: report the cross-entropy alone, as fp4lab does
+                loss_sum += model.ce_loss
+                aux_sum += model.aux_loss
         torch.nn.utils.clip_grad_norm_(params, 1.0)
         opt.step()
         opt.zero_grad(set_to_none=True)
-        return loss_sum / accum
+        return loss_sum / accum, aux_sum / accum
 
     t0 = time.time()
     try:
@@ -618,7 +1002,7 @@ def run_config(args, model_name, recipe, device, gemm_tflops):
     timer = Timer(device)
     timer.start()
     for i in range(args.warmup, total_steps):
-        loss = train_step(i)
+        loss, aux = train_step(i)
     seconds = timer.seconds()
     tokens_per_s = args.batch_tokens * args.steps / seconds
     fpt = cfg.flops_per_token()
@@ -636,14 +1020,21 @@ def run_config(args, model_name, recipe, device, gemm_tflops):
         "grad_accum": accum, "steps": args.steps, "warmup": args.warmup,
         "compiled": compiled, "optimizer": f"adamw-{opt_kind}",
         "n_params": n_params, "n_params_nonembedding": cfg.n_params_nonembedding(),
+        "n_experts": cfg.n_experts, "top_k": cfg.top_k, "d_ff_expert": cfg.d_ff_expert,
+        "n_params_active": cfg.n_params_active(), "n_params_active_nonembedding": cfg.n_params_active_nonembedding(),
+        "expert_path": expert_path,
         "flops_per_token": fpt,
         "tokens_per_s": round(tokens_per_s, 1), "step_ms": round(1e3 * seconds / args.steps, 3),
         "peak_mem_bytes": torch.cuda.max_memory_allocated(device) if cuda else None,
-        "bf16_gemm_tflops": round(gemm_tflops, 2),
+        "bf16_gemm_tflops": float(f"{gemm_tflops:.4g}"),  # significant digits: a CPU's rate is < 0.01
         "mfu": round(fpt * tokens_per_s / (gemm_tflops * 1e12), 4),
         "final_loss": round(float(loss), 4), "warmup_s": round(warmup_s, 1),
         "device": torch.cuda.get_device_name(device) if cuda else "cpu", "torch": torch.__version__,
     }
+    if cfg.n_experts:
+        row["final_aux_loss"] = round(float(aux), 5)  # sum over the MoE blocks, coefficients applied
+        if expert_note:
+            row["expert_path_note"] = expert_note
     row.update(graphs)
     return row
 
@@ -667,8 +1058,9 @@ def bench(args):
             row = run_config(args, model_name, recipe, device, gemm)
             line = json.dumps(row)
             print(line, flush=True)
+            experts = f", experts {row['expert_path']}" if row["expert_path"] else ""
             print(f"peer_torch: {model_name} {recipe}: {row['tokens_per_s']:.0f} tok/s, {row['step_ms']:.1f} ms/step, "
-                  f"MFU {100 * row['mfu']:.1f}%, compiled {row['compiled']}, warmup {row['warmup_s']} s",
+                  f"MFU {100 * row['mfu']:.1f}%, compiled {row['compiled']}{experts}, warmup {row['warmup_s']} s",
                   file=sys.stderr, flush=True)
             if args.json:
                 with open(args.json, "a") as f:
@@ -697,6 +1089,192 @@ def _row(values, block=16):
 def _parts(values, spec):
     v, q, s, dec = quantize_parts(_row(values, spec.block), spec)
     return q.reshape(-1), s.reshape(-1), dec
+
+
+def moe_reference(moe, h):
+    """An MoE block's output [R, d] and auxiliary loss computed the plain way, in fp32: every expert
+    on every token, weighted by the token's gate (0 where the expert was not chosen)."""
+    E, K = moe.n_experts, moe.top_k
+    h2 = h.reshape(-1, h.shape[-1]).to(F32)
+    logits = h2 @ moe.router.t()
+    probs = torch.softmax(logits, -1)
+    chosen = logits.topk(K, dim=-1).indices
+    g = probs.gather(1, chosen)
+    if moe.renormalize:
+        g = g / g.sum(-1, keepdim=True)
+    weight = torch.zeros_like(probs).scatter(1, chosen, g)            # [R, E]
+    out = torch.zeros_like(h2)
+    for e in range(E):
+        w_in, w_out = moe.experts_in[e].to(BF16).to(F32), moe.experts_out[e].to(BF16).to(F32)
+        gate, up = (h2 @ w_in.t()).split(moe.d_ff_expert, dim=-1)
+        out = out + weight[:, e:e + 1] * ((F.silu(gate) * up) @ w_out.t())
+    f = F.one_hot(chosen, E).sum(1).sum(0).to(F32) / chosen.numel()
+    balance = E * (f * probs.mean(0)).sum()
+    z = (torch.logsumexp(logits, -1) ** 2).mean()
+    return out, moe.balance_coef * balance + moe.z_coef * z
+
+
+def check_moe(ok):
+    """The MoE blocks: sizes against docs/model.md, the dispatch, the grouped quantizer, the block
+    against a plain fp32 reference, and a one-expert model against the dense one."""
+    # Sizes and counts against docs/model.md's MoE table (V = 256, FLOPs at T = 256).
+    table = {"d4-e8k2": (352, 9709824, 9840896, 3221760, 3352832, 20903424),
+             "d6-e8k2": (512, 31873920, 32070528, 10640256, 10836864, 67380480)}
+    for name, want in table.items():
+        c = ModelConfig.preset(name, 256, 256)
+        got = (c.d_ff_expert, c.n_params_nonembedding(), c.n_params(), c.n_params_active_nonembedding(),
+               c.n_params_active(), c.flops_per_token())
+        ok(got == want, f"{name} counts {got}")
+    ok(sum(p.numel() for p in Transformer(ModelConfig.preset("d6-e8k2", 256, 256), "bf16").parameters()) == 32070528,
+       "d6-e8k2 module parameter count")
+    c = ModelConfig.preset("d12-e32k2", 256, 1024)
+    ok((c.d_ff_expert, c.n_experts, c.top_k) == (1024, 32, 2), "d12-e32k2 shape")
+    ok(d_ff_expert_rule(320, 2) == 160 and d_ff_expert_rule(704, 4) == 192 and d_ff_expert_rule(40, 2) == 32,
+       "d_ff_expert rule (nearest multiple of 32, ties up, at least 32)")
+    for bad in ("d6-e8", "d6-e2k3", "d6-e0k1", "d6-e08k2"):
+        try:
+            ModelConfig.preset(bad, 256, 256)
+            ok(False, f"preset {bad} accepted")
+        except ValueError:
+            ok(True, "")
+
+    # Dispatch: each group holds its tokens in ascending order from a multiple of m, zero-padded to
+    # whole blocks (at least one), and the pair <-> row maps are inverse.
+    torch.manual_seed(2)
+    R, E, K, m = 48, 5, 2, 16
+    chosen = torch.rand(R, E).topk(K, dim=-1).indices.sort(dim=-1).values
+    chosen[:, 0] = torch.where(chosen[:, 0] == 3, torch.zeros_like(chosen[:, 0]), chosen[:, 0])  # keep 3 rare
+    chosen[:, 1] = torch.where(chosen[:, 1] == 3, torch.full_like(chosen[:, 1], 4), chosen[:, 1])
+    chosen = chosen.sort(dim=-1).values
+    flat = chosen.reshape(-1)
+    counts = torch.bincount(flat, minlength=E)
+    pair_row, row_pair, valid, row_group, live, offs = moe_dispatch(flat, counts, m)
+    ends = offs.tolist()
+    starts = [0] + ends[:-1]
+    ok(all((hi - lo) % m == 0 and hi - lo >= max(m, int(n)) for lo, hi, n in zip(starts, ends, counts)),
+       f"dispatch group sizes {ends}")
+    ok(torch.equal(row_pair[pair_row], torch.arange(R * K)) and int(valid.sum()) == R * K, "dispatch maps")
+    for e, (lo, hi) in enumerate(zip(starts, ends)):
+        rows = torch.arange(lo, hi)
+        n = int(counts[e])
+        toks = (row_pair[rows[:n]] // K).tolist()
+        ok(toks == sorted(toks) and toks == [t for t in range(R) if e in chosen[t].tolist()]
+           and bool(valid[rows[:n]].all()) and not bool(valid[rows[n:]].any())
+           and bool((row_group[rows] == e).all()), f"dispatch group {e}")
+    ok(not bool(live[ends[-1]:].any()) and bool(live[:ends[-1]].all()), "dispatch live rows")
+
+    # The grouped quantizer: per-group e4m3x2 tensor scales equal quantizing each group alone, for
+    # groups of rows (blocks along the features) and of columns (blocks along the tokens); weights
+    # [G, N, K] (2D tiles too) equal each expert alone.
+    nv = PRESETS["nvfp4"]
+    x = (torch.randn(64, 96) * torch.exp(torch.randn(64, 1))).to(BF16)
+    gid = torch.tensor([0] * 16 + [2] * 32 + [3] * 16)
+    for axis, t in ((0, x), (1, x.t().contiguous())):
+        q, dec = fake_quant(t, nv[0], (gid, 4, axis))
+        same = True
+        for g in (0, 2, 3):
+            sel = (gid == g).nonzero().reshape(-1)
+            part = t.index_select(axis, sel)
+            qg, decg = fake_quant(part, nv[0])
+            same &= torch.equal(q.index_select(axis, sel), qg) and float(dec[g]) == float(decg)
+        ok(same and float(dec[1]) == 1.0, f"grouped e4m3x2 quantizer, groups along axis {axis}")
+    w = (torch.randn(3, 32, 64) * torch.tensor([1.0, 30.0, 0.01])[:, None, None]).to(BF16)
+    for spec in (nv[1], nv[0]):  # 16x16 tiles, and 1 x 16 blocks
+        q, dec = fake_quant(w, spec)
+        alone = [fake_quant(w[g], spec) for g in range(3)]
+        ok(all(torch.equal(q[g], qg) and float(dec.reshape(-1)[g]) == float(dg) for g, (qg, dg) in enumerate(alone)),
+           f"per-expert weights (tile_2d {spec.tile_2d})")
+
+    # The grouped linear under each recipe: close to the exact per-group products, gradients
+    # straight-through (the loop path on the layout above, with d = 64 features in, 32 out).
+    rows = row_pair.shape[0]
+    for name in ("bf16", "e2m1", "ufp4", "nvfp4", "mxfp4"):
+        slots = PRESETS[name]
+        mm = group_row_multiple(slots)
+        pr, rp, vd, rg, lv, of = moe_dispatch(flat, counts, mm)
+        fn = make_grouped_linear(slots, gmm_loop)
+        xg = torch.where(vd[:, None], torch.randn(rp.shape[0], 64), torch.zeros(()))
+        xg.requires_grad_(True)
+        w = (torch.randn(E, 32, 64) * 0.1).requires_grad_(True)
+        y = fn.apply(xg, w, of, rg, lv)
+        xr, wr = xg.detach().to(BF16).to(F32), w.detach().to(BF16).to(F32)
+        y_ref = torch.einsum("rk,rnk->rn", xr, wr[rg])
+        dy = torch.where(vd[:, None], torch.randn(y.shape), torch.zeros(()))
+        y.backward(dy.to(BF16))
+        dyr = dy.to(BF16).to(F32)
+        dx_ref = torch.einsum("rn,rnk->rk", dyr, wr[rg])
+        dw_ref = torch.zeros(E, 32, 64).index_add_(0, rg, dyr[:, :, None] * xr[:, None, :])
+        rel = lambda a, b: float((a.to(F32) - b).norm() / b.norm())  # noqa: E731
+        tol = 0.01 if slots is None else 0.25
+        ok(y.dtype == BF16 and rel(y, y_ref) < tol, f"{name} grouped fprop error {rel(y, y_ref)}")
+        ok(rel(xg.grad, dx_ref) < tol, f"{name} grouped dgrad error {rel(xg.grad, dx_ref)}")
+        ok(w.grad.dtype == F32 and rel(w.grad, dw_ref) < tol, f"{name} grouped wgrad error {rel(w.grad, dw_ref)}")
+        ok(float(w.grad[3].abs().sum()) == 0 or int(counts[3]) > 0, f"{name} an unchosen expert gets no gradient")
+
+    # The block against the fp32 reference: output, auxiliary loss and every gradient (bf16).
+    torch.manual_seed(3)
+    cfg = ModelConfig(1, 64, 1, 64, d_ff_rule(64), 64, 32, n_experts=4, top_k=2, d_ff_expert=96)
+    model = Transformer(cfg, "bf16")
+    moe = model.blocks[0].moe
+    with torch.no_grad():
+        moe.router.normal_(std=0.5)  # a router that discriminates, so that a rounding cannot flip a choice
+    h = torch.randn(2, 32, 64).to(BF16).requires_grad_(True)
+    probe = torch.randn(64, 64)
+    paths = {"loop": gmm_loop}
+    if probe_grouped_mm(torch.device("cpu"))[0]:  # a torch whose CPU build has the grouped GEMM
+        paths["grouped_mm"] = gmm_grouped
+    grads = {}
+    for path, gmm in paths.items():
+        moe.glinear = make_grouped_linear(None, gmm)
+        with torch.autocast(device_type="cpu", dtype=BF16):
+            out, aux = moe(h)
+        (out.reshape(64, 64).to(F32) * probe).sum().add(aux).backward()
+        grads[path] = [t.grad.clone() for t in (h, moe.router, moe.experts_in, moe.experts_out)]
+        for t in (h, moe.router, moe.experts_in, moe.experts_out):
+            t.grad = None
+    ref = MoE(cfg, None, 16)
+    ref.router, ref.experts_in, ref.experts_out = (nn.Parameter(t.detach().clone())
+                                                   for t in (moe.router, moe.experts_in, moe.experts_out))
+    ref_params = [h.detach().clone().requires_grad_(True), ref.router, ref.experts_in, ref.experts_out]
+    out_ref, aux_ref = moe_reference(ref, ref_params[0])
+    (out_ref * probe).sum().add(aux_ref).backward()
+    rel = lambda a, b: float((a.to(F32) - b).norm() / b.norm())  # noqa: E731
+    ok(rel(out.reshape(64, 64), out_ref) < 0.01 and abs(float(aux) - float(aux_ref)) < 1e-6 * float(aux_ref),
+       f"MoE block vs reference: out {rel(out.reshape(64, 64), out_ref)}, aux {float(aux)} vs {float(aux_ref)}")
+    for path, gs in grads.items():
+        for what, g, r in zip(("dh", "d router", "d experts_in", "d experts_out"), gs, ref_params):
+            ok(rel(g, r.grad) < 0.02, f"MoE block ({path}) {what} vs reference: {rel(g, r.grad)}")
+    if "grouped_mm" in grads:
+        ok(all(rel(a, b) < 0.01 for a, b in zip(grads["grouped_mm"], grads["loop"])), "grouped_mm vs loop")
+
+    # One expert at the dense width, top-1, z_coef 0 is the dense model: the same forward values
+    # under every recipe's RN fprop, and in bf16 the same gradients (the router's exactly zero).
+    dense_cfg = ModelConfig(1, 64, 1, 64, 192, 64, 32)
+    one_cfg = dataclasses.replace(dense_cfg, n_experts=1, top_k=1, d_ff_expert=192, z_coef=0.0)
+    cos, sin = rope_tables(32, 64, "cpu")
+    data = torch.randint(0, 64, (2, 33))
+    for name in ("bf16", "e2m1", "ufp4", "nvfp4"):
+        torch.manual_seed(4)
+        dense, one = Transformer(dense_cfg, name), Transformer(one_cfg, name)
+        with torch.no_grad():
+            for p in ("tok_emb", "head.lm_head", "blocks.0.qkv", "blocks.0.attn_out"):
+                one.get_parameter(p).copy_(dense.get_parameter(p))
+            one.blocks[0].moe.experts_in[0].copy_(dense.blocks[0].mlp_in)
+            one.blocks[0].moe.experts_out[0].copy_(dense.blocks[0].mlp_out)
+        with torch.autocast(device_type="cpu", dtype=BF16):
+            ld = dense(data[:, :-1], data[:, 1:], cos, sin)
+            lo = one(data[:, :-1], data[:, 1:], cos, sin)
+        alpha = float(torch.tensor(one_cfg.balance_coef, dtype=F32))  # balance = 1 exactly with one expert
+        ok(float(ld) == float(one.ce_loss) and float(one.aux_loss) == alpha,
+           f"{name}: one expert = dense: loss {float(ld)} vs {float(one.ce_loss)}, aux {float(one.aux_loss)}")
+        if name == "bf16":
+            ld.backward()
+            lo.backward()
+            same = all(torch.equal(dense.get_parameter(p).grad, one.get_parameter(p).grad)
+                       for p in ("tok_emb", "head.lm_head", "blocks.0.qkv", "blocks.0.attn_out"))
+            same &= torch.equal(dense.blocks[0].mlp_in.grad, one.blocks[0].moe.experts_in.grad[0])
+            same &= torch.equal(dense.blocks[0].mlp_out.grad, one.blocks[0].moe.experts_out.grad[0])
+            ok(same and float(one.blocks[0].moe.router.grad.abs().sum()) == 0, "bf16: one expert = dense: gradients")
 
 
 def check():
@@ -881,10 +1459,18 @@ def check():
        "RoPE pair 0")
     ok(abs(float(r[0, 3, 0, 63]) - math.sin(3 * 10000 ** (-62 / 64))) < 1e-4, "RoPE last pair")
 
-    # A tiny model learns one fixed batch under each recipe (CPU, eager, bf16 autocast).
-    for name in ("bf16", "ufp4", "nvfp4"):
+    check_moe(ok)
+
+    # A tiny model, dense and MoE (4 experts, top-2), learns one fixed batch under each recipe (CPU,
+    # eager, bf16 autocast; the MoE model's cross-entropy alone is compared).
+    for name, experts in itertools.product(("bf16", "ufp4", "nvfp4"), (0, 4)):
         torch.manual_seed(1)
         cfg = ModelConfig(n_layers=2, d_model=64, n_heads=1, head_dim=64, d_ff=d_ff_rule(64), vocab=64, seq_len=32)
+        if experts:
+            cfg = dataclasses.replace(cfg, n_experts=experts, top_k=2, d_ff_expert=d_ff_expert_rule(cfg.d_ff, 2))
+            name_shown = f"{name} MoE"
+        else:
+            name_shown = name
         model = Transformer(cfg, name)
         opt, _ = make_adamw(model, 1e-2, torch.device("cpu"))
         cos, sin = rope_tables(cfg.seq_len, cfg.head_dim, "cpu")
@@ -899,16 +1485,17 @@ def check():
             torch.nn.utils.clip_grad_norm_(list(model.parameters()), 1.0)
             opt.step()
             opt.zero_grad(set_to_none=True)
-            losses.append(float(loss))
-        ok(math.isfinite(losses[-1]) and losses[-1] < 0.7 * losses[0], f"{name} tiny model loss {losses[0]:.3f} -> {losses[-1]:.3f}")
-        print(f"peer_torch --check: {name} tiny model loss {losses[0]:.3f} -> {losses[-1]:.3f}", file=sys.stderr)
+            losses.append(float(loss if model.ce_loss is None else model.ce_loss))
+        ok(math.isfinite(losses[-1]) and losses[-1] < 0.7 * losses[0],
+           f"{name_shown} tiny model loss {losses[0]:.3f} -> {losses[-1]:.3f}")
+        print(f"peer_torch --check: {name_shown} tiny model loss {losses[0]:.3f} -> {losses[-1]:.3f}", file=sys.stderr)
 
     print(f"peer_torch --check: {n_checks} passed, 0 failed")
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--model", default="d6", help="d<L>, or a comma-separated list")
+    ap.add_argument("--model", default="d6", help="d<L> or an MoE preset d<L>-e<E>k<K>, or a comma-separated list")
     ap.add_argument("--recipe", default="bf16", help=f"one of {', '.join(PRESETS)}, or a comma-separated list")
     ap.add_argument("--seq-len", type=int, default=1024)
     ap.add_argument("--micro-batch", type=int, default=8)
@@ -920,6 +1507,9 @@ def main():
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--compile", action=argparse.BooleanOptionalAction, default=True)
     ap.add_argument("--device", default="cuda", help="cuda (the measurement) or cpu (to try the harness)")
+    ap.add_argument("--expert-path", default="auto", choices=("auto", "grouped_mm", "loop"),
+                    help="MoE experts: torch._grouped_mm, a loop over the experts, or auto (the grouped "
+                         "GEMM on a GPU when it passes a probe against the loop, else the loop)")
     ap.add_argument("--json", help="append each result line to this file (JSON lines)")
     ap.add_argument("--time-budget", type=float, default=0,
                     help="seconds: skip the remaining (model, recipe) pairs once this much has passed")

@@ -10,7 +10,7 @@
    on the same tensor must agree to 1e-9 relative (the sums run in another order; a single
    differing element would move them by far more). Skipped when no fp4lab binary is found.
 3. The benchmark harness end to end on the CPU (tiny model, eager): one JSON line per recipe with
-   the fields the issue asks for.
+   the fields the issue asks for, for a dense model and an MoE one (d1-e4k2: issue 33's fields too).
 Prints "N passed, N failed" and exits non-zero on a failure.
 """
 
@@ -110,6 +110,37 @@ def test_harness():
         report(math.isfinite(r["final_loss"]) and r["tokens_per_s"] > 0, f"harness values: {r}")
         mfu = r["flops_per_token"] * r["tokens_per_s"] / (r["bf16_gemm_tflops"] * 1e12)
         report(abs(mfu - r["mfu"]) <= 1e-4 + 0.01 * mfu, f"harness mfu: {r}")
+        report(r["n_experts"] == 0 and r["expert_path"] is None and r["n_params_active"] == r["n_params"],
+               f"harness dense MoE fields: {r}")
+
+
+def test_harness_moe():
+    # d1-e4k2: d 64, 4 experts of width 96 (d_ff 192 / 2), top-2 (docs/model.md's MoE counts):
+    # every expert 4d^2 + 2d + E d + 4 * 3 d f_e + d = 90560 non-embedding, 123328 with V = 256;
+    # active (2 experts) 53696 and 86464; FLOPs/token 6 * 53696 + 6 * 64 * 64 at T = 64.
+    recipes = ["bf16", "ufp4", "nvfp4", "mxfp4"]
+    with tempfile.TemporaryDirectory() as d:
+        out = os.path.join(d, "rows.jsonl")
+        cmd = [sys.executable, os.path.join(HERE, "peer_torch.py"), "--device", "cpu", "--no-compile",
+               "--model", "d1-e4k2", "--recipe", ",".join(recipes), "--seq-len", "64",
+               "--micro-batch", "2", "--batch-tokens", "256", "--steps", "1", "--warmup", "1", "--json", out]
+        run = subprocess.run(cmd, capture_output=True, text=True)
+        report(run.returncode == 0, f"MoE harness: {run.stderr[-2000:]}")
+        if run.returncode:
+            return
+        rows = [json.loads(line) for line in open(out)]
+    report([r["recipe"] for r in rows] == recipes, "MoE harness: one row per recipe")
+    for r in rows:
+        want = {"model": "d1-e4k2", "n_experts": 4, "top_k": 2, "d_ff_expert": 96, "n_params": 123328,
+                "n_params_nonembedding": 90560, "n_params_active": 86464, "n_params_active_nonembedding": 53696,
+                "flops_per_token": 6 * 53696 + 6 * 64 * 64, "expert_path": "loop"}
+        report(all(r.get(k) == v for k, v in want.items()), f"MoE harness fields: {r}")
+        # The reported loss is the cross-entropy alone (near ln 256 = 5.55 after two steps); the
+        # auxiliary losses of the one MoE block are about 0.01 * 1 + 0.001 * ln(4)^2.
+        report(math.isfinite(r["final_loss"]) and 4.5 < r["final_loss"] < 6.5 and 0.009 < r["final_aux_loss"] < 0.02,
+               f"MoE harness losses: {r}")
+        mfu = r["flops_per_token"] * r["tokens_per_s"] / (r["bf16_gemm_tflops"] * 1e12)
+        report(abs(mfu - r["mfu"]) <= 1e-4 + 0.01 * mfu, f"MoE harness mfu: {r}")
 
 
 def main():
@@ -127,6 +158,7 @@ def main():
     else:
         print("skipped: no fp4lab binary for the reference cross-check", file=sys.stderr)
     test_harness()
+    test_harness_moe()
     print(f"{passed} passed, {failed} failed")
     sys.exit(1 if failed else 0)
 

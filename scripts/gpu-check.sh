@@ -10,7 +10,9 @@
 # attention kernels and the training engine (bench/gpu_train.sh, MFU against the bf16 GEMM rate
 # the attention benchmark measures in this same run); with --peer also the compiled PyTorch peer
 # (bench/peer_torch.py) on the same shapes, so fp4lab and the peer are measured side by side.
-# (PEER_MODELS and PEER_RECIPES, default d6,d12 and bf16,e2m1,ufp4,nvfp4, narrow the peer's set.)
+# (PEER_MODELS and PEER_RECIPES, default d6,d12 and bf16,e2m1,ufp4,nvfp4, narrow the peer's set;
+# PEER_MODELS takes the MoE presets too, e.g. d6-e8k2,d6: the peer's experts then run as
+# torch._grouped_mm grouped GEMMs, and each line says so in "expert_path".)
 # --profile also runs Nsight Compute on the fused kernel (two launches) into ncu.txt.
 # --step-profile: the GPU time of one d12 training step by kernel group, for bf16 and nvfp4
 # (bench/gpu_step_profile.sh; ncu-*.csv kept in the log folder).
