@@ -262,12 +262,28 @@ const float* CudaModel::alpha_of(const QuantSpec& a, const float* ts_a, const Qu
   return slot;
 }
 
-const bf16_t* CudaModel::weight_copy(int block, int pos, engine::Slot slot, const QuantSpec& spec,
+size_t CudaModel::dense_copy_index(int block, int pos, engine::Slot slot) const {
+  return static_cast<size_t>(linear_site(block, pos)) * 2 + (slot == engine::Slot::dgrad_w ? 1 : 0);
+}
+
+size_t CudaModel::expert_copy_index(int block, int expert, int pos, engine::Slot slot) const {
+  const model::MoeShape& m = config().moe;
+  const size_t dense = static_cast<size_t>(config().n_layers) * kLinearsPerBlock * 2;
+  const size_t linear = (static_cast<size_t>(block) * (m.n_experts + m.n_shared) + expert) * 2 + (pos == 3 ? 1 : 0);
+  return dense + linear * 2 + (slot == engine::Slot::dgrad_w ? 1 : 0);
+}
+
+size_t CudaModel::weight_copy_count() const {
+  const model::ModelShape& c = config();
+  const size_t dense = static_cast<size_t>(c.n_layers) * kLinearsPerBlock * 2;
+  if (!c.moe.enabled()) return dense;
+  return dense + static_cast<size_t>(c.n_layers) * (c.moe.n_experts + c.moe.n_shared) * 2 * 2;
+}
+
+const bf16_t* CudaModel::weight_copy(size_t i, const model::ParamView& w, const QuantSpec& spec,
                                      const float** tensor_scale) {
-  const size_t i = static_cast<size_t>(linear_site(block, pos)) * 2 + (slot == engine::Slot::dgrad_w ? 1 : 0);
   WeightCopy& c = weight_copies_[i];
   if (c.version != weights_version_ || c.spec != spec) {
-    const model::ParamView& w = weight_view(block, pos);
     const int n = static_cast<int>(w.shape[0]), k = static_cast<int>(w.shape[1]);
     c.dequant.reserve(static_cast<size_t>(w.size));
     const cuda::CopyOut out = copy_out(spec, c.dequant.get(), weight_ts_.get() + i);
@@ -326,7 +342,7 @@ void CudaModel::linear_forward(const model::StepContext& ctx, int block, int pos
                    x_col_ts_.get() + s.linear_id);
   quantize_copies(xb, t, k, &cx, pass_backward_ ? &cxw : nullptr, nonfinite_.get(), ws_quant_, stream_);
   const float* ts_w = nullptr;
-  const bf16_t* qw = weight_copy(block, pos, engine::Slot::fprop_w, sw, &ts_w);
+  const bf16_t* qw = weight_copy(dense_copy_index(block, pos, engine::Slot::fprop_w), w, sw, &ts_w);
   const float* alpha = alpha_of(sx, ts + 0, sw, ts_w, scalars_.get() + 2);
   quantized_gemm(false, true, t, n, k, alpha, q_a_.get(), qw, y);
 }
@@ -356,7 +372,7 @@ void CudaModel::linear_backward(const model::StepContext& ctx, int block, int po
   const bf16_t* qx = x_col_[s.linear_id]->get();
   const float* ts_x = x_col_ts_.get() + s.linear_id;
   const float* ts_w = nullptr;
-  const bf16_t* qw = weight_copy(block, pos, engine::Slot::dgrad_w, s_w_d, &ts_w);
+  const bf16_t* qw = weight_copy(dense_copy_index(block, pos, engine::Slot::dgrad_w), w, s_w_d, &ts_w);
   const float* alpha_d = alpha_of(s_dy_d, ts + 0, s_w_d, ts_w, scalars_.get() + 2);
   quantized_gemm(false, false, t, k, n, alpha_d, q_a_.get(), qw, dx);
   // dW += alpha·(dYᵀ·X). Under e4m3x2 recipes alpha and beta = 1 come from device memory too, so no

@@ -202,7 +202,15 @@ class CudaModel {
     QuantSpec spec;
     uint64_t version = 0;  // weights_version_ it was made from; 0: never made
   };
-  const bf16_t* weight_copy(int block, int pos, engine::Slot slot, const QuantSpec& spec, const float** tensor_scale);
+  // weight_copies_[index] of the weight `w` (its view), made or reused as above.
+  const bf16_t* weight_copy(size_t index, const model::ParamView& w, const QuantSpec& spec,
+                            const float** tensor_scale);
+  // The index of a block linear's copy, then of an MoE expert linear's (pos 2: mlp_in, 3:
+  // mlp_out), which follow every block linear's: the expert weights are kept quantized through an
+  // optimizer step as the dense ones are.
+  size_t dense_copy_index(int block, int pos, engine::Slot slot) const;
+  size_t expert_copy_index(int block, int expert, int pos, engine::Slot slot) const;
+  size_t weight_copy_count() const;
   // C = alpha · op(A) · op(B) (beta = 0) with alpha from alpha_of: a host 1 or a device pointer.
   void quantized_gemm(bool trans_a, bool trans_b, int m, int n, int k, const float* alpha, const bf16_t* a,
                       const bf16_t* b, LinearOut c);
@@ -312,10 +320,11 @@ class CudaModel {
   // Shared scratch of the MoE blocks: h in fp32 [R, d] (the router's and the gather's input), two
   // fp32 [R, d] (the combined output or dh; dout), grouped fp32 [groups, d], the router's dgates
   // [R, k], dlogits [R, E] and share of dh [R, d], the experts' grouped bf16 dY, da, du and dX,
-  // their quantized copies (X or dY, W, wgrad dY, wgrad X) and those copies' tensor scales.
+  // their quantized copies (X or dY, wgrad dY, wgrad X) and those copies' tensor scales (the
+  // weights' copies are in weight_copies_).
   DeviceArray<float> moe_h_, moe_out_, moe_dout_, moe_grouped_, moe_dgates_, moe_dlogits_, moe_router_dh_;
   DeviceArray<bf16_t> moe_dy_, moe_da_, moe_du_, moe_dx_;
-  DeviceArray<bf16_t> moe_q_a_, moe_q_w_, moe_q_c_, moe_q_d_;
+  DeviceArray<bf16_t> moe_q_a_, moe_q_c_, moe_q_d_;
   DeviceArray<float> moe_ts_;
   int64_t moe_capacity_ = 0;  // grouped rows the buffers hold (moe_dispatch_capacity)
   // The MoE blocks' routing of each pass in flight (appended by enqueue_pass, as pending_rows_).
@@ -338,11 +347,15 @@ class CudaModel {
   ExpertGroup expert_group(const model::StepContext& ctx, int block, int expert);
   // One expert linear (weights views()[view]) over a group: Y [rows] = X · Wᵀ; and its backward,
   // dX over `rows` rows and dW += over `padded` rows (zero padding beyond `rows`). source_rows
-  // (device): the group's tokens, the SR draws' rows. The weight's copies are made afresh at each use.
-  void expert_forward(const engine::LinearSite& s, int view, const bf16_t* xb, int rows, const int32_t* source_rows,
-                      LinearOut y);
-  void expert_backward(const engine::LinearSite& s, int view, const bf16_t* xb, const bf16_t* dyb, int rows,
-                       int padded, const int32_t* source_rows, LinearOut dx);
+  // (device): the group's tokens, the SR draws' rows. The weight's copies are weight_copy's, kept
+  // through the optimizer step. `block`, `expert`, `pos`: whose weight (expert_copy_index).
+  struct ExpertWeight {
+    int block = 0, expert = 0, pos = 0, view = 0;
+  };
+  void expert_forward(const engine::LinearSite& s, const ExpertWeight& w, const bf16_t* xb, int rows,
+                      const int32_t* source_rows, LinearOut y);
+  void expert_backward(const engine::LinearSite& s, const ExpertWeight& w, const bf16_t* xb, const bf16_t* dyb,
+                       int rows, int padded, const int32_t* source_rows, LinearOut dx);
 
   // Per-pass state.
   int batch_ = 0, seq_ = 0, rows_ = 0;

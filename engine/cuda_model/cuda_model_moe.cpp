@@ -6,8 +6,9 @@
 // linears): the first correct version, not a fast one (issue 33's grouped GEMMs are still to come;
 // bench/RESULTS.md measures nothing of it yet). Each group's X and dY copies are quantized over the
 // group's own rows, their SR draws keyed by the group's tokens (quantize_fused's source_rows,
-// bit-identical to cpu::quantize's); the expert weights are quantized afresh at each use (the same
-// copy each time: weight slots draw with micro-step 0).
+// bit-identical to cpu::quantize's); the expert weights' copies are made once per optimizer step
+// and kept, as the dense linears' (weight_copy: weight slots draw with micro-step 0, so the copy is
+// the same at every use).
 //
 // Where the CPU model keeps an fp32 buffer of bf16 values, this one keeps bf16 (the GEMMs write
 // bf16 outputs, rounded once: LinearOut) and converts to fp32 (exactly) where moe.cuh's kernels
@@ -78,7 +79,6 @@ void CudaModel::prepare_moe() {
     moe_q_a_.reserve(g * widest);
     moe_q_c_.reserve(g * widest);
     moe_q_d_.reserve(g * widest);
-    moe_q_w_.reserve(static_cast<size_t>(2 * fe) * d);
     moe_ts_.reserve(4);
   }
   moe_capacity_ = cap;
@@ -86,39 +86,39 @@ void CudaModel::prepare_moe() {
 
 // ---- One expert linear over its group ----------------------------------------------------------
 
-void CudaModel::expert_forward(const engine::LinearSite& s, int view, const bf16_t* xb, int rows,
+void CudaModel::expert_forward(const engine::LinearSite& s, const ExpertWeight& ew, const bf16_t* xb, int rows,
                                const int32_t* source_rows, LinearOut y) {
-  const model::ParamView& w = views()[view];
+  const model::ParamView& w = views()[ew.view];
   const int n = static_cast<int>(w.shape[0]), k = static_cast<int>(w.shape[1]);
-  const bf16_t* wb = w_bf16_.get() + w.offset;
   if (!engine::site_is_quantized(s)) {
-    plain_gemm(false, true, rows, n, k, xb, wb, y);
+    plain_gemm(false, true, rows, n, k, xb, w_bf16_.get() + w.offset, y);
     return;
   }
   float* ts = moe_ts_.get();
   const QuantSpec sx = engine::site_slot_spec(s, engine::Slot::fprop_x);
   const QuantSpec sw = engine::site_slot_spec(s, engine::Slot::fprop_w);
-  const cuda::CopyOut cx = copy_out(sx, moe_q_a_.get(), ts + 0), cw = copy_out(sw, moe_q_w_.get(), ts + 1);
+  const cuda::CopyOut cx = copy_out(sx, moe_q_a_.get(), ts + 0);
   quantize_copies(xb, rows, k, &cx, nullptr, nonfinite_.get(), ws_quant_, stream_, source_rows);
-  quantize_copies(wb, n, k, &cw, nullptr, nonfinite_.get(), ws_quant_, stream_);  // W's own rows: no source rows
-  const float* alpha = alpha_of(sx, ts + 0, sw, ts + 1, scalars_.get() + 2);
-  quantized_gemm(false, true, rows, n, k, alpha, moe_q_a_.get(), moe_q_w_.get(), y);
+  const float* ts_w = nullptr;
+  const bf16_t* qw =
+      weight_copy(expert_copy_index(ew.block, ew.expert, ew.pos, engine::Slot::fprop_w), w, sw, &ts_w);
+  const float* alpha = alpha_of(sx, ts + 0, sw, ts_w, scalars_.get() + 2);
+  quantized_gemm(false, true, rows, n, k, alpha, moe_q_a_.get(), qw, y);
 }
 
-void CudaModel::expert_backward(const engine::LinearSite& s, int view, const bf16_t* xb, const bf16_t* dyb, int rows,
-                                int padded, const int32_t* source_rows, LinearOut dx) {
-  const model::ParamView& w = views()[view];
+void CudaModel::expert_backward(const engine::LinearSite& s, const ExpertWeight& ew, const bf16_t* xb,
+                                const bf16_t* dyb, int rows, int padded, const int32_t* source_rows, LinearOut dx) {
+  const model::ParamView& w = views()[ew.view];
   const int n = static_cast<int>(w.shape[0]), k = static_cast<int>(w.shape[1]);
-  const bf16_t* wb = w_bf16_.get() + w.offset;
-  float* dw = grad(view);
+  float* dw = grad(ew.view);
   if (!engine::site_is_quantized(s)) {
-    plain_gemm(false, false, rows, k, n, dyb, wb, dx);                             // dX = dY · W
-    weight_gradient_one_gemm(n, k, padded, nullptr, dyb, xb, dw);                // dW += dYᵀ · X
+    plain_gemm(false, false, rows, k, n, dyb, w_bf16_.get() + w.offset, dx);  // dX = dY · W
+    weight_gradient_one_gemm(n, k, padded, nullptr, dyb, xb, dw);            // dW += dYᵀ · X
     return;
   }
   float* ts = moe_ts_.get();
   const auto [s_dy_d, s_w_d, s_dy_w, s_x_w] = backward_specs(s);
-  const cuda::CopyOut c_dy_d = copy_out(s_dy_d, moe_q_a_.get(), ts + 0), c_w_d = copy_out(s_w_d, moe_q_w_.get(), ts + 1);
+  const cuda::CopyOut c_dy_d = copy_out(s_dy_d, moe_q_a_.get(), ts + 0);
   const cuda::CopyOut c_dy_w = copy_out(s_dy_w, moe_q_c_.get(), ts + 2), c_x_w = copy_out(s_x_w, moe_q_d_.get(), ts + 3);
   // As the CPU's linear_bwd: dgrad's dY over the group's rows, wgrad's over the padded group (one
   // read of dY when they are the same rows).
@@ -128,10 +128,12 @@ void CudaModel::expert_backward(const engine::LinearSite& s, int view, const bf1
     quantize_copies(dyb, rows, n, &c_dy_d, nullptr, nonfinite_.get(), ws_quant_, stream_, source_rows);
     quantize_copies(dyb, padded, n, &c_dy_w, nullptr, nonfinite_.get(), ws_quant_, stream_, source_rows);
   }
-  quantize_copies(wb, n, k, &c_w_d, nullptr, nonfinite_.get(), ws_quant_, stream_);
   quantize_copies(xb, padded, k, &c_x_w, nullptr, nonfinite_.get(), ws_quant_, stream_, source_rows);
-  const float* alpha_d = alpha_of(s_dy_d, ts + 0, s_w_d, ts + 1, scalars_.get() + 2);
-  quantized_gemm(false, false, rows, k, n, alpha_d, moe_q_a_.get(), moe_q_w_.get(), dx);
+  const float* ts_w = nullptr;
+  const bf16_t* qw =
+      weight_copy(expert_copy_index(ew.block, ew.expert, ew.pos, engine::Slot::dgrad_w), w, s_w_d, &ts_w);
+  const float* alpha_d = alpha_of(s_dy_d, ts + 0, s_w_d, ts_w, scalars_.get() + 2);
+  quantized_gemm(false, false, rows, k, n, alpha_d, moe_q_a_.get(), qw, dx);
   // dW += alpha·(dYᵀ·X) over the padded group: one GEMM (no split-K), beta = 1 from device memory
   // where alpha is a device value (linear_backward says why that is deterministic).
   const float* alpha_w = alpha_of(s_dy_w, ts + 2, s_x_w, ts + 3, scalars_.get() + 3);
@@ -209,14 +211,14 @@ void CudaModel::moe_forward(const model::StepContext& ctx, int block, const bf16
     if (rows == 0) continue;  // no token chose it: nothing runs, no gradient
     bf16_t* u = A.u.get() + o * 2 * fe;
     bf16_t* a = A.a.get() + o * fe;
-    expert_forward(s_in, bi.expert_in[j], A.x.get() + o * d, rows, src, LinearOut{nullptr, u});
+    expert_forward(s_in, {block, j, 2, bi.expert_in[j]}, A.x.get() + o * d, rows, src, LinearOut{nullptr, u});
     // store(u): by the GEMM; store(a): rounded by swiglu_forward, which writes a's bf16 copy only;
     // a's padding rows are zero (the wgrad operand's padding).
     cuda::swiglu_forward(u, rows, fe, nullptr, st, store_out(a));
     if (padded > rows)
       FP4_CUDA_CHECK(cudaMemsetAsync(a + static_cast<size_t>(rows) * fe, 0,
                                      static_cast<size_t>(padded - rows) * fe * sizeof(bf16_t), st));
-    expert_forward(s_out, bi.expert_out[j], a, rows, src, LinearOut{nullptr, A.y.get() + o * d});
+    expert_forward(s_out, {block, j, 3, bi.expert_out[j]}, a, rows, src, LinearOut{nullptr, A.y.get() + o * d});
     // store(y): by the GEMM
   }
 
@@ -255,14 +257,14 @@ void CudaModel::moe_backward(const model::StepContext& ctx, int block, const bf1
     if (rows == 0) continue;
     bf16_t* da = moe_da_.get() + o * fe;
     bf16_t* du = moe_du_.get() + o * 2 * fe;
-    expert_backward(s_out, bi.expert_out[j], A.a.get() + o * fe, moe_dy_.get() + o * d, rows, padded, src,
+    expert_backward(s_out, {block, j, 3, bi.expert_out[j]}, A.a.get() + o * fe, moe_dy_.get() + o * d, rows, padded, src,
                     LinearOut{nullptr, da});
     // store(da): by the GEMM; store(du): rounded by swiglu_backward (bf16 only), zero padding rows
     cuda::swiglu_backward(A.u.get() + o * 2 * fe, da, rows, fe, nullptr, st, store_out(du));
     if (padded > rows)
       FP4_CUDA_CHECK(cudaMemsetAsync(du + static_cast<size_t>(rows) * 2 * fe, 0,
                                      static_cast<size_t>(padded - rows) * 2 * fe * sizeof(bf16_t), st));
-    expert_backward(s_in, bi.expert_in[j], A.x.get() + o * d, du, rows, padded, src,
+    expert_backward(s_in, {block, j, 2, bi.expert_in[j]}, A.x.get() + o * d, du, rows, padded, src,
                     LinearOut{nullptr, moe_dx_.get() + o * d});
     // store(dx): by the GEMM
   }

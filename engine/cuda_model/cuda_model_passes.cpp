@@ -136,7 +136,7 @@ void CudaModel::prepare(const model::Batch& batch) {
   // The weights as the GEMMs see them: bf16 copies of the fp32 masters, remade after each change
   // (so once per optimizer step: the masters do not change between micro-steps). The LM head's
   // fp32 copy holds the same bf16 values for its fp32 backward GEMM.
-  const size_t weight_slots = static_cast<size_t>(L) * kLinearsPerBlock * 2;
+  const size_t weight_slots = weight_copy_count();
   if (weight_copies_.size() != weight_slots) {
     weight_copies_ = std::vector<WeightCopy>(weight_slots);
     weight_ts_.reserve(weight_slots);
