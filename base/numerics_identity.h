@@ -16,8 +16,10 @@ namespace fp4 {
 
 // 1: every commit before 5ac9441 (the first study's binaries 7d41e4f, 8de04ec, 8ddfdcd among them).
 // 2: 5ac9441, the block linears' weight gradients as a deterministic split-K (the order of their
-//    fp32 sums; bench/RESULTS.md names it), and every commit after it.
-inline constexpr int kNumericsIdentity = 2;
+//    fp32 sums; bench/RESULTS.md names it), up to the commit before 3.
+// 3: the CUDA MoE blocks' expert GEMMs as one grouped cuBLAS call per linear (another kernel, so
+//    another order of their fp32 sums; dense models and the CPU engine keep identity 2's bits).
+inline constexpr int kNumericsIdentity = 3;
 
 // The identity of a run recorded before runs recorded one, from the git commit its binary was
 // built from (the store's provenance.git_commit; 40 hex digits, or a prefix of at least 7): 1 or 2

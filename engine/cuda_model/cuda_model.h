@@ -54,6 +54,7 @@
 #include "kernels/cuda/cuda_common.cuh"  // DeviceArray, FP4_CUDA_CHECK
 #include "kernels/cuda/flash_attention.cuh"
 #include "kernels/cuda/gemm.cuh"
+#include "kernels/cuda/grouped_gemm.cuh"
 #include "kernels/cuda/moe.cuh"
 #include "kernels/cuda/ops.cuh"
 #include "kernels/cuda/quant_metrics.cuh"
@@ -345,17 +346,22 @@ class CudaModel {
     engine::LinearSite in, out;
   };
   ExpertGroup expert_group(const model::StepContext& ctx, int block, int expert);
-  // One expert linear (weights views()[view]) over a group: Y [rows] = X · Wᵀ; and its backward,
-  // dX over `rows` rows and dW += over `padded` rows (zero padding beyond `rows`). source_rows
-  // (device): the group's tokens, the SR draws' rows. The weight's copies are weight_copy's, kept
-  // through the optimizer step. `block`, `expert`, `pos`: whose weight (expert_copy_index).
-  struct ExpertWeight {
-    int block = 0, expert = 0, pos = 0, view = 0;
-  };
-  void expert_forward(const engine::LinearSite& s, const ExpertWeight& w, const bf16_t* xb, int rows,
-                      const int32_t* source_rows, LinearOut y);
-  void expert_backward(const engine::LinearSite& s, const ExpertWeight& w, const bf16_t* xb, const bf16_t* dyb,
-                       int rows, int padded, const int32_t* source_rows, LinearOut dx);
+  // One expert linear (pos 2: mlp_in, 3: mlp_out) of every expert of `block` over its group: the
+  // grouped Y [total, n] = X · Wᵀ per group; and its backward, dX over each group's rows and
+  // dW += dYᵀ · X over its padded rows (zero padding). Each group's copies are quantized over the
+  // group's rows into its own rows of moe_q_* (SR draws keyed by its tokens), the weights' copies
+  // are weight_copy's, kept through the optimizer step. The products run as one grouped call
+  // (cuda::GroupedGemm) where experts_grouped says so, else one cuBLASLt call per group.
+  void experts_forward(const model::StepContext& ctx, int block, int pos, const bf16_t* x, bf16_t* y);
+  void experts_backward(const model::StepContext& ctx, int block, int pos, const bf16_t* x, const bf16_t* dy,
+                        bf16_t* dx);
+  // The rule, fixed by the shapes and the recipe (never by the machine): grouped when at least two
+  // groups have rows and no slot of the linear has a two-level scale (e4m3x2's tensor scales are
+  // device values; the grouped call takes host scalars). One group alone keeps cuBLASLt's call, so
+  // one expert at the dense width is the dense model bit for bit.
+  bool experts_grouped(const model::StepContext& ctx, int block, int pos) const;
+  std::unique_ptr<cuda::GroupedGemm> grouped_gemm_;
+  std::vector<cuda::GroupedProduct> products_, wgrad_products_;  // a grouped call's, reused
 
   // Per-pass state.
   int batch_ = 0, seq_ = 0, rows_ = 0;

@@ -1,11 +1,10 @@
 // cuda_model_moe.cpp — CudaModel's MoE blocks (cuda_model.h; docs/model.md, "The MoE block's
 // passes"): engine/model/moe_block.cpp step for step, with kernels/cuda/moe.cuh's routing, dispatch
-// and combine and one quantized GEMM per expert group. Keep the two in step when either changes.
+// and combine and the experts' quantized GEMMs. Keep the two in step when either changes.
 //
-// The expert GEMMs are a loop over the experts, each group its own GEMMs (cuBLASLt, as the dense
-// linears): the first correct version, not a fast one (issue 33's grouped GEMMs are still to come;
-// bench/RESULTS.md measures nothing of it yet). Each group's X and dY copies are quantized over the
-// group's own rows, their SR draws keyed by the group's tokens (quantize_fused's source_rows,
+// The expert GEMMs of one linear run as one grouped call (kernels/cuda/grouped_gemm.cuh) or, by
+// experts_grouped's rule, one cuBLASLt call per group. Each group's X and dY copies are quantized
+// over the group's own rows, their SR draws keyed by the group's tokens (quantize_fused's source_rows,
 // bit-identical to cpu::quantize's); the expert weights' copies are made once per optimizer step
 // and kept, as the dense linears' (weight_copy: weight slots draw with micro-step 0, so the copy is
 // the same at every use).
@@ -82,62 +81,119 @@ void CudaModel::prepare_moe() {
     moe_ts_.reserve(4);
   }
   moe_capacity_ = cap;
+  if (grouped_gemm_ == nullptr) grouped_gemm_ = std::make_unique<cuda::GroupedGemm>();
 }
 
-// ---- One expert linear over its group ----------------------------------------------------------
+// ---- One expert linear of every expert over its group -------------------------------------------
 
-void CudaModel::expert_forward(const engine::LinearSite& s, const ExpertWeight& ew, const bf16_t* xb, int rows,
-                               const int32_t* source_rows, LinearOut y) {
-  const model::ParamView& w = views()[ew.view];
-  const int n = static_cast<int>(w.shape[0]), k = static_cast<int>(w.shape[1]);
-  if (!engine::site_is_quantized(s)) {
-    plain_gemm(false, true, rows, n, k, xb, w_bf16_.get() + w.offset, y);
-    return;
-  }
-  float* ts = moe_ts_.get();
-  const QuantSpec sx = engine::site_slot_spec(s, engine::Slot::fprop_x);
-  const QuantSpec sw = engine::site_slot_spec(s, engine::Slot::fprop_w);
-  const cuda::CopyOut cx = copy_out(sx, moe_q_a_.get(), ts + 0);
-  quantize_copies(xb, rows, k, &cx, nullptr, nonfinite_.get(), ws_quant_, stream_, source_rows);
-  const float* ts_w = nullptr;
-  const bf16_t* qw =
-      weight_copy(expert_copy_index(ew.block, ew.expert, ew.pos, engine::Slot::fprop_w), w, sw, &ts_w);
-  const float* alpha = alpha_of(sx, ts + 0, sw, ts_w, scalars_.get() + 2);
-  quantized_gemm(false, true, rows, n, k, alpha, moe_q_a_.get(), qw, y);
+bool CudaModel::experts_grouped(const model::StepContext& ctx, int block, int pos) const {
+  const model::MoeShape& m = config().moe;
+  const MoeActs& A = *moe_acts_[block];
+  int with_rows = 0;
+  for (int j = 0; j < m.n_experts + m.n_shared; ++j) with_rows += A.plan.counts[j] > 0 ? 1 : 0;
+  if (with_rows < 2) return false;
+  const engine::LinearSite s = site(ctx, block, pos);  // the experts' sites differ in their keys only
+  if (!engine::site_is_quantized(s)) return true;
+  for (int i = 0; i < engine::kSlotCount; ++i)
+    if (engine::site_slot_spec(s, static_cast<engine::Slot>(i)).scale == ScaleMode::e4m3x2) return false;
+  return true;
 }
 
-void CudaModel::expert_backward(const engine::LinearSite& s, const ExpertWeight& ew, const bf16_t* xb,
-                                const bf16_t* dyb, int rows, int padded, const int32_t* source_rows, LinearOut dx) {
-  const model::ParamView& w = views()[ew.view];
-  const int n = static_cast<int>(w.shape[0]), k = static_cast<int>(w.shape[1]);
-  float* dw = grad(ew.view);
-  if (!engine::site_is_quantized(s)) {
-    plain_gemm(false, false, rows, k, n, dyb, w_bf16_.get() + w.offset, dx);  // dX = dY · W
-    weight_gradient_one_gemm(n, k, padded, nullptr, dyb, xb, dw);            // dW += dYᵀ · X
-    return;
-  }
+void CudaModel::experts_forward(const model::StepContext& ctx, int block, int pos, const bf16_t* x, bf16_t* y) {
+  const model::MoeShape& m = config().moe;
+  const BlockIndex& bi = block_index_[block];
+  const bool grouped = experts_grouped(ctx, block, pos);
+  products_.clear();
   float* ts = moe_ts_.get();
-  const auto [s_dy_d, s_w_d, s_dy_w, s_x_w] = backward_specs(s);
-  const cuda::CopyOut c_dy_d = copy_out(s_dy_d, moe_q_a_.get(), ts + 0);
-  const cuda::CopyOut c_dy_w = copy_out(s_dy_w, moe_q_c_.get(), ts + 2), c_x_w = copy_out(s_x_w, moe_q_d_.get(), ts + 3);
-  // As the CPU's linear_bwd: dgrad's dY over the group's rows, wgrad's over the padded group (one
-  // read of dY when they are the same rows).
-  if (rows == padded) {
-    quantize_copies(dyb, rows, n, &c_dy_d, &c_dy_w, nonfinite_.get(), ws_quant_, stream_, source_rows);
-  } else {
-    quantize_copies(dyb, rows, n, &c_dy_d, nullptr, nonfinite_.get(), ws_quant_, stream_, source_rows);
-    quantize_copies(dyb, padded, n, &c_dy_w, nullptr, nonfinite_.get(), ws_quant_, stream_, source_rows);
+  for (int j = 0; j < m.n_experts + m.n_shared; ++j) {
+    const ExpertGroup g = expert_group(ctx, block, j);
+    if (g.rows == 0) continue;  // no token chose it: nothing runs, no gradient
+    const engine::LinearSite& s = pos == 2 ? g.in : g.out;
+    const model::ParamView& w = views()[pos == 2 ? bi.expert_in[j] : bi.expert_out[j]];
+    const int n = static_cast<int>(w.shape[0]), k = static_cast<int>(w.shape[1]);
+    const bf16_t* xa = x + g.first * k;
+    const bf16_t* wb = w_bf16_.get() + w.offset;
+    const float* alpha = nullptr;
+    if (engine::site_is_quantized(s)) {
+      const QuantSpec sx = engine::site_slot_spec(s, engine::Slot::fprop_x);
+      const QuantSpec sw = engine::site_slot_spec(s, engine::Slot::fprop_w);
+      bf16_t* xq = moe_q_a_.get() + g.first * k;
+      const cuda::CopyOut cx = copy_out(sx, xq, ts + 0);
+      quantize_copies(xa, g.rows, k, &cx, nullptr, nonfinite_.get(), ws_quant_, stream_, g.tokens);
+      const float* ts_w = nullptr;
+      wb = weight_copy(expert_copy_index(block, j, pos, engine::Slot::fprop_w), w, sw, &ts_w);
+      alpha = alpha_of(sx, ts + 0, sw, ts_w, scalars_.get() + 2);
+      xa = xq;
+    }
+    bf16_t* out = y + g.first * n;
+    if (grouped)
+      products_.push_back({xa, wb, out, g.rows, n, k});
+    else
+      quantized_gemm(false, true, g.rows, n, k, alpha, xa, wb, LinearOut{nullptr, out});
   }
-  quantize_copies(xb, padded, k, &c_x_w, nullptr, nonfinite_.get(), ws_quant_, stream_, source_rows);
-  const float* ts_w = nullptr;
-  const bf16_t* qw =
-      weight_copy(expert_copy_index(ew.block, ew.expert, ew.pos, engine::Slot::dgrad_w), w, s_w_d, &ts_w);
-  const float* alpha_d = alpha_of(s_dy_d, ts + 0, s_w_d, ts_w, scalars_.get() + 2);
-  quantized_gemm(false, false, rows, k, n, alpha_d, moe_q_a_.get(), qw, dx);
-  // dW += alpha·(dYᵀ·X) over the padded group: one GEMM (no split-K), beta = 1 from device memory
-  // where alpha is a device value (linear_backward says why that is deterministic).
-  const float* alpha_w = alpha_of(s_dy_w, ts + 2, s_x_w, ts + 3, scalars_.get() + 3);
-  weight_gradient_one_gemm(n, k, padded, alpha_w, moe_q_c_.get(), moe_q_d_.get(), dw);
+  if (grouped) grouped_gemm_->run(false, true, products_, 1.0f, 0.0f, true, stream_);
+}
+
+void CudaModel::experts_backward(const model::StepContext& ctx, int block, int pos, const bf16_t* x,
+                                 const bf16_t* dy, bf16_t* dx) {
+  const model::MoeShape& m = config().moe;
+  const BlockIndex& bi = block_index_[block];
+  const bool grouped = experts_grouped(ctx, block, pos);
+  products_.clear();
+  wgrad_products_.clear();
+  float* ts = moe_ts_.get();
+  for (int j = 0; j < m.n_experts + m.n_shared; ++j) {
+    const ExpertGroup g = expert_group(ctx, block, j);
+    if (g.rows == 0) continue;
+    const engine::LinearSite& s = pos == 2 ? g.in : g.out;
+    const int view = pos == 2 ? bi.expert_in[j] : bi.expert_out[j];
+    const model::ParamView& w = views()[view];
+    const int n = static_cast<int>(w.shape[0]), k = static_cast<int>(w.shape[1]);
+    const bf16_t* dy_d = dy + g.first * n;  // dgrad's dY, over the group's rows
+    const bf16_t* dy_w = dy_d;               // wgrad's dY and X, over its padded rows
+    const bf16_t* x_w = x + g.first * k;
+    const bf16_t* wb = w_bf16_.get() + w.offset;
+    const float *alpha_d = nullptr, *alpha_w = nullptr;
+    if (engine::site_is_quantized(s)) {
+      const auto [s_dy_d, s_w_d, s_dy_w, s_x_w] = backward_specs(s);
+      bf16_t* q_dy_d = moe_q_a_.get() + g.first * n;
+      bf16_t* q_dy_w = moe_q_c_.get() + g.first * n;
+      bf16_t* q_x_w = moe_q_d_.get() + g.first * k;
+      const cuda::CopyOut c_dy_d = copy_out(s_dy_d, q_dy_d, ts + 0), c_dy_w = copy_out(s_dy_w, q_dy_w, ts + 2);
+      const cuda::CopyOut c_x_w = copy_out(s_x_w, q_x_w, ts + 3);
+      // As the CPU's linear_bwd: dgrad's dY over the group's rows, wgrad's over the padded group
+      // (one read of dY when they are the same rows).
+      if (g.rows == g.padded) {
+        quantize_copies(dy_d, g.rows, n, &c_dy_d, &c_dy_w, nonfinite_.get(), ws_quant_, stream_, g.tokens);
+      } else {
+        quantize_copies(dy_d, g.rows, n, &c_dy_d, nullptr, nonfinite_.get(), ws_quant_, stream_, g.tokens);
+        quantize_copies(dy_d, g.padded, n, &c_dy_w, nullptr, nonfinite_.get(), ws_quant_, stream_, g.tokens);
+      }
+      quantize_copies(x_w, g.padded, k, &c_x_w, nullptr, nonfinite_.get(), ws_quant_, stream_, g.tokens);
+      const float* ts_w = nullptr;
+      wb = weight_copy(expert_copy_index(block, j, pos, engine::Slot::dgrad_w), w, s_w_d, &ts_w);
+      alpha_d = alpha_of(s_dy_d, ts + 0, s_w_d, ts_w, scalars_.get() + 2);
+      alpha_w = alpha_of(s_dy_w, ts + 2, s_x_w, ts + 3, scalars_.get() + 3);
+      dy_d = q_dy_d;
+      dy_w = q_dy_w;
+      x_w = q_x_w;
+    }
+    bf16_t* dxa = dx + g.first * k;
+    float* dw = grad(view);
+    if (grouped) {
+      products_.push_back({dy_d, wb, dxa, g.rows, k, n});          // dX = dY · W
+      wgrad_products_.push_back({dy_w, x_w, dw, n, k, g.padded});  // dW += dYᵀ · X
+    } else {
+      quantized_gemm(false, false, g.rows, k, n, alpha_d, dy_d, wb, LinearOut{nullptr, dxa});
+      // Over the padded group: one GEMM (no split-K), beta = 1 from device memory where alpha is a
+      // device value (linear_backward says why that is deterministic).
+      weight_gradient_one_gemm(n, k, g.padded, alpha_w, dy_w, x_w, dw);
+    }
+  }
+  if (grouped) {
+    grouped_gemm_->run(false, false, products_, 1.0f, 0.0f, true, stream_);
+    grouped_gemm_->run(true, false, wgrad_products_, 1.0f, 1.0f, false, stream_);
+  }
 }
 
 // ---- The block ---------------------------------------------------------------------------------
@@ -205,22 +261,20 @@ void CudaModel::moe_forward(const model::StepContext& ctx, int block, const bf16
   cuda::moe_gather(moe_h_.get(), A.tokens.get(), total, R, d, moe_grouped_.get(), st);
   cuda::float_to_bf16(moe_grouped_.get(), A.x.get(), static_cast<size_t>(total) * d, st);
 
-  // The experts: u = mlp_in(x), a = silu(gate)·up, y = mlp_out(a), each stored in bf16.
+  // The experts: u = mlp_in(x), a = silu(gate)·up, y = mlp_out(a), each stored in bf16 (u, y by
+  // their GEMMs; a rounded by swiglu_forward, which writes a's bf16 copy only). a's padding rows
+  // are zero (the wgrad operand's padding).
+  experts_forward(ctx, block, 2, A.x.get(), A.u.get());
   for (int j = 0; j < J; ++j) {
-    const auto [rows, padded, o, src, s_in, s_out] = expert_group(ctx, block, j);
-    if (rows == 0) continue;  // no token chose it: nothing runs, no gradient
-    bf16_t* u = A.u.get() + o * 2 * fe;
-    bf16_t* a = A.a.get() + o * fe;
-    expert_forward(s_in, {block, j, 2, bi.expert_in[j]}, A.x.get() + o * d, rows, src, LinearOut{nullptr, u});
-    // store(u): by the GEMM; store(a): rounded by swiglu_forward, which writes a's bf16 copy only;
-    // a's padding rows are zero (the wgrad operand's padding).
-    cuda::swiglu_forward(u, rows, fe, nullptr, st, store_out(a));
-    if (padded > rows)
-      FP4_CUDA_CHECK(cudaMemsetAsync(a + static_cast<size_t>(rows) * fe, 0,
-                                     static_cast<size_t>(padded - rows) * fe * sizeof(bf16_t), st));
-    expert_forward(s_out, {block, j, 3, bi.expert_out[j]}, a, rows, src, LinearOut{nullptr, A.y.get() + o * d});
-    // store(y): by the GEMM
+    const ExpertGroup g = expert_group(ctx, block, j);
+    if (g.rows == 0) continue;
+    bf16_t* a = A.a.get() + g.first * fe;
+    cuda::swiglu_forward(A.u.get() + g.first * 2 * fe, g.rows, fe, nullptr, st, store_out(a));
+    if (g.padded > g.rows)
+      FP4_CUDA_CHECK(cudaMemsetAsync(a + static_cast<size_t>(g.rows) * fe, 0,
+                                     static_cast<size_t>(g.padded - g.rows) * fe * sizeof(bf16_t), st));
   }
+  experts_forward(ctx, block, 3, A.a.get(), A.y.get());
 
   // Combine (fp32, each token's experts in ascending index), then store(out) into the block's
   // bf16 output tmpb_. The padding rows of y are converted but never read.
@@ -251,23 +305,20 @@ void CudaModel::moe_backward(const model::StepContext& ctx, int block, const bf1
                       moe_grouped_.get(), st);
   cuda::float_to_bf16(moe_grouped_.get(), moe_dy_.get(), td, st);
 
-  // The experts, as the dense MLP's backward over each group.
+  // The experts, as the dense MLP's backward over each group: da (stored by its GEMMs), du
+  // (rounded by swiglu_backward, bf16 only; zero padding rows), dx (by its GEMMs).
+  experts_backward(ctx, block, 3, A.a.get(), moe_dy_.get(), moe_da_.get());
   for (int j = 0; j < J; ++j) {
-    const auto [rows, padded, o, src, s_in, s_out] = expert_group(ctx, block, j);
-    if (rows == 0) continue;
-    bf16_t* da = moe_da_.get() + o * fe;
-    bf16_t* du = moe_du_.get() + o * 2 * fe;
-    expert_backward(s_out, {block, j, 3, bi.expert_out[j]}, A.a.get() + o * fe, moe_dy_.get() + o * d, rows, padded, src,
-                    LinearOut{nullptr, da});
-    // store(da): by the GEMM; store(du): rounded by swiglu_backward (bf16 only), zero padding rows
-    cuda::swiglu_backward(A.u.get() + o * 2 * fe, da, rows, fe, nullptr, st, store_out(du));
-    if (padded > rows)
-      FP4_CUDA_CHECK(cudaMemsetAsync(du + static_cast<size_t>(rows) * 2 * fe, 0,
-                                     static_cast<size_t>(padded - rows) * 2 * fe * sizeof(bf16_t), st));
-    expert_backward(s_in, {block, j, 2, bi.expert_in[j]}, A.x.get() + o * d, du, rows, padded, src,
-                    LinearOut{nullptr, moe_dx_.get() + o * d});
-    // store(dx): by the GEMM
+    const ExpertGroup g = expert_group(ctx, block, j);
+    if (g.rows == 0) continue;
+    bf16_t* du = moe_du_.get() + g.first * 2 * fe;
+    cuda::swiglu_backward(A.u.get() + g.first * 2 * fe, moe_da_.get() + g.first * fe, g.rows, fe, nullptr, st,
+                          store_out(du));
+    if (g.padded > g.rows)
+      FP4_CUDA_CHECK(cudaMemsetAsync(du + static_cast<size_t>(g.rows) * 2 * fe, 0,
+                                     static_cast<size_t>(g.padded - g.rows) * 2 * fe * sizeof(bf16_t), st));
   }
+  experts_backward(ctx, block, 2, A.x.get(), moe_du_.get(), moe_dx_.get());
 
   // The router: dlogits from the gates and the auxiliary losses (scaled like the loss), then
   // dW_router += dlogitsᵀ · h and its share of dh, dlogits · W_router, all fp32.

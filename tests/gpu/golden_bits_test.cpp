@@ -18,7 +18,7 @@
 
 namespace {
 
-constexpr int kPinnedIdentity = 2;
+constexpr int kPinnedIdentity = 3;
 
 // NUMERICS.md §5's presets, which the CUDA engine has run from the start; docs/recipes.md's join
 // this list when the CUDA engine runs them and their bits are pinned.

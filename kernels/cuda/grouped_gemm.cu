@@ -1,0 +1,116 @@
+// grouped_gemm.cu — see grouped_gemm.cuh: cuBLAS's grouped GEMM.
+//
+// Row-major to cuBLAS's column-major as in gemm.cu: C = op(A)·op(B) (row-major) is computed as
+// Cᵀ = op(B)ᵀ · op(A)ᵀ (column-major): cuBLAS's first operand is our B, its second our A, its
+// sizes (n, m, k), and each operand keeps its own transpose flag.
+#include "kernels/cuda/grouped_gemm.cuh"
+
+#include <cublas_v2.h>
+
+#include <stdexcept>
+#include <string>
+
+#include "kernels/cuda/cuda_common.cuh"  // FP4_CUDA_CHECK, DeviceArray
+
+namespace fp4::cuda {
+
+namespace {
+
+void check_cublas(cublasStatus_t status, const char* what, int line) {
+  if (status == CUBLAS_STATUS_SUCCESS) return;
+  throw std::runtime_error(std::string(__FILE__) + ":" + std::to_string(line) + ": " + what + ": " +
+                           cublasGetStatusName(status) + ": " + cublasGetStatusString(status));
+}
+#define FP4_CUBLAS_CHECK(expr) check_cublas((expr), #expr, __LINE__)
+
+}  // namespace
+
+struct GroupedGemm::Impl {
+  cublasHandle_t handle = nullptr;
+  DeviceArray<void*> pointers;  // [A' | B' | C] of the last call: cuBLAS's operand order
+  // The call's per-group arrays, kept between calls to spare the allocations.
+  std::vector<void*> host_pointers;
+  std::vector<cublasOperation_t> op_first, op_second;
+  std::vector<int> m, n, k, ld_first, ld_second, ld_out, group_size;
+  std::vector<float> alpha, beta;
+};
+
+GroupedGemm::GroupedGemm() : impl_(std::make_unique<Impl>()) {
+  FP4_CUBLAS_CHECK(cublasCreate(&impl_->handle));
+  // Host scalars, no atomics (cuBLAS's default, stated: the bits must not depend on timing), and
+  // no reduced-precision math: CUBLAS_DEFAULT_MATH with CUBLAS_COMPUTE_32F.
+  FP4_CUBLAS_CHECK(cublasSetPointerMode(impl_->handle, CUBLAS_POINTER_MODE_HOST));
+  FP4_CUBLAS_CHECK(cublasSetAtomicsMode(impl_->handle, CUBLAS_ATOMICS_NOT_ALLOWED));
+  FP4_CUBLAS_CHECK(cublasSetMathMode(impl_->handle, CUBLAS_DEFAULT_MATH));
+}
+
+GroupedGemm::~GroupedGemm() {
+  if (impl_ && impl_->handle) cublasDestroy(impl_->handle);  // a destructor must not throw
+}
+
+void GroupedGemm::run(bool trans_a, bool trans_b, const std::vector<GroupedProduct>& products, float alpha, float beta,
+                      bool out_bf16, cudaStream_t stream) {
+  Impl& s = *impl_;
+  s.host_pointers.clear();
+  s.op_first.clear();
+  s.op_second.clear();
+  s.m.clear();
+  s.n.clear();
+  s.k.clear();
+  s.ld_first.clear();
+  s.ld_second.clear();
+  s.ld_out.clear();
+  std::vector<void*> firsts, seconds, outs;  // cuBLAS reads the first two only
+  for (size_t i = 0; i < products.size(); ++i) {
+    const GroupedProduct& p = products[i];
+    if (p.m < 0 || p.n < 0 || p.k < 0)
+      throw std::invalid_argument("grouped gemm: product " + std::to_string(i) + " has a negative size");
+    if (p.m == 0 || p.n == 0) continue;  // no output
+    if (p.k == 0)
+      throw std::invalid_argument("grouped gemm: product " + std::to_string(i) +
+                                  " has k = 0 (C would only be scaled by beta: leave it out)");
+    // Our B is stored [n, k] with trans_b, else [k, n]; our A [k, m] with trans_a, else [m, k].
+    const int64_t ldb = p.ldb != 0 ? p.ldb : (trans_b ? p.k : p.n);
+    const int64_t lda = p.lda != 0 ? p.lda : (trans_a ? p.m : p.k);
+    const int64_t ldc = p.ldc != 0 ? p.ldc : p.n;
+    if (ldb > INT32_MAX || lda > INT32_MAX || ldc > INT32_MAX)
+      throw std::invalid_argument("grouped gemm: product " + std::to_string(i) + " has a row stride over 2^31");
+    if (ldb < (trans_b ? p.k : p.n) || lda < (trans_a ? p.m : p.k) || ldc < p.n)
+      throw std::invalid_argument("grouped gemm: product " + std::to_string(i) + " has a row stride below its row");
+    s.op_first.push_back(trans_b ? CUBLAS_OP_T : CUBLAS_OP_N);
+    s.op_second.push_back(trans_a ? CUBLAS_OP_T : CUBLAS_OP_N);
+    s.m.push_back(p.n);
+    s.n.push_back(p.m);
+    s.k.push_back(p.k);
+    s.ld_first.push_back(static_cast<int>(ldb));
+    s.ld_second.push_back(static_cast<int>(lda));
+    s.ld_out.push_back(static_cast<int>(ldc));
+    firsts.push_back(const_cast<bf16_t*>(p.b));
+    seconds.push_back(const_cast<bf16_t*>(p.a));
+    outs.push_back(p.c);
+  }
+  const int groups = static_cast<int>(s.m.size());
+  if (groups == 0) return;
+  s.group_size.assign(groups, 1);
+  s.alpha.assign(groups, alpha);
+  s.beta.assign(groups, beta);
+  s.host_pointers.insert(s.host_pointers.end(), firsts.begin(), firsts.end());
+  s.host_pointers.insert(s.host_pointers.end(), seconds.begin(), seconds.end());
+  s.host_pointers.insert(s.host_pointers.end(), outs.begin(), outs.end());
+  if (s.pointers.size() < s.host_pointers.size()) s.pointers.reserve(s.host_pointers.size());
+  // From pageable memory: the runtime stages the bytes before returning, so the host vector may
+  // change at once; the copy runs in stream order, after the previous call's GEMMs read the array.
+  FP4_CUDA_CHECK(cudaMemcpyAsync(s.pointers.get(), s.host_pointers.data(), s.host_pointers.size() * sizeof(void*),
+                                 cudaMemcpyHostToDevice, stream));
+  void** first = s.pointers.get();
+  void** second = first + groups;
+  void** out = second + groups;
+  FP4_CUBLAS_CHECK(cublasSetStream(s.handle, stream));
+  FP4_CUBLAS_CHECK(cublasGemmGroupedBatchedEx(s.handle, s.op_first.data(), s.op_second.data(), s.m.data(), s.n.data(),
+                                              s.k.data(), s.alpha.data(), first, CUDA_R_16BF, s.ld_first.data(), second,
+                                              CUDA_R_16BF, s.ld_second.data(), s.beta.data(), out,
+                                              out_bf16 ? CUDA_R_16BF : CUDA_R_32F, s.ld_out.data(), groups,
+                                              s.group_size.data(), CUBLAS_COMPUTE_32F));
+}
+
+}  // namespace fp4::cuda

@@ -1,0 +1,59 @@
+// grouped_gemm.cuh — several independent matrix products of different sizes in one library call
+// (cuBLAS's cublasGemmGroupedBatchedEx): the MoE blocks' expert GEMMs, one product per expert group,
+// instead of one cuBLASLt call per expert (engine/cuda_model/cuda_model_moe.cpp).
+//
+// Convention: gemm.cuh's, row-major throughout: C_i [m_i, n_i] = alpha · op(A_i) · op(B_i) + beta · C_i
+// with op(A_i) m_i × k_i and op(B_i) k_i × n_i; with trans_a, A_i is stored [k_i, m_i]; with trans_b,
+// B_i is stored [n_i, k_i]. Leading dimensions are row strides of the matrices as stored (0: dense).
+// All products of one call share the transposes, alpha, beta and the output type; bf16 operands,
+// fp32 accumulation (CUBLAS_COMPUTE_32F), fp32 or bf16 output.
+//
+// Determinism: cuBLAS gives the same bits for the same call (sizes, pointers' alignments, GPU
+// model) every time; its atomics mode stays CUBLAS_ATOMICS_NOT_ALLOWED. The bits are not those of
+// gemm.cuh's cuBLASLt call of the same product (another kernel, another order of the fp32 sums):
+// the MoE path uses one or the other by a rule fixed by the shapes, never by the machine.
+//
+// Plain C++ on the host side (cuBLAS's types stay in grouped_gemm.cu): callable from .cpp files.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "kernels/numerics.h"  // bf16_t
+
+namespace fp4::cuda {
+
+// One product of a grouped call: device pointers, its sizes and row strides (0: dense).
+struct GroupedProduct {
+  const bf16_t* a = nullptr;
+  const bf16_t* b = nullptr;
+  void* c = nullptr;  // fp32 or bf16, as the call says
+  int m = 0, n = 0, k = 0;
+  int64_t lda = 0, ldb = 0, ldc = 0;
+};
+
+class GroupedGemm {
+ public:
+  // Creates the cuBLAS handle (synchronous).
+  GroupedGemm();
+  ~GroupedGemm();
+  GroupedGemm(const GroupedGemm&) = delete;
+  GroupedGemm& operator=(const GroupedGemm&) = delete;
+
+  // Every product's C = alpha · op(A) · op(B) + beta · C, asynchronous on `stream`, one library
+  // call. With beta == 0, C is not read. Products with m, n or k of 0 are left out (k = 0 with
+  // beta != 0 would still scale C: refused). Calls on one GroupedGemm must be ordered on one stream
+  // (they share the device array of operand pointers) and come from one host thread at a time.
+  // Throws std::invalid_argument (one line) for a bad product, std::runtime_error when cuBLAS fails.
+  void run(bool trans_a, bool trans_b, const std::vector<GroupedProduct>& products, float alpha, float beta,
+           bool out_bf16, cudaStream_t stream);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace fp4::cuda
