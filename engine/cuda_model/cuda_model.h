@@ -47,6 +47,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "engine/model/transformer.h"
@@ -360,6 +361,11 @@ class CudaModel {
   // device values; the grouped call takes host scalars). One group alone keeps cuBLASLt's call, so
   // one expert at the dense width is the dense model bit for bit.
   bool experts_grouped(const model::StepContext& ctx, int block, int pos) const;
+  // The spec with which one quantizer call over all groups' rows gives each group's rows the bits
+  // of the group's own call, or none: cpu::blocks_quantize_alone, and the same spec for every
+  // expert once the SR keys are set aside (RHT signs drawn per site differ). Fewer launches.
+  std::optional<QuantSpec> one_copy_for_all_groups(const model::StepContext& ctx, int block, int pos,
+                                                   engine::Slot slot);
   std::unique_ptr<cuda::GroupedGemm> grouped_gemm_;
   std::vector<cuda::GroupedProduct> products_, wgrad_products_;  // a grouped call's, reused
 

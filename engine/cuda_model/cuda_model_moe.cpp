@@ -13,6 +13,7 @@
 // bf16 outputs, rounded once: LinearOut) and converts to fp32 (exactly) where moe.cuh's kernels
 // read fp32; an fp32 result the CPU stores is rounded by float_to_bf16 into its bf16 buffer.
 #include <algorithm>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -22,6 +23,7 @@
 #include "engine/cuda_model/cuda_model.h"
 #include "engine/cuda_model/cuda_model_internal.h"
 #include "engine/quantized_linear.h"
+#include "kernels/cpu/quantize.h"
 #include "kernels/cpu/router.h"
 
 namespace fp4::cuda_model {
@@ -99,12 +101,41 @@ bool CudaModel::experts_grouped(const model::StepContext& ctx, int block, int po
   return true;
 }
 
+std::optional<QuantSpec> CudaModel::one_copy_for_all_groups(const model::StepContext& ctx, int block, int pos,
+                                                             engine::Slot slot) {
+  const model::MoeShape& m = config().moe;
+  std::optional<QuantSpec> all;
+  for (int j = 0; j < m.n_experts + m.n_shared; ++j) {
+    const ExpertGroup g = expert_group(ctx, block, j);
+    if (g.rows == 0) continue;
+    QuantSpec q = engine::site_slot_spec(pos == 2 ? g.in : g.out, slot);
+    if (!cpu::blocks_quantize_alone(q)) return std::nullopt;
+    q.seed = 0;  // the SR keys, unused by a round-to-nearest copy
+    q.stream = 0;
+    q.step = 0;
+    if (all && !(*all == q)) return std::nullopt;  // e.g. RHT signs drawn per site
+    all = q;
+  }
+  return all;
+}
+
 void CudaModel::experts_forward(const model::StepContext& ctx, int block, int pos, const bf16_t* x, bf16_t* y) {
   const model::MoeShape& m = config().moe;
   const BlockIndex& bi = block_index_[block];
   const bool grouped = experts_grouped(ctx, block, pos);
+  const bool quantized = engine::site_is_quantized(site(ctx, block, pos));
+  const int k_all = static_cast<int>(views()[pos == 2 ? bi.expert_in[0] : bi.expert_out[0]].shape[1]);
   products_.clear();
   float* ts = moe_ts_.get();
+  // X's copies of all groups in one quantizer call where each group's rows get the bits of their
+  // own call (one_copy_for_all_groups); the padding rows between groups are zero and stay zero.
+  const std::optional<QuantSpec> all_x =
+      quantized ? one_copy_for_all_groups(ctx, block, pos, engine::Slot::fprop_x) : std::nullopt;
+  if (all_x) {
+    const cuda::CopyOut cx = copy_out(*all_x, moe_q_a_.get(), ts + 0);
+    quantize_copies(x, static_cast<int>(moe_acts_[block]->plan.offsets[m.n_experts + m.n_shared]), k_all, &cx,
+                    nullptr, nonfinite_.get(), ws_quant_, stream_);
+  }
   for (int j = 0; j < m.n_experts + m.n_shared; ++j) {
     const ExpertGroup g = expert_group(ctx, block, j);
     if (g.rows == 0) continue;  // no token chose it: nothing runs, no gradient
@@ -114,12 +145,12 @@ void CudaModel::experts_forward(const model::StepContext& ctx, int block, int po
     const bf16_t* xa = x + g.first * k;
     const bf16_t* wb = w_bf16_.get() + w.offset;
     const float* alpha = nullptr;
-    if (engine::site_is_quantized(s)) {
+    if (quantized) {
       const QuantSpec sx = engine::site_slot_spec(s, engine::Slot::fprop_x);
       const QuantSpec sw = engine::site_slot_spec(s, engine::Slot::fprop_w);
       bf16_t* xq = moe_q_a_.get() + g.first * k;
       const cuda::CopyOut cx = copy_out(sx, xq, ts + 0);
-      quantize_copies(xa, g.rows, k, &cx, nullptr, nonfinite_.get(), ws_quant_, stream_, g.tokens);
+      if (!all_x) quantize_copies(xa, g.rows, k, &cx, nullptr, nonfinite_.get(), ws_quant_, stream_, g.tokens);
       const float* ts_w = nullptr;
       wb = weight_copy(expert_copy_index(block, j, pos, engine::Slot::fprop_w), w, sw, &ts_w);
       alpha = alpha_of(sx, ts + 0, sw, ts_w, scalars_.get() + 2);
@@ -139,9 +170,21 @@ void CudaModel::experts_backward(const model::StepContext& ctx, int block, int p
   const model::MoeShape& m = config().moe;
   const BlockIndex& bi = block_index_[block];
   const bool grouped = experts_grouped(ctx, block, pos);
+  const bool quantized = engine::site_is_quantized(site(ctx, block, pos));
+  const int k_all = static_cast<int>(views()[pos == 2 ? bi.expert_in[0] : bi.expert_out[0]].shape[1]);
   products_.clear();
   wgrad_products_.clear();
   float* ts = moe_ts_.get();
+  // wgrad's X copies of all groups in one call where that gives each group its own call's bits
+  // (one_copy_for_all_groups): the groups are padded to whole blocks along the tokens, so no block
+  // straddles two groups.
+  const std::optional<QuantSpec> all_x =
+      quantized ? one_copy_for_all_groups(ctx, block, pos, engine::Slot::wgrad_x) : std::nullopt;
+  if (all_x) {
+    const cuda::CopyOut cx = copy_out(*all_x, moe_q_d_.get(), ts + 3);
+    quantize_copies(x, static_cast<int>(moe_acts_[block]->plan.offsets[m.n_experts + m.n_shared]), k_all, &cx,
+                    nullptr, nonfinite_.get(), ws_quant_, stream_);
+  }
   for (int j = 0; j < m.n_experts + m.n_shared; ++j) {
     const ExpertGroup g = expert_group(ctx, block, j);
     if (g.rows == 0) continue;
@@ -154,7 +197,7 @@ void CudaModel::experts_backward(const model::StepContext& ctx, int block, int p
     const bf16_t* x_w = x + g.first * k;
     const bf16_t* wb = w_bf16_.get() + w.offset;
     const float *alpha_d = nullptr, *alpha_w = nullptr;
-    if (engine::site_is_quantized(s)) {
+    if (quantized) {
       const auto [s_dy_d, s_w_d, s_dy_w, s_x_w] = backward_specs(s);
       bf16_t* q_dy_d = moe_q_a_.get() + g.first * n;
       bf16_t* q_dy_w = moe_q_c_.get() + g.first * n;
@@ -169,7 +212,7 @@ void CudaModel::experts_backward(const model::StepContext& ctx, int block, int p
         quantize_copies(dy_d, g.rows, n, &c_dy_d, nullptr, nonfinite_.get(), ws_quant_, stream_, g.tokens);
         quantize_copies(dy_d, g.padded, n, &c_dy_w, nullptr, nonfinite_.get(), ws_quant_, stream_, g.tokens);
       }
-      quantize_copies(x_w, g.padded, k, &c_x_w, nullptr, nonfinite_.get(), ws_quant_, stream_, g.tokens);
+      if (!all_x) quantize_copies(x_w, g.padded, k, &c_x_w, nullptr, nonfinite_.get(), ws_quant_, stream_, g.tokens);
       const float* ts_w = nullptr;
       wb = weight_copy(expert_copy_index(block, j, pos, engine::Slot::dgrad_w), w, s_w_d, &ts_w);
       alpha_d = alpha_of(s_dy_d, ts + 0, s_w_d, ts_w, scalars_.get() + 2);

@@ -144,6 +144,10 @@ std::string spec_error(const QuantSpec& spec) {
   return {};
 }
 
+bool blocks_quantize_alone(const QuantSpec& spec) {
+  return spec.rounding == Rounding::rn && spec.scale != ScaleMode::e4m3x2 && !spec.ms_eden;
+}
+
 int axis_multiple(const QuantSpec& spec) {
   return (spec.rht && spec.rht_size == kRhtWideSize) || spec.outer_block != 0 ? 128 : spec.block;
 }

@@ -49,6 +49,13 @@ std::string spec_error(const QuantSpec& spec);
 // 128-wide RHT or double-block scales group 128 values (shape_error says so when it is not).
 int axis_multiple(const QuantSpec& spec);
 
+// Whether each block's copy depends on that block's values alone: round to nearest (SR draws are
+// keyed by the tensor's site and rows), no tensor-wide scale (e4m3x2 and MS-EDEN scale by the
+// tensor's amax). Then groups of rows stacked in one tensor (each padded to whole multiples of
+// axis_multiple along a column-blocked axis) quantize in one call to the bits of each group's own
+// call: the CUDA MoE blocks quantize all expert groups at once where this holds.
+bool blocks_quantize_alone(const QuantSpec& spec);
+
 // Empty when the shape and spec fit together; otherwise one line saying which dimension is not a
 // multiple of what (the caller adds where the shape came from).
 std::string shape_error(int rows, int cols, const QuantSpec& spec);
