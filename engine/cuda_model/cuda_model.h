@@ -347,6 +347,7 @@ class CudaModel {
     engine::LinearSite in, out;
   };
   ExpertGroup expert_group(const model::StepContext& ctx, int block, int expert);
+  static int64_t routed_rows(const MoeActs& A);  // the groups' rows before padding
   // One expert linear (pos 2: mlp_in, 3: mlp_out) of every expert of `block` over its group: the
   // grouped Y [total, n] = X · Wᵀ per group; and its backward, dX over each group's rows and
   // dW += dYᵀ · X over its padded rows (zero padding). Each group's copies are quantized over the

@@ -204,14 +204,10 @@ void CudaModel::experts_backward(const model::StepContext& ctx, int block, int p
       bf16_t* q_x_w = moe_q_d_.get() + g.first * k;
       const cuda::CopyOut c_dy_d = copy_out(s_dy_d, q_dy_d, ts + 0), c_dy_w = copy_out(s_dy_w, q_dy_w, ts + 2);
       const cuda::CopyOut c_x_w = copy_out(s_x_w, q_x_w, ts + 3);
-      // As the CPU's linear_bwd: dgrad's dY over the group's rows, wgrad's over the padded group
-      // (one read of dY when they are the same rows).
-      if (g.rows == g.padded) {
-        quantize_copies(dy_d, g.rows, n, &c_dy_d, &c_dy_w, nonfinite_.get(), ws_quant_, stream_, g.tokens);
-      } else {
-        quantize_copies(dy_d, g.rows, n, &c_dy_d, nullptr, nonfinite_.get(), ws_quant_, stream_, g.tokens);
-        quantize_copies(dy_d, g.padded, n, &c_dy_w, nullptr, nonfinite_.get(), ws_quant_, stream_, g.tokens);
-      }
+      // The CPU's linear_bwd quantizes dgrad's dY over the group's rows and wgrad's over the padded
+      // group; here both come from one read of the padded group: dgrad's copy is blocked along each
+      // row, so its rows get the same bits, and the zero padding rows change no tensor amax.
+      quantize_copies(dy_d, g.padded, n, &c_dy_d, &c_dy_w, nonfinite_.get(), ws_quant_, stream_, g.tokens);
       if (!all_x) quantize_copies(x_w, g.padded, k, &c_x_w, nullptr, nonfinite_.get(), ws_quant_, stream_, g.tokens);
       const float* ts_w = nullptr;
       wb = weight_copy(expert_copy_index(block, j, pos, engine::Slot::dgrad_w), w, s_w_d, &ts_w);
@@ -240,6 +236,12 @@ void CudaModel::experts_backward(const model::StepContext& ctx, int block, int p
 }
 
 // ---- The block ---------------------------------------------------------------------------------
+
+int64_t CudaModel::routed_rows(const MoeActs& A) {
+  int64_t rows = 0;
+  for (int64_t c : A.plan.counts) rows += c;
+  return rows;
+}
 
 CudaModel::ExpertGroup CudaModel::expert_group(const model::StepContext& ctx, int block, int expert) {
   const MoeActs& A = *moe_acts_[block];
@@ -305,18 +307,14 @@ void CudaModel::moe_forward(const model::StepContext& ctx, int block, const bf16
   cuda::float_to_bf16(moe_grouped_.get(), A.x.get(), static_cast<size_t>(total) * d, st);
 
   // The experts: u = mlp_in(x), a = silu(gate)·up, y = mlp_out(a), each stored in bf16 (u, y by
-  // their GEMMs; a rounded by swiglu_forward, which writes a's bf16 copy only). a's padding rows
-  // are zero (the wgrad operand's padding).
+  // their GEMMs; a rounded by swiglu_forward, which writes a's bf16 copy only). SwiGLU runs once
+  // over all groups' rows: element-wise, so each row gets its group's bits; the padding rows of u
+  // are zeroed first (the GEMMs write the groups' rows only), so a's padding rows come out zero
+  // (silu(0)·0), the wgrad operand's padding.
+  const size_t tf = static_cast<size_t>(total) * fe;
+  if (total > routed_rows(A)) FP4_CUDA_CHECK(cudaMemsetAsync(A.u.get(), 0, 2 * tf * sizeof(bf16_t), st));
   experts_forward(ctx, block, 2, A.x.get(), A.u.get());
-  for (int j = 0; j < J; ++j) {
-    const ExpertGroup g = expert_group(ctx, block, j);
-    if (g.rows == 0) continue;
-    bf16_t* a = A.a.get() + g.first * fe;
-    cuda::swiglu_forward(A.u.get() + g.first * 2 * fe, g.rows, fe, nullptr, st, store_out(a));
-    if (g.padded > g.rows)
-      FP4_CUDA_CHECK(cudaMemsetAsync(a + static_cast<size_t>(g.rows) * fe, 0,
-                                     static_cast<size_t>(g.padded - g.rows) * fe * sizeof(bf16_t), st));
-  }
+  cuda::swiglu_forward(A.u.get(), static_cast<int>(total), fe, nullptr, st, store_out(A.a.get()));
   experts_forward(ctx, block, 3, A.a.get(), A.y.get());
 
   // Combine (fp32, each token's experts in ascending index), then store(out) into the block's
@@ -349,18 +347,12 @@ void CudaModel::moe_backward(const model::StepContext& ctx, int block, const bf1
   cuda::float_to_bf16(moe_grouped_.get(), moe_dy_.get(), td, st);
 
   // The experts, as the dense MLP's backward over each group: da (stored by its GEMMs), du
-  // (rounded by swiglu_backward, bf16 only; zero padding rows), dx (by its GEMMs).
+  // (rounded by swiglu_backward, bf16 only), dx (by its GEMMs). SwiGLU's backward runs once over
+  // all rows, as the forward: da's padding rows zeroed first, so du's come out zero.
+  const size_t tf = static_cast<size_t>(total) * fe;
+  if (total > routed_rows(A)) FP4_CUDA_CHECK(cudaMemsetAsync(moe_da_.get(), 0, tf * sizeof(bf16_t), st));
   experts_backward(ctx, block, 3, A.a.get(), moe_dy_.get(), moe_da_.get());
-  for (int j = 0; j < J; ++j) {
-    const ExpertGroup g = expert_group(ctx, block, j);
-    if (g.rows == 0) continue;
-    bf16_t* du = moe_du_.get() + g.first * 2 * fe;
-    cuda::swiglu_backward(A.u.get() + g.first * 2 * fe, moe_da_.get() + g.first * fe, g.rows, fe, nullptr, st,
-                          store_out(du));
-    if (g.padded > g.rows)
-      FP4_CUDA_CHECK(cudaMemsetAsync(du + static_cast<size_t>(g.rows) * 2 * fe, 0,
-                                     static_cast<size_t>(g.padded - g.rows) * 2 * fe * sizeof(bf16_t), st));
-  }
+  cuda::swiglu_backward(A.u.get(), moe_da_.get(), static_cast<int>(total), fe, nullptr, st, store_out(moe_du_.get()));
   experts_backward(ctx, block, 2, A.x.get(), moe_du_.get(), moe_dx_.get());
 
   // The router: dlogits from the gates and the auxiliary losses (scaled like the loss), then
