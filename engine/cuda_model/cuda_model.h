@@ -319,12 +319,12 @@ class CudaModel {
     model::MoeLayerStats stats;
   };
   std::vector<std::unique_ptr<MoeActs>> moe_acts_;  // per block (null for a dense block)
-  // Shared scratch of the MoE blocks: h in fp32 [R, d] (the router's and the gather's input), two
-  // fp32 [R, d] (the combined output or dh; dout), grouped fp32 [groups, d], the router's dgates
+  // Shared scratch of the MoE blocks: h in fp32 [R, d] (the router's input), two fp32 [R, d] (the
+  // combined output or dh; dout), the router's dgates
   // [R, k], dlogits [R, E] and share of dh [R, d], the experts' grouped bf16 dY, da, du and dX,
   // their quantized copies (X or dY, wgrad dY, wgrad X) and those copies' tensor scales (the
   // weights' copies are in weight_copies_).
-  DeviceArray<float> moe_h_, moe_out_, moe_dout_, moe_grouped_, moe_dgates_, moe_dlogits_, moe_router_dh_;
+  DeviceArray<float> moe_h_, moe_out_, moe_dout_, moe_dgates_, moe_dlogits_, moe_router_dh_;
   DeviceArray<bf16_t> moe_dy_, moe_da_, moe_du_, moe_dx_;
   DeviceArray<bf16_t> moe_q_a_, moe_q_c_, moe_q_d_;
   DeviceArray<float> moe_ts_;

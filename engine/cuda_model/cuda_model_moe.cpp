@@ -67,7 +67,6 @@ void CudaModel::prepare_moe() {
   moe_h_.reserve(r * d);
   moe_out_.reserve(r * d);
   moe_dout_.reserve(r * d);
-  moe_grouped_.reserve(g * d);
   moe_dgates_.reserve(r * K);
   moe_dlogits_.reserve(r * E);
   moe_router_dh_.reserve(r * d);
@@ -302,9 +301,8 @@ void CudaModel::moe_forward(const model::StepContext& ctx, int block, const bf16
     throw std::logic_error("cuda model: " + std::to_string(total) + " grouped rows exceed the MoE buffers' " +
                            std::to_string(moe_capacity_));
 
-  // Gather: every group's rows (zero padding rows), as bf16 (exact: h holds bf16 values).
-  cuda::moe_gather(moe_h_.get(), A.tokens.get(), total, R, d, moe_grouped_.get(), st);
-  cuda::float_to_bf16(moe_grouped_.get(), A.x.get(), static_cast<size_t>(total) * d, st);
+  // Gather: every group's rows (zero padding rows), from h's bf16 copy (a copy of its values).
+  cuda::moe_gather(h, A.tokens.get(), total, R, d, A.x.get(), st);
 
   // The experts: u = mlp_in(x), a = silu(gate)·up, y = mlp_out(a), each stored in bf16 (u, y by
   // their GEMMs; a rounded by swiglu_forward, which writes a's bf16 copy only). SwiGLU runs once
@@ -317,11 +315,10 @@ void CudaModel::moe_forward(const model::StepContext& ctx, int block, const bf16
   cuda::swiglu_forward(A.u.get(), static_cast<int>(total), fe, nullptr, st, store_out(A.a.get()));
   experts_forward(ctx, block, 3, A.a.get(), A.y.get());
 
-  // Combine (fp32, each token's experts in ascending index), then store(out) into the block's
-  // bf16 output tmpb_. The padding rows of y are converted but never read.
-  cuda::bf16_to_float(A.y.get(), moe_grouped_.get(), static_cast<size_t>(total) * d, st);
-  cuda::moe_combine(moe_grouped_.get(), A.chosen.get(), A.slot.get(), A.plan_dev.get() + J, A.gates.get(), R, E, S, K,
-                    d, moe_out_.get(), st);
+  // Combine (fp32 from y's bf16 values, each token's experts in ascending index), then store(out)
+  // into the block's bf16 output tmpb_.
+  cuda::moe_combine(A.y.get(), A.chosen.get(), A.slot.get(), A.plan_dev.get() + J, A.gates.get(), R, E, S, K, d,
+                    moe_out_.get(), st);
   cuda::float_to_bf16(moe_out_.get(), tmpb_.get(), rd, st);
 }
 
@@ -333,18 +330,14 @@ void CudaModel::moe_backward(const model::StepContext& ctx, int block, const bf1
   MoeActs& A = *moe_acts_[block];
   const BlockIndex& bi = block_index_[block];
   const int64_t total = A.plan.offsets[J];
-  const size_t td = static_cast<size_t>(total) * d;
   cudaStream_t st = stream_;
 
   // dgates = dout[t] · y_j[t] (dout: dresb_, the block output's gradient), then each group's
   // dy = gate · dout, stored.
   cuda::bf16_to_float(dresb_.get(), moe_dout_.get(), rd, st);
-  cuda::bf16_to_float(A.y.get(), moe_grouped_.get(), td, st);
-  cuda::moe_dgates(moe_dout_.get(), moe_grouped_.get(), A.chosen.get(), A.slot.get(), A.plan_dev.get() + J, R, K, d,
+  cuda::moe_dgates(moe_dout_.get(), A.y.get(), A.chosen.get(), A.slot.get(), A.plan_dev.get() + J, R, K, d,
                    moe_dgates_.get(), st);
-  cuda::moe_expert_dy(moe_dout_.get(), A.tokens.get(), A.choice.get(), A.gates.get(), total, R, d,
-                      moe_grouped_.get(), st);
-  cuda::float_to_bf16(moe_grouped_.get(), moe_dy_.get(), td, st);
+  cuda::moe_expert_dy(moe_dout_.get(), A.tokens.get(), A.choice.get(), A.gates.get(), total, R, d, moe_dy_.get(), st);
 
   // The experts, as the dense MLP's backward over each group: da (stored by its GEMMs), du
   // (rounded by swiglu_backward, bf16 only), dx (by its GEMMs). SwiGLU's backward runs once over
@@ -376,9 +369,8 @@ void CudaModel::moe_backward(const model::StepContext& ctx, int block, const bf1
 
   // dh: each token's experts' dX in ascending index, plus the router's share; store(dh) into the
   // bf16 dhb_ that mlp_norm's backward reads.
-  cuda::bf16_to_float(moe_dx_.get(), moe_grouped_.get(), td, st);
-  cuda::moe_sum_dx(moe_grouped_.get(), A.chosen.get(), A.slot.get(), A.plan_dev.get() + J, moe_router_dh_.get(), R, E,
-                   S, K, d, moe_out_.get(), st);
+  cuda::moe_sum_dx(moe_dx_.get(), A.chosen.get(), A.slot.get(), A.plan_dev.get() + J, moe_router_dh_.get(), R, E, S,
+                   K, d, moe_out_.get(), st);
   cuda::float_to_bf16(moe_out_.get(), dhb_.get(), rd, st);
 }
 

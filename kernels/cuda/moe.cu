@@ -90,13 +90,21 @@ __global__ void fill_kernel(const int32_t* chosen, int rows, int E, int J, int K
   }
 }
 
-__global__ void gather_kernel(const float* x, const int32_t* tokens, int64_t total, int rows, int d, float* out) {
+// The grouped buffers in fp32 or bf16: a bf16 value read is widened exactly; a value stored into
+// bf16 is rounded as float_to_bf16 (numerics.h), as the separate conversion kernels do.
+__device__ __forceinline__ float load_value(const float* p, int64_t i) { return p[i]; }
+__device__ __forceinline__ float load_value(const bf16_t* p, int64_t i) { return fp4::bf16_to_float(p[i]); }
+__device__ __forceinline__ void store_value(float* p, int64_t i, float v) { p[i] = v; }
+__device__ __forceinline__ void store_value(bf16_t* p, int64_t i, float v) { p[i] = fp4::float_to_bf16(v); }
+
+template <typename T>
+__global__ void gather_kernel(const T* x, const int32_t* tokens, int64_t total, int rows, int d, T* out) {
   const int64_t n = total * d;
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t g = i / d, f = i % d;
     const int32_t t = tokens[g];
-    out[i] = t < rows ? x[static_cast<int64_t>(t) * d + f] : 0.0f;
+    out[i] = t < rows ? x[static_cast<int64_t>(t) * d + f] : T(0);
   }
 }
 
@@ -109,7 +117,8 @@ __device__ __forceinline__ int64_t assignment_row(const int32_t* chosen, const i
 // out[t, :] = Σ over t's experts in ascending index of (gates ? gate · v : v), the first term
 // assigned, + each shared expert's v, then + extra[t, :] when extra is set: moe_combine (gates, no
 // extra) and moe_sum_dx (no gates, the router's share as extra).
-__global__ void sum_over_experts_kernel(const float* v, const int32_t* chosen, const int32_t* slot,
+template <typename T>
+__global__ void sum_over_experts_kernel(const T* v, const int32_t* chosen, const int32_t* slot,
                                         const int64_t* offsets, const float* gates, const float* extra, int rows,
                                         int E, int J, int K, int d, float* out) {
   const int64_t n = static_cast<int64_t>(rows) * d;
@@ -119,46 +128,48 @@ __global__ void sum_over_experts_kernel(const float* v, const int32_t* chosen, c
     float o = 0.0f;
     for (int c = 0; c < K; ++c) {
       const int64_t a = t * K + c;
-      const float x = v[assignment_row(chosen, slot, offsets, a) * d + f];
+      const float x = load_value(v, assignment_row(chosen, slot, offsets, a) * d + f);
       const float term = gates != nullptr ? gates[a] * x : x;
       o = c == 0 ? term : o + term;
     }
-    for (int j = E; j < J; ++j) o += v[(offsets[j] + t) * d + f];
+    for (int j = E; j < J; ++j) o += load_value(v, (offsets[j] + t) * d + f);
     out[i] = extra != nullptr ? o + extra[i] : o;
   }
 }
 
-__global__ void dgates_kernel(const float* dout, const float* y, const int32_t* chosen, const int32_t* slot,
+template <typename T>
+__global__ void dgates_kernel(const float* dout, const T* y, const int32_t* chosen, const int32_t* slot,
                               const int64_t* offsets, int rows, int K, int d, float* dgates) {
   const int64_t n = static_cast<int64_t>(rows) * K;
   for (int64_t a = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; a < n;
        a += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const float* p = dout + (a / K) * d;
-    const float* q = y + assignment_row(chosen, slot, offsets, a) * d;
+    const T* q = y + assignment_row(chosen, slot, offsets, a) * d;
     // kernels/cpu/ops.h's dot: eight lanes, combined pairwise.
     float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
     int i = 0;
     for (; i + 8 <= d; i += 8)
-      for (int l = 0; l < 8; ++l) acc[l] += p[i + l] * q[i + l];
-    for (int l = 0; i < d; ++i, ++l) acc[l] += p[i] * q[i];
+      for (int l = 0; l < 8; ++l) acc[l] += p[i + l] * load_value(q, i + l);
+    for (int l = 0; i < d; ++i, ++l) acc[l] += p[i] * load_value(q, i);
     const float s01 = acc[0] + acc[1], s23 = acc[2] + acc[3], s45 = acc[4] + acc[5], s67 = acc[6] + acc[7];
     dgates[a] = (s01 + s23) + (s45 + s67);
   }
 }
 
+template <typename T>
 __global__ void expert_dy_kernel(const float* dout, const int32_t* tokens, const int32_t* choice, const float* gates,
-                                 int64_t total, int rows, int d, float* dy) {
+                                 int64_t total, int rows, int d, T* dy) {
   const int64_t n = total * d;
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t g = i / d, f = i % d;
     const int32_t t = tokens[g];
     if (t >= rows) {
-      dy[i] = 0.0f;
+      store_value(dy, i, 0.0f);
       continue;
     }
     const float gate = choice[g] >= 0 ? gates[choice[g]] : 1.0f;
-    dy[i] = gate * dout[static_cast<int64_t>(t) * d + f];
+    store_value(dy, i, gate * dout[static_cast<int64_t>(t) * d + f]);
   }
 }
 
@@ -254,14 +265,26 @@ MoeDispatch moe_dispatch(const int32_t* chosen, int rows, int n_experts, int n_s
   return plan;
 }
 
-void moe_gather(const float* x, const int32_t* tokens, int64_t total, int rows, int d, float* x_groups,
-                cudaStream_t stream) {
+template <typename T>
+static void launch_gather(const T* x, const int32_t* tokens, int64_t total, int rows, int d, T* x_groups,
+                          cudaStream_t stream) {
   if (total == 0) return;
   gather_kernel<<<blocks_for(total * d), kThreads, 0, stream>>>(x, tokens, total, rows, d, x_groups);
   detail::check_launch();
 }
 
-static void launch_sum_over_experts(const char* op, const float* v, const int32_t* chosen, const int32_t* slot,
+void moe_gather(const float* x, const int32_t* tokens, int64_t total, int rows, int d, float* x_groups,
+                cudaStream_t stream) {
+  launch_gather(x, tokens, total, rows, d, x_groups, stream);
+}
+
+void moe_gather(const bf16_t* x, const int32_t* tokens, int64_t total, int rows, int d, bf16_t* x_groups,
+                cudaStream_t stream) {
+  launch_gather(x, tokens, total, rows, d, x_groups, stream);
+}
+
+template <typename T>
+static void launch_sum_over_experts(const char* op, const T* v, const int32_t* chosen, const int32_t* slot,
                                     const int64_t* offsets, const float* gates, const float* extra, int rows,
                                     int n_experts, int n_shared, int top_k, int d, float* out, cudaStream_t stream) {
   check_router(op, rows, n_experts, top_k);
@@ -277,22 +300,58 @@ void moe_combine(const float* y, const int32_t* chosen, const int32_t* slot, con
                           out, stream);
 }
 
-void moe_dgates(const float* dout, const float* y, const int32_t* chosen, const int32_t* slot,
-                const int64_t* offsets, int rows, int top_k, int d, float* dgates, cudaStream_t stream) {
+void moe_combine(const bf16_t* y, const int32_t* chosen, const int32_t* slot, const int64_t* offsets,
+                 const float* gates, int rows, int n_experts, int n_shared, int top_k, int d, float* out,
+                 cudaStream_t stream) {
+  launch_sum_over_experts("moe_combine", y, chosen, slot, offsets, gates, nullptr, rows, n_experts, n_shared, top_k, d,
+                          out, stream);
+}
+
+template <typename T>
+static void launch_dgates(const float* dout, const T* y, const int32_t* chosen, const int32_t* slot,
+                          const int64_t* offsets, int rows, int top_k, int d, float* dgates, cudaStream_t stream) {
   dgates_kernel<<<blocks_for(static_cast<int64_t>(rows) * top_k), kThreads, 0, stream>>>(dout, y, chosen, slot,
                                                                                           offsets, rows, top_k, d,
                                                                                           dgates);
   detail::check_launch();
 }
 
-void moe_expert_dy(const float* dout, const int32_t* tokens, const int32_t* choice, const float* gates,
-                   int64_t total, int rows, int d, float* dy, cudaStream_t stream) {
+void moe_dgates(const float* dout, const float* y, const int32_t* chosen, const int32_t* slot,
+                const int64_t* offsets, int rows, int top_k, int d, float* dgates, cudaStream_t stream) {
+  launch_dgates(dout, y, chosen, slot, offsets, rows, top_k, d, dgates, stream);
+}
+
+void moe_dgates(const float* dout, const bf16_t* y, const int32_t* chosen, const int32_t* slot,
+                const int64_t* offsets, int rows, int top_k, int d, float* dgates, cudaStream_t stream) {
+  launch_dgates(dout, y, chosen, slot, offsets, rows, top_k, d, dgates, stream);
+}
+
+template <typename T>
+static void launch_expert_dy(const float* dout, const int32_t* tokens, const int32_t* choice, const float* gates,
+                             int64_t total, int rows, int d, T* dy, cudaStream_t stream) {
   if (total == 0) return;
   expert_dy_kernel<<<blocks_for(total * d), kThreads, 0, stream>>>(dout, tokens, choice, gates, total, rows, d, dy);
   detail::check_launch();
 }
 
+void moe_expert_dy(const float* dout, const int32_t* tokens, const int32_t* choice, const float* gates,
+                   int64_t total, int rows, int d, float* dy, cudaStream_t stream) {
+  launch_expert_dy(dout, tokens, choice, gates, total, rows, d, dy, stream);
+}
+
+void moe_expert_dy(const float* dout, const int32_t* tokens, const int32_t* choice, const float* gates,
+                   int64_t total, int rows, int d, bf16_t* dy, cudaStream_t stream) {
+  launch_expert_dy(dout, tokens, choice, gates, total, rows, d, dy, stream);
+}
+
 void moe_sum_dx(const float* dx, const int32_t* chosen, const int32_t* slot, const int64_t* offsets,
+                const float* router_dh, int rows, int n_experts, int n_shared, int top_k, int d, float* dh,
+                cudaStream_t stream) {
+  launch_sum_over_experts("moe_sum_dx", dx, chosen, slot, offsets, nullptr, router_dh, rows, n_experts, n_shared,
+                          top_k, d, dh, stream);
+}
+
+void moe_sum_dx(const bf16_t* dx, const int32_t* chosen, const int32_t* slot, const int64_t* offsets,
                 const float* router_dh, int rows, int n_experts, int n_shared, int top_k, int d, float* dh,
                 cudaStream_t stream) {
   launch_sum_over_experts("moe_sum_dx", dx, chosen, slot, offsets, nullptr, router_dh, rows, n_experts, n_shared,

@@ -25,6 +25,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "kernels/numerics.h"  // bf16_t
+
 namespace fp4::cuda {
 
 // kernels/cpu/router.h's router_forward, one thread per token.
@@ -50,24 +52,40 @@ MoeDispatch moe_dispatch(const int32_t* chosen, int rows, int n_experts, int n_s
 // x_groups[g, :] = x[tokens[g], :] for a token row, 0 for a padding row (g < total).
 void moe_gather(const float* x, const int32_t* tokens, int64_t total, int rows, int d, float* x_groups,
                 cudaStream_t stream);
+void moe_gather(const bf16_t* x, const int32_t* tokens, int64_t total, int rows, int d, bf16_t* x_groups,
+                cudaStream_t stream);
+
+// Each of the next four also takes the grouped buffer (y, dy, dx) in bf16: read widened exactly or
+// written rounded by float_to_bf16, the same bits as the fp32 form with a conversion beside it
+// (tests/gpu/moe_test.cpp), one pass fewer over the grouped rows.
 
 // out[t, :] = Σ over t's experts in ascending index of gate · y (routed; the first term assigned),
 // then + y of each shared expert; y [total, d] grouped. `offsets` on the device (J + 1).
 void moe_combine(const float* y, const int32_t* chosen, const int32_t* slot, const int64_t* offsets,
                  const float* gates, int rows, int n_experts, int n_shared, int top_k, int d, float* out,
                  cudaStream_t stream);
+void moe_combine(const bf16_t* y, const int32_t* chosen, const int32_t* slot, const int64_t* offsets,
+                 const float* gates, int rows, int n_experts, int n_shared, int top_k, int d, float* out,
+                 cudaStream_t stream);
 
 // dgates[t, c] = dout[t, :] · y[row of (t, c), :], ops.h's dot order.
 void moe_dgates(const float* dout, const float* y, const int32_t* chosen, const int32_t* slot,
+                const int64_t* offsets, int rows, int top_k, int d, float* dgates, cudaStream_t stream);
+void moe_dgates(const float* dout, const bf16_t* y, const int32_t* chosen, const int32_t* slot,
                 const int64_t* offsets, int rows, int top_k, int d, float* dgates, cudaStream_t stream);
 
 // dy[g, :] = gate · dout[tokens[g], :] (gate 1 for a shared expert's row), 0 for a padding row.
 void moe_expert_dy(const float* dout, const int32_t* tokens, const int32_t* choice, const float* gates,
                    int64_t total, int rows, int d, float* dy, cudaStream_t stream);
+void moe_expert_dy(const float* dout, const int32_t* tokens, const int32_t* choice, const float* gates,
+                   int64_t total, int rows, int d, bf16_t* dy, cudaStream_t stream);
 
 // dh[t, :] = Σ over t's experts in ascending index of dx (routed, the first assigned; then
 // shared) + router_dh[t, :]; dx [total, d] grouped (its padding rows are never read).
 void moe_sum_dx(const float* dx, const int32_t* chosen, const int32_t* slot, const int64_t* offsets,
+                const float* router_dh, int rows, int n_experts, int n_shared, int top_k, int d, float* dh,
+                cudaStream_t stream);
+void moe_sum_dx(const bf16_t* dx, const int32_t* chosen, const int32_t* slot, const int64_t* offsets,
                 const float* router_dh, int rows, int n_experts, int n_shared, int top_k, int d, float* dh,
                 cudaStream_t stream);
 

@@ -193,6 +193,45 @@ TEST_CASE("cuda MoE router, dispatch, combine and their backward match the CPU r
         }
       require_bits("dx sum", d_dh.download(), dh_ref);
 
+      // The bf16 forms (the model's: its grouped buffers hold bf16) against the fp32 forms on the
+      // same values with the conversion beside them: the same bits.
+      {
+        std::vector<fp4::bf16_t> hb(h.size()), yb(y.size());
+        std::vector<float> hr(h.size()), yr(y.size());
+        for (size_t i = 0; i < h.size(); ++i) hr[i] = fp4::bf16_to_float(hb[i] = fp4::float_to_bf16(h[i]));
+        for (size_t i = 0; i < y.size(); ++i) yr[i] = fp4::bf16_to_float(yb[i] = fp4::float_to_bf16(y[i]));
+        DeviceArray<fp4::bf16_t> d_hb(hb), d_yb(yb), d_xb(total * d), d_dyb(total * d);
+        DeviceArray<float> d_hr(hr), d_yr(yr), d_xr(total * d), d_o32(R * d), d_o16(R * d), d_g32(R * K), d_g16(R * K);
+        auto widen = [](const std::vector<fp4::bf16_t>& v) {
+          std::vector<float> f(v.size());
+          for (size_t i = 0; i < v.size(); ++i) f[i] = fp4::bf16_to_float(v[i]);
+          return f;
+        };
+        cu::moe_gather(d_hb.get(), d_tokens.get(), total, R, d, d_xb.get(), stream);
+        cu::moe_gather(d_hr.get(), d_tokens.get(), total, R, d, d_xr.get(), stream);
+        require_bits("gather, bf16", widen(d_xb.download()), d_xr.download());
+        cu::moe_combine(d_yb.get(), d_chosen.get(), d_slot.get(), d_offsets.get(), d_gates_used.get(), R, E, S, K, d,
+                        d_o16.get(), stream);
+        cu::moe_combine(d_yr.get(), d_chosen.get(), d_slot.get(), d_offsets.get(), d_gates_used.get(), R, E, S, K, d,
+                        d_o32.get(), stream);
+        require_bits("combine, bf16 y", d_o16.download(), d_o32.download());
+        cu::moe_dgates(d_dout.get(), d_yb.get(), d_chosen.get(), d_slot.get(), d_offsets.get(), R, K, d, d_g16.get(),
+                       stream);
+        cu::moe_dgates(d_dout.get(), d_yr.get(), d_chosen.get(), d_slot.get(), d_offsets.get(), R, K, d, d_g32.get(),
+                       stream);
+        require_bits("dgates, bf16 y", d_g16.download(), d_g32.download());
+        cu::moe_expert_dy(d_dout.get(), d_tokens.get(), d_choice.get(), d_gates_used.get(), total, R, d, d_dyb.get(),
+                          stream);
+        std::vector<float> dy_rounded = d_dy.download();
+        for (float& v : dy_rounded) v = fp4::round_to_bf16(v);
+        require_bits("expert dy, bf16", widen(d_dyb.download()), dy_rounded);
+        cu::moe_sum_dx(d_yb.get(), d_chosen.get(), d_slot.get(), d_offsets.get(), d_rdh.get(), R, E, S, K, d,
+                       d_o16.get(), stream);
+        cu::moe_sum_dx(d_yr.get(), d_chosen.get(), d_slot.get(), d_offsets.get(), d_rdh.get(), R, E, S, K, d,
+                       d_o32.get(), stream);
+        require_bits("dx sum, bf16 dx", d_o16.download(), d_o32.download());
+      }
+
       // Router backward, from the same forward values (the GPU's scores, gates and lse).
       const std::vector<float> scores = d_scores.download(), lse = d_lse.download();
       const cpu::RouterLosses losses = cpu::router_losses(scores.data(), c_cpu.data(), lse.data(), R, E, K, sigmoid);
