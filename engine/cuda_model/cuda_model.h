@@ -317,6 +317,10 @@ class CudaModel {
     DeviceArray<bf16_t> x, u, a, y;                    // [groups, d], [groups, 2·f_e], [groups, f_e], [groups, d]
     cuda::MoeDispatch plan;
     model::MoeLayerStats stats;
+    // The router's scores, choices and lse copied to the host for the auxiliary losses: copied
+    // before the dispatch's wait, read after the block's expert work is enqueued.
+    cuda::PinnedArray<float> host_scores, host_lse;
+    cuda::PinnedArray<int32_t> host_chosen;
   };
   std::vector<std::unique_ptr<MoeActs>> moe_acts_;  // per block (null for a dense block)
   // Shared scratch of the MoE blocks: h in fp32 [R, d] (the router's input), two fp32 [R, d] (the

@@ -277,25 +277,21 @@ void CudaModel::moe_forward(const model::StepContext& ctx, int block, const bf16
   cuda::moe_router_forward(A.logits.get(), R, E, K, sigmoid, m.renormalize, A.scores.get(), A.chosen.get(),
                            A.gates.get(), A.lse.get(), st);
 
-  // Dispatch (the groups in ascending token index; the host learns their sizes: one wait).
+  // The router's outputs for the auxiliary losses, copied to pinned host memory (no wait here).
+  const size_t re = static_cast<size_t>(R) * E, rk = static_cast<size_t>(R) * K;
+  A.host_scores.reserve(re);
+  A.host_chosen.reserve(rk);
+  A.host_lse.reserve(static_cast<size_t>(R));
+  FP4_CUDA_CHECK(cudaMemcpyAsync(A.host_scores.get(), A.scores.get(), re * sizeof(float), cudaMemcpyDeviceToHost, st));
+  FP4_CUDA_CHECK(
+      cudaMemcpyAsync(A.host_chosen.get(), A.chosen.get(), rk * sizeof(int32_t), cudaMemcpyDeviceToHost, st));
+  FP4_CUDA_CHECK(cudaMemcpyAsync(A.host_lse.get(), A.lse.get(), R * sizeof(float), cudaMemcpyDeviceToHost, st));
+
+  // Dispatch (the groups in ascending token index; the host learns their sizes: one wait, after
+  // which the copies above have landed too).
   const int pad = host_.wgrad_row_multiple(block);
   A.plan = cuda::moe_dispatch(A.chosen.get(), R, E, S, K, pad, A.slot.get(), A.tokens.get(), A.choice.get(),
                               A.plan_dev.get(), st);
-  // The auxiliary losses and the expert load, on the host from the router's outputs, by the CPU
-  // reference's own function (the same sums in the same order).
-  {
-    std::vector<float> scores(static_cast<size_t>(R) * E), lse(R);
-    std::vector<int32_t> chosen(static_cast<size_t>(R) * K);
-    FP4_CUDA_CHECK(cudaMemcpyAsync(scores.data(), A.scores.get(), scores.size() * sizeof(float),
-                                   cudaMemcpyDeviceToHost, st));
-    FP4_CUDA_CHECK(cudaMemcpyAsync(chosen.data(), A.chosen.get(), chosen.size() * sizeof(int32_t),
-                                   cudaMemcpyDeviceToHost, st));
-    FP4_CUDA_CHECK(cudaMemcpyAsync(lse.data(), A.lse.get(), lse.size() * sizeof(float), cudaMemcpyDeviceToHost, st));
-    FP4_CUDA_CHECK(cudaStreamSynchronize(st));
-    cpu::RouterLosses losses = cpu::router_losses(scores.data(), chosen.data(), lse.data(), R, E, K, sigmoid);
-    A.stats = model::MoeLayerStats{block, std::move(losses.counts), losses.balance, losses.z};
-    pass_moe_.push_back(A.stats);
-  }
   const int64_t total = A.plan.offsets[J];
   if (total > moe_capacity_)
     throw std::logic_error("cuda model: " + std::to_string(total) + " grouped rows exceed the MoE buffers' " +
@@ -320,6 +316,13 @@ void CudaModel::moe_forward(const model::StepContext& ctx, int block, const bf16
   cuda::moe_combine(A.y.get(), A.chosen.get(), A.slot.get(), A.plan_dev.get() + J, A.gates.get(), R, E, S, K, d,
                     moe_out_.get(), st);
   cuda::float_to_bf16(moe_out_.get(), tmpb_.get(), rd, st);
+
+  // The auxiliary losses and the expert load, on the host from the router's outputs, by the CPU
+  // reference's own function (the same sums in the same order), while the GPU runs the experts.
+  cpu::RouterLosses losses =
+      cpu::router_losses(A.host_scores.get(), A.host_chosen.get(), A.host_lse.get(), R, E, K, sigmoid);
+  A.stats = model::MoeLayerStats{block, std::move(losses.counts), losses.balance, losses.z};
+  pass_moe_.push_back(A.stats);
 }
 
 void CudaModel::moe_backward(const model::StepContext& ctx, int block, const bf16_t* h, float grad_scale) {
