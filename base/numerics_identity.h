@@ -17,7 +17,7 @@ namespace fp4 {
 // 1: every commit before 5ac9441 (the first study's binaries 7d41e4f, 8de04ec, 8ddfdcd among them).
 // 2: 5ac9441, the block linears' weight gradients as a deterministic split-K (the order of their
 //    fp32 sums; bench/RESULTS.md names it), up to the commit before 3.
-// 3: the CUDA MoE blocks' expert GEMMs as one grouped cuBLAS call per linear (another kernel, so
+// 3: the CUDA MoE blocks' expert forward and dgrad GEMMs as grouped cuBLAS calls (another kernel, so
 //    another order of their fp32 sums; dense models and the CPU engine keep identity 2's bits).
 inline constexpr int kNumericsIdentity = 3;
 

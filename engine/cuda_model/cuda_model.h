@@ -356,8 +356,9 @@ class CudaModel {
   // grouped Y [total, n] = X · Wᵀ per group; and its backward, dX over each group's rows and
   // dW += dYᵀ · X over its padded rows (zero padding). Each group's copies are quantized over the
   // group's rows into its own rows of moe_q_* (SR draws keyed by its tokens), the weights' copies
-  // are weight_copy's, kept through the optimizer step. The products run as one grouped call
-  // (cuda::GroupedGemm) where experts_grouped says so, else one cuBLASLt call per group.
+  // are weight_copy's, kept through the optimizer step. The forward and dgrad products run as one
+  // grouped call (cuda::GroupedGemm) where experts_grouped says so, else one cuBLASLt call per
+  // group; the weight gradients (fp32, accumulated) run per group.
   void experts_forward(const model::StepContext& ctx, int block, int pos, const bf16_t* x, bf16_t* y);
   void experts_backward(const model::StepContext& ctx, int block, int pos, const bf16_t* x, const bf16_t* dy,
                         bf16_t* dx);
@@ -372,7 +373,7 @@ class CudaModel {
   std::optional<QuantSpec> one_copy_for_all_groups(const model::StepContext& ctx, int block, int pos,
                                                    engine::Slot slot);
   std::unique_ptr<cuda::GroupedGemm> grouped_gemm_;
-  std::vector<cuda::GroupedProduct> products_, wgrad_products_;  // a grouped call's, reused
+  std::vector<cuda::GroupedProduct> products_;  // a grouped call's, reused
 
   // Per-pass state.
   int batch_ = 0, seq_ = 0, rows_ = 0;

@@ -161,7 +161,7 @@ void CudaModel::experts_forward(const model::StepContext& ctx, int block, int po
     else
       quantized_gemm(false, true, g.rows, n, k, alpha, xa, wb, LinearOut{nullptr, out});
   }
-  if (grouped) grouped_gemm_->run(false, true, products_, 1.0f, 0.0f, true, stream_);
+  if (grouped) grouped_gemm_->run(false, true, products_, stream_);
 }
 
 void CudaModel::experts_backward(const model::StepContext& ctx, int block, int pos, const bf16_t* x,
@@ -172,7 +172,6 @@ void CudaModel::experts_backward(const model::StepContext& ctx, int block, int p
   const bool quantized = engine::site_is_quantized(site(ctx, block, pos));
   const int k_all = static_cast<int>(views()[pos == 2 ? bi.expert_in[0] : bi.expert_out[0]].shape[1]);
   products_.clear();
-  wgrad_products_.clear();
   float* ts = moe_ts_.get();
   // wgrad's X copies of all groups in one call where that gives each group its own call's bits
   // (one_copy_for_all_groups): the groups are padded to whole blocks along the tokens, so no block
@@ -218,20 +217,16 @@ void CudaModel::experts_backward(const model::StepContext& ctx, int block, int p
     }
     bf16_t* dxa = dx + g.first * k;
     float* dw = grad(view);
-    if (grouped) {
-      products_.push_back({dy_d, wb, dxa, g.rows, k, n});          // dX = dY · W
-      wgrad_products_.push_back({dy_w, x_w, dw, n, k, g.padded});  // dW += dYᵀ · X
-    } else {
+    if (grouped)
+      products_.push_back({dy_d, wb, dxa, g.rows, k, n});  // dX = dY · W
+    else
       quantized_gemm(false, false, g.rows, k, n, alpha_d, dy_d, wb, LinearOut{nullptr, dxa});
-      // Over the padded group: one GEMM (no split-K), beta = 1 from device memory where alpha is a
-      // device value (linear_backward says why that is deterministic).
-      weight_gradient_one_gemm(n, k, g.padded, alpha_w, dy_w, x_w, dw);
-    }
+    // dW += alpha·(dYᵀ·X) over the padded group, per group (fp32, accumulated: not the grouped
+    // call's form): one GEMM (no split-K), beta = 1 from device memory where alpha is a device value
+    // (linear_backward says why that is deterministic).
+    weight_gradient_one_gemm(n, k, g.padded, alpha_w, dy_w, x_w, dw);
   }
-  if (grouped) {
-    grouped_gemm_->run(false, false, products_, 1.0f, 0.0f, true, stream_);
-    grouped_gemm_->run(true, false, wgrad_products_, 1.0f, 1.0f, false, stream_);
-  }
+  if (grouped) grouped_gemm_->run(false, false, products_, stream_);
 }
 
 // ---- The block ---------------------------------------------------------------------------------

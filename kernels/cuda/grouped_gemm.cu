@@ -48,8 +48,7 @@ GroupedGemm::~GroupedGemm() {
   if (impl_ && impl_->handle) cublasDestroy(impl_->handle);  // a destructor must not throw
 }
 
-void GroupedGemm::run(bool trans_a, bool trans_b, const std::vector<GroupedProduct>& products, float alpha, float beta,
-                      bool out_bf16, cudaStream_t stream) {
+void GroupedGemm::run(bool trans_a, bool trans_b, const std::vector<GroupedProduct>& products, cudaStream_t stream) {
   Impl& s = *impl_;
   s.host_pointers.clear();
   s.op_first.clear();
@@ -67,8 +66,7 @@ void GroupedGemm::run(bool trans_a, bool trans_b, const std::vector<GroupedProdu
       throw std::invalid_argument("grouped gemm: product " + std::to_string(i) + " has a negative size");
     if (p.m == 0 || p.n == 0) continue;  // no output
     if (p.k == 0)
-      throw std::invalid_argument("grouped gemm: product " + std::to_string(i) +
-                                  " has k = 0 (C would only be scaled by beta: leave it out)");
+      throw std::invalid_argument("grouped gemm: product " + std::to_string(i) + " has k = 0 (leave it out)");
     // Our B is stored [n, k] with trans_b, else [k, n]; our A [k, m] with trans_a, else [m, k].
     const int64_t ldb = p.ldb != 0 ? p.ldb : (trans_b ? p.k : p.n);
     const int64_t lda = p.lda != 0 ? p.lda : (trans_a ? p.m : p.k);
@@ -92,8 +90,8 @@ void GroupedGemm::run(bool trans_a, bool trans_b, const std::vector<GroupedProdu
   const int groups = static_cast<int>(s.m.size());
   if (groups == 0) return;
   s.group_size.assign(groups, 1);
-  s.alpha.assign(groups, alpha);
-  s.beta.assign(groups, beta);
+  s.alpha.assign(groups, 1.0f);
+  s.beta.assign(groups, 0.0f);
   s.host_pointers.insert(s.host_pointers.end(), firsts.begin(), firsts.end());
   s.host_pointers.insert(s.host_pointers.end(), seconds.begin(), seconds.end());
   s.host_pointers.insert(s.host_pointers.end(), outs.begin(), outs.end());
@@ -108,8 +106,8 @@ void GroupedGemm::run(bool trans_a, bool trans_b, const std::vector<GroupedProdu
   FP4_CUBLAS_CHECK(cublasSetStream(s.handle, stream));
   FP4_CUBLAS_CHECK(cublasGemmGroupedBatchedEx(s.handle, s.op_first.data(), s.op_second.data(), s.m.data(), s.n.data(),
                                               s.k.data(), s.alpha.data(), first, CUDA_R_16BF, s.ld_first.data(), second,
-                                              CUDA_R_16BF, s.ld_second.data(), s.beta.data(), out,
-                                              out_bf16 ? CUDA_R_16BF : CUDA_R_32F, s.ld_out.data(), groups,
+                                              CUDA_R_16BF, s.ld_second.data(), s.beta.data(), out, CUDA_R_16BF,
+                                              s.ld_out.data(), groups,
                                               s.group_size.data(), CUBLAS_COMPUTE_32F));
 }
 

@@ -2,11 +2,13 @@
 // (cuBLAS's cublasGemmGroupedBatchedEx): the MoE blocks' expert GEMMs, one product per expert group,
 // instead of one cuBLASLt call per expert (engine/cuda_model/cuda_model_moe.cpp).
 //
-// Convention: gemm.cuh's, row-major throughout: C_i [m_i, n_i] = alpha · op(A_i) · op(B_i) + beta · C_i
-// with op(A_i) m_i × k_i and op(B_i) k_i × n_i; with trans_a, A_i is stored [k_i, m_i]; with trans_b,
-// B_i is stored [n_i, k_i]. Leading dimensions are row strides of the matrices as stored (0: dense).
-// All products of one call share the transposes, alpha, beta and the output type; bf16 operands,
-// fp32 accumulation (CUBLAS_COMPUTE_32F), fp32 or bf16 output.
+// Convention: gemm.cuh's, row-major throughout: C_i [m_i, n_i] = op(A_i) · op(B_i) with op(A_i)
+// m_i × k_i and op(B_i) k_i × n_i; with trans_a, A_i is stored [k_i, m_i]; with trans_b, B_i is
+// stored [n_i, k_i]. Leading dimensions are row strides of the matrices as stored (0: dense). All
+// products of one call share the transposes; bf16 operands, fp32 accumulation
+// (CUBLAS_COMPUTE_32F), the fp32 result rounded to a bf16 output. Only that form: the grouped call
+// is not documented for a bf16 product into fp32 C, so the experts' weight gradients (fp32,
+// accumulated) stay with gemm.cuh, one call per group.
 //
 // Determinism: cuBLAS gives the same bits for the same call (sizes, pointers' alignments, GPU
 // model) every time; its atomics mode stays CUBLAS_ATOMICS_NOT_ALLOWED. The bits are not those of
@@ -30,7 +32,7 @@ namespace fp4::cuda {
 struct GroupedProduct {
   const bf16_t* a = nullptr;
   const bf16_t* b = nullptr;
-  void* c = nullptr;  // fp32 or bf16, as the call says
+  bf16_t* c = nullptr;
   int m = 0, n = 0, k = 0;
   int64_t lda = 0, ldb = 0, ldc = 0;
 };
@@ -43,13 +45,12 @@ class GroupedGemm {
   GroupedGemm(const GroupedGemm&) = delete;
   GroupedGemm& operator=(const GroupedGemm&) = delete;
 
-  // Every product's C = alpha · op(A) · op(B) + beta · C, asynchronous on `stream`, one library
-  // call. With beta == 0, C is not read. Products with m, n or k of 0 are left out (k = 0 with
-  // beta != 0 would still scale C: refused). Calls on one GroupedGemm must be ordered on one stream
-  // (they share the device array of operand pointers) and come from one host thread at a time.
-  // Throws std::invalid_argument (one line) for a bad product, std::runtime_error when cuBLAS fails.
-  void run(bool trans_a, bool trans_b, const std::vector<GroupedProduct>& products, float alpha, float beta,
-           bool out_bf16, cudaStream_t stream);
+  // Every product's C = op(A) · op(B), asynchronous on `stream`, one library call; C is not read.
+  // Products with m or n of 0 are left out; k = 0 is refused (leave such a product out). Calls on
+  // one GroupedGemm must be ordered on one stream (they share the device array of operand
+  // pointers) and come from one host thread at a time. Throws std::invalid_argument (one line) for
+  // a bad product, std::runtime_error when cuBLAS fails.
+  void run(bool trans_a, bool trans_b, const std::vector<GroupedProduct>& products, cudaStream_t stream);
 
  private:
   struct Impl;
