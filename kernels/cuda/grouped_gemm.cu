@@ -7,10 +7,11 @@
 
 #include <cublas_v2.h>
 
+#include <algorithm>
 #include <stdexcept>
 #include <string>
 
-#include "kernels/cuda/cuda_common.cuh"  // FP4_CUDA_CHECK, DeviceArray
+#include "kernels/cuda/cuda_common.cuh"  // FP4_CUDA_CHECK, DeviceArray, PinnedArray
 
 namespace fp4::cuda {
 
@@ -25,9 +26,21 @@ void check_cublas(cublasStatus_t status, const char* what, int line) {
 
 }  // namespace
 
+// The operand pointers travel to the device through pinned staging slots: a copy from pageable
+// memory would wait for the stream to reach it (cuda_common.cuh's PinnedArray), stalling the host
+// at every call. A slot is written again only after its previous copy ran (its event), and the
+// host runs at most a few calls ahead of the GPU (the MoE dispatch waits once per block), so the
+// wait is in practice never a wait.
+constexpr int kStagingSlots = 8;
+
 struct GroupedGemm::Impl {
   cublasHandle_t handle = nullptr;
   DeviceArray<void*> pointers;  // [A' | B' | C] of the last call: cuBLAS's operand order
+  PinnedArray<void*> staging;   // kStagingSlots slots of slot_size pointers
+  size_t slot_size = 0;
+  int next_slot = 0;
+  cudaEvent_t copied[kStagingSlots] = {};
+  bool recorded[kStagingSlots] = {};
   // The call's per-group arrays, kept between calls to spare the allocations.
   std::vector<void*> host_pointers;
   std::vector<cublasOperation_t> op_first, op_second;
@@ -37,6 +50,7 @@ struct GroupedGemm::Impl {
 
 GroupedGemm::GroupedGemm() : impl_(std::make_unique<Impl>()) {
   FP4_CUBLAS_CHECK(cublasCreate(&impl_->handle));
+  for (cudaEvent_t& e : impl_->copied) FP4_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
   // Host scalars, no atomics (cuBLAS's default, stated: the bits must not depend on timing), and
   // no reduced-precision math: CUBLAS_DEFAULT_MATH with CUBLAS_COMPUTE_32F.
   FP4_CUBLAS_CHECK(cublasSetPointerMode(impl_->handle, CUBLAS_POINTER_MODE_HOST));
@@ -44,8 +58,11 @@ GroupedGemm::GroupedGemm() : impl_(std::make_unique<Impl>()) {
   FP4_CUBLAS_CHECK(cublasSetMathMode(impl_->handle, CUBLAS_DEFAULT_MATH));
 }
 
-GroupedGemm::~GroupedGemm() {
-  if (impl_ && impl_->handle) cublasDestroy(impl_->handle);  // a destructor must not throw
+GroupedGemm::~GroupedGemm() {  // a destructor must not throw: nothing to do on failure
+  if (!impl_) return;
+  for (cudaEvent_t e : impl_->copied)
+    if (e != nullptr) cudaEventDestroy(e);
+  if (impl_->handle) cublasDestroy(impl_->handle);
 }
 
 void GroupedGemm::run(bool trans_a, bool trans_b, const std::vector<GroupedProduct>& products, cudaStream_t stream) {
@@ -95,11 +112,23 @@ void GroupedGemm::run(bool trans_a, bool trans_b, const std::vector<GroupedProdu
   s.host_pointers.insert(s.host_pointers.end(), firsts.begin(), firsts.end());
   s.host_pointers.insert(s.host_pointers.end(), seconds.begin(), seconds.end());
   s.host_pointers.insert(s.host_pointers.end(), outs.begin(), outs.end());
-  if (s.pointers.size() < s.host_pointers.size()) s.pointers.reserve(s.host_pointers.size());
-  // From pageable memory: the runtime stages the bytes before returning, so the host vector may
-  // change at once; the copy runs in stream order, after the previous call's GEMMs read the array.
-  FP4_CUDA_CHECK(cudaMemcpyAsync(s.pointers.get(), s.host_pointers.data(), s.host_pointers.size() * sizeof(void*),
-                                 cudaMemcpyHostToDevice, stream));
+  const size_t count = s.host_pointers.size();
+  if (s.pointers.size() < count) s.pointers.reserve(count);
+  if (s.slot_size < count) {  // grow every slot: first wait for the copies that read them
+    for (int i = 0; i < kStagingSlots; ++i)
+      if (s.recorded[i]) FP4_CUDA_CHECK(cudaEventSynchronize(s.copied[i]));
+    s.staging.reserve(count * kStagingSlots);
+    s.slot_size = count;
+  }
+  const int slot = s.next_slot;
+  s.next_slot = (slot + 1) % kStagingSlots;
+  if (s.recorded[slot]) FP4_CUDA_CHECK(cudaEventSynchronize(s.copied[slot]));
+  void** staged = s.staging.get() + static_cast<size_t>(slot) * s.slot_size;
+  std::copy(s.host_pointers.begin(), s.host_pointers.end(), staged);
+  // In stream order: after the previous call's GEMMs have read the device array.
+  FP4_CUDA_CHECK(cudaMemcpyAsync(s.pointers.get(), staged, count * sizeof(void*), cudaMemcpyHostToDevice, stream));
+  FP4_CUDA_CHECK(cudaEventRecord(s.copied[slot], stream));
+  s.recorded[slot] = true;
   void** first = s.pointers.get();
   void** second = first + groups;
   void** out = second + groups;
