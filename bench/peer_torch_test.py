@@ -89,17 +89,24 @@ def test_against_reference(binary):
                            f"nmse {nmse} vs {r['nmse']}")
 
 
-def test_harness():
+def run_harness(model, recipes, label):
+    """The peer on the CPU (eager), one step of a tiny shape: its JSON rows, or None when it failed."""
     with tempfile.TemporaryDirectory() as d:
         out = os.path.join(d, "rows.jsonl")
         cmd = [sys.executable, os.path.join(HERE, "peer_torch.py"), "--device", "cpu", "--no-compile",
-               "--model", "d1", "--recipe", "bf16,e2m1,ufp4,nvfp4,mxfp4", "--seq-len", "64",
+               "--model", model, "--recipe", ",".join(recipes), "--seq-len", "64",
                "--micro-batch", "2", "--batch-tokens", "256", "--steps", "1", "--warmup", "1", "--json", out]
         run = subprocess.run(cmd, capture_output=True, text=True)
-        report(run.returncode == 0, f"harness: {run.stderr[-2000:]}")
+        report(run.returncode == 0, f"{label}: {run.stderr[-2000:]}")
         if run.returncode:
-            return
-        rows = [json.loads(line) for line in open(out)]
+            return None
+        return [json.loads(line) for line in open(out)]
+
+
+def test_harness():
+    rows = run_harness("d1", ["bf16", "e2m1", "ufp4", "nvfp4", "mxfp4"], "harness")
+    if rows is None:
+        return
     report([r["recipe"] for r in rows] == ["bf16", "e2m1", "ufp4", "nvfp4", "mxfp4"], "harness: one row per recipe")
     need = {"model", "recipe", "n_params", "n_params_nonembedding", "flops_per_token", "tokens_per_s",
             "step_ms", "peak_mem_bytes", "bf16_gemm_tflops", "mfu"}
@@ -119,16 +126,9 @@ def test_harness_moe():
     # every expert 4d^2 + 2d + E d + 4 * 3 d f_e + d = 90560 non-embedding, 123328 with V = 256;
     # active (2 experts) 53696 and 86464; FLOPs/token 6 * 53696 + 6 * 64 * 64 at T = 64.
     recipes = ["bf16", "ufp4", "nvfp4", "mxfp4"]
-    with tempfile.TemporaryDirectory() as d:
-        out = os.path.join(d, "rows.jsonl")
-        cmd = [sys.executable, os.path.join(HERE, "peer_torch.py"), "--device", "cpu", "--no-compile",
-               "--model", "d1-e4k2", "--recipe", ",".join(recipes), "--seq-len", "64",
-               "--micro-batch", "2", "--batch-tokens", "256", "--steps", "1", "--warmup", "1", "--json", out]
-        run = subprocess.run(cmd, capture_output=True, text=True)
-        report(run.returncode == 0, f"MoE harness: {run.stderr[-2000:]}")
-        if run.returncode:
-            return
-        rows = [json.loads(line) for line in open(out)]
+    rows = run_harness("d1-e4k2", recipes, "MoE harness")
+    if rows is None:
+        return
     report([r["recipe"] for r in rows] == recipes, "MoE harness: one row per recipe")
     for r in rows:
         want = {"model": "d1-e4k2", "n_experts": 4, "top_k": 2, "d_ff_expert": 96, "n_params": 123328,
