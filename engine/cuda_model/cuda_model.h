@@ -372,6 +372,10 @@ class CudaModel {
   // expert once the SR keys are set aside (RHT signs drawn per site differ). Fewer launches.
   std::optional<QuantSpec> one_copy_for_all_groups(const model::StepContext& ctx, int block, int pos,
                                                    engine::Slot slot);
+  // X [all groups' rows, k] of the linear quantized for `slot` into dest in that one call, when
+  // one_copy_for_all_groups gives a spec; false (nothing done) otherwise.
+  bool quantize_all_groups(const model::StepContext& ctx, int block, int pos, engine::Slot slot, const bf16_t* x,
+                           bf16_t* dest, float* tensor_scale);
   std::unique_ptr<cuda::GroupedGemm> grouped_gemm_;
   std::vector<cuda::GroupedProduct> products_;  // a grouped call's, reused
 

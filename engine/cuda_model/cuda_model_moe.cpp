@@ -118,23 +118,29 @@ std::optional<QuantSpec> CudaModel::one_copy_for_all_groups(const model::StepCon
   return all;
 }
 
+bool CudaModel::quantize_all_groups(const model::StepContext& ctx, int block, int pos, engine::Slot slot,
+                                    const bf16_t* x, bf16_t* dest, float* tensor_scale) {
+  const std::optional<QuantSpec> spec = one_copy_for_all_groups(ctx, block, pos, slot);
+  if (!spec) return false;
+  const model::MoeShape& m = config().moe;
+  const BlockIndex& bi = block_index_[block];
+  const int k = static_cast<int>(views()[pos == 2 ? bi.expert_in[0] : bi.expert_out[0]].shape[1]);
+  const cuda::CopyOut out = copy_out(*spec, dest, tensor_scale);
+  quantize_copies(x, static_cast<int>(moe_acts_[block]->plan.offsets[m.n_experts + m.n_shared]), k, &out, nullptr,
+                  nonfinite_.get(), ws_quant_, stream_);
+  return true;
+}
+
 void CudaModel::experts_forward(const model::StepContext& ctx, int block, int pos, const bf16_t* x, bf16_t* y) {
   const model::MoeShape& m = config().moe;
   const BlockIndex& bi = block_index_[block];
   const bool grouped = experts_grouped(ctx, block, pos);
   const bool quantized = engine::site_is_quantized(site(ctx, block, pos));
-  const int k_all = static_cast<int>(views()[pos == 2 ? bi.expert_in[0] : bi.expert_out[0]].shape[1]);
   products_.clear();
   float* ts = moe_ts_.get();
-  // X's copies of all groups in one quantizer call where each group's rows get the bits of their
-  // own call (one_copy_for_all_groups); the padding rows between groups are zero and stay zero.
-  const std::optional<QuantSpec> all_x =
-      quantized ? one_copy_for_all_groups(ctx, block, pos, engine::Slot::fprop_x) : std::nullopt;
-  if (all_x) {
-    const cuda::CopyOut cx = copy_out(*all_x, moe_q_a_.get(), ts + 0);
-    quantize_copies(x, static_cast<int>(moe_acts_[block]->plan.offsets[m.n_experts + m.n_shared]), k_all, &cx,
-                    nullptr, nonfinite_.get(), ws_quant_, stream_);
-  }
+  // X's copies of all groups at once where that keeps each group's bits; the padding rows between
+  // groups are zero and stay zero.
+  const bool all_x = quantized && quantize_all_groups(ctx, block, pos, engine::Slot::fprop_x, x, moe_q_a_.get(), ts);
   for (int j = 0; j < m.n_experts + m.n_shared; ++j) {
     const ExpertGroup g = expert_group(ctx, block, j);
     if (g.rows == 0) continue;  // no token chose it: nothing runs, no gradient
@@ -170,19 +176,12 @@ void CudaModel::experts_backward(const model::StepContext& ctx, int block, int p
   const BlockIndex& bi = block_index_[block];
   const bool grouped = experts_grouped(ctx, block, pos);
   const bool quantized = engine::site_is_quantized(site(ctx, block, pos));
-  const int k_all = static_cast<int>(views()[pos == 2 ? bi.expert_in[0] : bi.expert_out[0]].shape[1]);
   products_.clear();
   float* ts = moe_ts_.get();
-  // wgrad's X copies of all groups in one call where that gives each group its own call's bits
-  // (one_copy_for_all_groups): the groups are padded to whole blocks along the tokens, so no block
-  // straddles two groups.
-  const std::optional<QuantSpec> all_x =
-      quantized ? one_copy_for_all_groups(ctx, block, pos, engine::Slot::wgrad_x) : std::nullopt;
-  if (all_x) {
-    const cuda::CopyOut cx = copy_out(*all_x, moe_q_d_.get(), ts + 3);
-    quantize_copies(x, static_cast<int>(moe_acts_[block]->plan.offsets[m.n_experts + m.n_shared]), k_all, &cx,
-                    nullptr, nonfinite_.get(), ws_quant_, stream_);
-  }
+  // wgrad's X copies of all groups at once where that keeps each group's bits: the groups are
+  // padded to whole blocks along the tokens, so no block straddles two groups.
+  const bool all_x =
+      quantized && quantize_all_groups(ctx, block, pos, engine::Slot::wgrad_x, x, moe_q_d_.get(), ts + 3);
   for (int j = 0; j < m.n_experts + m.n_shared; ++j) {
     const ExpertGroup g = expert_group(ctx, block, j);
     if (g.rows == 0) continue;

@@ -41,8 +41,9 @@ struct GroupedGemm::Impl {
   int next_slot = 0;
   cudaEvent_t copied[kStagingSlots] = {};
   bool recorded[kStagingSlots] = {};
-  // The call's per-group arrays, kept between calls to spare the allocations.
-  std::vector<void*> host_pointers;
+  // The call's per-group arrays, kept between calls to spare the allocations; cuBLAS reads the
+  // operands behind the first two pointer arrays only.
+  std::vector<void*> firsts, seconds, outs;
   std::vector<cublasOperation_t> op_first, op_second;
   std::vector<int> m, n, k, ld_first, ld_second, ld_out, group_size;
   std::vector<float> alpha, beta;
@@ -67,7 +68,9 @@ GroupedGemm::~GroupedGemm() {  // a destructor must not throw: nothing to do on 
 
 void GroupedGemm::run(bool trans_a, bool trans_b, const std::vector<GroupedProduct>& products, cudaStream_t stream) {
   Impl& s = *impl_;
-  s.host_pointers.clear();
+  s.firsts.clear();
+  s.seconds.clear();
+  s.outs.clear();
   s.op_first.clear();
   s.op_second.clear();
   s.m.clear();
@@ -76,7 +79,6 @@ void GroupedGemm::run(bool trans_a, bool trans_b, const std::vector<GroupedProdu
   s.ld_first.clear();
   s.ld_second.clear();
   s.ld_out.clear();
-  std::vector<void*> firsts, seconds, outs;  // cuBLAS reads the first two only
   for (size_t i = 0; i < products.size(); ++i) {
     const GroupedProduct& p = products[i];
     if (p.m < 0 || p.n < 0 || p.k < 0)
@@ -100,19 +102,16 @@ void GroupedGemm::run(bool trans_a, bool trans_b, const std::vector<GroupedProdu
     s.ld_first.push_back(static_cast<int>(ldb));
     s.ld_second.push_back(static_cast<int>(lda));
     s.ld_out.push_back(static_cast<int>(ldc));
-    firsts.push_back(const_cast<bf16_t*>(p.b));
-    seconds.push_back(const_cast<bf16_t*>(p.a));
-    outs.push_back(p.c);
+    s.firsts.push_back(const_cast<bf16_t*>(p.b));
+    s.seconds.push_back(const_cast<bf16_t*>(p.a));
+    s.outs.push_back(p.c);
   }
   const int groups = static_cast<int>(s.m.size());
   if (groups == 0) return;
   s.group_size.assign(groups, 1);
   s.alpha.assign(groups, 1.0f);
   s.beta.assign(groups, 0.0f);
-  s.host_pointers.insert(s.host_pointers.end(), firsts.begin(), firsts.end());
-  s.host_pointers.insert(s.host_pointers.end(), seconds.begin(), seconds.end());
-  s.host_pointers.insert(s.host_pointers.end(), outs.begin(), outs.end());
-  const size_t count = s.host_pointers.size();
+  const size_t count = 3 * static_cast<size_t>(groups);
   if (s.pointers.size() < count) s.pointers.reserve(count);
   if (s.slot_size < count) {  // grow every slot: first wait for the copies that read them
     for (int i = 0; i < kStagingSlots; ++i)
@@ -124,7 +123,9 @@ void GroupedGemm::run(bool trans_a, bool trans_b, const std::vector<GroupedProdu
   s.next_slot = (slot + 1) % kStagingSlots;
   if (s.recorded[slot]) FP4_CUDA_CHECK(cudaEventSynchronize(s.copied[slot]));
   void** staged = s.staging.get() + static_cast<size_t>(slot) * s.slot_size;
-  std::copy(s.host_pointers.begin(), s.host_pointers.end(), staged);
+  std::copy(s.firsts.begin(), s.firsts.end(), staged);
+  std::copy(s.seconds.begin(), s.seconds.end(), staged + groups);
+  std::copy(s.outs.begin(), s.outs.end(), staged + 2 * groups);
   // In stream order: after the previous call's GEMMs have read the device array.
   FP4_CUDA_CHECK(cudaMemcpyAsync(s.pointers.get(), staged, count * sizeof(void*), cudaMemcpyHostToDevice, stream));
   FP4_CUDA_CHECK(cudaEventRecord(s.copied[slot], stream));
