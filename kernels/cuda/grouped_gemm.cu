@@ -53,10 +53,14 @@ GroupedGemm::GroupedGemm() : impl_(std::make_unique<Impl>()) {
   FP4_CUBLAS_CHECK(cublasCreate(&impl_->handle));
   for (cudaEvent_t& e : impl_->copied) FP4_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
   // Host scalars, no atomics (cuBLAS's default, stated: the bits must not depend on timing), and
-  // no reduced-precision math: CUBLAS_DEFAULT_MATH with CUBLAS_COMPUTE_32F.
+  // no reduced-precision math: CUBLAS_DEFAULT_MATH with CUBLAS_COMPUTE_32F, plus
+  // CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION: without that flag cuBLAS may reduce a split
+  // product's partial sums in the output type (bf16 here), rounding more than once, where the
+  // header promises fp32 accumulation rounded once to bf16.
   FP4_CUBLAS_CHECK(cublasSetPointerMode(impl_->handle, CUBLAS_POINTER_MODE_HOST));
   FP4_CUBLAS_CHECK(cublasSetAtomicsMode(impl_->handle, CUBLAS_ATOMICS_NOT_ALLOWED));
-  FP4_CUBLAS_CHECK(cublasSetMathMode(impl_->handle, CUBLAS_DEFAULT_MATH));
+  const int math = CUBLAS_DEFAULT_MATH | CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION;
+  FP4_CUBLAS_CHECK(cublasSetMathMode(impl_->handle, static_cast<cublasMath_t>(math)));
 }
 
 GroupedGemm::~GroupedGemm() {  // a destructor must not throw: nothing to do on failure
