@@ -28,9 +28,11 @@ void check_cublas(cublasStatus_t status, const char* what, int line) {
 
 // The operand pointers travel to the device through pinned staging slots: a copy from pageable
 // memory would wait for the stream to reach it (cuda_common.cuh's PinnedArray), stalling the host
-// at every call. A slot is written again only after its previous copy ran (its event), and the
-// host runs at most a few calls ahead of the GPU (the MoE dispatch waits once per block), so the
-// wait is in practice never a wait.
+// at every call. A slot is written again only after its previous copy ran (its event). The
+// forward waits for the GPU once per MoE block (the dispatch), so there the wait never blocks;
+// the backward makes two calls per block without waiting, so in a model of more than
+// kStagingSlots / 2 MoE blocks the host can catch up with a slot's pending copy and wait for it:
+// a stall, never a wrong pointer.
 constexpr int kStagingSlots = 8;
 
 struct GroupedGemm::Impl {
