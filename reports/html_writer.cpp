@@ -76,7 +76,7 @@ std::string data_line(const std::string& csv) {
   return " <span class=\"data\">Data: <a href=\"" + html_escape(csv) + "\">" + html_escape(csv) + "</a></span>";
 }
 
-struct Writer {
+struct HtmlWriter {
   std::string out;
   int figure_number = 0;
 
@@ -135,7 +135,7 @@ struct Writer {
 }  // namespace
 
 std::string write_html(const Document& doc) {
-  Writer w;
+  HtmlWriter w;
   w.out += "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n";
   w.out += "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n";
   // Belt and braces: even if something in the page asked for a resource, the browser may not

@@ -50,7 +50,7 @@ std::string fence_for(const std::string& text) {
   return std::string(std::max<size_t>(3, longest + 1), '`');
 }
 
-struct Writer {
+struct MarkdownWriter {
   std::string out;
   int figure_number = 0;
 
@@ -114,7 +114,7 @@ struct Writer {
 }  // namespace
 
 std::string write_markdown(const Document& doc) {
-  Writer w;
+  MarkdownWriter w;
   w.out += "# " + markdown_escape(doc.title) + "\n\n" + inline_md(doc.subtitle) + "\n\n";
   w.out += "**Contents**\n\n";
   int n = 0;
