@@ -44,9 +44,10 @@ TEST_CASE("scripts/demo.sh ends by writing the default study's report, at the pa
   CHECK(sweep_run < fit);
   CHECK(fit < n - 1);
   // The first command is quick: the demo builds the executable only, without the CUDA backend (its
-  // runs are on the CPU), in a folder of its own (scripts/test.sh builds everything into build/).
-  CHECK(at("FP4LAB_BUILD_DIR=\"$build\" FP4LAB_BUILD_TARGETS=fp4lab \"$root/scripts/build.sh\" -DFP4LAB_CUDA=OFF") <
-        sweep_run);
+  // runs are on the CPU), as a unity build (tests/build/demo_unity_build.sh holds it to the regular
+  // build's bits), in a folder of its own (scripts/test.sh builds everything into build/).
+  CHECK(at("FP4LAB_BUILD_DIR=\"$build\" FP4LAB_BUILD_TARGETS=fp4lab \"$root/scripts/build.sh\" -DFP4LAB_CUDA=OFF "
+           "-DCMAKE_UNITY_BUILD=ON") < sweep_run);
   CHECK(commands[2] == "build=${FP4LAB_BUILD_DIR:-$root/build-demo}");
   // fp4lab report prints the path of report.html (tests/test_report_real.cpp checks the output); for
   // the demo's TOML that is demo/demo-report/report.html, the path the README and docs give.
