@@ -24,7 +24,7 @@
 
 #include "kernels/cpu/quantize.h"  // scale_grid
 #include "kernels/cuda/quantize/quantize.cuh"
-#include "tests/gpu/quant_presets.h"  // the presets, shared with the [gpu] test
+#include "tests/quant_presets.h"  // the presets, shared with the quantizer tests
 
 namespace {
 
@@ -46,11 +46,7 @@ using Preset = fp4::test::QuantPreset;
 constexpr const auto& kPresets = fp4::test::kSection5Presets;
 
 QuantSpec make_spec(const Preset& p, BlockAlong along, bool rht, Rounding rounding, bool tile_2d) {
-  QuantSpec s;
-  s.grid = p.grid;
-  s.gmax = p.gmax;
-  s.scale = p.scale;
-  s.block = p.block;
+  QuantSpec s = fp4::test::preset_spec(p);
   s.tile_2d = tile_2d;
   s.along = along;
   s.rht = rht;

@@ -14,6 +14,7 @@
 
 #include "kernels/cpu/quantize.h"
 #include "kernels/numerics.h"
+#include "tests/quant_presets.h"
 
 namespace {
 
@@ -23,27 +24,12 @@ struct Case {
 };
 
 std::vector<Case> cases() {
-  struct Base {
-    const char* name;
-    fp4::Grid grid;
-    float gmax;
-    fp4::ScaleMode scale;
-    int block;
-  };
-  const Base bases[] = {{"e2m1", fp4::Grid::e2m1, 6.0f, fp4::ScaleMode::fp32, 16},
-                        {"ufp4", fp4::Grid::e1m2, 7.0f, fp4::ScaleMode::fp32, 16},
-                        {"mxfp4", fp4::Grid::e2m1, 6.0f, fp4::ScaleMode::e8m0, 32},
-                        {"nvfp4", fp4::Grid::e2m1, 6.0f, fp4::ScaleMode::e4m3x2, 16}};
   std::vector<Case> out;
-  for (const Base& b : bases)
+  for (const fp4::test::QuantPreset& b : fp4::test::kSection5Presets)
     for (fp4::BlockAlong along : {fp4::BlockAlong::row, fp4::BlockAlong::column})
       for (fp4::Rounding r : {fp4::Rounding::rn, fp4::Rounding::sr})
         for (bool rht : {false, true}) {
-          fp4::QuantSpec s;
-          s.grid = b.grid;
-          s.gmax = b.gmax;
-          s.scale = b.scale;
-          s.block = b.block;
+          fp4::QuantSpec s = fp4::test::preset_spec(b);
           s.along = along;
           s.rounding = r;
           s.rht = rht;

@@ -21,7 +21,7 @@
 #include "kernels/cpu/quantize.h"
 #include "kernels/cuda/cuda_common.cuh"
 #include "kernels/cuda/quantize/quantize.cuh"
-#include "tests/gpu/quant_presets.h"
+#include "tests/quant_presets.h"
 
 namespace {
 
@@ -128,11 +128,7 @@ std::vector<Variant> all_variants() {
 }
 
 QuantSpec make_spec(const Preset& p, BlockAlong along, const Variant& v) {
-  QuantSpec s;
-  s.grid = p.grid;
-  s.gmax = p.gmax;
-  s.scale = p.scale;
-  s.block = p.block;
+  QuantSpec s = fp4::test::preset_spec(p);
   s.tile_2d = v.tile_2d;
   s.along = along;
   s.rht = v.rht;
