@@ -5,7 +5,7 @@
 # names collide) or, in principle, change what a call resolves to; this builds it the demo's way and
 # trains two short runs (a dense ufp4 model with the shrinkage probe, an MoE e2m1 model) with it and
 # with the regular build, which must give the same bits: every train, eval and probe row equal once
-# the wall-clock fields are removed.
+# the wall-clock fields are removed (bench/same_bits.sh --config).
 #   demo_unity_build.sh SOURCE_DIR REGULAR_FP4LAB WORK_DIR
 set -euo pipefail
 src=$1 regular=$2 work=$3
@@ -22,23 +22,7 @@ configs=(
     "recipe": "e2m1", "device": "cpu", "data": "'"$data"'", "train": {"tokens": 16384, "batch_tokens": 512, "micro_batch": 16,
     "lr": 1e-2, "seed": 6}, "eval": {"every": 8, "tokens": 4096}, "probe": {"every": 0}, "checkpoint": {"every": 0}}'
 )
-rows() {  # a run's deterministic rows: train, eval and probe rows without their wall-clock fields
-  grep -E '"kind":"(train|eval|probe|probe_gemm)"' "$1" | sed -E 's/"(tokens_per_s|elapsed_s)":[^,}]*,?//g'
-}
 for i in "${!configs[@]}"; do
   printf '%s\n' "${configs[$i]}" >"$work/config-$i.json"
-  for build in regular unity; do
-    bin=$regular; [ "$build" = unity ] && bin=$unity
-    rm -rf "$work/run-$i-$build"
-    "$bin" train --config "$work/config-$i.json" --dir "$work/run-$i-$build" --quiet
-    rows "$work/run-$i-$build/metrics.jsonl" >"$work/rows-$i-$build.txt"
-  done
-  n=$(wc -l <"$work/rows-$i-regular.txt")
-  [ "$n" -gt 0 ] || { echo "config $i: no rows to compare"; exit 1; }
-  if ! cmp -s "$work/rows-$i-regular.txt" "$work/rows-$i-unity.txt"; then
-    echo "config $i: the unity build's bits differ from the regular build's:"
-    diff "$work/rows-$i-regular.txt" "$work/rows-$i-unity.txt" | head -n 6
-    exit 1
-  fi
-  echo "config $i: SAME BITS ($n rows)"
+  bash "$src/bench/same_bits.sh" --config "$work/config-$i.json" "$regular" "$unity"
 done
