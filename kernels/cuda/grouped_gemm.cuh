@@ -11,11 +11,12 @@
 // accumulated) stay with gemm.cuh, one call per group.
 //
 // Determinism: cuBLAS gives the same bits for the same call (sizes, pointers' alignments, GPU
-// model) every time; its atomics mode stays CUBLAS_ATOMICS_NOT_ALLOWED. The call is the unit: cuBLAS
-// may choose its kernels from all the products together, so one product's bits can depend on the
-// others' sizes (for the MoE blocks, on how many rows the other experts got), deterministically. The bits are not those of
-// gemm.cuh's cuBLASLt call of the same product (another kernel, another order of the fp32 sums):
-// the MoE path uses one or the other by a rule fixed by the shapes, never by the machine.
+// model) every time; its atomics mode stays CUBLAS_ATOMICS_NOT_ALLOWED. The call is the unit:
+// cuBLAS may choose its kernels from all the products together, so one product's bits can depend
+// on the others' sizes (for the MoE blocks, on how many rows the other experts got),
+// deterministically. The bits are not those of gemm.cuh's cuBLASLt call of the same product
+// (another kernel, another order of the fp32 sums): the MoE path uses one or the other by a rule
+// fixed by the shapes, never by the machine.
 //
 // Plain C++ on the host side (cuBLAS's types stay in grouped_gemm.cu): callable from .cpp files.
 #pragma once
