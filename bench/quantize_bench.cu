@@ -6,7 +6,8 @@
 //                                                          row copy, then both copies)
 //
 // For each preset, RN and SR, with and without the RHT, the row copy alone and both copies fused,
-// and for the published NVFP4 recipes' quantizers beside nvfp4's alike, it times quantize_fused
+// for the published NVFP4 recipes' quantizers beside nvfp4's alike, and for the SR copies keyed
+// by source rows (an MoE expert's group) beside the same copies unkeyed, it times quantize_fused
 // with CUDA events around a batch of 10 back-to-back calls (after a warm-up), takes the median
 // over the batches, and reports the bytes the kernels really move per second: x read once (twice
 // when the amax pass runs, for e4m3x2), each copy's dequantized bf16 and fp32 block scales written
@@ -155,7 +156,8 @@ int main(int argc, char** argv) {
     };
     // The median time of quantize_fused with the row copy (and the column copy when `both`), into
     // out[0] and out[1].
-    const auto time_fused = [&](const QuantSpec& rs, const QuantSpec& cs, bool both, bool codes) {
+    const auto time_fused = [&](const QuantSpec& rs, const QuantSpec& cs, bool both, bool codes,
+                                const int32_t* source_rows = nullptr) {
       cuda::CopyOut c[2];
       c[0].spec = rs;
       c[1].spec = cs;
@@ -165,8 +167,9 @@ int main(int argc, char** argv) {
         c[i].scales = out[i].scales;
         c[i].tensor_scale = out[i].scalars;
       }
-      return time_us([&] { cuda::quantize_fused(x, rows, cols, &c[0], both ? &c[1] : nullptr, flag, ws, stream); },
-                     batches, stream);
+      return time_us(
+          [&] { cuda::quantize_fused(x, rows, cols, &c[0], both ? &c[1] : nullptr, flag, ws, stream, source_rows); },
+          batches, stream);
     };
     auto run = [&](const Preset& p, bool both, Rounding rounding, bool rht, Extra extra, double base_us) {
       const QuantSpec rs = make_spec(p, BlockAlong::row, rht, rounding, extra.tile_2d);
@@ -243,6 +246,32 @@ int main(int argc, char** argv) {
                     o.rounding == Rounding::sr ? "SR" : "RN", o.rht ? "on" : "off", us, alike_us, us / alike_us);
         std::fflush(stdout);
       }
+
+    // The SR copies of an MoE expert's group of tokens, whose draws are keyed by the rows of the
+    // source tensor (quantize_fused's source_rows: here the rows in reverse order), beside the same
+    // copies of a dense tensor.
+    {
+      std::vector<int32_t> host_rows(rows);
+      for (int r = 0; r < rows; ++r) host_rows[r] = rows - 1 - r;
+      int32_t* source_rows = nullptr;
+      FP4_CUDA_CHECK(cudaMalloc(&source_rows, host_rows.size() * sizeof(int32_t)));
+      FP4_CUDA_CHECK(cudaMemcpy(source_rows, host_rows.data(), host_rows.size() * sizeof(int32_t),
+                                cudaMemcpyHostToDevice));
+      std::printf("\n| preset | copies | rounding | RHT | keyed by source rows (us) | dense (us) | keyed vs dense |\n");
+      std::printf("|---|---|---|---|---:|---:|---:|\n");
+      for (size_t i = 0; i < std::size(kPresets); ++i)
+        for (bool rht : {false, true}) {
+          const Preset& p = kPresets[i];
+          const QuantSpec rs = make_spec(p, BlockAlong::row, rht, Rounding::sr, false);
+          const QuantSpec cs = make_spec(p, BlockAlong::column, rht, Rounding::sr, false);
+          const double dense_us = time_fused(rs, cs, true, false);
+          const double keyed_us = time_fused(rs, cs, true, false, source_rows);
+          std::printf("| %s | row + column | SR | %s | %.1f | %.1f | %.2fx |\n", p.name, rht ? "on" : "off", keyed_us,
+                      dense_us, keyed_us / dense_us);
+          std::fflush(stdout);
+        }
+      FP4_CUDA_CHECK(cudaFree(source_rows));
+    }
 
     unsigned host_flag = 0;
     FP4_CUDA_CHECK(cudaMemcpy(&host_flag, flag, sizeof host_flag, cudaMemcpyDeviceToHost));

@@ -414,10 +414,9 @@ void quantize_fused(const bf16_t* x, int rows, int cols, const CopyOut* row_copy
   if (x == nullptr || !aligned16(x))
     throw std::invalid_argument("quantize_fused: the source must be a 16-byte aligned device pointer");
 
-  // Copies with docs/recipes.md's options take the reference-shaped kernels (both copies then, one
-  // read of x each); the §5 recipes never do. Nor do a gathered group's copies when one rounds
-  // stochastically (source_rows): the fused kernels draw by x's own element index, and the
-  // reference-shaped ones are the first correct version of the keyed draw, not a fast one. With
+  // Copies with docs/recipes.md's options take quantize_recipes.cu's kernels (both copies then, x
+  // read once or twice per copy); the §5 recipes never do, except a gathered group's copies when one
+  // rounds stochastically (source_rows): the fused kernels draw by x's own element index. With
   // round-to-nearest the draws are unused and the fused kernels give the same bits.
   auto sr = [](const CopyOut* c) { return c != nullptr && c->spec.rounding == Rounding::sr; };
   const bool keyed = source_rows != nullptr && (sr(row_copy) || sr(col_copy));

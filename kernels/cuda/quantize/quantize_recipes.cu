@@ -1,16 +1,17 @@
 // quantize_recipes.cu — quantize_fused's path for the copies whose spec uses docs/recipes.md's
 // options (Four Over Six, TetraJet-v2's double-block scales, Quartet II's MS-EDEN, the 128-wide
-// RHT). Plain kernels, written to be obviously the CPU reference's steps rather than fast: each
-// thread takes one RHT vector, then one block (or one 128-value group) and calls the same
-// numerics.h functions on the same values in the same order as kernels/cpu/quantize.cpp, so the
-// outputs are bit-identical by construction (tests/gpu/quantize_test.cpp checks it):
-//   1. the values to round, v = bf16 -> fp32 and the slot's RHT, into the workspace, and the tensor
-//      amax over finite |v| (an atomic maximum on the bits of non-negative floats: order-free);
-//   2. one thread makes the tensor scale (§3's, Four Over Six's 256-aimed one, MS-EDEN's, or 1);
-//   3. blocks (plain and Four Over Six) or 128-groups (double-block, MS-EDEN).
-// The fused kernels (quantize_kernels.cuh) are not touched: the §5 recipes never come here, except
-// the SR copies of an MoE expert's group (quantize_fused's source_rows), whose draws are keyed by
-// the source tensor's rows: these kernels take any spec, and only the draw's index changes.
+// RHT), and for the SR copies of an MoE expert's group (quantize_fused's source_rows), whose draws
+// are keyed by the source tensor's rows. The fused kernels (quantize_kernels.cuh) are not touched.
+// Every block runs the same numerics.h calls on the same values in the same order as
+// kernels/cpu/quantize.cpp, so the outputs are bit-identical by construction
+// (tests/gpu/quantize_test.cpp checks it). Two shapes of kernel:
+//   * 1D blocks (every copy but 2D tiles): the span kernels below, one thread per span of 16, 32
+//     or 128 values along the blocking axis, the RHT recomputed from x in each pass;
+//   * 2D tiles: the element-and-block kernels, written as the reference's three passes:
+//     1. the values to round, v = bf16 -> fp32 and the slot's RHT, into the workspace, and the
+//        tensor amax over finite |v| (an atomic maximum on the bits of non-negative floats);
+//     2. one thread makes the tensor scale (§3's, Four Over Six's 256-aimed one, or 1);
+//     3. one thread per tile.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -106,7 +107,7 @@ __device__ void store_nonfinite(const RecipeOut& o, int64_t i) {
   if (o.codes != nullptr) o.codes[i] = kNonFiniteCode;
 }
 
-// Pass 3, blocks: thread u takes block (or tile) u of the scale grid, row-major.
+// Pass 3 of the 2D tiles: thread u takes block (or tile) u of the scale grid, row-major.
 __global__ void recipe_block_kernel(const bf16_t* x, const float* v, int rows, int cols, const QuantSpec spec,
                                     const TensorScale* ts_ptr, RecipeOut o) {
   const int b = spec.block;
@@ -160,93 +161,284 @@ __global__ void recipe_block_kernel(const bf16_t* x, const float* v, int rows, i
     }
 }
 
-// Pass 3, 128-groups (double-block scales, MS-EDEN): thread j takes group j, row-major over the
-// group grid ([rows, cols/128] along rows, [rows/128, cols] along columns).
-__global__ void recipe_group_kernel(const bf16_t* x, const float* v, int rows, int cols, const QuantSpec spec,
-                                    const TensorScale* ts_ptr, RecipeOut o) {
-  const int64_t j = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (j >= static_cast<int64_t>(rows) * cols / kOuterBlock) return;
-  const bool along_row = spec.along == BlockAlong::row;
-  auto index = [&](int k) -> int64_t {
-    if (along_row) {
-      const int per_row = cols / kOuterBlock;
-      return (j / per_row) * cols + (j % per_row) * kOuterBlock + k;
+// ---------------------------------------------------------------------------------------------
+// The span path: every 1D copy (all but 2D tiles). Thread t takes span t, L consecutive values
+// along the blocking axis (L = 128 for the 128-wide RHT, double-block scales and MS-EDEN, else the
+// block), holds them in registers from one read of x, and recomputes the RHT in each of its two
+// passes (amax, then quantize) instead of keeping the rotated tensor in global memory: a span is
+// a whole number of RHT vectors and of blocks, so it has everything a block's decision reads.
+// Along a row a thread reads and writes its span with 16-byte accesses (quantize_fused checks that
+// x and the outputs are 16-byte aligned; a span starts at a multiple of 16 values); along a column, thread t
+// takes column t % cols, so a warp's accesses to one row are contiguous. Each block runs the same
+// numerics.h calls on the same values in the same order as the reference (and the kernels above).
+// ---------------------------------------------------------------------------------------------
+
+struct SpanGeometry {
+  int rows, cols;
+  __device__ int64_t count(int L, bool along_row) const {
+    return along_row ? static_cast<int64_t>(rows) * (cols / L) : static_cast<int64_t>(rows / L) * cols;
+  }
+};
+
+// Element k of span t in x's row-major layout.
+template <int L, bool kAlongRow>
+struct Span {
+  int64_t first;  // element 0
+  int cols;
+  __device__ Span(int64_t t, int cols_) : cols(cols_) {
+    if (kAlongRow) first = t * L;  // rows are whole spans: span t starts at element t * L
+    else first = (t / cols_) * L * static_cast<int64_t>(cols_) + t % cols_;
+  }
+  __device__ int64_t at(int k) const { return kAlongRow ? first + k : first + static_cast<int64_t>(k) * cols; }
+};
+
+// Loads span s of x into v (fp32) and marks the elements whose source is not finite in bad (bit k
+// of word k / 32); then the slot's RHT over each of the span's vectors.
+template <int L, bool kAlongRow>
+__device__ void load_span(const bf16_t* x, const Span<L, kAlongRow>& s, const QuantSpec& spec, float (&v)[L],
+                          uint32_t (&bad)[(L + 31) / 32]) {
+#pragma unroll
+  for (int w = 0; w < (L + 31) / 32; ++w) bad[w] = 0;
+  if constexpr (kAlongRow) {
+    const uint4* src = reinterpret_cast<const uint4*>(x + s.first);
+#pragma unroll
+    for (int q = 0; q < L / 8; ++q) {
+      const uint4 u = src[q];
+      const uint32_t words[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+      for (int h = 0; h < 8; ++h) v[8 * q + h] = bf16_to_float(static_cast<bf16_t>(words[h / 2] >> (16 * (h % 2))));
     }
-    return ((j / cols) * kOuterBlock + k) * cols + j % cols;
-  };
-  auto scale_index = [&](int b) -> int64_t {  // block b of the group in the scale grid
-    const int64_t i0 = index(16 * b);
-    const int64_t r = i0 / cols, c = i0 % cols;
-    return along_row ? r * (cols / 16) + c / 16 : (r / 16) * cols + c;
-  };
-  constexpr int kBlocks = kOuterBlock / 16;
-  if (spec.ms_eden) {
-    bool finite = true;
-    for (int k = 0; k < kMsEdenGroup; ++k)
-      if (!is_finite(bf16_to_float(x[index(k)])) || !is_finite(v[index(k)])) finite = false;
-    if (!finite) {
-      if (o.nonfinite_flag != nullptr) atomicOr(o.nonfinite_flag, 1u);
-      for (int b = 0; b < kBlocks; ++b)
-        if (o.scales != nullptr) o.scales[scale_index(b)] = bits_float(kQuietNaNBits);
-      for (int k = 0; k < kMsEdenGroup; ++k) store_nonfinite(o, index(k));
+  } else {
+#pragma unroll
+    for (int k = 0; k < L; ++k) v[k] = bf16_to_float(x[s.at(k)]);
+  }
+#pragma unroll
+  for (int k = 0; k < L; ++k)
+    if (!is_finite(v[k])) bad[k / 32] |= 1u << (k % 32);
+  if (!spec.rht) return;
+  if constexpr (L == kRhtWideSize) {
+    if (spec.rht_size == kRhtWideSize) {
+      rht128(v, spec.rht_wide_signs);
       return;
     }
-    float vals[kMsEdenGroup], us[kBlocks], scales[kBlocks];
-    uint8_t mag[kMsEdenGroup];
-    for (int k = 0; k < kMsEdenGroup; ++k) vals[k] = v[index(k)];
-    for (int b = 0; b < kBlocks; ++b)
-      us[b] = uniform_from_word(
-          philox_word_for_element(spec.seed, spec.stream, spec.step, draw_index(index(16 * b), cols, o.source_rows)));
-    ms_eden_group(vals, ts_ptr->dec, us, scales, mag);
-    for (int b = 0; b < kBlocks; ++b) {
-      if (o.scales != nullptr) o.scales[scale_index(b)] = scales[b];
-      for (int k = 16 * b; k < 16 * b + 16; ++k) {
-        const bool neg = sign_bit(vals[k]);
-        const float deq = e2m1_magnitude(mag[k]) * scales[b];
-        o.dequant[index(k)] = float_to_bf16(neg ? -deq : deq);
-        if (o.codes != nullptr) o.codes[index(k)] = static_cast<uint8_t>((neg ? 8 : 0) | mag[k]);
-      }
+  }
+#pragma unroll
+  for (int q = 0; q < L / kRhtSize; ++q) rht16(v + kRhtSize * q, spec.rht_signs);
+}
+
+template <int L, bool kAlongRow>
+__global__ void __launch_bounds__(kRecipeThreads) span_amax_kernel(const bf16_t* x, const SpanGeometry g,
+                                                                   const QuantSpec spec, unsigned* amax_bits) {
+  const int64_t t = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  float local = 0.0f;
+  if (t < g.count(L, kAlongRow)) {
+    const Span<L, kAlongRow> s(t, g.cols);
+    float v[L];
+    uint32_t bad[(L + 31) / 32];
+    load_span<L, kAlongRow>(x, s, spec, v, bad);
+#pragma unroll
+    for (int k = 0; k < L; ++k) {
+      const float a = abs_f(v[k]);
+      if (is_finite(a) && a > local) local = a;
     }
-    return;
   }
-  // Double-block scales: the group's outer scale over its finite values, then each block of 16.
-  float amax_o = 0.0f;
-  for (int k = 0; k < kOuterBlock; ++k) {
-    const float a = abs_f(v[index(k)]);
-    if (is_finite(a) && a > amax_o) amax_o = a;
-  }
-  const float outer = double_block_outer_scale(amax_o);
-  const int max_index = spec_max_index(spec);
-  for (int b = 0; b < kBlocks; ++b) {
+  // Non-negative floats order as their bits: the maximum is exact and independent of the order.
+  const unsigned m = __reduce_max_sync(0xffffffffu, float_bits(local));
+  if ((threadIdx.x & 31) == 0 && m != 0) atomicMax(amax_bits, m);
+}
+
+// Where block j (of `block` values, from element j * block of the span) puts its scale.
+template <int L, bool kAlongRow>
+__device__ int64_t span_scale_index(const Span<L, kAlongRow>& s, int j, int block) {
+  const int64_t i0 = s.at(j * block);
+  const int64_t r = i0 / s.cols, c = i0 % s.cols;
+  return kAlongRow ? r * (s.cols / block) + c / block : (r / block) * s.cols + c;
+}
+
+template <int L, bool kAlongRow>
+__global__ void __launch_bounds__(kRecipeThreads) span_quantize_kernel(const bf16_t* x, const SpanGeometry g,
+                                                                       const QuantSpec spec,
+                                                                       const TensorScale* ts_ptr, RecipeOut o) {
+  const int64_t t = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (t >= g.count(L, kAlongRow)) return;
+  const Span<L, kAlongRow> s(t, g.cols);
+  float v[L];
+  uint32_t bad[(L + 31) / 32];
+  load_span<L, kAlongRow>(x, s, spec, v, bad);
+  bf16_t out[L];
+  uint8_t code[L];
+  auto is_bad = [&](int k) { return ((bad[k / 32] >> (k % 32)) & 1u) != 0 || !is_finite(v[k]); };
+  auto uniform = [&](int k) { return uniform_for(spec, s.at(k), g.cols, o.source_rows); };
+  const TensorScale ts = *ts_ptr;
+  constexpr int b = L == 32 ? 32 : 16;  // the block (span_length's rule), fixed so loops unroll
+  constexpr int kUnroll = L <= 32 ? L / b : 1;
+
+  if (spec.ms_eden) {  // L == kMsEdenGroup
     bool finite = true;
-    float amax_b = 0.0f;
-    for (int k = 16 * b; k < 16 * b + 16; ++k) {
-      const int64_t i = index(k);
-      if (!is_finite(bf16_to_float(x[i])) || !is_finite(v[i])) finite = false;
-      const float a = abs_f(v[i]);
-      if (a > amax_b) amax_b = a;
-    }
+    for (int k = 0; k < kMsEdenGroup; ++k)
+      if (is_bad(k)) finite = false;
+    constexpr int kBlocks = kMsEdenGroup / 16;
     if (!finite) {
       if (o.nonfinite_flag != nullptr) atomicOr(o.nonfinite_flag, 1u);
-      if (o.scales != nullptr) o.scales[scale_index(b)] = bits_float(kQuietNaNBits);
-      for (int k = 16 * b; k < 16 * b + 16; ++k) store_nonfinite(o, index(k));
-      continue;
+      for (int j = 0; j < kBlocks; ++j)
+        if (o.scales != nullptr) o.scales[span_scale_index(s, j, 16)] = bits_float(kQuietNaNBits);
+      for (int k = 0; k < L; ++k) out[k] = kBf16QuietNaN, code[k] = kNonFiniteCode;
+    } else {
+      float us[kBlocks], scales[kBlocks];
+      uint8_t mag[kMsEdenGroup];
+      for (int j = 0; j < kBlocks; ++j)
+        us[j] = uniform_from_word(philox_word_for_element(spec.seed, spec.stream, spec.step,
+                                                          draw_index(s.at(16 * j), g.cols, o.source_rows)));
+      ms_eden_group(v, ts.dec, us, scales, mag);
+      for (int j = 0; j < kBlocks; ++j) {
+        if (o.scales != nullptr) o.scales[span_scale_index(s, j, 16)] = scales[j];
+        for (int k = 16 * j; k < 16 * j + 16; ++k) {
+          const bool neg = sign_bit(v[k]);
+          const float deq = e2m1_magnitude(mag[k]) * scales[j];
+          out[k] = float_to_bf16(neg ? -deq : deq);
+          code[k] = static_cast<uint8_t>((neg ? 8 : 0) | mag[k]);
+        }
+      }
     }
-    float inner = 0.0f;
-    const BlockScale s = make_double_block_scale(amax_b, outer, &inner);
-    if (o.scales != nullptr) o.scales[scale_index(b)] = inner;
-    for (int k = 16 * b; k < 16 * b + 16; ++k) {
-      const int64_t i = index(k);
-      const QuantizedElement e = quantize_element(v[i], s, spec.grid, max_index, spec.rounding, uniform_for(spec, i, cols, o.source_rows));
-      o.dequant[i] = e.out;
-      if (o.codes != nullptr) o.codes[i] = e.code;
+  } else {
+    const int max_index = spec_max_index(spec);
+    // Double-block scales: the span is the 128-group; its outer scale over its finite values.
+    float outer = 0.0f;
+    if (spec.outer_block != 0) {
+      float amax_o = 0.0f;
+      for (int k = 0; k < L; ++k) {
+        const float a = abs_f(v[k]);
+        if (is_finite(a) && a > amax_o) amax_o = a;
+      }
+      outer = double_block_outer_scale(amax_o);
+    }
+#pragma unroll kUnroll
+    for (int j = 0; j < L / b; ++j) {
+      const int k0 = j * b;
+      bool finite = true;
+      float amax_b = 0.0f;
+#pragma unroll
+      for (int k = k0; k < k0 + b; ++k) {
+        if (is_bad(k)) finite = false;
+        const float a = abs_f(v[k]);
+        if (a > amax_b) amax_b = a;
+      }
+      float* scale_out = o.scales != nullptr ? &o.scales[span_scale_index(s, j, b)] : nullptr;
+      if (!finite) {
+        if (o.nonfinite_flag != nullptr) atomicOr(o.nonfinite_flag, 1u);
+        if (scale_out != nullptr) *scale_out = bits_float(kQuietNaNBits);
+        for (int k = k0; k < k0 + b; ++k) out[k] = kBf16QuietNaN, code[k] = kNonFiniteCode;
+        continue;
+      }
+      BlockScale bs;
+      float stored;
+      if (spec.outer_block != 0) {
+        bs = make_double_block_scale(amax_b, outer, &stored);
+      } else {
+        bs = make_block_scale(spec.scale, amax_b, spec.gmax, ts);
+        stored = bs.stored;
+      }
+      float us[b];
+#pragma unroll
+      for (int k = 0; k < b; ++k) us[k] = spec.rounding == Rounding::sr ? uniform(k0 + k) : 0.0f;
+      if (spec.four_over_six) {
+        const BlockScale s4 = make_block_scale(spec.scale, amax_b, kFourOverSixLowMax, ts);
+        if (four_over_six_picks_four(v + k0, us, b, bs, s4, ts.dec, spec.grid, max_index, spec.rounding)) {
+          bs = s4;
+          stored = s4.stored;
+        }
+      }
+      if (scale_out != nullptr) *scale_out = stored;
+#pragma unroll
+      for (int k = k0; k < k0 + b; ++k) {
+        const QuantizedElement e = quantize_element(v[k], bs, spec.grid, max_index, spec.rounding, us[k - k0]);
+        out[k] = e.out;
+        code[k] = e.code;
+      }
     }
   }
+
+  if constexpr (kAlongRow) {
+    uint4* dq = reinterpret_cast<uint4*>(o.dequant + s.first);
+#pragma unroll
+    for (int q = 0; q < L / 8; ++q) {
+      uint32_t w[4];
+#pragma unroll
+      for (int h = 0; h < 4; ++h)
+        w[h] = static_cast<uint32_t>(out[8 * q + 2 * h]) | (static_cast<uint32_t>(out[8 * q + 2 * h + 1]) << 16);
+      dq[q] = make_uint4(w[0], w[1], w[2], w[3]);
+    }
+    if (o.codes != nullptr) {
+      uint4* cd = reinterpret_cast<uint4*>(o.codes + s.first);
+#pragma unroll
+      for (int q = 0; q < L / 16; ++q) {
+        uint32_t w[4];
+#pragma unroll
+        for (int h = 0; h < 4; ++h)
+          w[h] = static_cast<uint32_t>(code[16 * q + 4 * h]) | (static_cast<uint32_t>(code[16 * q + 4 * h + 1]) << 8) |
+                 (static_cast<uint32_t>(code[16 * q + 4 * h + 2]) << 16) |
+                 (static_cast<uint32_t>(code[16 * q + 4 * h + 3]) << 24);
+        cd[q] = make_uint4(w[0], w[1], w[2], w[3]);
+      }
+    }
+  } else {
+#pragma unroll
+    for (int k = 0; k < L; ++k) {
+      o.dequant[s.at(k)] = out[k];
+      if (o.codes != nullptr) o.codes[s.at(k)] = code[k];
+    }
+  }
+}
+
+// The span length of a copy, or 0 when it takes the element-and-block kernels (2D tiles).
+int span_length(const QuantSpec& s) {
+  if (s.tile_2d) return 0;
+  if (s.ms_eden || s.outer_block != 0 || (s.rht && s.rht_size == kRhtWideSize)) return 128;
+  return s.block;  // 16 or 32; a 16-wide RHT's vectors fit in it
+}
+
+template <int L, bool kAlongRow>
+void launch_span(const bf16_t* x, int rows, int cols, const CopyOut& c, bool want_amax, unsigned* amax_bits,
+                 TensorScale* ts, const RecipeOut& o, cudaStream_t stream) {
+  const SpanGeometry g{rows, cols};
+  const int64_t n = kAlongRow ? static_cast<int64_t>(rows) * (cols / L) : static_cast<int64_t>(rows / L) * cols;
+  const int blocks = std::max(1, ceil_div(n, kRecipeThreads));
+  if (want_amax) {
+    span_amax_kernel<L, kAlongRow><<<blocks, kRecipeThreads, 0, stream>>>(x, g, c.spec, amax_bits);
+    FP4_CUDA_CHECK(cudaGetLastError());
+  }
+  recipe_scale_kernel<<<1, 1, 0, stream>>>(c.spec, amax_bits, ts, c.amax, c.tensor_scale);
+  FP4_CUDA_CHECK(cudaGetLastError());
+  span_quantize_kernel<L, kAlongRow><<<blocks, kRecipeThreads, 0, stream>>>(x, g, c.spec, ts, o);
+  FP4_CUDA_CHECK(cudaGetLastError());
+}
+
+template <int L>
+void launch_span_of(const bf16_t* x, int rows, int cols, const CopyOut& c, bool want_amax, unsigned* amax_bits,
+                    TensorScale* ts, const RecipeOut& o, cudaStream_t stream) {
+  if (c.spec.along == BlockAlong::row) launch_span<L, true>(x, rows, cols, c, want_amax, amax_bits, ts, o, stream);
+  else launch_span<L, false>(x, rows, cols, c, want_amax, amax_bits, ts, o, stream);
 }
 
 void quantize_one(const bf16_t* x, int rows, int cols, const CopyOut& c, unsigned* nonfinite_flag,
                   const int32_t* source_rows, Workspace& workspace, cudaStream_t stream) {
   const QuantSpec& s = c.spec;
+  const RecipeOut o{c.dequant, c.codes, c.scales, nonfinite_flag, source_rows};
+  const int span = span_length(s);
+  if (span != 0) {
+    auto* ws = static_cast<unsigned char*>(workspace.get(256));
+    auto* amax_bits = reinterpret_cast<unsigned*>(ws);
+    auto* ts = reinterpret_cast<TensorScale*>(ws + 16);
+    FP4_CUDA_CHECK(cudaMemsetAsync(amax_bits, 0, sizeof(unsigned), stream));
+    // The tensor amax is read by MS-EDEN's and e4m3x2's tensor scales, and by a caller that asks.
+    const bool want_amax =
+        s.ms_eden || (s.scale == ScaleMode::e4m3x2 && s.outer_block == 0) || c.amax != nullptr;
+    if (span == 16) launch_span_of<16>(x, rows, cols, c, want_amax, amax_bits, ts, o, stream);
+    else if (span == 32) launch_span_of<32>(x, rows, cols, c, want_amax, amax_bits, ts, o, stream);
+    else launch_span_of<128>(x, rows, cols, c, want_amax, amax_bits, ts, o, stream);
+    return;
+  }
+  // 2D tiles: the rotated values through the workspace, then one thread per tile.
   const int64_t n = static_cast<int64_t>(rows) * cols;
   const size_t v_bytes = (static_cast<size_t>(n) * sizeof(float) + 255) / 256 * 256;
   auto* ws = static_cast<unsigned char*>(workspace.get(v_bytes + 256));
@@ -262,16 +454,9 @@ void quantize_one(const bf16_t* x, int rows, int cols, const CopyOut& c, unsigne
   FP4_CUDA_CHECK(cudaGetLastError());
   recipe_scale_kernel<<<1, 1, 0, stream>>>(s, amax_bits, ts, c.amax, c.tensor_scale);
   FP4_CUDA_CHECK(cudaGetLastError());
-  const RecipeOut o{c.dequant, c.codes, c.scales, nonfinite_flag, source_rows};
-  if (s.ms_eden || s.outer_block != 0) {
-    recipe_group_kernel<<<std::max(1, ceil_div(n / kOuterBlock, kRecipeThreads)), kRecipeThreads, 0, stream>>>(
-        x, v, rows, cols, s, ts, o);
-  } else {
-    const int grid_rows = s.tile_2d || s.along == BlockAlong::column ? rows / s.block : rows;
-    const int grid_cols = s.tile_2d || s.along == BlockAlong::row ? cols / s.block : cols;
-    recipe_block_kernel<<<std::max(1, ceil_div(static_cast<int64_t>(grid_rows) * grid_cols, kRecipeThreads)),
-                          kRecipeThreads, 0, stream>>>(x, v, rows, cols, s, ts, o);
-  }
+  const int grid_rows = rows / s.block, grid_cols = cols / s.block;
+  recipe_block_kernel<<<std::max(1, ceil_div(static_cast<int64_t>(grid_rows) * grid_cols, kRecipeThreads)),
+                        kRecipeThreads, 0, stream>>>(x, v, rows, cols, s, ts, o);
   FP4_CUDA_CHECK(cudaGetLastError());
 }
 
