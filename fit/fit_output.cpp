@@ -196,6 +196,9 @@ std::string csv_cell(const std::string& s) {
 }
 std::string csv_num(double v) { return std::isnan(v) ? "" : fmt::format("{}", v); }
 
+// The note of a target row whose value is withheld (docs/fit.md, the csv table).
+constexpr const char* kWithheldNote = "withheld: the law is flagged unidentified (guardrails)";
+
 void csv_row(std::string& out, const StoredFit& f, const std::string& kind, const std::string& name,
              const std::string& recipe, double n, double d, double value, const Interval& ci, const std::string& note) {
   out += fmt::format("{},{},{},{},{},{},{},{},{},{},{},{}\n", f.id, f.law, csv_cell(f.scope), kind, csv_cell(name),
@@ -207,9 +210,15 @@ void csv_one(std::string& out, const StoredFit& f) {
   for (const ParameterEstimate& p : f.parameters)
     csv_row(out, f, "parameter", p.name, p.recipe, kNaN, kNaN, p.value, p.ci, "");
   csv_row(out, f, "objective", "huber_sum", "", kNaN, kNaN, f.objective, {}, "");
+  // A law flagged unidentified gives no target gap in any format (fit/guardrails.h): its rows stay,
+  // so a reader sees the target was asked for, with the value left empty and the reason in the note.
+  const bool withheld = unidentified(f);
   for (const TargetPrediction& p : f.predictions) {
     csv_row(out, f, "target_loss", "loss", p.recipe, p.target.n, p.target.d, p.loss.value, p.loss.ci, "");
-    if (!std::isnan(p.gap.value))
+    if (std::isnan(p.gap.value)) continue;
+    if (withheld)
+      csv_row(out, f, "target_gap", "gap", p.recipe, p.target.n, p.target.d, kNaN, {}, kWithheldNote);
+    else
       csv_row(out, f, "target_gap", "gap", p.recipe, p.target.n, p.target.d, p.gap.value, p.gap.ci, "");
   }
   for (const RecipeGap& g : f.gaps) {
@@ -234,7 +243,10 @@ void csv_one(std::string& out, const StoredFit& f) {
     for (const FittedGap& x : c.fitted)
       csv_row(out, f, "compare_fitted", c.against, c.recipe, x.n, x.d, x.gap.value, x.gap.ci, "");
     for (const FittedGap& x : c.targets)
-      csv_row(out, f, "compare_target", c.against, c.recipe, x.n, x.d, x.gap.value, x.gap.ci, "");
+      if (withheld)
+        csv_row(out, f, "compare_target", c.against, c.recipe, x.n, x.d, kNaN, {}, kWithheldNote);
+      else
+        csv_row(out, f, "compare_target", c.against, c.recipe, x.n, x.d, x.gap.value, x.gap.ci, "");
     csv_row(out, f, "compare_slope", c.against, c.recipe, kNaN, kNaN, c.slope.per_decade.value, c.slope.per_decade.ci,
             fmt::format("points={}", c.slope.points));
   }

@@ -209,18 +209,20 @@ Section comparison_section(ReportContext& ctx) {
       law.rows.push_back({pair, {xn > 1 || xd > 1 ? "target (extrapolation of the functional form)" : "target"},
                           {fmt_count(t.n)}, {fmt_count(t.d)},
                           {withheld ? "withheld: the law is not identified (Guardrails)" : pp_estimate(t.gap)}});
+      // Withheld in the CSV too: the value left empty, the reason in the note.
+      const fit::Estimate shown = withheld ? fit::Estimate{} : t.gap;
       csv.push_back({std::to_string(f.id), csv_field(c.recipe), csv_field(c.against), csv_field(c.baseline), "target",
-                     csv_number(t.n), csv_number(t.d), csv_number(t.gap.value), csv_number(t.gap.ci.lo),
-                     csv_number(t.gap.ci.hi)});
+                     csv_number(t.n), csv_number(t.d), csv_number(shown.value), csv_number(shown.ci.lo),
+                     csv_number(shown.ci.hi), csv_field(withheld ? "withheld: the law is flagged unidentified" : "")});
     }
     for (const fit::FittedGap& g : c.fitted) {
       law.rows.push_back({pair, {"grid point"}, {fmt_count(g.n)}, {fmt_count(g.d)}, {pp_estimate(g.gap)}});
       csv.push_back({std::to_string(f.id), csv_field(c.recipe), csv_field(c.against), csv_field(c.baseline), "fitted",
                      csv_number(g.n), csv_number(g.d), csv_number(g.gap.value), csv_number(g.gap.ci.lo),
-                     csv_number(g.gap.ci.hi)});
+                     csv_number(g.gap.ci.hi), ""});
     }
   }
-  law.csv = ctx.csv("comparisons.csv", {"fit_id", "recipe", "against", "baseline", "kind", "n", "d", "value", "lo", "hi"},
+  law.csv = ctx.csv("comparisons.csv", {"fit_id", "recipe", "against", "baseline", "kind", "n", "d", "value", "lo", "hi", "note"},
                     csv);
   s.blocks.push_back(Paragraph{{strong("The precision law's d. "),
                                 text(fmt::format(

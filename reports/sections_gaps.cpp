@@ -113,17 +113,22 @@ Section prediction_subsection(ReportContext& ctx, const FitChoice& fits) {
       if (p.loss.ci.known()) loss += " [" + fmt_loss(p.loss.ci.lo) + ", " + fmt_loss(p.loss.ci.hi) + "]";
       const auto [xn, xd] = fit::beyond_grid(*f, p.target);
       if (xn > 1 || xd > 1) loss += " (extrapolation of the functional form)";
-      const std::string gap = !std::isfinite(p.gap.value) ? "— (baseline)"
-                              : fit::unidentified(*f)     ? "withheld: the law is not identified (Guardrails)"
-                                                          : gap_with_interval(p.gap);
+      // A law flagged unidentified gives no target gap, in the table or in the CSV (fit/guardrails.h):
+      // the CSV leaves gap, gap_lo and gap_hi empty and says why in gap_note.
+      const bool baseline = !std::isfinite(p.gap.value), withheld = !baseline && fit::unidentified(*f);
+      const std::string gap = baseline ? "— (baseline)"
+                              : withheld ? "withheld: the law is not identified (Guardrails)"
+                                         : gap_with_interval(p.gap);
       t.rows.push_back({{f->law}, ctx.recipe_cell(p.recipe), {fmt_count(p.target.n)}, {fmt_count(p.target.d)}, {loss},
                         {gap}, {reported}});
+      const fit::Estimate shown = withheld ? fit::Estimate{} : p.gap;
       csv.push_back({csv_field(f->law), csv_field(f->scope), csv_field(p.recipe), csv_number(p.target.n), csv_number(p.target.d),
-                     csv_number(p.loss.value), csv_number(p.loss.ci.lo), csv_number(p.loss.ci.hi), csv_number(p.gap.value), csv_number(p.gap.ci.lo),
-                     csv_number(p.gap.ci.hi)});
+                     csv_number(p.loss.value), csv_number(p.loss.ci.lo), csv_number(p.loss.ci.hi), csv_number(shown.value),
+                     csv_number(shown.ci.lo), csv_number(shown.ci.hi),
+                     csv_field(baseline ? "baseline" : withheld ? "withheld: the law is flagged unidentified" : "")});
     }
   t.csv = ctx.csv("predictions.csv",
-                  {"law", "scope", "recipe", "n", "d", "loss", "loss_lo", "loss_hi", "gap", "gap_lo", "gap_hi"}, csv);
+                  {"law", "scope", "recipe", "n", "d", "loss", "loss_lo", "loss_hi", "gap", "gap_lo", "gap_hi", "gap_note"}, csv);
   if (t.rows.empty()) {
     s.blocks.push_back(Paragraph{{text(fits.any() ? "The stored fits have no targets: add "
                                                   : "No fits, so no predictions: run "),

@@ -163,4 +163,16 @@ TEST_CASE("guardrails: a law recovered from clean long runs raises none; an unid
   CHECK(table.find("extrapolation of the functional form") != std::string::npos);
   const StoredFit flagged = fp4::fit::from_record(fp4::fit::to_record(f));
   CHECK(fp4::fit::unidentified(flagged));
+  // The csv format withholds it too: the target_gap row stays, its value and interval empty, the
+  // reason in the note (docs/fit.md); the target's loss is still given.
+  const std::string csv = fp4::fit::format_fits(fits, fp4::fit::OutputFormat::csv);
+  INFO(csv);
+  CHECK(csv.find(",target_gap,gap,ufp4,1500000000,100000000000,,,,withheld: the law is flagged unidentified "
+                 "(guardrails)\n") != std::string::npos);
+  CHECK(csv.find(",target_loss,loss,ufp4,1500000000,100000000000,2.9,2.8,3,\n") != std::string::npos);
+  CHECK(csv.find(",target_gap,gap,ufp4,1500000000,100000000000,0.02") == std::string::npos);
+  // Identified again, the gap is given.
+  f.guardrails.pop_back();
+  const std::string shown = fp4::fit::format_fits(fits, fp4::fit::OutputFormat::csv);
+  CHECK(shown.find(",target_gap,gap,ufp4,1500000000,100000000000,0.02,0.01,0.03,\n") != std::string::npos);
 }
