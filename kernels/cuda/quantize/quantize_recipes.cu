@@ -5,9 +5,10 @@
 // Every block runs the same numerics.h calls on the same values in the same order as
 // kernels/cpu/quantize.cpp, so the outputs are bit-identical by construction
 // (tests/gpu/quantize_test.cpp checks it). Two shapes of kernel:
-//   * 1D blocks (every copy but 2D tiles): the span kernels below, one thread per span of 16, 32
-//     or 128 values along the blocking axis, the RHT recomputed from x in each pass;
-//   * 2D tiles: the element-and-block kernels, written as the reference's three passes:
+//   * 1D blocks (all copies but span_length's exceptions): the span kernels below, one thread per
+//     span of 16, 32 or 128 values along the blocking axis, the RHT recomputed from x in each pass;
+//   * 2D tiles (and 32-blocks under the 128-wide RHT): the element-and-block kernels, written as
+//     the reference's three passes:
 //     1. the values to round, v = bf16 -> fp32 and the slot's RHT, into the workspace, and the
 //        tensor amax over finite |v| (an atomic maximum on the bits of non-negative floats);
 //     2. one thread makes the tensor scale (§3's, Four Over Six's 256-aimed one, or 1);
@@ -107,7 +108,7 @@ __device__ void store_nonfinite(const RecipeOut& o, int64_t i) {
   if (o.codes != nullptr) o.codes[i] = kNonFiniteCode;
 }
 
-// Pass 3 of the 2D tiles: thread u takes block (or tile) u of the scale grid, row-major.
+// Pass 3: thread u takes block (or tile) u of the scale grid, row-major.
 __global__ void recipe_block_kernel(const bf16_t* x, const float* v, int rows, int cols, const QuantSpec spec,
                                     const TensorScale* ts_ptr, RecipeOut o) {
   const int b = spec.block;
@@ -390,10 +391,11 @@ __global__ void __launch_bounds__(kRecipeThreads) span_quantize_kernel(const bf1
   }
 }
 
-// The span length of a copy, or 0 when it takes the element-and-block kernels (2D tiles).
+// The span length of a copy, or 0 when it takes the element-and-block kernels (2D tiles, and
+// blocks of 32 under the 128-wide RHT: span_quantize_kernel's 128-spans hold blocks of 16).
 int span_length(const QuantSpec& s) {
   if (s.tile_2d) return 0;
-  if (s.ms_eden || s.outer_block != 0 || (s.rht && s.rht_size == kRhtWideSize)) return 128;
+  if (s.ms_eden || s.outer_block != 0 || (s.rht && s.rht_size == kRhtWideSize)) return s.block == 16 ? 128 : 0;
   return s.block;  // 16 or 32; a 16-wide RHT's vectors fit in it
 }
 
@@ -438,7 +440,7 @@ void quantize_one(const bf16_t* x, int rows, int cols, const CopyOut& c, unsigne
     else launch_span_of<128>(x, rows, cols, c, want_amax, amax_bits, ts, o, stream);
     return;
   }
-  // 2D tiles: the rotated values through the workspace, then one thread per tile.
+  // The rest: the rotated values through the workspace, then one thread per block or tile.
   const int64_t n = static_cast<int64_t>(rows) * cols;
   const size_t v_bytes = (static_cast<size_t>(n) * sizeof(float) + 255) / 256 * 256;
   auto* ws = static_cast<unsigned char*>(workspace.get(v_bytes + 256));
@@ -454,7 +456,8 @@ void quantize_one(const bf16_t* x, int rows, int cols, const CopyOut& c, unsigne
   FP4_CUDA_CHECK(cudaGetLastError());
   recipe_scale_kernel<<<1, 1, 0, stream>>>(s, amax_bits, ts, c.amax, c.tensor_scale);
   FP4_CUDA_CHECK(cudaGetLastError());
-  const int grid_rows = rows / s.block, grid_cols = cols / s.block;
+  const int grid_rows = s.tile_2d || s.along == BlockAlong::column ? rows / s.block : rows;
+  const int grid_cols = s.tile_2d || s.along == BlockAlong::row ? cols / s.block : cols;
   recipe_block_kernel<<<std::max(1, ceil_div(static_cast<int64_t>(grid_rows) * grid_cols, kRecipeThreads)),
                         kRecipeThreads, 0, stream>>>(x, v, rows, cols, s, ts, o);
   FP4_CUDA_CHECK(cudaGetLastError());
