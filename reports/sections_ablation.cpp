@@ -13,6 +13,8 @@
 #include <set>
 #include <tuple>
 
+#include "base/sha256.h"
+#include "fit/contrasts.h"
 #include "reports/escape.h"
 #include "reports/format.h"
 #include "reports/pairs.h"
@@ -33,11 +35,45 @@ std::string percent_with_interval(const Spread& s) {
   return out;
 }
 
-// What the paired interval says about a recipe against its family's full recipe.
-std::string reading(const Spread& d) {
+// The stored paired test (fit/contrasts.h) of `variant` against `anchor` on the final eval loss at
+// the grid point of `group_key` (a comparison key), or null. The contrasts name a point by its label
+// (model, tokens, the grids declaring it, and its key's hash when two points would share a label),
+// so a test matches on recipe, N, D and model, then on the hash or the grids.
+const fit::ContrastTest* stored_test(const std::optional<fit::ContrastSet>& set, const std::string& variant,
+                                     const std::string& anchor, const std::string& group_key, const StudyRun& example,
+                                     const std::string& grids) {
+  if (!set) return nullptr;
+  const std::string hash_tag = " #" + sha256_hex(group_key).substr(0, 8), grids_tag = "(" + grids + ")";
+  std::vector<const fit::ContrastTest*> candidates;
+  for (const fit::ContrastFamily& f : set->families)
+    for (const fit::ContrastTest& t : f.tests)
+      if (t.metric == "final_eval" && t.recipe == variant && t.against == anchor && t.model == example.record.model &&
+          t.n == example.record.n_params_nonembedding && t.tokens == example.record.tokens)
+        candidates.push_back(&t);
+  auto ends_with = [](const std::string& s, const std::string& tail) {
+    return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
+  };
+  for (const fit::ContrastTest* t : candidates)
+    if (ends_with(t->point, hash_tag)) return t;
+  for (const fit::ContrastTest* t : candidates)
+    if (t->point.find(" #") == std::string::npos && ends_with(t->point, grids_tag)) return t;
+  return candidates.size() == 1 ? candidates.front() : nullptr;
+}
+
+// What a recipe against its family's full recipe reads as. The verdict is the family-wise one: the
+// stored paired test's Holm-adjusted sign-flip p (docs/statistics.md), as "Recipe against recipe"
+// shows it; an interval over the seeds that excludes 0 is not a finding when the family holds
+// several tests of the same runs (the first study's ufp4-rht-wgrad: interval above 0, Holm p 0.28).
+// Without a stored test the unadjusted interval is named as such.
+std::string reading(const Spread& d, const fit::ContrastTest* test) {
   if (d.n == 0) return "no paired seeds";
   if (!d.has_interval()) return "one seed: no interval";
-  return d.sign() > 0 ? "worse (interval above 0)" : d.sign() < 0 ? "better (interval below 0)" : "not resolved (interval holds 0)";
+  if (test != nullptr && std::isfinite(test->p_holm)) {
+    if (test->p_holm >= 0.05) return fmt::format("not significant after Holm (p = {:.3g})", test->p_holm);
+    return fmt::format("{} (significant after Holm, p = {:.3g})", test->t.mean > 0 ? "worse" : "better", test->p_holm);
+  }
+  const std::string interval = d.sign() > 0 ? "interval above 0" : d.sign() < 0 ? "interval below 0" : "interval holds 0";
+  return "no adjusted test stored (fp4lab fit STUDY.toml); unadjusted " + interval;
 }
 
 // Finished runs of one comparison group (same config but recipe and seed), by recipe.
@@ -67,7 +103,7 @@ Note progress_note(const Study& st, const std::vector<const DeclaredGrid*>& grid
 
 const std::vector<std::string> kCsvHeader = {
     "grids", "model", "n_params_nonembedding", "tokens", "recipe", "setting", "family", "seeds", "loss_mean", "loss_sd",
-    "delta_pairs", "delta_vs_full", "delta_lo", "delta_hi", "gap_vs_bf16", "gap_lo", "gap_hi", "paper_row", "paper_loss"};
+    "delta_pairs", "delta_vs_full", "delta_lo", "delta_hi", "p_holm", "reading", "gap_vs_bf16", "gap_lo", "gap_hi", "paper_row", "paper_loss"};
 
 }  // namespace
 
@@ -127,7 +163,10 @@ Section ablation_section(ReportContext& ctx) {
             "from runs that differ only in recipe and seed: the mean final validation loss of each recipe ± its seed "
             "spread (sample sd: the noise floor at this point), and its difference to the full recipe paired seed by "
             "seed (L_r / L_full − 1 for each seed, whose two runs share initial weights and batches) with the 95% "
-            "Student-t interval over the seeds. A difference is real when its interval excludes 0. Beside it, the "
+            "Student-t interval over the seeds. The reading is the family-wise test, not the interval: the stored "
+            "paired test of the recipe against its full recipe (Recipe against recipe, its family's sign-flip p "
+            "Holm-adjusted over the family's tests), significant when the Holm p is below 0.05; an interval that "
+            "excludes 0 alone is one test among the family's, which share the full recipe's runs. Beside it, the "
             "paper's Table 2 on Dense 1.5B (mean LM loss; the paper gives no numbers for claim 5, only that every "
             "restricted E2M1 is worse than the reference).")}});
   if (std::any_of(declared.begin(), declared.end(), [&](const DeclaredGrid* g) {
@@ -177,6 +216,10 @@ Section ablation_section(ReportContext& ctx) {
         if (roles[other].anchor && role.member && roles[other].family == role.family) anchor = &runs;
       const bool compared = anchor != nullptr && !role.anchor;
       const Spread delta = compared ? paired_difference(it->second, *anchor).diff : Spread{};
+      std::string anchor_recipe;
+      if (compared) anchor_recipe = anchor->front()->record.recipe;
+      const fit::ContrastTest* test =
+          compared ? stored_test(st.contrasts, recipe, anchor_recipe, example->comparison_key, *example, grids_of(g)) : nullptr;
       const bool has_gap = bf16 != g.end() && !it->second.front()->record.baseline;
       const Spread gap = has_gap ? paired_difference(it->second, bf16->second).diff : Spread{};
       const double paper_full = paper::ablation_rows()[4].loss;
@@ -185,7 +228,7 @@ Section ablation_section(ReportContext& ctx) {
                         {sp.n > 1 ? fmt_loss(sp.mean) + " ± " + fmt::format("{:.4f}", sp.sd) : fmt_loss(sp.mean)},
                         {sp.n > 1 ? fmt::format("{:.3f}%", 100 * sp.sd / sp.mean) : "—"},
                         {role.anchor ? "(full)" : compared ? percent_with_interval(delta) : "—"},
-                        {compared ? reading(delta) : ""}, {has_gap ? percent_with_interval(gap) : "—"},
+                        {compared ? reading(delta, test) : ""}, {has_gap ? percent_with_interval(gap) : "—"},
                         {role.paper_row ? role.paper_row->label : ""},
                         {role.paper_row ? fmt::format("{:.5f}", role.paper_row->loss) : ""},
                         {role.paper_row ? fmt_percent(role.paper_row->loss / paper_full - 1) : ""}});
@@ -194,6 +237,7 @@ Section ablation_section(ReportContext& ctx) {
                      csv_field(recipe), csv_field(setting), csv_field(role.member ? role.family : ""),
                      std::to_string(sp.n), csv_number(sp.mean), csv_number(sp.sd), compared ? std::to_string(delta.n) : "",
                      compared ? csv_number(delta.mean) : "", compared ? csv_number(delta.lo) : "", compared ? csv_number(delta.hi) : "",
+                     test != nullptr ? csv_number(test->p_holm) : "", compared ? csv_field(reading(delta, test)) : "",
                      has_gap ? csv_number(gap.mean) : "", has_gap ? csv_number(gap.lo) : "", has_gap ? csv_number(gap.hi) : "",
                      role.paper_row ? csv_field(role.paper_row->label) : "",
                      role.paper_row ? csv_number(role.paper_row->loss) : ""});

@@ -9,6 +9,7 @@
 // same store gives the same bytes.
 #include <catch2/catch.hpp>
 
+#include <fmt/format.h>
 #include <sqlite3.h>
 
 #include <cmath>
@@ -548,13 +549,17 @@ TEST_CASE("report of a study-shaped store: each section selects its runs and sho
       check_number(row.at("delta_hi"), d.hi);
       ++compared;
       if (row.at("tokens") == "256") {
-        // The table's reading agrees with the interval.
+        // No paired contrasts are stored here (no fp4lab fit): the reading names the interval as
+        // unadjusted and says no family-wise test backs it.
         for (const auto& cells : first_table->rows)
           if (cells[0] == recipe) {
             const std::string reading = cells[column(*first_table, "reading")];
-            if (d.lo > 0) CHECK(reading == "worse (interval above 0)");
-            else if (d.hi < 0) CHECK(reading == "better (interval below 0)");
-            else CHECK(reading == "not resolved (interval holds 0)");
+            const std::string unadjusted = "no adjusted test stored (fp4lab fit STUDY.toml); unadjusted ";
+            if (d.lo > 0) CHECK(reading == unadjusted + "interval above 0");
+            else if (d.hi < 0) CHECK(reading == unadjusted + "interval below 0");
+            else CHECK(reading == unadjusted + "interval holds 0");
+            CHECK(row.at("reading") == reading);
+            CHECK(row.at("p_holm").empty());
           }
       }
     } else {
@@ -709,4 +714,39 @@ TEST_CASE("report of a study-shaped store: each section selects its runs and sho
   REQUIRE(only->rows.size() == 1);
   CHECK(only->rows[0][column(*only, "grid")] == "tiny-noise");
   CHECK(only->rows[0][column(*only, "why this one")] == "of the main grid's runs only, though not fitted as the grid tiny");
+}
+
+TEST_CASE("report on the committed first study: the ablation verdicts follow the Holm-adjusted tests",
+          "[report][report_real][paired]") {
+  fp4::test::ScratchDir dir;
+  if (!fp4::test::copy_committed_study("first-study", dir.path())) {
+    WARN("xz not found: skipped");
+    return;
+  }
+  const auto fit = fp4::test::run_fp4lab("fit '" + (dir / "study.toml").string() + "' --plain", dir);
+  INFO(fit.err);
+  REQUIRE(fit.exit_code == 0);
+  const auto report = fp4::test::run_fp4lab(
+      "report '" + (dir / "study.toml").string() + "' --out '" + (dir / "report").string() + "'", dir);
+  INFO(report.err);
+  REQUIRE(report.exit_code == 0);
+  // The audit's example: ufp4-rht-wgrad's paired interval at d4 × 25M lies above 0, yet its Holm p
+  // in the "variants against their base" family is 0.28: not a finding.
+  int read = 0;
+  for (const auto& row : csv_records(dir / "report" / "ablation.csv")) {
+    if (row.at("p_holm").empty()) continue;
+    INFO(row.at("recipe") << " at " << row.at("model") << " " << row.at("tokens") << ": " << row.at("reading"));
+    const double p = number(row.at("p_holm"));
+    if (p >= 0.05) CHECK(row.at("reading").rfind("not significant after Holm (p = ", 0) == 0);
+    else CHECK(row.at("reading").find("(significant after Holm, p = ") != std::string::npos);
+    if (row.at("recipe") == "ufp4-rht-wgrad") {
+      CHECK(number(row.at("delta_lo")) > 0);  // the unadjusted interval alone would say "worse"
+      CHECK(p == Approx(0.28).margin(0.01));
+      CHECK(row.at("reading") == fmt::format("not significant after Holm (p = {:.3g})", p));
+    }
+    ++read;
+  }
+  CHECK(read == 9);  // the d4 ablation point's nine variants against their full recipe
+  const std::string md = fp4::test::slurp(dir / "report" / "report.md");
+  CHECK(md.find("interval above 0") == std::string::npos);
 }
