@@ -551,7 +551,8 @@ Trend contrast_trend(const ContrastFamily& family, const std::pair<std::string, 
   std::vector<TrendPoint> points;
   for (const ContrastTest& t : family.tests) {
     if (t.metric != "final_eval" || t.recipe != contrast.first || t.against != contrast.second) continue;
-    TrendPoint p{t.point, std::log10(6.0 * static_cast<double>(t.n) * static_cast<double>(t.tokens)), {}};
+    // A size is one model (one N): its points at several token counts are resampled and left out together.
+    TrendPoint p{t.point, std::log10(6.0 * static_cast<double>(t.n) * static_cast<double>(t.tokens)), {}, t.model};
     for (const auto& [seed, d] : t.d) p.values.push_back(d);
     points.push_back(std::move(p));
   }
@@ -603,7 +604,8 @@ json contrast_set_json(const ContrastSet& set) {
       const Trend tr = contrast_trend(f, c);
       if (tr.points < 2) continue;
       json loo = json::array();
-      for (const LeaveOneOut& l : tr.leave_one_out) loo.push_back({{"without", l.label}, {"slope_pp", number_or_null(l.slope)}});
+      for (const LeaveOneOut& l : tr.leave_one_size_out)
+        loo.push_back({{"without", l.label}, {"slope_pp", number_or_null(l.slope)}});
       trends.push_back({{"recipe", c.first},
                         {"against", c.second},
                         {"metric", "final_eval"},
@@ -611,12 +613,12 @@ json contrast_set_json(const ContrastSet& set) {
                         {"slope_pp", number_or_null(tr.weighted.slope)},
                         {"lo_pp", number_or_null(tr.weighted.ci.lo)},
                         {"hi_pp", number_or_null(tr.weighted.ci.hi)},
+                        {"sizes", tr.sizes},
                         {"unweighted_slope_pp", number_or_null(tr.unweighted_slope)},
                         {"seed_bootstrap_pp", {number_or_null(tr.seed_bootstrap.lo), number_or_null(tr.seed_bootstrap.hi)}},
-                        {"cluster_bootstrap_pp",
-                         {number_or_null(tr.cluster_bootstrap.lo), number_or_null(tr.cluster_bootstrap.hi)}},
-                        {"cluster_replicates_dropped", tr.cluster_replicates_dropped},
-                        {"leave_one_out", std::move(loo)}});
+                        {"size_bootstrap_pp", {number_or_null(tr.size_bootstrap.lo), number_or_null(tr.size_bootstrap.hi)}},
+                        {"size_replicates_dropped", tr.size_replicates_dropped},
+                        {"leave_one_size_out", std::move(loo)}});
     }
     families.push_back({{"name", f.name},
                         {"contrasts", f.contrasts},
@@ -692,15 +694,15 @@ std::string format_contrasts_table(const ContrastSet& set) {
     for (const auto& c : f.contrasts) {
       const Trend tr = contrast_trend(f, c);
       if (tr.points < 2 || std::isnan(tr.weighted.slope)) continue;
-      out += fmt::format("    trend of {} with compute (final eval, {} points): weighted {} pp per tenfold C, 95% [{}, {}] "
-                         "(weights 1/se² from each point's seeds); unweighted {}; seed bootstrap [{}, {}]; cluster "
-                         "bootstrap over the points [{}, {}] ({} resamples with one point dropped)\n",
-                         contrast_name(c), tr.points, fmt_pp(tr.weighted.slope), fmt_pp(tr.weighted.ci.lo),
+      out += fmt::format("    trend of {} with compute (final eval, {} points of {} sizes): weighted {} pp per tenfold C, "
+                         "95% [{}, {}] (weights 1/se² from each point's seeds); unweighted {}; seed bootstrap [{}, {}]; "
+                         "cluster bootstrap over the sizes [{}, {}] ({} resamples with one x dropped)\n",
+                         contrast_name(c), tr.points, tr.sizes, fmt_pp(tr.weighted.slope), fmt_pp(tr.weighted.ci.lo),
                          fmt_pp(tr.weighted.ci.hi), fmt_pp(tr.unweighted_slope), fmt_pp(tr.seed_bootstrap.lo),
-                         fmt_pp(tr.seed_bootstrap.hi), fmt_pp(tr.cluster_bootstrap.lo), fmt_pp(tr.cluster_bootstrap.hi),
-                         tr.cluster_replicates_dropped);
-      for (const LeaveOneOut& l : tr.leave_one_out)
-        out += fmt::format("      without {}: weighted {} pp per tenfold C\n", l.label, fmt_pp(l.slope));
+                         fmt_pp(tr.seed_bootstrap.hi), fmt_pp(tr.size_bootstrap.lo), fmt_pp(tr.size_bootstrap.hi),
+                         tr.size_replicates_dropped);
+      for (const LeaveOneOut& l : tr.leave_one_size_out)
+        out += fmt::format("      without size {}: weighted {} pp per tenfold C\n", l.label, fmt_pp(l.slope));
     }
   }
   for (const std::string& n : set.notes) out += "  note: " + n + "\n";

@@ -290,10 +290,10 @@ void csv_contrasts(std::string& out, const ContrastSet& set) {
       const Trend tr = contrast_trend(f, c);
       if (tr.points < 2) continue;
       row(f.name, "contrast_slope", c.second, c.first, kNaN, kNaN, tr.weighted.slope, tr.weighted.ci,
-          fmt::format("metric=final_eval points={} weighted=1/se^2 unweighted={} seed_bootstrap=[{} {}] "
-                      "cluster_bootstrap=[{} {}]",
-                      tr.points, csv_num(tr.unweighted_slope), csv_num(tr.seed_bootstrap.lo),
-                      csv_num(tr.seed_bootstrap.hi), csv_num(tr.cluster_bootstrap.lo), csv_num(tr.cluster_bootstrap.hi)));
+          fmt::format("metric=final_eval points={} sizes={} weighted=1/se^2 unweighted={} seed_bootstrap=[{} {}] "
+                      "size_bootstrap=[{} {}]",
+                      tr.points, tr.sizes, csv_num(tr.unweighted_slope), csv_num(tr.seed_bootstrap.lo),
+                      csv_num(tr.seed_bootstrap.hi), csv_num(tr.size_bootstrap.lo), csv_num(tr.size_bootstrap.hi)));
     }
     for (const std::string& u : f.untested) row(f.name, "contrast_untested", "", "", kNaN, kNaN, kNaN, {}, u);
   }

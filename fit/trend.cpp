@@ -67,18 +67,50 @@ Trend fit_trend(const std::vector<TrendPoint>& points, int64_t replicates, uint6
     y.push_back(m.mean);
     se.push_back(m.se);
   }
+  // The clusters: each size's points, in the order the sizes first appear.
+  std::vector<std::string> size_names;
+  std::vector<std::vector<size_t>> members;
+  for (size_t i = 0; i < points.size(); ++i) {
+    const std::string name = points[i].size.empty() ? points[i].label : points[i].size;
+    const auto it = std::find(size_names.begin(), size_names.end(), name);
+    if (it == size_names.end()) {
+      size_names.push_back(name);
+      members.push_back({i});
+    } else {
+      members[static_cast<size_t>(it - size_names.begin())].push_back(i);
+    }
+  }
+  t.sizes = static_cast<int64_t>(size_names.size());
+  // The line through the points of the chosen sizes (a size chosen twice counts twice); NaN with
+  // fewer than two distinct x among them.
+  auto line_of = [&](const std::vector<size_t>& chosen, int64_t* dropped) {
+    std::vector<double> xs, ys, ses;
+    std::set<double> distinct;
+    for (size_t c : chosen)
+      for (size_t i : members[c]) {
+        xs.push_back(x[i]);
+        ys.push_back(y[i]);
+        ses.push_back(se[i]);
+        distinct.insert(x[i]);
+      }
+    if (distinct.size() < 2) {
+      if (dropped != nullptr) ++*dropped;
+      return kNaN;
+    }
+    return weighted_line(xs, ys, ses).slope;
+  };
   t.weighted = weighted_line(x, y, se);
   t.unweighted_slope = least_squares_line(x, y).slope;
-  if (points.size() >= 3)
-    for (size_t i = 0; i < points.size(); ++i) {
-      std::vector<double> xs, ys, ses;
-      for (size_t j = 0; j < points.size(); ++j)
-        if (j != i) xs.push_back(x[j]), ys.push_back(y[j]), ses.push_back(se[j]);
-      t.leave_one_out.push_back({points[i].label, weighted_line(xs, ys, ses).slope});
+  if (size_names.size() >= 3)
+    for (size_t c = 0; c < size_names.size(); ++c) {
+      std::vector<size_t> rest;
+      for (size_t k = 0; k < size_names.size(); ++k)
+        if (k != c) rest.push_back(k);
+      t.leave_one_size_out.push_back({size_names[c], line_of(rest, nullptr)});
     }
   if (replicates <= 0 || points.size() < 2) return t;
   std::mt19937_64 rng(seed);
-  std::vector<double> seed_slopes, cluster_slopes;
+  std::vector<double> seed_slopes, size_slopes;
   for (int64_t k = 0; k < replicates; ++k) {
     // Seeds within each point.
     std::vector<double> ys, ses;
@@ -91,22 +123,17 @@ Trend fit_trend(const std::vector<TrendPoint>& points, int64_t replicates, uint6
       ses.push_back(m.se);
     }
     seed_slopes.push_back(weighted_line(x, ys, ses).slope);
-    // Points with replacement (each with its own seeds and se).
-    std::uniform_int_distribution<size_t> pick_point(0, points.size() - 1);
-    std::vector<double> xc, yc, sc;
-    std::set<double> distinct;
-    for (size_t i = 0; i < points.size(); ++i) {
-      const size_t j = pick_point(rng);
-      xc.push_back(x[j]);
-      yc.push_back(y[j]);
-      sc.push_back(se[j]);
-      distinct.insert(x[j]);
-    }
-    if (distinct.size() < 2) ++t.cluster_replicates_dropped;
-    else cluster_slopes.push_back(weighted_line(xc, yc, sc).slope);
+    // Sizes with replacement, each with all its points (their own seeds and se). One size has one
+    // resample only, itself: no interval.
+    if (size_names.size() < 2) continue;
+    std::uniform_int_distribution<size_t> pick_size(0, size_names.size() - 1);
+    std::vector<size_t> chosen;
+    for (size_t i = 0; i < size_names.size(); ++i) chosen.push_back(pick_size(rng));
+    const double slope = line_of(chosen, &t.size_replicates_dropped);
+    if (!std::isnan(slope)) size_slopes.push_back(slope);
   }
   t.seed_bootstrap = percentile_interval(seed_slopes);
-  t.cluster_bootstrap = percentile_interval(cluster_slopes);
+  t.size_bootstrap = percentile_interval(size_slopes);
   return t;
 }
 

@@ -2,8 +2,10 @@
 // least-squares line through the grid points' mean d against log10 of the axis, each point weighted
 // by 1/se² from its own seeds (a point measured over noisy seeds counts less), beside the unweighted
 // line; a bootstrap that resamples the seeds within each point, a cluster bootstrap that resamples
-// the points themselves, and the line refitted without each point in turn. The same weighted line
-// as results/second-study/stats.py weighted_slope.
+// the model sizes (a size with several token counts brings all its points: the points of one size
+// share its model, learning rate and noise, so they are not independent draws), and the line
+// refitted without each size in turn. The same weighted line as results/second-study/stats.py
+// weighted_slope.
 #pragma once
 
 #include <cstdint>
@@ -23,26 +25,31 @@ struct WeightedLine {
 };
 WeightedLine weighted_line(const std::vector<double>& x, const std::vector<double>& y, const std::vector<double>& se);
 
-// One point of a trend: its x (log10 of N or of C) and the per-seed values measured there.
+// One point of a trend: its x (log10 of N or of C), the per-seed values measured there, and the
+// model size it belongs to (one N; e.g. "d2"), the cluster the resampling and the leave-out take
+// whole. An empty size makes the point a size of its own.
 struct TrendPoint {
   std::string label;
   double x = 0;
   std::vector<double> values;            // one per seed (at least two)
+  std::string size;
 };
 
 struct LeaveOneOut {
-  std::string label;                     // the point left out
-  double slope = kNaN;                   // weighted, without it
+  std::string label;                     // the size left out (with all its points)
+  double slope = kNaN;                   // weighted, without it (NaN: fewer than two distinct x left)
 };
 
 struct Trend {
   int64_t points = 0;
+  int64_t sizes = 0;                     // distinct sizes among the points
   WeightedLine weighted;
   double unweighted_slope = kNaN;
   Interval seed_bootstrap;               // 95% percentile, seeds resampled within each point
-  Interval cluster_bootstrap;            // 95% percentile, points resampled with replacement
-  int64_t cluster_replicates_dropped = 0;  // resamples with fewer than two distinct x (no line)
-  std::vector<LeaveOneOut> leave_one_out;  // with three points or more
+  Interval size_bootstrap;               // 95% percentile, sizes resampled with replacement, each with all its
+                                         // points; unknown with one size
+  int64_t size_replicates_dropped = 0;   // resamples with fewer than two distinct x (no line)
+  std::vector<LeaveOneOut> leave_one_size_out;  // with three sizes or more, in the order sizes first appear
 };
 
 // The trend of the points' means. `replicates` bootstrap resamples from std::mt19937_64(seed).

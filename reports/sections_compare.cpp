@@ -102,18 +102,20 @@ void paired_over_seeds(ReportContext& ctx, Section& s) {
       const fit::Trend tr = fit::contrast_trend(f, contrast);
       if (tr.points < 2 || std::isnan(tr.weighted.slope)) continue;
       std::vector<std::string> loo;
-      for (const fit::LeaveOneOut& l : tr.leave_one_out) loo.push_back(fmt::format("without {}: {}", l.label, pp_value(l.slope)));
+      for (const fit::LeaveOneOut& l : tr.leave_one_size_out)
+        loo.push_back(fmt::format("without {}: {}", l.label, pp_value(l.slope)));
       s.blocks.push_back(Paragraph{{strong(fmt::format("Trend of {} − {} with compute. ", contrast.first, contrast.second)),
                                     text(fmt::format(
-                                        "Over its {} tested points (final loss), the weighted least-squares slope of the "
-                                        "mean d against log10 C is {} pp per tenfold compute, 95% [{}, {}] (weights "
-                                        "1/se² from each point's seeds); unweighted {}; seed bootstrap [{}, {}]; cluster "
-                                        "bootstrap over the points [{}, {}]{}. {}",
-                                        tr.points, pp_value(tr.weighted.slope), pp_value(tr.weighted.ci.lo),
+                                        "Over its {} tested points of {} model sizes (final loss), the weighted "
+                                        "least-squares slope of the mean d against log10 C is {} pp per tenfold compute, "
+                                        "95% [{}, {}] (weights 1/se² from each point's seeds); unweighted {}; seed "
+                                        "bootstrap [{}, {}]; cluster bootstrap over the sizes (each with all its points) "
+                                        "[{}, {}]{}. {}",
+                                        tr.points, tr.sizes, pp_value(tr.weighted.slope), pp_value(tr.weighted.ci.lo),
                                         pp_value(tr.weighted.ci.hi), pp_value(tr.unweighted_slope),
                                         pp_value(tr.seed_bootstrap.lo), pp_value(tr.seed_bootstrap.hi),
-                                        pp_value(tr.cluster_bootstrap.lo), pp_value(tr.cluster_bootstrap.hi),
-                                        loo.empty() ? "" : "; leave one out: " + fmt::format("{}", fmt::join(loo, "; ")),
+                                        pp_value(tr.size_bootstrap.lo), pp_value(tr.size_bootstrap.hi),
+                                        loo.empty() ? "" : "; leave one size out: " + fmt::format("{}", fmt::join(loo, "; ")),
                                         "Whatever else varies between the points varies along this axis too (the note "
                                         "below names it)."))}});
     }

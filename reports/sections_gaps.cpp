@@ -145,15 +145,16 @@ Section prediction_subsection(ReportContext& ctx, const FitChoice& fits) {
 
 // The gap's weighted trend (fit/trend.h, docs/statistics.md "Trends with scale"): over the main
 // grid's points with two or more seeds, each point's mean gap weighted by 1/se² from its own seeds,
-// beside the unweighted line, the seed and cluster bootstraps and the leave-one-out slopes. The
+// beside the unweighted line, the seed bootstrap, the cluster bootstrap over model sizes and the
+// leave-one-size-out slopes (a size's points at several D share its model and noise). The
 // least-squares slope of the fits weighs every matched run alike, though a point's seed noise
 // differs severalfold between sizes.
 void weighted_gap_trends(ReportContext& ctx, const std::map<PointKey, ObservedPoint>& observed, Section& s) {
   Table t;
   t.caption = "Weighted trend of the observed gap per tenfold compute (points with two or more seeds)";
-  t.header = {"recipe", "points", "weighted slope per decade of C [95%]", "unweighted", "seed bootstrap [95%]",
-              "cluster bootstrap over the points [95%]", "without each point"};
-  t.numeric = {false, true, true, true, true, true, false};
+  t.header = {"recipe", "points", "sizes", "weighted slope per decade of C [95%]", "unweighted", "seed bootstrap [95%]",
+              "cluster bootstrap over the sizes [95%]", "without each size"};
+  t.numeric = {false, true, true, true, true, true, true, false};
   std::vector<std::vector<std::string>> csv;
   auto interval = [](const fit::Interval& ci) {
     return ci.known() ? "[" + fmt_percent(ci.lo) + ", " + fmt_percent(ci.hi) + "]" : std::string("—");
@@ -168,25 +169,25 @@ void weighted_gap_trends(ReportContext& ctx, const std::map<PointKey, ObservedPo
         if (std::isfinite(g)) gaps.push_back(g);
       if (gaps.size() < 2) continue;
       const double x = std::log10(6.0 * static_cast<double>(k.n) * static_cast<double>(k.d));
-      points.push_back({k.model + " " + fmt_count(static_cast<double>(k.d)), x, std::move(gaps)});
+      points.push_back({k.model + " " + fmt_count(static_cast<double>(k.d)), x, std::move(gaps), k.model});
       xs.insert(x);
     }
     if (xs.size() < 2) continue;
     const fit::Trend tr = fit::fit_trend(points, fit::kTrendReplicates, 0);
     std::vector<std::string> loo;
-    for (const fit::LeaveOneOut& l : tr.leave_one_out) loo.push_back(l.label + ": " + fmt_percent(l.slope));
-    t.rows.push_back({ctx.recipe_cell(recipe), {std::to_string(tr.points)},
+    for (const fit::LeaveOneOut& l : tr.leave_one_size_out) loo.push_back(l.label + ": " + fmt_percent(l.slope));
+    t.rows.push_back({ctx.recipe_cell(recipe), {std::to_string(tr.points)}, {std::to_string(tr.sizes)},
                       {fmt_percent(tr.weighted.slope) + " " + interval(tr.weighted.ci)}, {fmt_percent(tr.unweighted_slope)},
-                      {interval(tr.seed_bootstrap)}, {interval(tr.cluster_bootstrap)},
+                      {interval(tr.seed_bootstrap)}, {interval(tr.size_bootstrap)},
                       {loo.empty() ? "—" : fmt::format("{}", fmt::join(loo, "; "))}});
-    csv.push_back({csv_field(recipe), std::to_string(tr.points), csv_number(tr.weighted.slope), csv_number(tr.weighted.ci.lo),
-                   csv_number(tr.weighted.ci.hi), csv_number(tr.unweighted_slope), csv_number(tr.seed_bootstrap.lo),
-                   csv_number(tr.seed_bootstrap.hi), csv_number(tr.cluster_bootstrap.lo),
-                   csv_number(tr.cluster_bootstrap.hi)});
+    csv.push_back({csv_field(recipe), std::to_string(tr.points), std::to_string(tr.sizes), csv_number(tr.weighted.slope),
+                   csv_number(tr.weighted.ci.lo), csv_number(tr.weighted.ci.hi), csv_number(tr.unweighted_slope),
+                   csv_number(tr.seed_bootstrap.lo), csv_number(tr.seed_bootstrap.hi), csv_number(tr.size_bootstrap.lo),
+                   csv_number(tr.size_bootstrap.hi)});
   }
   t.csv = ctx.csv("gap_trends.csv",
-                  {"recipe", "points", "slope_per_decade", "lo", "hi", "unweighted_slope", "seed_bootstrap_lo",
-                   "seed_bootstrap_hi", "cluster_bootstrap_lo", "cluster_bootstrap_hi"},
+                  {"recipe", "points", "sizes", "slope_per_decade", "lo", "hi", "unweighted_slope", "seed_bootstrap_lo",
+                   "seed_bootstrap_hi", "size_bootstrap_lo", "size_bootstrap_hi"},
                   csv);
   if (t.rows.empty()) {
     s.blocks.push_back(Note{{text("No recipe has two sizes of compute with two or more seeds each: no weighted trend of "
@@ -199,7 +200,8 @@ void weighted_gap_trends(ReportContext& ctx, const std::map<PointKey, ObservedPo
                                      "seeds of, each point's mean gap is weighted by 1/se² from its own seeds (the weighted "
                                      "least-squares line of docs/statistics.md \"Trends with scale\", its normal 95% "
                                      "interval), beside the unweighted line, a bootstrap of the seeds within each point, a "
-                                     "bootstrap of the points themselves, and the slope without each point. Whatever else "
+                                     "cluster bootstrap over the model sizes (a size's points at several token counts "
+                                     "drawn together), and the slope without each size. Whatever else "
                                      "varies between these points (the learning rate, the steps) varies along C too.")}});
   s.blocks.push_back(std::move(t));
 }

@@ -412,8 +412,9 @@ TEST_CASE("contrasts: the paper's metric, the mean train loss of the last tenth,
   CHECK_THAT(tests[0].p_holm, WithinRel(3.0 / 32, 1e-12));
   const std::string table = fp4::fit::format_contrasts_table(set);
   CHECK(table.find("on the mean train loss of the last tenth") != std::string::npos);
-  CHECK(table.find("trend of ufp4 - e2m1 with compute (final eval, 3 points)") != std::string::npos);
-  CHECK(table.find("without d3 25M") != std::string::npos);
+  CHECK(table.find("trend of ufp4 - e2m1 with compute (final eval, 3 points of 3 sizes)") != std::string::npos);
+  CHECK(table.find("cluster bootstrap over the sizes") != std::string::npos);
+  CHECK(table.find("without size d3: ") != std::string::npos);
   // The settings that vary between the tested points are named (here only the model label's key).
   CHECK(set.notes.empty());  // the synthetic points' keys are not JSON configs: nothing to compare
 }

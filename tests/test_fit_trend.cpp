@@ -1,10 +1,12 @@
 // test_fit_trend.cpp — the weighted trend of a contrast with scale (fit/trend.h): the weighted line
 // against the values results/second-study/stats.py gives; on points whose noise differs between
 // sizes the weighted slope recovers the true one where the unweighted line is pulled off by the
-// noisiest point, and over many draws its error is the smaller; the leave-one-out and both
-// bootstraps are computed and seeded.
+// noisiest point, and over many draws its error is the smaller; the leave-one-size-out and both
+// bootstraps are computed and seeded; a size with several points (token counts) is resampled and
+// left out whole.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 #include <vector>
@@ -47,16 +49,19 @@ TEST_CASE("trend: weights from the seed variance recover a known slope that the 
     }
     last = fp4::fit::fit_trend(points, k == 0 ? 2000 : 0, 1);
     if (k == 0) {
-      REQUIRE(last.leave_one_out.size() == 4);
+      // Points without a size are a size each.
+      CHECK(last.sizes == 4);
+      REQUIRE(last.leave_one_size_out.size() == 4);
+      CHECK(last.leave_one_size_out[3].label == "p3");
       CHECK(last.seed_bootstrap.known());
-      CHECK(last.cluster_bootstrap.known());
+      CHECK(last.size_bootstrap.known());
       CHECK(last.seed_bootstrap.contains(last.weighted.slope));
       // Seeded: the same intervals again.
       const fp4::fit::Trend again = fp4::fit::fit_trend(points, 2000, 1);
       CHECK(again.seed_bootstrap.lo == last.seed_bootstrap.lo);
-      CHECK(again.cluster_bootstrap.hi == last.cluster_bootstrap.hi);
-      // Four points resampled four at a time: some resamples draw one point only and are dropped.
-      CHECK(last.cluster_replicates_dropped > 0);
+      CHECK(again.size_bootstrap.hi == last.size_bootstrap.hi);
+      // Four sizes resampled four at a time: some resamples draw one size only and are dropped.
+      CHECK(last.size_replicates_dropped > 0);
     }
     weighted_error += std::fabs(last.weighted.slope - truth);
     unweighted_error += std::fabs(last.unweighted_slope - truth);
@@ -72,4 +77,51 @@ TEST_CASE("trend: weights from the seed variance recover a known slope that the 
   CHECK(std::fabs(t.weighted.slope - 1) < 1e-3);
   CHECK(t.unweighted_slope > 1.5);  // (OLS through 0, 1, 2, 5: 1.6)
   CHECK_THAT(t.unweighted_slope, WithinRel(1.6, 1e-12));
+}
+
+TEST_CASE("trend: the cluster bootstrap and the leave-out take a model size with all its points", "[fit][trend]") {
+  // d2 at three token counts (as the first study's d2 at 25M, 50M and 100M tokens), d3 at one: the
+  // x of d2's points differ by D alone. Resampling the two sizes gives three kinds of resample:
+  // {d2, d2} (d2's own line), {d2, d3} in either order (every point once: the full line), {d3, d3}
+  // (one x: dropped). So every slope drawn is one of two numbers, and the 95% interval is spanned by
+  // them, with about a quarter of the resamples dropped. A bootstrap over the points would draw
+  // d2's points apart and give many other slopes.
+  const std::vector<fp4::fit::TrendPoint> two = {{"d2 25M", 0.0, {0.10, 0.14, 0.12}, "d2"},
+                                                 {"d2 50M", 0.3, {0.30, 0.26, 0.31}, "d2"},
+                                                 {"d2 100M", 0.6, {0.25, 0.20, 0.21}, "d2"},
+                                                 {"d3 25M", 1.0, {0.90, 1.10, 1.00, 0.95}, "d3"}};
+  const fp4::fit::Trend t = fp4::fit::fit_trend(two, 4000, 7);
+  CHECK(t.points == 4);
+  CHECK(t.sizes == 2);
+  CHECK(t.leave_one_size_out.empty());  // two sizes: leaving one out leaves no trend across sizes
+  const std::vector<fp4::fit::TrendPoint> d2_only(two.begin(), two.begin() + 3);
+  const double d2_line = fp4::fit::fit_trend(d2_only, 0).weighted.slope, full = t.weighted.slope;
+  REQUIRE(std::isfinite(d2_line));
+  REQUIRE(std::fabs(d2_line - full) > 0.1);
+  CHECK_THAT(t.size_bootstrap.lo, WithinRel(std::min(d2_line, full), 1e-9));
+  CHECK_THAT(t.size_bootstrap.hi, WithinRel(std::max(d2_line, full), 1e-9));
+  CHECK(t.size_replicates_dropped > 4000 / 4 - 150);
+  CHECK(t.size_replicates_dropped < 4000 / 4 + 150);
+
+  // Three sizes: without each size in turn, all its points leave together.
+  std::vector<fp4::fit::TrendPoint> three = two;
+  three.push_back({"d4 25M", 2.0, {1.9, 2.1, 2.0}, "d4"});
+  const fp4::fit::Trend u = fp4::fit::fit_trend(three, 0);
+  CHECK(u.sizes == 3);
+  REQUIRE(u.leave_one_size_out.size() == 3);
+  auto slope_of = [](const std::vector<fp4::fit::TrendPoint>& pts) { return fp4::fit::fit_trend(pts, 0).weighted.slope; };
+  CHECK(u.leave_one_size_out[0].label == "d2");
+  CHECK_THAT(u.leave_one_size_out[0].slope, WithinRel(slope_of({three[3], three[4]}), 1e-12));
+  CHECK(u.leave_one_size_out[1].label == "d3");
+  CHECK_THAT(u.leave_one_size_out[1].slope, WithinRel(slope_of({three[0], three[1], three[2], three[4]}), 1e-12));
+  CHECK(u.leave_one_size_out[2].label == "d4");
+  CHECK_THAT(u.leave_one_size_out[2].slope, WithinRel(slope_of(two), 1e-12));
+
+  // One size only: its points still give a line (along D), but no resample of sizes differs from
+  // it, so the size bootstrap has no interval.
+  const fp4::fit::Trend one = fp4::fit::fit_trend(d2_only, 500, 1);
+  CHECK(one.sizes == 1);
+  CHECK(std::isfinite(one.weighted.slope));
+  CHECK_FALSE(one.size_bootstrap.known());
+  CHECK(one.seed_bootstrap.known());
 }

@@ -437,7 +437,7 @@ TEST_CASE("report of a study-shaped store: each section selects its runs and sho
     if (gaps.size() >= 2)
       trend_points[row.at("recipe")].push_back(
           {"", std::log10(6.0 * static_cast<double>(point->rec.n_params_nonembedding) * static_cast<double>(point->rec.tokens)),
-           gaps});
+           gaps, point->rec.model});
     // The train-loss gap over training ends at the mean of the seeds' last-step ratios (runs of 2
     // or 4 steps: the train tail, a tenth, and the figure's window, 5%, are both the last step).
     const auto& last = last_row.at(row.at("recipe") + "/" + row.at("n_params_nonembedding") + "/" + row.at("tokens"));
@@ -459,12 +459,18 @@ TEST_CASE("report of a study-shaped store: each section selects its runs and sho
     const auto& pts = trend_points.at(row.at("recipe"));
     CHECK(row.at("points") == std::to_string(pts.size()));
     CHECK(pts.size() == (row.at("recipe") == "nvfp4" ? 2u : 3u));
+    // d1's two lengths are one size: resampled and left out together.
+    CHECK(row.at("sizes") == (row.at("recipe") == "nvfp4" ? "1" : "2"));
     const fp4::fit::Trend tr = fp4::fit::fit_trend(pts, fp4::fit::kTrendReplicates, 0);
     check_number(row.at("slope_per_decade"), tr.weighted.slope);
     check_number(row.at("lo"), tr.weighted.ci.lo);
     check_number(row.at("hi"), tr.weighted.ci.hi);
     check_number(row.at("unweighted_slope"), tr.unweighted_slope);
-    CHECK(number(row.at("cluster_bootstrap_lo")) == Approx(tr.cluster_bootstrap.lo).epsilon(1e-9).margin(1e-12));
+    CHECK(tr.sizes == std::stoll(row.at("sizes")));
+    if (tr.size_bootstrap.known())
+      CHECK(number(row.at("size_bootstrap_lo")) == Approx(tr.size_bootstrap.lo).epsilon(1e-9).margin(1e-12));
+    else
+      CHECK(row.at("size_bootstrap_lo").empty());
     CHECK(number(row.at("seed_bootstrap_hi")) == Approx(tr.seed_bootstrap.hi).epsilon(1e-9).margin(1e-12));
   }
   REQUIRE(table_with_caption(tables, "Weighted trend of the observed gap") != nullptr);
