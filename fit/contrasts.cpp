@@ -547,10 +547,11 @@ std::string declared_in_words(const ContrastSet& set) {
          "without `metrics` is tested on every metric, the default); no other test is made";
 }
 
-Trend contrast_trend(const ContrastFamily& family, const std::pair<std::string, std::string>& contrast) {
+Trend contrast_trend(const ContrastFamily& family, const std::pair<std::string, std::string>& contrast,
+                     const std::string& metric) {
   std::vector<TrendPoint> points;
   for (const ContrastTest& t : family.tests) {
-    if (t.metric != "final_eval" || t.recipe != contrast.first || t.against != contrast.second) continue;
+    if (t.metric != metric || t.recipe != contrast.first || t.against != contrast.second) continue;
     // A size is one model (one N): its points at several token counts are resampled and left out together.
     TrendPoint p{t.point, std::log10(6.0 * static_cast<double>(t.n) * static_cast<double>(t.tokens)), {}, t.model};
     for (const auto& [seed, d] : t.d) p.values.push_back(d);
@@ -600,26 +601,27 @@ json contrast_set_json(const ContrastSet& set) {
                        {"pairing_removed", number_or_null(t.pairing_removed())}});
     }
     json trends = json::array();
-    for (const auto& c : f.contrasts) {
-      const Trend tr = contrast_trend(f, c);
-      if (tr.points < 2) continue;
-      json loo = json::array();
-      for (const LeaveOneOut& l : tr.leave_one_size_out)
-        loo.push_back({{"without", l.label}, {"slope_pp", number_or_null(l.slope)}});
-      trends.push_back({{"recipe", c.first},
-                        {"against", c.second},
-                        {"metric", "final_eval"},
-                        {"points", tr.points},
-                        {"slope_pp", number_or_null(tr.weighted.slope)},
-                        {"lo_pp", number_or_null(tr.weighted.ci.lo)},
-                        {"hi_pp", number_or_null(tr.weighted.ci.hi)},
-                        {"sizes", tr.sizes},
-                        {"unweighted_slope_pp", number_or_null(tr.unweighted_slope)},
-                        {"seed_bootstrap_pp", {number_or_null(tr.seed_bootstrap.lo), number_or_null(tr.seed_bootstrap.hi)}},
-                        {"size_bootstrap_pp", {number_or_null(tr.size_bootstrap.lo), number_or_null(tr.size_bootstrap.hi)}},
-                        {"size_replicates_dropped", tr.size_replicates_dropped},
-                        {"leave_one_size_out", std::move(loo)}});
-    }
+    for (const auto& c : f.contrasts)
+      for (const std::string& metric : f.metrics) {
+        const Trend tr = contrast_trend(f, c, metric);
+        if (tr.points < 2) continue;
+        json loo = json::array();
+        for (const LeaveOneOut& l : tr.leave_one_size_out)
+          loo.push_back({{"without", l.label}, {"slope_pp", number_or_null(l.slope)}});
+        trends.push_back({{"recipe", c.first},
+                          {"against", c.second},
+                          {"metric", metric},
+                          {"points", tr.points},
+                          {"slope_pp", number_or_null(tr.weighted.slope)},
+                          {"lo_pp", number_or_null(tr.weighted.ci.lo)},
+                          {"hi_pp", number_or_null(tr.weighted.ci.hi)},
+                          {"sizes", tr.sizes},
+                          {"unweighted_slope_pp", number_or_null(tr.unweighted_slope)},
+                          {"seed_bootstrap_pp", {number_or_null(tr.seed_bootstrap.lo), number_or_null(tr.seed_bootstrap.hi)}},
+                          {"size_bootstrap_pp", {number_or_null(tr.size_bootstrap.lo), number_or_null(tr.size_bootstrap.hi)}},
+                          {"size_replicates_dropped", tr.size_replicates_dropped},
+                          {"leave_one_size_out", std::move(loo)}});
+      }
     families.push_back({{"name", f.name},
                         {"contrasts", f.contrasts},
                         {"metrics", f.metrics},
@@ -691,19 +693,22 @@ std::string format_contrasts_table(const ContrastSet& set) {
                          std::isnan(t.shared_sd()) ? std::string("-") : fmt::format("{:.3f}", t.shared_sd()), t.t.sd,
                          100 * t.pairing_removed());
     }
-    for (const auto& c : f.contrasts) {
-      const Trend tr = contrast_trend(f, c);
-      if (tr.points < 2 || std::isnan(tr.weighted.slope)) continue;
-      out += fmt::format("    trend of {} with compute (final eval, {} points of {} sizes): weighted {} pp per tenfold C, "
+    // On each metric the family is tested on: the final eval loss, and the paper's train tail beside it.
+    for (const auto& c : f.contrasts)
+      for (const std::string& metric : f.metrics) {
+        const Trend tr = contrast_trend(f, c, metric);
+        if (tr.points < 2 || std::isnan(tr.weighted.slope)) continue;
+        out += fmt::format("    trend of {} with compute ({}, {} points of {} sizes): weighted {} pp per tenfold C, "
                          "95% [{}, {}] (weights 1/se² from each point's seeds); unweighted {}; seed bootstrap [{}, {}]; "
                          "cluster bootstrap over the sizes [{}, {}] ({} resamples with one x dropped)\n",
-                         contrast_name(c), tr.points, tr.sizes, fmt_pp(tr.weighted.slope), fmt_pp(tr.weighted.ci.lo),
+                         contrast_name(c), metric == "final_eval" ? "final eval" : "train tail", tr.points, tr.sizes,
+                         fmt_pp(tr.weighted.slope), fmt_pp(tr.weighted.ci.lo),
                          fmt_pp(tr.weighted.ci.hi), fmt_pp(tr.unweighted_slope), fmt_pp(tr.seed_bootstrap.lo),
                          fmt_pp(tr.seed_bootstrap.hi), fmt_pp(tr.size_bootstrap.lo), fmt_pp(tr.size_bootstrap.hi),
                          tr.size_replicates_dropped);
-      for (const LeaveOneOut& l : tr.leave_one_size_out)
-        out += fmt::format("      without size {}: weighted {} pp per tenfold C\n", l.label, fmt_pp(l.slope));
-    }
+        for (const LeaveOneOut& l : tr.leave_one_size_out)
+          out += fmt::format("      without size {}: weighted {} pp per tenfold C\n", l.label, fmt_pp(l.slope));
+      }
   }
   for (const std::string& n : set.notes) out += "  note: " + n + "\n";
   if (!set.families.empty())

@@ -152,10 +152,12 @@ ContrastSet from_record(const store::ContrastSetRecord& record);
 std::optional<ContrastSet> latest_contrast_set(const store::Store& store, const std::string& grid);
 
 // The trend of one contrast of a family with compute (fit/trend.h): x = log10(6·N·D) of its tested
-// points on the final eval loss, each point's per-seed d. An empty Trend (points 0) with fewer than
-// two distinct x. kTrendReplicates bootstrap resamples from seed 0.
+// points on `metric` (the final eval loss, or the paper's train tail where the family is tested on
+// it), each point's per-seed d, clustered by model. An empty Trend (points 0) with fewer than two
+// distinct x. kTrendReplicates bootstrap resamples from seed 0.
 inline constexpr int64_t kTrendReplicates = 10000;
-Trend contrast_trend(const ContrastFamily& family, const std::pair<std::string, std::string>& contrast);
+Trend contrast_trend(const ContrastFamily& family, const std::pair<std::string, std::string>& contrast,
+                     const std::string& metric = "final_eval");
 
 // Words shared by `fp4lab fit`'s table and the report: a metric ("final_eval", "train_tail") as a
 // heading says it; a metric's Holm set of `tests` tests; which tests of the set were declared

@@ -168,8 +168,16 @@ void table_one(std::string& out, const StoredFit& f, const std::string& note) {
         out += "    tail: over the seeds where both runs have a train-tail loss (a NaN in a tail leaves a run out)\n";
         break;
       }
-    out += fmt::format("    trend: {} per tenfold compute (C = 6ND), 95% {} over {} matched runs\n",
-                       pct(g.slope.per_decade.value), pct_interval(g.slope.per_decade.ci), g.slope.points);
+    out += fmt::format("    trend: {} per tenfold compute (C = 6ND), 95% {} over {} matched runs", pct(g.slope.per_decade.value),
+                       pct_interval(g.slope.per_decade.ci), g.slope.points);
+    // The train tail's slope: runs with a tail gap but no slope were stored before fp4lab computed it.
+    bool tails = false;
+    for (const ObservedGap& o : g.observed_train_tail) tails = tails || o.seeds > 0;
+    out += g.slope_train_tail.points > 0
+               ? fmt::format("; on the train tail {}, 95% {} over {} runs\n", pct(g.slope_train_tail.per_decade.value),
+                             pct_interval(g.slope_train_tail.per_decade.ci), g.slope_train_tail.points)
+           : tails ? std::string("; on the train tail: not in this stored fit (--refit adds it)\n")
+                   : std::string("\n");
   }
   if (precision) table_comparisons(out, f);
   if (f.held_out.done) {
@@ -229,6 +237,8 @@ void csv_one(std::string& out, const StoredFit& f) {
     for (const FittedGap& x : g.fitted) csv_row(out, f, "fitted_gap", "gap", g.recipe, x.n, x.d, x.gap.value, x.gap.ci, "");
     csv_row(out, f, "gap_slope", "per_decade", g.recipe, kNaN, kNaN, g.slope.per_decade.value, g.slope.per_decade.ci,
             fmt::format("points={}", g.slope.points));
+    csv_row(out, f, "gap_slope_train_tail", "per_decade", g.recipe, kNaN, kNaN, g.slope_train_tail.per_decade.value,
+            g.slope_train_tail.per_decade.ci, fmt::format("points={}", g.slope_train_tail.points));
   }
   // Comparisons: recipe = A, name = B, the value gap_A - gap_B.
   for (const RecipeComparison& c : f.comparisons) {
@@ -286,15 +296,16 @@ void csv_contrasts(std::string& out, const ContrastSet& set) {
       row(f.name, "contrast_p_sign_flip", t.against, t.recipe, n, d, t.flip.p, {}, where);
       row(f.name, "contrast_p_holm", t.against, t.recipe, n, d, t.p_holm, {}, where);
     }
-    for (const auto& c : f.contrasts) {
-      const Trend tr = contrast_trend(f, c);
-      if (tr.points < 2) continue;
-      row(f.name, "contrast_slope", c.second, c.first, kNaN, kNaN, tr.weighted.slope, tr.weighted.ci,
-          fmt::format("metric=final_eval points={} sizes={} weighted=1/se^2 unweighted={} seed_bootstrap=[{} {}] "
-                      "size_bootstrap=[{} {}]",
-                      tr.points, tr.sizes, csv_num(tr.unweighted_slope), csv_num(tr.seed_bootstrap.lo),
-                      csv_num(tr.seed_bootstrap.hi), csv_num(tr.size_bootstrap.lo), csv_num(tr.size_bootstrap.hi)));
-    }
+    for (const auto& c : f.contrasts)
+      for (const std::string& metric : f.metrics) {
+        const Trend tr = contrast_trend(f, c, metric);
+        if (tr.points < 2) continue;
+        row(f.name, "contrast_slope", c.second, c.first, kNaN, kNaN, tr.weighted.slope, tr.weighted.ci,
+            fmt::format("metric={} points={} sizes={} weighted=1/se^2 unweighted={} seed_bootstrap=[{} {}] "
+                        "size_bootstrap=[{} {}]",
+                        metric, tr.points, tr.sizes, csv_num(tr.unweighted_slope), csv_num(tr.seed_bootstrap.lo),
+                        csv_num(tr.seed_bootstrap.hi), csv_num(tr.size_bootstrap.lo), csv_num(tr.size_bootstrap.hi)));
+      }
     for (const std::string& u : f.untested) row(f.name, "contrast_untested", "", "", kNaN, kNaN, kNaN, {}, u);
   }
   for (const std::string& note : set.notes) row("", "contrast_note", "", "", kNaN, kNaN, kNaN, {}, note);

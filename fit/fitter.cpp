@@ -494,14 +494,15 @@ std::vector<MatchedRun> matched_runs(const FitData& data, const std::vector<size
 }
 
 // The slope of gap against log10(6 N D) over the matched runs, each counted `counts[group]` times
-// (all once when counts is null).
-double gap_slope(const std::vector<MatchedRun>& runs, const std::vector<int>* counts) {
+// (all once when counts is null); with `tail`, of their train-tail gaps, over the runs that have one.
+double gap_slope(const std::vector<MatchedRun>& runs, const std::vector<int>* counts, bool tail = false) {
   std::vector<double> x, y;
   for (const MatchedRun& m : runs) {
+    if (tail && !std::isfinite(m.tail_gap)) continue;
     const int times = counts ? (*counts)[m.group] : 1;
     for (int t = 0; t < times; ++t) {
       x.push_back(std::log10(6 * m.n * m.d));
-      y.push_back(m.gap);
+      y.push_back(tail ? m.tail_gap : m.gap);
     }
   }
   return least_squares_line(x, y).slope;
@@ -726,8 +727,9 @@ std::vector<StoredFit> run_fits(const FitData& all_data, const FitRequest& reque
   // Why a replicate failed (0: it did not), counted per fit for the guardrails.
   constexpr int kResampleUnfittable = 1, kSolveUnusable = 2;
   std::vector<std::vector<int>> boot_failure(specs.size(), std::vector<int>(replicates, 0));
-  std::map<std::string, std::vector<double>> boot_slopes;
+  std::map<std::string, std::vector<double>> boot_slopes, boot_tail_slopes;
   for (const std::string& r : quantized) boot_slopes[r].assign(replicates, kNaN);
+  for (const std::string& r : quantized) boot_tail_slopes[r].assign(replicates, kNaN);
   std::vector<std::vector<double>> boot_pair_slopes(pairs.size(), std::vector<double>(replicates, kNaN));
   {
     std::atomic<size_t> done{0};
@@ -749,6 +751,7 @@ std::vector<StoredFit> run_fits(const FitData& all_data, const FitRequest& reque
         else boot_failure[s][k] = kSolveUnusable;
       }
       for (const std::string& r : quantized) boot_slopes.at(r)[k] = gap_slope(matched.at(r), &counts);
+      for (const std::string& r : quantized) boot_tail_slopes.at(r)[k] = gap_slope(matched.at(r), &counts, true);
       for (size_t q = 0; q < pairs.size(); ++q) boot_pair_slopes[q][k] = gap_slope(paired[q], &counts);
       progress.tick("bootstrap", done, replicates);
     });
@@ -928,6 +931,9 @@ std::vector<StoredFit> run_fits(const FitData& all_data, const FitRequest& reque
         }
         g.slope.points = static_cast<int64_t>(matched[r].size());
         g.slope.per_decade = {gap_slope(matched[r], nullptr), percentile_interval(boot_slopes[r])};
+        for (const MatchedRun& m : matched[r]) g.slope_train_tail.points += std::isfinite(m.tail_gap) ? 1 : 0;
+        if (g.slope_train_tail.points > 0)
+          g.slope_train_tail.per_decade = {gap_slope(matched[r], nullptr, true), percentile_interval(boot_tail_slopes[r])};
         f.gaps.push_back(std::move(g));
       }
     if (spec.law == Law::precision && has_gap)

@@ -261,7 +261,8 @@ json predictions_to_json(const StoredFit& fit) {
                     {"observed", observed},
                     {"observed_train_tail", tail},
                     {"fitted", fitted},
-                    {"slope", slope_json(g.slope)}});
+                    {"slope", slope_json(g.slope)},
+                    {"slope_train_tail", slope_json(g.slope_train_tail)}});
   }
   json comparisons = json::array();
   for (const RecipeComparison& c : fit.comparisons) {
@@ -438,6 +439,7 @@ void read_predictions(StoredFit& fit, const json& j) {
     for (const json& o : read_array(g, "observed_train_tail")) rg.observed_train_tail.push_back(read_observed_gap(o));
     for (const json& f : read_array(g, "fitted")) rg.fitted.push_back(read_fitted_gap(f));
     rg.slope = read_slope(read_object(g, "slope"));
+    rg.slope_train_tail = read_slope(read_object(g, "slope_train_tail"));  // absent before: none
     fit.gaps.push_back(std::move(rg));
   }
   // Absent in fits stored before comparisons existed: read as none.

@@ -155,6 +155,10 @@ struct RecipeGap {
   std::vector<ObservedGap> observed_train_tail;
   std::vector<FittedGap> fitted;         // the same grid points
   GapSlope slope;
+  // The same least-squares slope on the train-tail gaps of the matched runs that have one, its
+  // interval from the same bootstrap replicates. Points 0 (NaN) in a fit stored before fp4lab
+  // computed it, and with --points.
+  GapSlope slope_train_tail;
 };
 
 // Two quantized recipes against each other (SCIENCE.md claim 3: "does A train closer to BF16 than

@@ -32,19 +32,48 @@ bool finished_with_loss(const StudyRun& r) {
   return r.record.state == store::RunState::succeeded && r.final_loss.has_value();
 }
 
-PairedDifference paired_difference(const std::vector<const StudyRun*>& a, const std::vector<const StudyRun*>& b) {
+namespace {
+
+// L_a / L_b − 1 by seed of the finished runs whose `loss` is finite.
+template <typename Loss>
+PairedDifference paired_by_seed(const std::vector<const StudyRun*>& a, const std::vector<const StudyRun*>& b, Loss loss) {
   std::map<uint64_t, double> by_seed;
   for (const StudyRun* r : b)
-    if (finished_with_loss(*r)) by_seed.emplace(r->record.seed, *r->final_loss);
+    if (finished_with_loss(*r))
+      if (const double v = loss(*r); std::isfinite(v)) by_seed.emplace(r->record.seed, v);
   PairedDifference d;
   std::map<uint64_t, double> diffs;
   for (const StudyRun* r : a)
     if (finished_with_loss(*r))
       if (const auto it = by_seed.find(r->record.seed); it != by_seed.end())
-        diffs.emplace(r->record.seed, *r->final_loss / it->second - 1);
+        if (const double v = loss(*r); std::isfinite(v)) diffs.emplace(r->record.seed, v / it->second - 1);
   for (const auto& [seed, v] : diffs) d.values.push_back(v);
   d.diff = spread(d.values);
   return d;
+}
+
+// A run's train/loss rows by step (null when it logged none).
+const std::vector<store::MetricRow>* train_loss_rows(const Study& st, const StudyRun* r) {
+  const auto run = st.curves.find(r->record.id);
+  if (run == st.curves.end()) return nullptr;
+  const auto loss = run->second.find("train/loss");
+  return loss == run->second.end() ? nullptr : &loss->second;
+}
+
+double train_tail_loss(const Study& st, const StudyRun& r) {
+  const auto* rows = train_loss_rows(st, &r);
+  return rows == nullptr ? std::numeric_limits<double>::quiet_NaN() : fit::train_tail(*rows).mean;
+}
+
+}  // namespace
+
+PairedDifference paired_difference(const std::vector<const StudyRun*>& a, const std::vector<const StudyRun*>& b) {
+  return paired_by_seed(a, b, [](const StudyRun& r) { return *r.final_loss; });
+}
+
+PairedDifference paired_train_tail_difference(const Study& st, const std::vector<const StudyRun*>& a,
+                                              const std::vector<const StudyRun*>& b) {
+  return paired_by_seed(a, b, [&](const StudyRun& r) { return train_tail_loss(st, r); });
 }
 
 int smoothing_window(const ReportOptions& o, int64_t steps) {
@@ -69,18 +98,6 @@ std::vector<double> trailing_mean(const std::vector<double>& v, int window) {
   }
   return out;
 }
-
-namespace {
-
-// A run's train/loss rows by step (null when it logged none).
-const std::vector<store::MetricRow>* train_loss_rows(const Study& st, const StudyRun* r) {
-  const auto run = st.curves.find(r->record.id);
-  if (run == st.curves.end()) return nullptr;
-  const auto loss = run->second.find("train/loss");
-  return loss == run->second.end() ? nullptr : &loss->second;
-}
-
-}  // namespace
 
 double train_tail_gap(const Study& st, const TwinPair& p) {
   const auto* a = train_loss_rows(st, p.run);

@@ -36,6 +36,10 @@ struct PairedDifference {
   std::vector<double> values;               // by seed
 };
 PairedDifference paired_difference(const std::vector<const StudyRun*>& a, const std::vector<const StudyRun*>& b);
+// The same on the paper's metric, each run's train-tail loss (fit::train_tail): finished runs with
+// one, paired by seed.
+PairedDifference paired_train_tail_difference(const Study& study, const std::vector<const StudyRun*>& a,
+                                              const std::vector<const StudyRun*>& b);
 
 // The trailing window in steps: the option, or 5% of the run's steps (at least 1).
 int smoothing_window(const ReportOptions& options, int64_t steps);

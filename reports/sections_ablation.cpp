@@ -103,7 +103,8 @@ Note progress_note(const Study& st, const std::vector<const DeclaredGrid*>& grid
 
 const std::vector<std::string> kCsvHeader = {
     "grids", "model", "n_params_nonembedding", "tokens", "recipe", "setting", "family", "seeds", "loss_mean", "loss_sd",
-    "delta_pairs", "delta_vs_full", "delta_lo", "delta_hi", "p_holm", "reading", "gap_vs_bf16", "gap_lo", "gap_hi", "paper_row", "paper_loss"};
+    "delta_pairs", "delta_vs_full", "delta_lo", "delta_hi", "p_holm", "reading", "gap_vs_bf16", "gap_lo", "gap_hi",
+    "train_gap_vs_bf16", "train_gap_lo", "train_gap_hi", "paper_row", "paper_loss"};
 
 }  // namespace
 
@@ -188,8 +189,9 @@ Section ablation_section(ReportContext& ctx) {
                             fmt_count(static_cast<double>(example->record.tokens)), grids_of(g), max_seeds,
                             max_seeds == 1 ? "" : "s");
     t.header = {"recipe", "setting", "family", "seeds", "loss (mean ± sd)", "seed sd (rel.)", "Δ vs full, paired [95%]",
-                "reading", "gap to BF16, paired [95%]", "paper row", "paper loss", "paper Δ vs all three"};
-    t.numeric = {false, false, false, true, true, true, true, false, true, false, true, true};
+                "reading", "gap to BF16, paired [95%]", "on the train tail [95%]", "paper row", "paper loss",
+                "paper Δ vs all three"};
+    t.numeric = {false, false, false, true, true, true, true, false, true, true, false, true, true};
     const auto bf16 = std::find_if(g.begin(), g.end(), [](const auto& kv) { return kv.second.front()->record.baseline; });
     std::vector<double> rel_sds;
     // BF16, then each family's full recipe and its variants in the paper's row order, then the rest.
@@ -222,6 +224,7 @@ Section ablation_section(ReportContext& ctx) {
           compared ? stored_test(st.contrasts, recipe, anchor_recipe, example->comparison_key, *example, grids_of(g)) : nullptr;
       const bool has_gap = bf16 != g.end() && !it->second.front()->record.baseline;
       const Spread gap = has_gap ? paired_difference(it->second, bf16->second).diff : Spread{};
+      const Spread train_gap = has_gap ? paired_train_tail_difference(st, it->second, bf16->second).diff : Spread{};
       const double paper_full = paper::ablation_rows()[4].loss;
       const std::string setting = describe(traits[recipe]);
       t.rows.push_back({ctx.recipe_cell(recipe), {setting}, {role.member ? role.family : ""}, {std::to_string(sp.n)},
@@ -229,6 +232,7 @@ Section ablation_section(ReportContext& ctx) {
                         {sp.n > 1 ? fmt::format("{:.3f}%", 100 * sp.sd / sp.mean) : "—"},
                         {role.anchor ? "(full)" : compared ? percent_with_interval(delta) : "—"},
                         {compared ? reading(delta, test) : ""}, {has_gap ? percent_with_interval(gap) : "—"},
+                        {has_gap ? percent_with_interval(train_gap) : "—"},
                         {role.paper_row ? role.paper_row->label : ""},
                         {role.paper_row ? fmt::format("{:.5f}", role.paper_row->loss) : ""},
                         {role.paper_row ? fmt_percent(role.paper_row->loss / paper_full - 1) : ""}});
@@ -239,6 +243,8 @@ Section ablation_section(ReportContext& ctx) {
                      compared ? csv_number(delta.mean) : "", compared ? csv_number(delta.lo) : "", compared ? csv_number(delta.hi) : "",
                      test != nullptr ? csv_number(test->p_holm) : "", compared ? csv_field(reading(delta, test)) : "",
                      has_gap ? csv_number(gap.mean) : "", has_gap ? csv_number(gap.lo) : "", has_gap ? csv_number(gap.hi) : "",
+                     has_gap ? csv_number(train_gap.mean) : "", has_gap ? csv_number(train_gap.lo) : "",
+                     has_gap ? csv_number(train_gap.hi) : "",
                      role.paper_row ? csv_field(role.paper_row->label) : "",
                      role.paper_row ? csv_number(role.paper_row->loss) : ""});
     }

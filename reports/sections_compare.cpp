@@ -41,6 +41,19 @@ std::string pp_value(double v) { return std::isfinite(v) ? fmt::format("{:+.3f}"
 // A metric as the table's "loss" column names it.
 std::string metric_label(const std::string& metric) { return metric == "final_eval" ? "final eval" : "train, last 10%"; }
 
+// The same trend on the paper's metric, the train tail, where the family is tested on it: one
+// sentence beside the final loss's ("" when it is not, or has fewer than two x).
+std::string train_tail_trend(const fit::ContrastFamily& f, const std::pair<std::string, std::string>& contrast) {
+  if (std::find(f.metrics.begin(), f.metrics.end(), "train_tail") == f.metrics.end()) return "";
+  const fit::Trend tr = fit::contrast_trend(f, contrast, "train_tail");
+  if (tr.points < 2 || std::isnan(tr.weighted.slope)) return "";
+  return fmt::format("On the paper's metric (train, last 10%), over {} points of {} sizes: weighted {} pp per tenfold "
+                     "compute, 95% [{}, {}]; seed bootstrap [{}, {}]; cluster bootstrap over the sizes [{}, {}]. ",
+                     tr.points, tr.sizes, pp_value(tr.weighted.slope), pp_value(tr.weighted.ci.lo),
+                     pp_value(tr.weighted.ci.hi), pp_value(tr.seed_bootstrap.lo), pp_value(tr.seed_bootstrap.hi),
+                     pp_value(tr.size_bootstrap.lo), pp_value(tr.size_bootstrap.hi));
+}
+
 // Every seed, paired (fit/contrasts.h, as `fp4lab fit` stored it): a table per family with Holm's
 // adjustment, the families' origin stated.
 void paired_over_seeds(ReportContext& ctx, Section& s) {
@@ -116,8 +129,9 @@ void paired_over_seeds(ReportContext& ctx, Section& s) {
                                         pp_value(tr.seed_bootstrap.lo), pp_value(tr.seed_bootstrap.hi),
                                         pp_value(tr.size_bootstrap.lo), pp_value(tr.size_bootstrap.hi),
                                         loo.empty() ? "" : "; leave one size out: " + fmt::format("{}", fmt::join(loo, "; ")),
-                                        "Whatever else varies between the points varies along this axis too (the note "
-                                        "below names it)."))}});
+                                        train_tail_trend(f, contrast) +
+                                            "Whatever else varies between the points varies along this axis too (the "
+                                            "note below names it)."))}});
     }
     if (!f.untested.empty())
       s.blocks.push_back(Note{{text(fmt::format("Family “{}”, not tested: {}.", f.name, fmt::join(f.untested, "; ")))}});

@@ -153,41 +153,50 @@ void weighted_gap_trends(ReportContext& ctx, const std::map<PointKey, ObservedPo
   Table t;
   t.caption = "Weighted trend of the observed gap per tenfold compute (points with two or more seeds)";
   t.header = {"recipe", "points", "sizes", "weighted slope per decade of C [95%]", "unweighted", "seed bootstrap [95%]",
-              "cluster bootstrap over the sizes [95%]", "without each size"};
-  t.numeric = {false, true, true, true, true, true, true, false};
+              "cluster bootstrap over the sizes [95%]", "without each size", "on the train tail: weighted [95%]"};
+  t.numeric = {false, true, true, true, true, true, true, false, true};
   std::vector<std::vector<std::string>> csv;
   auto interval = [](const fit::Interval& ci) {
     return ci.known() ? "[" + fmt_percent(ci.lo) + ", " + fmt_percent(ci.hi) + "]" : std::string("—");
   };
   for (const std::string& recipe : ctx.palette.order()) {
-    std::vector<fit::TrendPoint> points;
+    std::vector<fit::TrendPoint> points, tail_points;
     std::set<double> xs;
     for (const auto& [k, p] : observed) {
       if (k.recipe != recipe) continue;
-      std::vector<double> gaps;
+      const double x = std::log10(6.0 * static_cast<double>(k.n) * static_cast<double>(k.d));
+      const std::string label = k.model + " " + fmt_count(static_cast<double>(k.d));
+      std::vector<double> gaps, tails;
       for (double g : p.gaps)
         if (std::isfinite(g)) gaps.push_back(g);
+      for (double g : p.train_gaps)
+        if (std::isfinite(g)) tails.push_back(g);
+      if (tails.size() >= 2) tail_points.push_back({label, x, std::move(tails), k.model});
       if (gaps.size() < 2) continue;
-      const double x = std::log10(6.0 * static_cast<double>(k.n) * static_cast<double>(k.d));
-      points.push_back({k.model + " " + fmt_count(static_cast<double>(k.d)), x, std::move(gaps), k.model});
+      points.push_back({label, x, std::move(gaps), k.model});
       xs.insert(x);
     }
     if (xs.size() < 2) continue;
     const fit::Trend tr = fit::fit_trend(points, fit::kTrendReplicates, 0);
+    // The paper's metric: the weighted line alone (its bootstraps would say what the final loss's say).
+    const fit::WeightedLine tail = fit::fit_trend(tail_points, 0).weighted;
     std::vector<std::string> loo;
     for (const fit::LeaveOneOut& l : tr.leave_one_size_out) loo.push_back(l.label + ": " + fmt_percent(l.slope));
     t.rows.push_back({ctx.recipe_cell(recipe), {std::to_string(tr.points)}, {std::to_string(tr.sizes)},
                       {fmt_percent(tr.weighted.slope) + " " + interval(tr.weighted.ci)}, {fmt_percent(tr.unweighted_slope)},
                       {interval(tr.seed_bootstrap)}, {interval(tr.size_bootstrap)},
-                      {loo.empty() ? "—" : fmt::format("{}", fmt::join(loo, "; "))}});
+                      {loo.empty() ? "—" : fmt::format("{}", fmt::join(loo, "; "))},
+                      {std::isfinite(tail.slope) ? fmt_percent(tail.slope) + " " + interval(tail.ci) : "—"}});
     csv.push_back({csv_field(recipe), std::to_string(tr.points), std::to_string(tr.sizes), csv_number(tr.weighted.slope),
                    csv_number(tr.weighted.ci.lo), csv_number(tr.weighted.ci.hi), csv_number(tr.unweighted_slope),
                    csv_number(tr.seed_bootstrap.lo), csv_number(tr.seed_bootstrap.hi), csv_number(tr.size_bootstrap.lo),
-                   csv_number(tr.size_bootstrap.hi)});
+                   csv_number(tr.size_bootstrap.hi), std::to_string(tail_points.size()), csv_number(tail.slope),
+                   csv_number(tail.ci.lo), csv_number(tail.ci.hi)});
   }
   t.csv = ctx.csv("gap_trends.csv",
                   {"recipe", "points", "sizes", "slope_per_decade", "lo", "hi", "unweighted_slope", "seed_bootstrap_lo",
-                   "seed_bootstrap_hi", "size_bootstrap_lo", "size_bootstrap_hi"},
+                   "seed_bootstrap_hi", "size_bootstrap_lo", "size_bootstrap_hi", "train_points", "train_slope_per_decade",
+                   "train_lo", "train_hi"},
                   csv);
   if (t.rows.empty()) {
     s.blocks.push_back(Note{{text("No recipe has two sizes of compute with two or more seeds each: no weighted trend of "
@@ -201,7 +210,8 @@ void weighted_gap_trends(ReportContext& ctx, const std::map<PointKey, ObservedPo
                                      "least-squares line of docs/statistics.md \"Trends with scale\", its normal 95% "
                                      "interval), beside the unweighted line, a bootstrap of the seeds within each point, a "
                                      "cluster bootstrap over the model sizes (a size's points at several token counts "
-                                     "drawn together), and the slope without each size. Whatever else "
+                                     "drawn together), the slope without each size, and the weighted line of the same "
+                                     "points' gaps on the paper's metric, the runs' train-tail losses. Whatever else "
                                      "varies between these points (the learning rate, the steps) varies along C too.")}});
   s.blocks.push_back(std::move(t));
 }
@@ -216,8 +226,8 @@ Section slope_subsection(ReportContext& ctx, const FitChoice& fits, const std::m
     for (const fit::RecipeGap& g : fits.precision->gaps) gaps[g.recipe] = &g;  // the joint fit's, when both
   Table t;
   t.caption = "Change of the gap per tenfold compute (least-squares slope against log10 C, C = 6·N·D)";
-  t.header = {"recipe", "slope per decade of C [95%]", "runs", "reading"};
-  t.numeric = {false, true, true, false};
+  t.header = {"recipe", "slope per decade of C [95%]", "runs", "reading", "on the train tail [95%]", "runs with one"};
+  t.numeric = {false, true, true, false, true, true};
   std::vector<std::vector<std::string>> csv;
   for (const std::string& recipe : ctx.palette.order()) {
     const auto it = gaps.find(recipe);
@@ -230,18 +240,27 @@ Section slope_subsection(ReportContext& ctx, const FitChoice& fits, const std::m
                                           : "no trend distinguishable from zero";
     else if (std::isfinite(sl.per_decade.value))
       reading = "no interval (no bootstrap)";
-    t.rows.push_back({ctx.recipe_cell(recipe), {gap_with_interval(sl.per_decade)}, {std::to_string(sl.points)}, {reading}});
+    // The paper's metric beside it (fit::train_tail), from the same fit and bootstrap.
+    const fit::GapSlope& tail = it->second->slope_train_tail;
+    t.rows.push_back({ctx.recipe_cell(recipe), {gap_with_interval(sl.per_decade)}, {std::to_string(sl.points)}, {reading},
+                      {tail.points > 0 ? gap_with_interval(tail.per_decade) : "—"}, {std::to_string(tail.points)}});
     csv.push_back({csv_field(recipe), csv_number(sl.per_decade.value), csv_number(sl.per_decade.ci.lo), csv_number(sl.per_decade.ci.hi),
-                   std::to_string(sl.points)});
+                   std::to_string(sl.points), csv_number(tail.per_decade.value), csv_number(tail.per_decade.ci.lo),
+                   csv_number(tail.per_decade.ci.hi), std::to_string(tail.points)});
   }
-  t.csv = ctx.csv("gap_slopes.csv", {"recipe", "slope_per_decade", "lo", "hi", "points"}, csv);
+  t.csv = ctx.csv("gap_slopes.csv",
+                  {"recipe", "slope_per_decade", "lo", "hi", "points", "train_slope_per_decade", "train_lo", "train_hi",
+                   "train_points"},
+                  csv);
   if (t.rows.empty()) {
     s.blocks.push_back(Paragraph{{text("The gap's trend with compute comes with the fits: run "),
                                   code("fp4lab fit STUDY.toml"), text(".")}});
   } else {
     s.blocks.push_back(Paragraph{{text("SCIENCE.md claim 6 says the gap to BF16 does not widen with compute. The slope is "
                                        "the change of the observed gap (percentage points) per tenfold increase of C over "
-                                       "every matched run, its interval from the bootstrap.")}});
+                                       "every matched run, its interval from the bootstrap; beside it the same on the "
+                                       "paper's metric, the gap of the runs' train-tail losses (the mean train loss of "
+                                       "the last tenth of the logged steps).")}});
     s.blocks.push_back(std::move(t));
   }
   weighted_gap_trends(ctx, observed, s);

@@ -46,7 +46,8 @@ std::string grids_of(const std::vector<const StudyRun*>& runs) {
 
 const std::vector<std::string> kCsvHeader = {"model", "n_params_nonembedding", "tokens", "recipe", "grids", "seeds",
                                              "n_seeds", "loss_mean", "loss_sd", "loss_rel_sd", "loss_min", "loss_max",
-                                             "gap_pairs", "gap_mean", "gap_sd", "gap_lo", "gap_hi"};
+                                             "gap_pairs", "gap_mean", "gap_sd", "gap_lo", "gap_hi", "train_gap_pairs",
+                                             "train_gap_mean", "train_gap_sd", "train_gap_lo", "train_gap_hi"};
 
 }  // namespace
 
@@ -105,13 +106,15 @@ Section noise_section(ReportContext& ctx) {
             "study; the seed sets the initial weights and the data order). The final loss's sample sd over the seeds, "
             "relative to the mean, is the noise floor of a single run there. The gap to BF16 is paired seed by seed "
             "(each seed's two runs share initial weights and batches): mean ± sd over the seeds and its 95% Student-t "
-            "interval, the interval the gap table's means carry. A gap or an ablation difference smaller than these "
-            "spreads is not distinguishable from seed noise.")}});
+            "interval, the interval the gap table's means carry; beside it the same on the UFP4 paper's metric, each "
+            "run's mean train loss over the last tenth of its logged steps (at most 1000; fit::train_tail, as the "
+            "paired contrasts take it). A gap or an ablation difference smaller than these spreads is not "
+            "distinguishable from seed noise.")}});
   Table t;
   t.caption = "Seed spread of the final validation loss, and of the paired gap to BF16";
   t.header = {"model", "N", "D", "recipe", "grids", "seeds", "loss (mean)", "seed sd", "seed sd (rel.)", "range",
-              "gap to BF16, paired: mean ± sd [95%]"};
-  t.numeric = {false, true, true, false, false, true, true, true, true, true, true};
+              "gap to BF16, paired: mean ± sd [95%]", "on the train tail: mean ± sd [95%]"};
+  t.numeric = {false, true, true, false, false, true, true, true, true, true, true, true};
   std::vector<std::vector<std::string>> csv;
   Plot plot;
   plot.columns = 2;
@@ -124,6 +127,7 @@ Section noise_section(ReportContext& ctx) {
     for (const StudyRun* r : g.runs) losses.push_back(*r->final_loss);
     const Spread sp = spread(losses);
     const Spread gap = g.bf16.empty() ? Spread{} : paired_difference(g.runs, g.bf16).diff;
+    const Spread train_gap = g.bf16.empty() ? Spread{} : paired_train_tail_difference(st, g.runs, g.bf16).diff;
     std::vector<std::string> seeds;
     for (const StudyRun* r : g.runs) seeds.push_back(std::to_string(r->record.seed));
     t.rows.push_back({{rec.model}, {fmt_count(static_cast<double>(rec.n_params_nonembedding))},
@@ -131,11 +135,14 @@ Section noise_section(ReportContext& ctx) {
                       {std::to_string(sp.n)}, {fmt_loss(sp.mean)}, {fmt::format("{:.4f}", sp.sd)},
                       {fmt::format("{:.3f}%", 100 * sp.sd / sp.mean)},
                       {fmt_loss(sp.min) + " … " + fmt_loss(sp.max)},
-                      {rec.baseline ? "(baseline)" : g.bf16.empty() ? "no BF16 run here" : percent_with_spread(gap)}});
+                      {rec.baseline ? "(baseline)" : g.bf16.empty() ? "no BF16 run here" : percent_with_spread(gap)},
+                      {rec.baseline ? "(baseline)" : g.bf16.empty() ? "no BF16 run here" : percent_with_spread(train_gap)}});
     csv.push_back({csv_field(rec.model), std::to_string(rec.n_params_nonembedding), std::to_string(rec.tokens),
                    csv_field(rec.recipe), csv_field(grids_of(g.runs)), csv_field(fmt::format("{}", fmt::join(seeds, " "))),
                    std::to_string(sp.n), csv_number(sp.mean), csv_number(sp.sd), csv_number(sp.sd / sp.mean), csv_number(sp.min), csv_number(sp.max),
-                   std::to_string(gap.n), csv_number(gap.mean), csv_number(gap.sd), csv_number(gap.lo), csv_number(gap.hi)});
+                   std::to_string(gap.n), csv_number(gap.mean), csv_number(gap.sd), csv_number(gap.lo), csv_number(gap.hi),
+                   std::to_string(train_gap.n), csv_number(train_gap.mean), csv_number(train_gap.sd), csv_number(train_gap.lo),
+                   csv_number(train_gap.hi)});
     // The figure: one panel per grid point, each seed's final loss by recipe with the mean ± sd.
     const std::string key = std::to_string(rec.n_params_nonembedding) + "/" + std::to_string(rec.tokens) + "/" +
                             g.example->comparison_key;

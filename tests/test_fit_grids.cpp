@@ -6,6 +6,7 @@
 // one line and exit 2.
 #include <catch2/catch.hpp>
 
+#include <cmath>
 #include <map>
 #include <set>
 #include <sstream>
@@ -15,6 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include "fit/contrasts.h"
+#include "fit/statistics.h"
 #include "store/store.h"
 #include "sweeps/spec.h"
 #include "tests/fit_test_helpers.h"
@@ -178,9 +180,28 @@ TEST_CASE("fp4lab fit: a study fits exactly its own grid's runs of a store that 
       CHECK_THAT(tails[i]["mean"].get<double>(), Catch::Matchers::WithinRel(tail["ufp4"] / tail["bf16"] - 1, 1e-12));
       CHECK(tails[i]["mean"].get<double>() != gaps[i]["mean"].get<double>());
     }
+    // The gap's trend on the train tail beside the final loss's: the least-squares slope against
+    // log10(6ND) over the same matched runs (one per point here), its interval from the same
+    // bootstrap replicates.
+    std::vector<double> x, y;
+    for (const json& t : tails) {
+      x.push_back(std::log10(6 * t["n"].get<double>() * t["d"].get<double>()));
+      y.push_back(t["mean"].get<double>());
+    }
+    const json& tail_slope = joint["predictions"]["gaps"][0]["slope_train_tail"];
+    CHECK(tail_slope["points"] == 9);
+    CHECK_THAT(tail_slope["per_decade"].get<double>(),
+               Catch::Matchers::WithinRel(fp4::fit::least_squares_line(x, y).slope, 1e-9));
+    CHECK(tail_slope["lo"].is_number());
+    CHECK(tail_slope["hi"].is_number());
+    CHECK(tail_slope["per_decade"] != joint["predictions"]["gaps"][0]["slope"]["per_decade"]);
     const auto table = run_fp4lab("fit " + at("main.toml") + " --bootstrap 20", dir);
     REQUIRE(table.exit_code == 0);
     CHECK(table.out.find("beside it on the paper's train-tail loss") != std::string::npos);
+    CHECK(table.out.find(" matched runs; on the train tail ") != std::string::npos);
+    const auto csv = run_fp4lab("fit " + at("main.toml") + " --bootstrap 20 --format csv", dir);
+    REQUIRE(csv.exit_code == 0);
+    CHECK(csv.out.find(",gap_slope_train_tail,per_decade,ufp4,,,") != std::string::npos);
   }
 
   {  // What cannot be fitted when it is asked for: one line, exit 2.

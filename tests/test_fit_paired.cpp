@@ -14,6 +14,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <random>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -22,6 +23,7 @@
 
 #include "base/user_error.h"
 #include "fit/contrasts.h"
+#include "fit/fit_output.h"
 #include "fit/paired.h"
 #include "store/store.h"
 #include "sweeps/spec.h"
@@ -415,6 +417,27 @@ TEST_CASE("contrasts: the paper's metric, the mean train loss of the last tenth,
   CHECK(table.find("trend of ufp4 - e2m1 with compute (final eval, 3 points of 3 sizes)") != std::string::npos);
   CHECK(table.find("cluster bootstrap over the sizes") != std::string::npos);
   CHECK(table.find("without size d3: ") != std::string::npos);
+  // The trend on the paper's metric beside it, in every format: the same weighted line through the
+  // train-tail tests' points (no effect there, so its slope is near 0 where the final loss's is not).
+  CHECK(table.find("trend of ufp4 - e2m1 with compute (train tail, 3 points of 3 sizes)") != std::string::npos);
+  const fp4::fit::Trend final_trend = fp4::fit::contrast_trend(set.families[0], {"ufp4", "e2m1"});
+  const fp4::fit::Trend tail_trend = fp4::fit::contrast_trend(set.families[0], {"ufp4", "e2m1"}, "train_tail");
+  REQUIRE(tail_trend.points == 3);
+  std::vector<double> x, y, se;
+  for (size_t i = 3; i < 6; ++i) {
+    x.push_back(std::log10(6.0 * static_cast<double>(tests[i].n) * static_cast<double>(tests[i].tokens)));
+    y.push_back(tests[i].t.mean);
+    se.push_back(tests[i].t.se);
+  }
+  CHECK_THAT(tail_trend.weighted.slope, WithinRel(fp4::fit::weighted_line(x, y, se).slope, 1e-9));
+  CHECK(tail_trend.weighted.slope != final_trend.weighted.slope);
+  const nlohmann::json doc = fp4::fit::contrast_set_json(set);
+  std::set<std::string> trend_metrics;
+  for (const nlohmann::json& tr : doc["families"][0]["trends"]) trend_metrics.insert(tr["metric"].get<std::string>());
+  CHECK(trend_metrics == std::set<std::string>{"final_eval", "train_tail"});
+  const std::string csv = fp4::fit::format_fits({}, fp4::fit::OutputFormat::csv, {}, {}, &set);
+  CHECK(fp4::test::count_of(csv, ",contrast_slope,e2m1,ufp4,,,") == 2);
+  CHECK(csv.find("metric=train_tail points=3 sizes=3") != std::string::npos);
   // The settings that vary between the tested points are named (here only the model label's key).
   CHECK(set.notes.empty());  // the synthetic points' keys are not JSON configs: nothing to compare
 }

@@ -69,6 +69,7 @@ double number(const std::string& s) { return s.empty() ? std::nan("") : std::str
 struct Known {
   fp4::store::RunRecord rec;
   double loss = std::nan("");
+  double tail = std::nan("");  // the paper's metric: fit::train_tail of its train losses
   std::string same_but_seed, same_but_recipe_and_seed;  // the config without the seeds (and recipe)
   std::set<std::string> grids;
 };
@@ -78,6 +79,7 @@ std::map<std::string, Known> known_runs(const Store& store) {
     Known k;
     k.rec = rec;
     k.loss = store.final_loss(rec.id).value_or(std::nan(""));
+    k.tail = fp4::fit::train_tail(store.metrics(rec.id, "train/loss")).mean;
     nlohmann::json c = nlohmann::json::parse(rec.config_json);
     // A synthetic source has no data_seed (nothing to shuffle); a shuffled one's follows the seed.
     if (c["train"].contains("data_seed")) {
@@ -138,6 +140,13 @@ std::vector<double> paired(const std::map<uint64_t, const Known*>& a, const std:
   std::vector<double> out;
   for (const auto& [seed, ka] : a)
     if (const auto it = b.find(seed); it != b.end()) out.push_back(ka->loss / it->second->loss - 1);
+  return out;
+}
+// The same on the runs' train-tail losses.
+std::vector<double> paired_tail(const std::map<uint64_t, const Known*>& a, const std::map<uint64_t, const Known*>& b) {
+  std::vector<double> out;
+  for (const auto& [seed, ka] : a)
+    if (const auto it = b.find(seed); it != b.end()) out.push_back(ka->tail / it->second->tail - 1);
   return out;
 }
 
@@ -404,7 +413,7 @@ TEST_CASE("report of a study-shaped store: each section selects its runs and sho
   const auto gaps_csv = csv_records(out / "gaps.csv");
   REQUIRE(gaps_csv.size() == 12);
   int three_seed_points = 0;
-  std::map<std::string, std::vector<fp4::fit::TrendPoint>> trend_points;  // recipe → its points with seeds
+  std::map<std::string, std::vector<fp4::fit::TrendPoint>> trend_points, tail_points;  // recipe → its points with seeds
   for (const auto& row : gaps_csv) {
     INFO(row.at("recipe") << " " << row.at("model") << " " << row.at("tokens"));
     const Known* point = nullptr;
@@ -438,6 +447,10 @@ TEST_CASE("report of a study-shaped store: each section selects its runs and sho
       trend_points[row.at("recipe")].push_back(
           {"", std::log10(6.0 * static_cast<double>(point->rec.n_params_nonembedding) * static_cast<double>(point->rec.tokens)),
            gaps, point->rec.model});
+    if (gaps.size() >= 2)
+      tail_points[row.at("recipe")].push_back(
+          {"", std::log10(6.0 * static_cast<double>(point->rec.n_params_nonembedding) * static_cast<double>(point->rec.tokens)),
+           paired_tail(seeds, seeds_of(runs, bf16_key)), point->rec.model});
     // The train-loss gap over training ends at the mean of the seeds' last-step ratios (runs of 2
     // or 4 steps: the train tail, a tenth, and the figure's window, 5%, are both the last step).
     const auto& last = last_row.at(row.at("recipe") + "/" + row.at("n_params_nonembedding") + "/" + row.at("tokens"));
@@ -472,6 +485,12 @@ TEST_CASE("report of a study-shaped store: each section selects its runs and sho
     else
       CHECK(row.at("size_bootstrap_lo").empty());
     CHECK(number(row.at("seed_bootstrap_hi")) == Approx(tr.seed_bootstrap.hi).epsilon(1e-9).margin(1e-12));
+    // The weighted line of the train-tail gaps at the same points.
+    const fp4::fit::WeightedLine tail = fp4::fit::fit_trend(tail_points.at(row.at("recipe")), 0).weighted;
+    CHECK(row.at("train_points") == std::to_string(pts.size()));
+    check_number(row.at("train_slope_per_decade"), tail.slope);
+    check_number(row.at("train_lo"), tail.ci.lo);
+    check_number(row.at("train_hi"), tail.ci.hi);
   }
   REQUIRE(table_with_caption(tables, "Weighted trend of the observed gap") != nullptr);
 
@@ -511,6 +530,15 @@ TEST_CASE("report of a study-shaped store: each section selects its runs and sho
       check_number(row.at("gap_mean"), g.mean);
       check_number(row.at("gap_lo"), g.lo);
       check_number(row.at("gap_hi"), g.hi);
+      // Beside it, the paper's metric: the same pairs' train-tail losses.
+      const std::vector<double> tails = paired_tail(*group, bf16);
+      const Stats t = stats(tails);
+      CHECK(row.at("train_gap_pairs") == std::to_string(tails.size()));
+      check_number(row.at("train_gap_mean"), t.mean);
+      check_number(row.at("train_gap_sd"), t.sd);
+      check_number(row.at("train_gap_lo"), t.lo);
+      check_number(row.at("train_gap_hi"), t.hi);
+      CHECK(number(row.at("train_gap_mean")) != number(row.at("gap_mean")));
     }
   }
 
@@ -542,6 +570,19 @@ TEST_CASE("report of a study-shaped store: each section selects its runs and sho
     for (const auto& [seed, k] : seeds) losses.push_back(k->loss);
     CHECK(row.at("seeds") == std::to_string(seeds.size()));
     check_number(row.at("loss_mean"), stats(losses).mean);
+    // The gap to BF16 paired by seed, on the final loss and on the train tail (the paper's metric).
+    std::map<uint64_t, const Known*> bf16_here;
+    for (const auto& [id, k] : runs)
+      if (k.rec.baseline && k.same_but_recipe_and_seed == example->same_but_recipe_and_seed) bf16_here[k.rec.seed] = &k;
+    if (example->rec.baseline || bf16_here.empty()) {
+      CHECK(row.at("train_gap_vs_bf16").empty());
+    } else {
+      check_number(row.at("gap_vs_bf16"), stats(paired(seeds, bf16_here)).mean);
+      const Stats t = stats(paired_tail(seeds, bf16_here));
+      check_number(row.at("train_gap_vs_bf16"), t.mean);
+      check_number(row.at("train_gap_lo"), t.lo);
+      check_number(row.at("train_gap_hi"), t.hi);
+    }
     if (const auto p = paper_loss.find(recipe); p != paper_loss.end()) CHECK(number(row.at("paper_loss")) == number(p->second));
     else CHECK(row.at("paper_loss").empty());
     if (const auto a = anchor_of.find(recipe); a != anchor_of.end()) {
