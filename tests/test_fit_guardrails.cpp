@@ -176,3 +176,47 @@ TEST_CASE("guardrails: a law recovered from clean long runs raises none; an unid
   const std::string shown = fp4::fit::format_fits(fits, fp4::fit::OutputFormat::csv);
   CHECK(shown.find(",target_gap,gap,ufp4,1500000000,100000000000,0.02,0.01,0.03,\n") != std::string::npos);
 }
+
+TEST_CASE("guardrails: a recipe's chinchilla fit whose BF16 fit is unidentified is flagged 'baseline', and only that",
+          "[fit][guardrails]") {
+  // ufp4's losses follow a plausible law on the long-run grid of the clean case above; bf16's
+  // follow one whose data exponent is 1.2, which the exponent guardrail flags. ufp4's own fit is
+  // clean, but its gaps divide by the bf16 law: fit/fitter.cpp adds the "baseline" flag to it.
+  fp4::fit::SyntheticGrid g = fp4::test::first_study_grid(5, 0.001, 2);
+  g.d = {2.5e8, 5e8, 1e9};
+  g.rho = {{"ufp4", {0.9, 0.95}}};
+  fp4::fit::FitData data = fp4::fit::synthetic_data(g);
+  fp4::fit::SyntheticGrid steep = g;
+  steep.truth.beta = 1.2;
+  steep.truth.B = 2e9;  // a data term of 0.17 at the shortest runs, 0.03 at the longest
+  steep.rho = {{"bf16", {1.0, 1.0}}};
+  steep.seed = 6;
+  const fp4::fit::FitData bf16 = fp4::fit::synthetic_data(steep);
+  data.points.insert(data.points.begin(), bf16.points.begin(), bf16.points.end());
+  data.recipes = {"bf16", "ufp4"};
+  data.baselines = {"bf16"};
+  fp4::fit::FitRequest request;
+  request.laws = {fp4::fit::Law::chinchilla};
+  request.bootstrap = 60;
+  request.targets = {{5e6, 5e8}};  // inside the grid
+  request.grid = fp4::test::coarse_start_grid();
+  const auto fits = fp4::fit::run_fits(data, request, fp4::fit::plan_fits(data, request));
+  INFO(fp4::fit::format_fits(fits, fp4::fit::OutputFormat::table));
+  REQUIRE(fits.size() == 2);
+  const StoredFit& base = fits[0].scope == "bf16" ? fits[0] : fits[1];
+  const StoredFit& ufp4 = fits[0].scope == "bf16" ? fits[1] : fits[0];
+  REQUIRE(base.scope == "bf16");
+  REQUIRE(ufp4.scope == "ufp4");
+  CHECK(fp4::fit::unidentified(base));
+  CHECK(base.parameter("beta")->value > fp4::fit::kMaxExponent);
+  // ufp4's only flag is the baseline's, and it withholds ufp4's target gap.
+  const Guardrail g_base = only(ufp4.guardrails, "baseline");
+  CHECK(g_base.unidentified);
+  CHECK(g_base.message == "its gaps divide by the bf16 chinchilla fit, which is flagged unidentified");
+  CHECK(fp4::fit::unidentified(ufp4));
+  // Without the steep baseline (ufp4 alone, its gap from nothing), ufp4 raises no flag at all.
+  const fp4::fit::FitData alone = fp4::fit::select_recipes(data, {"ufp4"});
+  const auto alone_fits = fp4::fit::run_fits(alone, request, fp4::fit::plan_fits(alone, request));
+  REQUIRE(alone_fits.size() == 1);
+  CHECK(checks_of(alone_fits[0].guardrails).empty());
+}

@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <map>
 #include <cstdio>
 #include <cstdlib>
 #include <random>
@@ -769,4 +770,66 @@ TEST_CASE("contrasts and guardrails on the committed first study: d4 ufp4 - e2m1
   CHECK(withheld == 3 + 3 + 3);  // three chinchilla fits of 4-bit recipes, the precision fit's three recipes and three pairs
   CHECK(table.out.find("not significant after Holm") != std::string::npos);
   CHECK(table.out.find("(significant)") == std::string::npos);
+}
+
+TEST_CASE("contrasts: the variance decomposition of a test, by hand", "[fit][paired]") {
+  // One point, three seeds, the BF16 runs all at 2.0 (so d is in pp of 2.0: x·50):
+  //   ufp4  2.02 2.04 2.06  → 101.0 102.0 103.0  (mean 102, sd 1)
+  //   e2m1  2.01 2.05 2.03  → 100.5 102.5 101.5  (mean 101.5, sd 1)
+  //   d     +0.5 -0.5 +1.5  (mean 0.5, sd 1)
+  // cov = ((-1)(-1) + 0·1 + 1·0) / 2 = 0.5, so the correlation is 0.5, the seed-shared sd √0.5,
+  // and pairing removes 1 − var d / (var A + var B) = 1 − 1/2 = 50% (var d = 1 + 1 − 2·0.5).
+  const std::map<std::string, std::vector<double>> losses = {
+      {"bf16", {2.0, 2.0, 2.0}}, {"ufp4", {2.02, 2.04, 2.06}}, {"e2m1", {2.01, 2.05, 2.03}}};
+  std::vector<ContrastRun> runs;
+  for (const auto& [recipe, values] : losses)
+    for (size_t s = 0; s < values.size(); ++s) {
+      ContrastRun r;
+      r.recipe = recipe;
+      r.baseline = recipe == "bf16";
+      r.model = "d2";
+      r.id = fmt::format("{}-s{}", recipe, s);
+      r.point = "d2";
+      r.point_label = "d2 25M";
+      r.n = 1000000;
+      r.tokens = 25000000;
+      r.seed = s;
+      r.finished = true;
+      r.final_loss = values[s];
+      runs.push_back(r);
+    }
+  const auto request = fp4::fit::families_asked({}, "", {"bf16", "e2m1", "ufp4"}, {}, runs);
+  const ContrastSet set = fp4::fit::compute_contrasts(runs, request, "g");
+  const ContrastTest* t = nullptr;
+  for (const ContrastTest& c : set.families.at(0).tests)
+    if (c.metric == "final_eval") t = &c;
+  REQUIRE(t != nullptr);
+  CHECK(t->recipe == "ufp4");
+  CHECK(t->against == "e2m1");
+  CHECK(t->baseline_mean == 2.0);
+  CHECK_THAT(t->t.mean, WithinRel(0.5, 1e-9));
+  CHECK_THAT(t->t.sd, WithinRel(1.0, 1e-9));
+  CHECK_THAT(t->sd_recipe, WithinRel(1.0, 1e-9));
+  CHECK_THAT(t->sd_against, WithinRel(1.0, 1e-9));
+  CHECK_THAT(t->correlation, WithinRel(0.5, 1e-9));
+  CHECK_THAT(t->shared_sd(), WithinRel(std::sqrt(0.5), 1e-9));
+  CHECK_THAT(t->pairing_removed(), WithinRel(0.5, 1e-9));
+  // The same numbers in the json and in fp4lab fit's table.
+  const nlohmann::json doc = fp4::fit::contrast_set_json(set);
+  const nlohmann::json& j = doc["families"][0]["tests"][0];
+  CHECK_THAT(j["shared_sd_pp"].get<double>(), WithinRel(std::sqrt(0.5), 1e-9));
+  CHECK_THAT(j["pairing_removed"].get<double>(), WithinRel(0.5, 1e-9));
+  const std::string table = fp4::fit::format_contrasts_table(set);
+  INFO(table);
+  CHECK(table.find("  1.000   1.000  +0.50    0.707   1.000     50%") != std::string::npos);
+
+  // Seed noise the two recipes do not share (a negative covariance): no shared sd, and pairing
+  // adds variance instead of removing it. e2m1 reversed: 103, 102, 101 against ufp4's 101, 102, 103.
+  for (ContrastRun& r : runs)
+    if (r.recipe == "e2m1") r.final_loss = 2.06 - 0.02 * static_cast<double>(r.seed);
+  const ContrastSet anti = fp4::fit::compute_contrasts(runs, request, "g");
+  const ContrastTest& a = anti.families.at(0).tests.at(0);
+  CHECK_THAT(a.correlation, WithinRel(-1.0, 1e-9));
+  CHECK(std::isnan(a.shared_sd()));
+  CHECK_THAT(a.pairing_removed(), WithinRel(-1.0, 1e-9));  // var d = 4 against 1 + 1
 }

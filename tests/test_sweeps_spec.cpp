@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <set>
 #include <string>
 #include <vector>
@@ -15,6 +16,7 @@
 #include "base/user_error.h"
 #include "engine/model/model_shape.h"
 #include "engine/run/config.h"
+#include "fit/contrasts.h"
 #include "sweeps/spec.h"
 #include "test_support.h"
 
@@ -729,4 +731,43 @@ TEST_CASE("sweep spec: [model.moe] and its dotted fields as axes", "[sweeps][swe
         "spec.toml:14:15: model.moe.renormalize: must be true or false, got the integer 1");
   CHECK(error_of(base + "[model.moe]\nexperts = 4\ntop_k = 5\n").find("model.moe.top_k must be between 1 and") !=
         std::string::npos);
+}
+
+TEST_CASE("sweep spec: train.data_seed as a grid axis expands to distinct points, one data order each",
+          "[sweeps][sweeps_spec]") {
+  // A study that splits initial-weight noise from data-order noise (issue 32, 3): seeds × data
+  // orders. The data order applies to a shuffled corpus only: shuffle = "sequences".
+  const std::string grid = "recipe = [\"bf16\", \"ufp4\"]\nseed = [0, 1]\ntrain.data_seed = [7, 8]\n";
+  const SweepSpec s =
+      parse_sweep_spec(one_point_spec("shuffle = \"sequences\"\n", grid, "preset = \"d2\"\n", "data/prose"), "orders.toml", "/abs");
+  CHECK(s.axis_names == std::vector<std::string>{"recipe", "seed", "train.data_seed"});
+  REQUIRE(s.points.size() == 2 * 2 * 2);
+  std::set<std::string> ids, names;
+  for (const GridPoint& p : s.points) {
+    INFO(p.name);
+    ids.insert(p.id);
+    names.insert(p.name);
+    CHECK(p.config.at("train").at("shuffle") == "sequences");
+    CHECK(std::to_string(p.config.at("train").at("data_seed").get<uint64_t>()) == p.axes.at("train.data_seed"));
+    CHECK(p.config.at("train").at("seed").get<uint64_t>() == p.seed);
+  }
+  CHECK(ids.size() == 8);    // every (recipe, seed, data order) is a run of its own
+  CHECK(names.size() == 8);
+  // The contrasts' grouping (fit/contrasts.h): one data order under two initial-weight seeds is one
+  // grid point, its recipes paired by seed; the other data order is another point.
+  std::map<std::string, std::set<std::string>> orders_of_point;
+  std::map<std::string, std::set<uint64_t>> seeds_of_replicate;
+  for (const GridPoint& p : s.points) {
+    orders_of_point[fp4::fit::comparison_key(p.config)].insert(p.axes.at("train.data_seed"));
+    seeds_of_replicate[fp4::fit::replicate_key(p.config)].insert(p.seed);
+  }
+  REQUIRE(orders_of_point.size() == 2);
+  for (const auto& [key, orders] : orders_of_point) CHECK(orders.size() == 1);
+  CHECK(seeds_of_replicate.size() == 4);  // 2 recipes × 2 data orders, each over seeds 0 and 1
+  for (const auto& [key, seeds] : seeds_of_replicate) CHECK(seeds == std::set<uint64_t>{0, 1});
+
+  // Without the shuffle (as a synthetic source reads its stream) a data order means nothing: refused.
+  CHECK_THROWS_WITH(parse_sweep_spec(one_point_spec("shuffle = \"none\"\n", grid, "preset = \"d2\"\n", "data/prose"),
+                                     "orders.toml", "/abs"),
+                    Catch::Contains("train.data_seed"));
 }
