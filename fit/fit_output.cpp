@@ -311,6 +311,28 @@ void csv_contrasts(std::string& out, const ContrastSet& set) {
   for (const std::string& note : set.notes) row("", "contrast_note", "", "", kNaN, kNaN, kNaN, {}, note);
 }
 
+// The stored predictions as --format json gives them. A law flagged unidentified gives no target
+// gap in any format: its target rows stay, so a reader sees the target was asked for, with each
+// target gap's and compare-target d's value and interval null and the csv's note beside them. Only
+// the output changes: the store's predictions_json keeps the numbers, so a refit or a later fp4lab
+// with other guardrails still has them.
+json predictions_json(const StoredFit& f, const std::string& stored) {
+  json p = json::parse(stored);
+  if (!unidentified(f)) return p;
+  const json withheld = {{"value", nullptr}, {"lo", nullptr}, {"hi", nullptr}, {"note", kWithheldNote}};
+  if (const auto targets = p.find("targets"); targets != p.end() && targets->is_array())
+    for (json& t : *targets) {
+      const auto gap = t.find("gap");
+      // The baseline's own gap is null already (nothing to withhold), as its csv row is absent.
+      if (gap != t.end() && gap->is_object() && !gap->value("value", json()).is_null()) *gap = withheld;
+    }
+  if (const auto comparisons = p.find("comparisons"); comparisons != p.end() && comparisons->is_array())
+    for (json& c : *comparisons)
+      if (const auto targets = c.find("targets"); targets != c.end() && targets->is_array())
+        for (json& t : *targets) t.update(withheld);
+  return p;
+}
+
 }  // namespace
 
 OutputFormat parse_output_format(const std::string& name) {
@@ -352,7 +374,7 @@ std::string format_fits(const std::vector<StoredFit>& fits, OutputFormat format,
                      {"intervals", json::parse(r.intervals_json)},
                      {"quality", json::parse(r.quality_json)},
                      {"options", json::parse(r.options_json)},
-                     {"predictions", json::parse(r.predictions_json)}});
+                     {"predictions", predictions_json(f, r.predictions_json)}});
     }
     const json doc = {{"fits", std::move(all)}, {"contrasts", contrasts != nullptr ? contrast_set_json(*contrasts) : json()}};
     out = doc.dump(1) + "\n";

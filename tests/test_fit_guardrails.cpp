@@ -1,8 +1,10 @@
 // test_fit_guardrails.cpp — the guardrails of a fit (fit/guardrails.h, docs/statistics.md
 // "Guardrails"): each check fires on a fit built to trip it and names what it found; a law fitted to
 // losses from a known law on a long-run grid with its target inside the grid raises none; a flagged
-// unidentified law prints no target gap in `fp4lab fit`'s table; the flags survive the store.
+// unidentified law prints no target gap in `fp4lab fit`'s table, csv or json; the flags survive the store.
 #include <catch2/catch.hpp>
+
+#include <nlohmann/json.hpp>
 
 #include <string>
 #include <vector>
@@ -171,10 +173,38 @@ TEST_CASE("guardrails: a law recovered from clean long runs raises none; an unid
                  "(guardrails)\n") != std::string::npos);
   CHECK(csv.find(",target_loss,loss,ufp4,1500000000,100000000000,2.9,2.8,3,\n") != std::string::npos);
   CHECK(csv.find(",target_gap,gap,ufp4,1500000000,100000000000,0.02") == std::string::npos);
+  // And the json format: the target stays with its loss, the gap's value and interval are null with
+  // the csv's note beside them; a compare-target d the same (docs/fit.md "Output"). The stored
+  // record keeps the numbers: only the output withholds them.
+  fp4::fit::RecipeComparison c;
+  c.recipe = "ufp4";
+  c.against = "e2m1";
+  c.baseline = "bf16";
+  c.targets = {{1.5e9, 1e11, {-0.004, {-0.006, -0.002}}}};
+  f.comparisons = {c};
+  const nlohmann::json doc = nlohmann::json::parse(fp4::fit::format_fits(fits, fp4::fit::OutputFormat::json));
+  INFO(doc.dump(1));
+  const nlohmann::json& target = doc["fits"][0]["predictions"]["targets"][0];
+  CHECK(target["recipe"] == "ufp4");
+  CHECK(target["loss"] == nlohmann::json::parse(R"({"value": 2.9, "lo": 2.8, "hi": 3.0})"));
+  const nlohmann::json withheld_gap = {{"value", nullptr}, {"lo", nullptr}, {"hi", nullptr},
+                                       {"note", "withheld: the law is flagged unidentified (guardrails)"}};
+  CHECK(target["gap"] == withheld_gap);
+  nlohmann::json withheld_d = withheld_gap;
+  withheld_d["n"] = 1.5e9;
+  withheld_d["d"] = 1e11;
+  CHECK(doc["fits"][0]["predictions"]["comparisons"][0]["targets"][0] == withheld_d);
+  const nlohmann::json stored = nlohmann::json::parse(fp4::fit::to_record(f).predictions_json);
+  CHECK(stored["targets"][0]["gap"]["value"] == 0.02);
+  CHECK(stored["comparisons"][0]["targets"][0]["value"] == -0.004);
   // Identified again, the gap is given.
   f.guardrails.pop_back();
   const std::string shown = fp4::fit::format_fits(fits, fp4::fit::OutputFormat::csv);
   CHECK(shown.find(",target_gap,gap,ufp4,1500000000,100000000000,0.02,0.01,0.03,\n") != std::string::npos);
+  const nlohmann::json again = nlohmann::json::parse(fp4::fit::format_fits(fits, fp4::fit::OutputFormat::json));
+  CHECK(again["fits"][0]["predictions"]["targets"][0]["gap"] ==
+        nlohmann::json::parse(R"({"value": 0.02, "lo": 0.01, "hi": 0.03})"));
+  CHECK(again["fits"][0]["predictions"]["comparisons"][0]["targets"][0]["value"] == -0.004);
 }
 
 TEST_CASE("guardrails: a recipe's chinchilla fit whose BF16 fit is unidentified is flagged 'baseline', and only that",

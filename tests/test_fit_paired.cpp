@@ -744,6 +744,29 @@ TEST_CASE("contrasts and guardrails on the committed first study: d4 ufp4 - e2m1
     CHECK(unidentified);
   }
   CHECK(chinchilla == 4);
+  // The json gives none either: each 4-bit target gap and compare-target d is null, with the note.
+  int json_withheld = 0;
+  const nlohmann::json note = "withheld: the law is flagged unidentified (guardrails)";
+  for (const nlohmann::json& f : doc["fits"]) {
+    for (const nlohmann::json& t : f["predictions"]["targets"]) {
+      INFO(t.dump());
+      if (t["recipe"] == "bf16") {
+        CHECK(t["gap"]["value"].is_null());
+        continue;
+      }
+      CHECK(t["gap"]["value"].is_null());
+      CHECK(t["gap"]["lo"].is_null());
+      CHECK(t["gap"]["hi"].is_null());
+      json_withheld += t["gap"]["note"] == note;
+    }
+    for (const nlohmann::json& c : f["predictions"].value("comparisons", nlohmann::json::array()))
+      for (const nlohmann::json& t : c["targets"]) {
+        INFO(t.dump());
+        CHECK(t["value"].is_null());
+        json_withheld += t["note"] == note;
+      }
+  }
+  CHECK(json_withheld == 3 + 3 + 3);  // as the csv's count below
   const auto table = fp4::test::run_fp4lab("fit '" + (dir / "study.toml").string() + "'", dir);
   REQUIRE(table.exit_code == 0);
   CHECK(fp4::test::count_of(table.out, "no target gap: the law is flagged unidentified") == 4);
