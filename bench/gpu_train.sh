@@ -7,13 +7,26 @@
 # against GEMM_TFLOPS (the bf16 GEMM rate measured in the same session: pass it), and the peak
 # device memory the run reported. SIZES and RECIPES choose the cases (any model preset, MoE ones
 # such as d6-e8k2 included: their MFU counts active FLOPs only).
-# Usage: [SIZES="d6 d12"] [RECIPES="bf16 e2m1 ufp4 nvfp4"] bench/gpu_train.sh FP4LAB_BINARY GEMM_TFLOPS [STEPS]
+# RATES_CSV=FILE also appends each case that trained to FILE as a rates file for `fp4lab plan
+# STUDY.toml --rates FILE` (docs/statistics.md "Planning"; the header is written when FILE is new
+# or empty): size, recipe, the median tokens/s, runs_per_device 1, the device (DEVICE, else the
+# first name nvidia-smi lists) and this shape as the source. The plan uses such a row only where no
+# store has measured the size and recipe; a study's batch and sequence train at another speed.
+# Write into a new file: a second call's rows of the same size and recipe repeat the first's, which
+# the plan refuses.
+# Usage: [SIZES="d6 d12"] [RECIPES="bf16 e2m1 ufp4 nvfp4"] [RATES_CSV=FILE] [DEVICE=NAME]
+#        bench/gpu_train.sh FP4LAB_BINARY GEMM_TFLOPS [STEPS]
 set -euo pipefail
 bin=$1
 gemm_tflops=$2
 steps=${3:-4}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
+if [ -n "${RATES_CSV:-}" ]; then
+  device=${DEVICE:-$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n 1 || true)}
+  device=${device:-unknown GPU}
+  if [ ! -s "$RATES_CSV" ]; then echo "size,recipe,tokens_per_s,runs_per_device,device,source" >"$RATES_CSV"; fi
+fi
 echo "| model | recipe | tokens/s (median) | step ms | MFU | peak device MiB | steps |"
 echo "|---|---|---|---|---|---|---|"
 for size in ${SIZES:-d6 d12}; do
@@ -36,5 +49,9 @@ JSON
     peak=$(grep '"peak_device_bytes"' "$m" | tail -n 1 | sed -E 's/.*"peak_device_bytes":([0-9]+).*/\1/')
     awk -v s="$size" -v r="$recipe" -v t="$tps" -v f="$fpt" -v g="$gemm_tflops" -v p="${peak:-0}" -v n="$steps" \
       'BEGIN {printf "| %s | %s | %.0f | %.1f | %.1f%% | %.0f | %d |\n", s, r, t, 65536 / t * 1000, 100 * f * t / (g * 1e12), p / 1048576, n}'
+    # Quoted cells: the source holds commas (a device name with a quote would need doubling; none has).
+    if [ -n "${RATES_CSV:-}" ] && [ "$tps" != 0 ]; then
+      echo "$size,$recipe,$tps,1,\"$device\",\"bench/gpu_train.sh $(date -u +%F): seq 1024, 65536 tokens a step, micro-batch 8, median of steps 2-$steps\"" >>"$RATES_CSV"
+    fi
   done
 done

@@ -14,7 +14,7 @@ namespace fp4::cli {
 namespace {
 
 struct PlanCliOptions {
-  std::string spec, pilot;
+  std::string spec, pilot, rates;
   double effect = 0.3, power = 0.8, alpha = 0.05;
 };
 
@@ -25,6 +25,7 @@ void run_plan(const PlanCliOptions& o) {
   fit::PlanCommand c;
   c.study = &study.declared;
   c.pilot = o.pilot;
+  c.rates = o.rates;
   c.effect_pp = o.effect;
   c.power = o.power;
   c.alpha = o.alpha;
@@ -45,6 +46,9 @@ void register_plan_commands(CLI::App& app) {
   plan->add_option("--pilot", p->pilot,
                    "A store whose paired seeds give the sd of each contrast (default: the study's), and whose runs "
                    "give the speed of a size and recipe the study's store has not measured");
+  plan->add_option("--rates", p->rates,
+                   "A rates file (CSV: size,recipe,tokens_per_s,runs_per_device,device,source; e.g. "
+                   "bench/train-rates.csv) whose bench figures stand in for a size and recipe no store has measured");
   plan->add_option("--effect", p->effect, "The difference to detect, in percentage points of the BF16 loss (default 0.3)")
       ->check(real_number(0, std::numeric_limits<double>::infinity(), true));
   plan->add_option("--power", p->power, "The power to detect it with (default 0.8)");

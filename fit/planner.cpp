@@ -5,13 +5,18 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
+#include <fstream>
 #include <map>
 #include <memory>
+#include <optional>
 #include <stdexcept>
 
 #include "base/format.h"
+#include "base/parse_number.h"
 #include "base/user_error.h"
 #include "fit/contrasts.h"
 #include "fit/paired.h"
@@ -116,7 +121,121 @@ std::unique_ptr<store::Store> open_if_there(const std::filesystem::path& path) {
   return store::Store::open(path, store::Store::Mode::read_migrating);
 }
 
+// ---- Rates files (BenchRate) ------------------------------------------------------------------
+
+constexpr const char* kRateColumns = "size,recipe,tokens_per_s,runs_per_device,device,source";
+const std::string kRateColumnNames[] = {"size", "recipe", "tokens_per_s", "runs_per_device", "device", "source"};
+
+std::string trim_cell(const std::string& s) {
+  const size_t a = s.find_first_not_of(" \t\r");
+  if (a == std::string::npos) return "";
+  return s.substr(a, s.find_last_not_of(" \t\r") - a + 1);
+}
+
+// The cells of one line: separated by commas, each trimmed; a cell that starts with a double quote
+// runs to the closing one ("" inside is one quote), so a source may hold commas.
+std::vector<std::string> rate_cells(const std::string& line, const std::string& where) {
+  std::vector<std::string> out;
+  size_t i = 0;
+  while (true) {
+    while (i < line.size() && (line[i] == ' ' || line[i] == '\t')) ++i;
+    std::string cell;
+    if (i < line.size() && line[i] == '"') {
+      for (++i;; ++i) {
+        if (i >= line.size()) throw UserError(where + ": a quoted cell has no closing quote");
+        if (line[i] == '"' && i + 1 < line.size() && line[i + 1] == '"') cell += '"', ++i;
+        else if (line[i] == '"') break;
+        else cell += line[i];
+      }
+      ++i;
+      const size_t next = line.find(',', i);
+      if (!trim_cell(line.substr(i, next == std::string::npos ? std::string::npos : next - i)).empty())
+        throw UserError(where + ": text after a quoted cell's closing quote");
+      i = next;
+    } else {
+      const size_t next = line.find(',', i);
+      cell = trim_cell(line.substr(i, next == std::string::npos ? std::string::npos : next - i));
+      i = next;
+    }
+    out.push_back(cell);
+    if (i == std::string::npos) return out;
+    ++i;  // past the comma
+  }
+}
+
 }  // namespace
+
+std::vector<BenchRate> read_bench_rates(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw UserError("--rates " + path.string() + ": cannot read the rates file (check the path)");
+  std::vector<BenchRate> rates;
+  std::map<std::string, size_t> column;  // name → index
+  std::string line;
+  int line_no = 0;
+  while (std::getline(in, line)) {
+    ++line_no;
+    const std::string text = trim_cell(line);
+    if (text.empty() || text[0] == '#') continue;
+    const std::string where = fmt::format("{}:{}", path.string(), line_no);
+    const std::vector<std::string> cells = rate_cells(line, where);
+    if (column.empty()) {
+      for (size_t i = 0; i < cells.size(); ++i) {
+        const bool known = std::find(std::begin(kRateColumnNames), std::end(kRateColumnNames), cells[i]) !=
+                           std::end(kRateColumnNames);
+        if (!known)
+          throw UserError(fmt::format("{}: unknown column \"{}\": the header must name {}", where, cells[i], kRateColumns));
+        if (!column.emplace(cells[i], i).second) throw UserError(where + ": column \"" + cells[i] + "\" appears twice");
+      }
+      if (column.size() != 6) throw UserError(fmt::format("{}: the header must name the six columns {}", where, kRateColumns));
+      continue;
+    }
+    if (cells.size() != 6)
+      throw UserError(fmt::format("{}: {} cells, the header has 6 ({})", where, cells.size(), kRateColumns));
+    BenchRate r;
+    auto cell = [&](const char* name) -> const std::string& {
+      const std::string& v = cells[column.at(name)];
+      if (v.empty()) throw UserError(fmt::format("{}: column {}: empty", where, name));
+      return v;
+    };
+    r.size = cell("size");
+    r.recipe = cell("recipe");
+    r.device = cell("device");
+    r.source = cell("source");
+    const std::string& tps = cell("tokens_per_s");
+    errno = 0;
+    char* end = nullptr;
+    r.tokens_per_s = std::strtod(tps.c_str(), &end);
+    if (end != tps.c_str() + tps.size() || errno == ERANGE || !std::isfinite(r.tokens_per_s) || !(r.tokens_per_s > 0))
+      throw UserError(fmt::format("{}: column tokens_per_s: \"{}\" is not a number > 0", where, tps));
+    const std::string& packing = cell("runs_per_device");
+    const std::optional<int64_t> k = parse_integer<int64_t>(packing);
+    if (!k || *k < 1)
+      throw UserError(fmt::format("{}: column runs_per_device: \"{}\" is not a whole number >= 1", where, packing));
+    r.runs_per_device = *k;
+    r.line = line_no;
+    // One figure per size, recipe and packing: two would leave the plan to pick one silently.
+    for (const BenchRate& o : rates)
+      if (o.size == r.size && o.recipe == r.recipe && o.runs_per_device == r.runs_per_device)
+        throw UserError(fmt::format("{}: {} {} at {} run(s) per device is already given at line {} (keep one)", where,
+                                    r.size, r.recipe, r.runs_per_device, o.line));
+    rates.push_back(std::move(r));
+  }
+  if (column.empty()) throw UserError(path.string() + ": empty: expected the header " + kRateColumns + " and rows");
+  if (rates.empty()) throw UserError(path.string() + ": no rows after the header");
+  return rates;
+}
+
+const BenchRate* bench_rate_for(const std::vector<BenchRate>& rates, const std::string& size,
+                                const std::string& recipe, int64_t runs_per_device) {
+  const BenchRate* best = nullptr;
+  for (const BenchRate& r : rates) {
+    if (r.size != size || r.recipe != recipe) continue;
+    const int64_t off = std::abs(r.runs_per_device - runs_per_device);
+    const int64_t best_off = best ? std::abs(best->runs_per_device - runs_per_device) : 0;
+    if (best == nullptr || off < best_off || (off == best_off && r.runs_per_device < best->runs_per_device)) best = &r;
+  }
+  return best;
+}
 
 std::map<std::pair<std::string, std::string>, DeviceRate> device_rates(const std::vector<MeasuredAttempt>& attempts) {
   struct Samples {
@@ -154,9 +273,12 @@ void plan_study(const PlanCommand& c) {
   if (!c.pilot.empty() && !std::filesystem::exists(c.pilot))
     throw UserError("--pilot " + c.pilot.string() + ": no such store");
   std::unique_ptr<store::Store> pilot = open_if_there(pilot_path);
+  // Read before anything is printed: a malformed rates file is one line and exit 2, not half a plan.
+  const std::vector<BenchRate> bench = c.rates.empty() ? std::vector<BenchRate>{} : read_bench_rates(c.rates);
 
   // (a) Device time, from the study's own store; a size and recipe it has not measured yet, from a
-  // pilot store's runs (--pilot), which is how a study is planned before any of its runs.
+  // pilot store's runs (--pilot), which is how a study is planned before any of its runs; one that
+  // neither has measured, from a bench figure of the rates file (--rates).
   std::unique_ptr<store::Store> own = open_if_there(grid.store);
   std::map<std::string, store::RunState> state;
   std::map<std::pair<std::string, std::string>, DeviceRate> rates, pilot_rates;
@@ -182,28 +304,44 @@ void plan_study(const PlanCommand& c) {
   }
   out += fmt::format("device time: {} of {} runs have succeeded; the others at the speed the store measured for their "
                      "size and recipe: each succeeded run's tokens/s times the runs that shared its device while it "
-                     "trained (packing), per device, the median over the runs:\n",
-                     done, grid.points.size());
+                     "trained (packing), per device, the median over the runs{}:\n",
+                     done, grid.points.size(),
+                     c.rates.empty() ? "" : " (where no store has measured one, the rates file's figure)");
   double total = 0;
   int64_t unknown = 0;
   std::vector<std::string> packed_otherwise;
-  int64_t from_pilot = 0;
+  int64_t from_pilot = 0, from_bench = 0;
+  std::vector<std::string> bench_sources;  // "device: source" of the bench rows used, once each
   for (const auto& [key, k] : left) {
     const DeviceRate* measured = nullptr;
-    bool pilot_speed = false;
+    DeviceRate bench_rate;
+    std::string origin;
+    // A store's measurement first, the study's then the pilot's: it is this engine on this
+    // machine at the study's own shape; a bench figure only where neither store has one.
     if (const auto own_rate = rates.find(key); own_rate != rates.end()) {
       measured = &own_rate->second;
     } else if (const auto p = pilot_rates.find(key); p != pilot_rates.end()) {
       measured = &p->second;
-      pilot_speed = true;
+      origin = " (the pilot's speed)";
       from_pilot += k.runs;
+    } else if (const BenchRate* b = bench_rate_for(bench, key.first, key.second, c.runs_per_device)) {
+      // The file's tokens/s is the device's, summed over the runs that shared it.
+      const double packed = static_cast<double>(b->runs_per_device);
+      bench_rate = {b->tokens_per_s, b->tokens_per_s / packed, packed, 0};
+      measured = &bench_rate;
+      origin = fmt::format(" (bench figure, {}:{})", c.rates.filename().string(), b->line);
+      from_bench += k.runs;
+      const std::string source = b->device + ": " + b->source;
+      if (std::find(bench_sources.begin(), bench_sources.end(), source) == bench_sources.end())
+        bench_sources.push_back(source);
     }
     if (measured == nullptr) {
       unknown += k.runs;
       out += fmt::format("  {:<8} {:<22} {:>4} runs  {:>8} tokens  unknown: no succeeded run of this size and recipe "
-                         "measured its speed (--pilot STORE reads another study's; bench/RESULTS.md has figures per "
-                         "size)\n",
-                         key.first, key.second, k.runs, fmt::format("{:.3g}", static_cast<double>(k.tokens)));
+                         "measured its speed (--pilot STORE reads another study's, --rates FILE a bench's figures: "
+                         "bench/train-rates.csv){}\n",
+                         key.first, key.second, k.runs, fmt::format("{:.3g}", static_cast<double>(k.tokens)),
+                         bench.empty() ? "" : fmt::format("; {} has no row for it", c.rates.string()));
       continue;
     }
     const DeviceRate& r = *measured;
@@ -212,7 +350,7 @@ void plan_study(const PlanCommand& c) {
     out += fmt::format("  {:<8} {:<22} {:>4} runs  {:>8} tokens  at {} a run, {:.1f} runs per device: {} a device: {}{}\n",
                        key.first, key.second, k.runs, fmt::format("{:.3g}", static_cast<double>(k.tokens)),
                        format_rate(r.tokens_per_s), r.sharing, format_rate(r.tokens_per_device_s),
-                       format_duration(seconds), pilot_speed ? " (the pilot's speed)" : "");
+                       format_duration(seconds), origin);
     if (std::fabs(r.sharing - c.runs_per_device) >= 0.5) packed_otherwise.push_back(key.first + " " + key.second);
   }
   out += fmt::format("  total: {} of device time (divide by the devices it runs on for the wall time){}\n",
@@ -222,6 +360,10 @@ void plan_study(const PlanCommand& c) {
     out += fmt::format("  note: {} run(s) at the speed the pilot's runs of the same size and recipe measured ({}); a "
                        "batch, sequence length or GPU other than theirs trains at another speed\n",
                        from_pilot, pilot_path.string());
+  if (from_bench > 0)
+    out += fmt::format("  note: {} run(s) at bench figures from {} ({}), not measured by any store; a bench measures "
+                       "one shape: a batch, sequence length, data or GPU other than its own trains at another speed\n",
+                       from_bench, c.rates.string(), fmt::join(bench_sources, "; "));
   if (!packed_otherwise.empty())
     out += fmt::format("  note: this grid packs {} run{} per device ([executor] runs_per_gpu, or cpu_jobs on the CPU), "
                        "but {} {} measured at another packing: the estimate assumes a device trains as many tokens "

@@ -1,7 +1,8 @@
 // planner.h — how many seeds a contrast needs and what a grid will cost, before anything runs
 // (docs/statistics.md "Planning"): the seed count for a paired contrast of a given effect, power
 // and level from the seed-to-seed sd of d measured in a pilot store; the variance-only interim
-// rule; and the device time of a grid's runs from the tokens/s the store measured.
+// rule; and the device time of a grid's runs from the tokens/s the store measured (or, where no
+// store has measured a size and recipe, from a bench's figures: a rates file).
 #pragma once
 
 #include <cstdint>
@@ -58,12 +59,34 @@ struct DeviceRate {
 };
 std::map<std::pair<std::string, std::string>, DeviceRate> device_rates(const std::vector<MeasuredAttempt>& attempts);
 
+// One row of a rates file (`fp4lab plan --rates FILE`, docs/statistics.md "Planning"; e.g.
+// bench/train-rates.csv): what a benchmark measured for one size and recipe, which stands in for a
+// size and recipe that no store has measured. The header names the six columns
+//   size,recipe,tokens_per_s,runs_per_device,device,source
+// in any order; `#` lines and blank lines are skipped; a cell may be "quoted" (a source with commas).
+struct BenchRate {
+  std::string size, recipe;             // a model preset (d4) and a recipe label (ufp4), as a grid names them
+  double tokens_per_s = kNaN;           // what the device trained a second, summed over the runs sharing it
+                                        // (one run's speed when runs_per_device is 1), as bench sums packed runs
+  int64_t runs_per_device = 1;          // runs that shared the device while measured (MPS packing)
+  std::string device, source;           // the GPU it was measured on; where the figure comes from
+  int line = 0;                         // its line in the file, for the plan's output
+};
+// The rows of `path`; a UserError naming file:line for a file a user got wrong (unknown or missing
+// column, a cell that is not a positive number, an empty name, the same size, recipe and packing twice).
+std::vector<BenchRate> read_bench_rates(const std::filesystem::path& path);
+// The row that stands in for (size, recipe) at a grid's packing: the one measured at that packing,
+// else the nearest packing (the smaller of two as near); null when the file has no such size and recipe.
+const BenchRate* bench_rate_for(const std::vector<BenchRate>& rates, const std::string& size,
+                                const std::string& recipe, int64_t runs_per_device);
+
 // `fp4lab plan STUDY.toml`: what the study's grid will cost and how many seeds each declared
 // contrast needs.
 struct PlanCommand {
   const store::DeclaredStudy* study = nullptr;
   std::filesystem::path pilot;          // a store whose paired seeds give the sd of d ("" : the study's own),
                                         // and whose runs' speeds stand in for those the study has not measured
+  std::filesystem::path rates;          // a rates file (BenchRate) for what neither store has measured ("": none)
   double effect_pp = 0.3, power = 0.8, alpha = 0.05;
   int runs_per_device = 1;              // the packing it plans: [executor] runs_per_gpu (GPU runs) or cpu_jobs
 };
