@@ -72,7 +72,7 @@ TEST_CASE("the directory lock is exclusive while held and free once released", "
   CHECK_THROWS_AS(fp4::DirectoryLock(dir / "missing"), std::runtime_error);
 }
 
-TEST_CASE("stop signals are recorded; a second one kills or is counted, as the owner chose", "[base]") {
+TEST_CASE("stop signals are recorded, a second one kills or is counted, as the owner chose", "[base]") {
   const auto handler_of = [](int signo) {
     struct sigaction now = {};
     sigaction(signo, nullptr, &now);

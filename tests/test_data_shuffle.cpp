@@ -166,7 +166,7 @@ TEST_CASE("a shuffled stream reads the file-order windows in the permuted order,
   CHECK_THROWS_AS(synthetic->train_stream(synthetic->start(), StreamOrder::shuffled(1, T)), std::invalid_argument);
 }
 
-TEST_CASE("a prefix of the shuffled stream has the corpus's mix; file order has only its first source", "[data][shuffle]") {
+TEST_CASE("a prefix of the shuffled stream has the corpus's mix, file order has only its first source", "[data][shuffle]") {
   ScratchDir tmp;
   const TwoSourceCorpus corpus = make_two_source_corpus(tmp, 12000, 16000);
   auto src = open_data(corpus.dir.string());

@@ -272,7 +272,7 @@ TEST_CASE("fp4lab fit: progress is one redrawn line on a terminal, lines per sta
   CHECK(json::parse(piped.out)["fits"].size() == 1);
 }
 
-TEST_CASE("fp4lab fit: --points fits a CSV and stores nothing; gamma and targets come from flags", "[fit][fit_cli]") {
+TEST_CASE("fp4lab fit: --points fits a CSV and stores nothing, gamma and targets come from flags", "[fit][fit_cli]") {
   ScratchDir dir;
   std::string csv = "recipe,n,d,loss\n";
   const fp4::fit::LawParameters law = fp4::test::first_study_law();

@@ -132,7 +132,7 @@ TEST_CASE("guardrails: each check fires on a fit built to trip it, and only it",
   }
 }
 
-TEST_CASE("guardrails: a law recovered from clean long runs raises none; an unidentified one prints no target gap",
+TEST_CASE("guardrails: a law recovered from clean long runs raises none, an unidentified one prints no target gap",
           "[fit][guardrails]") {
   // 2 seeds: 30 resampling groups, so a resample rarely draws too few distinct N or D.
   fp4::fit::SyntheticGrid g = fp4::test::first_study_grid(5, 0.001, 2);

@@ -375,7 +375,7 @@ TEST_CASE("stored fit: a gap between two chinchilla fits pairs replicates by ind
   CHECK_THROWS_WITH(fp4::fit::predicted_gap_interval(q, b, 100, 1000), Catch::Contains("cannot be paired"));
 }
 
-TEST_CASE("stored fit: rows missing keys read as defaults; malformed rows name the row and column",
+TEST_CASE("stored fit: rows missing keys read as defaults, malformed rows name the row and column",
           "[fit][fit_stored]") {
   fp4::store::FitRecord r;
   r.id = 7;

@@ -204,7 +204,7 @@ TEST_CASE("report paths inside the study's repository are written relative to it
   CHECK(md.find("build/cli/fp4lab report " + toml.string() + "\n") != std::string::npos);
 }
 
-TEST_CASE("report of a study with MoE runs draws their expert load; without them there is no such figure",
+TEST_CASE("report of a study with MoE runs draws their expert load, without them there is no such figure",
           "[report][report_missing][moe]") {
   ScratchDir dir;
   fp4::test::HandStudy h(dir.path(), "experts");

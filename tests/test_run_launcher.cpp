@@ -80,7 +80,7 @@ TEST_CASE("rank launcher: a killed rank makes the launch end killed by the same 
   CHECK_THAT(o.message, Catch::Contains("was killed by SIGKILL"));
 }
 
-TEST_CASE("rank launcher: rank 0's end is the run's; the others get the grace period", "[run][gpus][launcher]") {
+TEST_CASE("rank launcher: rank 0's end is the run's, the others get the grace period", "[run][gpus][launcher]") {
   const double start = fp4::monotonic_s();
   // Rank 0 ends as diverged (3); rank 1 waits on a collective that will never come.
   const LaunchOutcome o = run_script("if [ \"$RANK\" = 0 ]; then exit 3; fi; exec sleep 60", 2, 0.5);

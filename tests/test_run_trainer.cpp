@@ -352,7 +352,7 @@ TEST_CASE("train: device cuda without a GPU (or without CUDA) is refused before 
   CHECK_FALSE(std::filesystem::exists(dir));
 }
 
-TEST_CASE("train: a config that names no device trains on a visible GPU, else on the CPU; --device wins",
+TEST_CASE("train: a config that names no device trains on a visible GPU, else on the CPU, --device wins",
           "[run][trainer]") {
   ScratchDir tmp;
   json j = tiny_config("bf16", 2);

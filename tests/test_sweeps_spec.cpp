@@ -477,7 +477,7 @@ TEST_CASE("sweep spec: every semantic field changes a run's id", "[sweeps][sweep
   CHECK(renamed_preset == ufp4);
 }
 
-TEST_CASE("sweep spec: the same point in two grids is one run; adding values adds runs only", "[sweeps][sweeps_spec]") {
+TEST_CASE("sweep spec: the same point in two grids is one run, adding values adds runs only", "[sweeps][sweeps_spec]") {
   const SweepSpec small = parse(one_point_spec("", "recipe = [\"bf16\", \"ufp4\"]\nseed = [0]\n"));
   const SweepSpec larger = parse(one_point_spec("", "seed = [0, 1]\nrecipe = [\"e2m1\", \"bf16\", \"ufp4\"]\n"));
   REQUIRE(small.points.size() == 2);
