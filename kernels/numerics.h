@@ -349,6 +349,9 @@ FP4_HD float candidate_squared_error(float v, const QuantizedElement& e, const B
 FP4_HD bool four_over_six_picks_four(const float* v, const float* u, int n, const BlockScale& s6,
                                      const BlockScale& s4, float dec, Grid g, int max_index, Rounding r) {
   float err6 = 0.0f, err4 = 0.0f;
+#if defined(__CUDA_ARCH__)
+#pragma unroll
+#endif
   for (int i = 0; i < n; ++i) {
     const float ui = r == Rounding::sr ? u[i] : 0.0f;
     const QuantizedElement e6 = quantize_element(v[i], s6, g, max_index, r, ui);

@@ -256,6 +256,41 @@ __device__ int64_t span_scale_index(const Span<L, kAlongRow>& s, int j, int bloc
   return kAlongRow ? r * (s.cols / block) + c / block : (r / block) * s.cols + c;
 }
 
+// MS-EDEN over one 128-span (= one 128-group), as the reference's quantize_ms_eden: a group with a
+// non-finite source or rotated value is non-finite whole; else numerics.h's ms_eden_group with
+// each block's scale rounded stochastically by the draw of the block's first element.
+template <bool kAlongRow>
+__device__ void ms_eden_span(const Span<kMsEdenGroup, kAlongRow>& s, const float (&v)[kMsEdenGroup],
+                             const uint32_t (&bad)[kMsEdenGroup / 32], const QuantSpec& spec, float s_dec, int cols,
+                             const RecipeOut& o, bf16_t (&out)[kMsEdenGroup], uint8_t (&code)[kMsEdenGroup]) {
+  constexpr int kBlocks = kMsEdenGroup / 16;
+  bool finite = true;
+  for (int k = 0; k < kMsEdenGroup; ++k)
+    if (((bad[k / 32] >> (k % 32)) & 1u) != 0 || !is_finite(v[k])) finite = false;
+  if (!finite) {
+    if (o.nonfinite_flag != nullptr) atomicOr(o.nonfinite_flag, 1u);
+    for (int j = 0; j < kBlocks; ++j)
+      if (o.scales != nullptr) o.scales[span_scale_index(s, j, 16)] = bits_float(kQuietNaNBits);
+    for (int k = 0; k < kMsEdenGroup; ++k) out[k] = kBf16QuietNaN, code[k] = kNonFiniteCode;
+    return;
+  }
+  float us[kBlocks], scales[kBlocks];
+  uint8_t mag[kMsEdenGroup];
+  for (int j = 0; j < kBlocks; ++j)
+    us[j] = uniform_from_word(
+        philox_word_for_element(spec.seed, spec.stream, spec.step, draw_index(s.at(16 * j), cols, o.source_rows)));
+  ms_eden_group(v, s_dec, us, scales, mag);
+  for (int j = 0; j < kBlocks; ++j) {
+    if (o.scales != nullptr) o.scales[span_scale_index(s, j, 16)] = scales[j];
+    for (int k = 16 * j; k < 16 * j + 16; ++k) {
+      const bool neg = sign_bit(v[k]);
+      const float deq = e2m1_magnitude(mag[k]) * scales[j];
+      out[k] = float_to_bf16(neg ? -deq : deq);
+      code[k] = static_cast<uint8_t>((neg ? 8 : 0) | mag[k]);
+    }
+  }
+}
+
 template <int L, bool kAlongRow>
 __global__ void __launch_bounds__(kRecipeThreads) span_quantize_kernel(const bf16_t* x, const SpanGeometry g,
                                                                        const QuantSpec spec,
@@ -274,44 +309,28 @@ __global__ void __launch_bounds__(kRecipeThreads) span_quantize_kernel(const bf1
   constexpr int b = L == 32 ? 32 : 16;  // the block (span_length's rule), fixed so loops unroll
   constexpr int kUnroll = L <= 32 ? L / b : 1;
 
-  if (spec.ms_eden) {  // L == kMsEdenGroup
-    bool finite = true;
-    for (int k = 0; k < kMsEdenGroup; ++k)
-      if (is_bad(k)) finite = false;
-    constexpr int kBlocks = kMsEdenGroup / 16;
-    if (!finite) {
-      if (o.nonfinite_flag != nullptr) atomicOr(o.nonfinite_flag, 1u);
-      for (int j = 0; j < kBlocks; ++j)
-        if (o.scales != nullptr) o.scales[span_scale_index(s, j, 16)] = bits_float(kQuietNaNBits);
-      for (int k = 0; k < L; ++k) out[k] = kBf16QuietNaN, code[k] = kNonFiniteCode;
-    } else {
-      float us[kBlocks], scales[kBlocks];
-      uint8_t mag[kMsEdenGroup];
-      for (int j = 0; j < kBlocks; ++j)
-        us[j] = uniform_from_word(philox_word_for_element(spec.seed, spec.stream, spec.step,
-                                                          draw_index(s.at(16 * j), g.cols, o.source_rows)));
-      ms_eden_group(v, ts.dec, us, scales, mag);
-      for (int j = 0; j < kBlocks; ++j) {
-        if (o.scales != nullptr) o.scales[span_scale_index(s, j, 16)] = scales[j];
-        for (int k = 16 * j; k < 16 * j + 16; ++k) {
-          const bool neg = sign_bit(v[k]);
-          const float deq = e2m1_magnitude(mag[k]) * scales[j];
-          out[k] = float_to_bf16(neg ? -deq : deq);
-          code[k] = static_cast<uint8_t>((neg ? 8 : 0) | mag[k]);
-        }
-      }
+  // MS-EDEN exists only in 128-spans: compiled there alone, its 128-value loops leave the shorter
+  // spans' arrays in registers.
+  bool done = false;
+  if constexpr (L == kMsEdenGroup) {
+    if (spec.ms_eden) {
+      ms_eden_span(s, v, bad, spec, ts.dec, g.cols, o, out, code);
+      done = true;
     }
-  } else {
+  }
+  if (!done) {
     const int max_index = spec_max_index(spec);
     // Double-block scales: the span is the 128-group; its outer scale over its finite values.
     float outer = 0.0f;
-    if (spec.outer_block != 0) {
-      float amax_o = 0.0f;
-      for (int k = 0; k < L; ++k) {
-        const float a = abs_f(v[k]);
-        if (is_finite(a) && a > amax_o) amax_o = a;
+    if constexpr (L == kOuterBlock) {
+      if (spec.outer_block != 0) {
+        float amax_o = 0.0f;
+        for (int k = 0; k < L; ++k) {
+          const float a = abs_f(v[k]);
+          if (is_finite(a) && a > amax_o) amax_o = a;
+        }
+        outer = double_block_outer_scale(amax_o);
       }
-      outer = double_block_outer_scale(amax_o);
     }
 #pragma unroll kUnroll
     for (int j = 0; j < L / b; ++j) {
@@ -328,12 +347,13 @@ __global__ void __launch_bounds__(kRecipeThreads) span_quantize_kernel(const bf1
       if (!finite) {
         if (o.nonfinite_flag != nullptr) atomicOr(o.nonfinite_flag, 1u);
         if (scale_out != nullptr) *scale_out = bits_float(kQuietNaNBits);
+#pragma unroll
         for (int k = k0; k < k0 + b; ++k) out[k] = kBf16QuietNaN, code[k] = kNonFiniteCode;
         continue;
       }
       BlockScale bs;
       float stored;
-      if (spec.outer_block != 0) {
+      if (L == kOuterBlock && spec.outer_block != 0) {
         bs = make_double_block_scale(amax_b, outer, &stored);
       } else {
         bs = make_block_scale(spec.scale, amax_b, spec.gmax, ts);
