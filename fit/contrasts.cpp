@@ -700,11 +700,11 @@ std::string format_contrasts_table(const ContrastSet& set) {
         if (tr.points < 2 || std::isnan(tr.weighted.slope)) continue;
         out += fmt::format("    trend of {} with compute ({}, {} points of {} sizes): weighted {} pp per tenfold C, "
                          "95% [{}, {}] (weights 1/se² from each point's seeds); unweighted {}; seed bootstrap [{}, {}]; "
-                         "cluster bootstrap over the sizes [{}, {}] ({} resamples with one x dropped)\n",
+                         "cluster bootstrap over the sizes {} ({} resamples with one x dropped)\n",
                          contrast_name(c), metric == "final_eval" ? "final eval" : "train tail", tr.points, tr.sizes,
                          fmt_pp(tr.weighted.slope), fmt_pp(tr.weighted.ci.lo),
                          fmt_pp(tr.weighted.ci.hi), fmt_pp(tr.unweighted_slope), fmt_pp(tr.seed_bootstrap.lo),
-                         fmt_pp(tr.seed_bootstrap.hi), fmt_pp(tr.size_bootstrap.lo), fmt_pp(tr.size_bootstrap.hi),
+                         fmt_pp(tr.seed_bootstrap.hi), size_bootstrap_text(tr, [](double v) { return fmt_pp(v); }),
                          tr.size_replicates_dropped);
         for (const LeaveOneOut& l : tr.leave_one_size_out)
           out += fmt::format("      without size {}: weighted {} pp per tenfold C\n", l.label, fmt_pp(l.slope));

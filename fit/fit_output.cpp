@@ -302,9 +302,12 @@ void csv_contrasts(std::string& out, const ContrastSet& set) {
         if (tr.points < 2) continue;
         row(f.name, "contrast_slope", c.second, c.first, kNaN, kNaN, tr.weighted.slope, tr.weighted.ci,
             fmt::format("metric={} points={} sizes={} weighted=1/se^2 unweighted={} seed_bootstrap=[{} {}] "
-                        "size_bootstrap=[{} {}]",
+                        "size_bootstrap={}",
                         metric, tr.points, tr.sizes, csv_num(tr.unweighted_slope), csv_num(tr.seed_bootstrap.lo),
-                        csv_num(tr.seed_bootstrap.hi), csv_num(tr.size_bootstrap.lo), csv_num(tr.size_bootstrap.hi)));
+                        csv_num(tr.seed_bootstrap.hi),
+                        tr.size_bootstrap.known()
+                            ? "[" + csv_num(tr.size_bootstrap.lo) + " " + csv_num(tr.size_bootstrap.hi) + "]"
+                            : std::string("withheld")));
       }
     for (const std::string& u : f.untested) row(f.name, "contrast_untested", "", "", kNaN, kNaN, kNaN, {}, u);
   }

@@ -133,7 +133,8 @@ Trend fit_trend(const std::vector<TrendPoint>& points, int64_t replicates, uint6
     if (!std::isnan(slope)) size_slopes.push_back(slope);
   }
   t.seed_bootstrap = percentile_interval(seed_slopes);
-  t.size_bootstrap = percentile_interval(size_slopes);
+  // Drawn whatever the count, so the seed bootstrap's stream does not depend on it.
+  if (t.sizes >= kMinClusterSizes) t.size_bootstrap = percentile_interval(size_slopes);
   return t;
 }
 

@@ -47,10 +47,24 @@ struct Trend {
   double unweighted_slope = kNaN;
   Interval seed_bootstrap;               // 95% percentile, seeds resampled within each point
   Interval size_bootstrap;               // 95% percentile, sizes resampled with replacement, each with all its
-                                         // points; unknown with one size
+                                         // points; unknown (withheld) below kMinClusterSizes sizes
   int64_t size_replicates_dropped = 0;   // resamples with fewer than two distinct x (no line)
   std::vector<LeaveOneOut> leave_one_size_out;  // with three sizes or more, in the order sizes first appear
 };
+
+// The fewest sizes whose cluster bootstrap gives an interval. K sizes have only C(2K-1, K) distinct
+// resamples (3 for two sizes, 10 for three, 35 for four), most of them the full set reweighted, so
+// below five a percentile interval says more about the count than about the data: with two sizes
+// it collapses onto the estimate itself. Fewer sizes leave it unknown, and the outputs say why.
+constexpr int64_t kMinClusterSizes = 5;
+
+// What a report or fit text says of the cluster bootstrap: "[lo, hi]" by `format`, or why it is withheld.
+template <typename Format>
+std::string size_bootstrap_text(const Trend& t, Format format) {
+  if (t.size_bootstrap.known()) return "[" + format(t.size_bootstrap.lo) + ", " + format(t.size_bootstrap.hi) + "]";
+  return "withheld (" + std::to_string(t.sizes) + " size" + (t.sizes == 1 ? "" : "s") + "; it needs " +
+         std::to_string(kMinClusterSizes) + " or more)";
+}
 
 // The trend of the points' means. `replicates` bootstrap resamples from std::mt19937_64(seed).
 // A resample whose seeds are all equal at a point gets that point's se floored at 1e-9 (as stats.py

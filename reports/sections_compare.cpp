@@ -48,10 +48,10 @@ std::string train_tail_trend(const fit::ContrastFamily& f, const std::pair<std::
   const fit::Trend tr = fit::contrast_trend(f, contrast, "train_tail");
   if (tr.points < 2 || std::isnan(tr.weighted.slope)) return "";
   return fmt::format("On the paper's metric (train, last 10%), over {} points of {} sizes: weighted {} pp per tenfold "
-                     "compute, 95% [{}, {}]; seed bootstrap [{}, {}]; cluster bootstrap over the sizes [{}, {}]. ",
+                     "compute, 95% [{}, {}]; seed bootstrap [{}, {}]; cluster bootstrap over the sizes {}. ",
                      tr.points, tr.sizes, pp_value(tr.weighted.slope), pp_value(tr.weighted.ci.lo),
                      pp_value(tr.weighted.ci.hi), pp_value(tr.seed_bootstrap.lo), pp_value(tr.seed_bootstrap.hi),
-                     pp_value(tr.size_bootstrap.lo), pp_value(tr.size_bootstrap.hi));
+                     fit::size_bootstrap_text(tr, [](double v) { return pp_value(v); }));
 }
 
 // Every seed, paired (fit/contrasts.h, as `fp4lab fit` stored it): a table per family with Holm's
@@ -123,11 +123,11 @@ void paired_over_seeds(ReportContext& ctx, Section& s) {
                                         "least-squares slope of the mean d against log10 C is {} pp per tenfold compute, "
                                         "95% [{}, {}] (weights 1/se² from each point's seeds); unweighted {}; seed "
                                         "bootstrap [{}, {}]; cluster bootstrap over the sizes (each with all its points) "
-                                        "[{}, {}]{}. {}",
+                                        "{}{}. {}",
                                         tr.points, tr.sizes, pp_value(tr.weighted.slope), pp_value(tr.weighted.ci.lo),
                                         pp_value(tr.weighted.ci.hi), pp_value(tr.unweighted_slope),
                                         pp_value(tr.seed_bootstrap.lo), pp_value(tr.seed_bootstrap.hi),
-                                        pp_value(tr.size_bootstrap.lo), pp_value(tr.size_bootstrap.hi),
+                                        fit::size_bootstrap_text(tr, [](double v) { return pp_value(v); }),
                                         loo.empty() ? "" : "; leave one size out: " + fmt::format("{}", fmt::join(loo, "; ")),
                                         train_tail_trend(f, contrast) +
                                             "Whatever else varies between the points varies along this axis too (the "

@@ -184,7 +184,7 @@ void weighted_gap_trends(ReportContext& ctx, const std::map<PointKey, ObservedPo
     for (const fit::LeaveOneOut& l : tr.leave_one_size_out) loo.push_back(l.label + ": " + fmt_percent(l.slope));
     t.rows.push_back({ctx.recipe_cell(recipe), {std::to_string(tr.points)}, {std::to_string(tr.sizes)},
                       {fmt_percent(tr.weighted.slope) + " " + interval(tr.weighted.ci)}, {fmt_percent(tr.unweighted_slope)},
-                      {interval(tr.seed_bootstrap)}, {interval(tr.size_bootstrap)},
+                      {interval(tr.seed_bootstrap)}, {fit::size_bootstrap_text(tr, [](double v) { return fmt_percent(v); })},
                       {loo.empty() ? "—" : fmt::format("{}", fmt::join(loo, "; "))},
                       {std::isfinite(tail.slope) ? fmt_percent(tail.slope) + " " + interval(tail.ci) : "—"}});
     csv.push_back({csv_field(recipe), std::to_string(tr.points), std::to_string(tr.sizes), csv_number(tr.weighted.slope),

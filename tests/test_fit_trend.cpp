@@ -54,12 +54,12 @@ TEST_CASE("trend: weights from the seed variance recover a known slope that the 
       REQUIRE(last.leave_one_size_out.size() == 4);
       CHECK(last.leave_one_size_out[3].label == "p3");
       CHECK(last.seed_bootstrap.known());
-      CHECK(last.size_bootstrap.known());
+      CHECK(!last.size_bootstrap.known());  // four sizes: below kMinClusterSizes, withheld
       CHECK(last.seed_bootstrap.contains(last.weighted.slope));
-      // Seeded: the same intervals again.
+      // Seeded: the same intervals and the same resamples again.
       const fp4::fit::Trend again = fp4::fit::fit_trend(points, 2000, 1);
       CHECK(again.seed_bootstrap.lo == last.seed_bootstrap.lo);
-      CHECK(again.size_bootstrap.hi == last.size_bootstrap.hi);
+      CHECK(again.size_replicates_dropped == last.size_replicates_dropped);
       // Four sizes resampled four at a time: some resamples draw one size only and are dropped.
       CHECK(last.size_replicates_dropped > 0);
     }
@@ -83,9 +83,9 @@ TEST_CASE("trend: the cluster bootstrap and the leave-out take a model size with
   // d2 at three token counts (as the first study's d2 at 25M, 50M and 100M tokens), d3 at one: the
   // x of d2's points differ by D alone. Resampling the two sizes gives three kinds of resample:
   // {d2, d2} (d2's own line), {d2, d3} in either order (every point once: the full line), {d3, d3}
-  // (one x: dropped). So every slope drawn is one of two numbers, and the 95% interval is spanned by
-  // them, with about a quarter of the resamples dropped. A bootstrap over the points would draw
-  // d2's points apart and give many other slopes.
+  // (one x: dropped), so about a quarter of the resamples are dropped (a bootstrap over the points
+  // would draw d2's points apart and drop almost none). Every slope drawn is one of two numbers:
+  // such an interval says nothing, and below kMinClusterSizes sizes it is withheld.
   const std::vector<fp4::fit::TrendPoint> two = {{"d2 25M", 0.0, {0.10, 0.14, 0.12}, "d2"},
                                                  {"d2 50M", 0.3, {0.30, 0.26, 0.31}, "d2"},
                                                  {"d2 100M", 0.6, {0.25, 0.20, 0.21}, "d2"},
@@ -98,10 +98,22 @@ TEST_CASE("trend: the cluster bootstrap and the leave-out take a model size with
   const double d2_line = fp4::fit::fit_trend(d2_only, 0).weighted.slope, full = t.weighted.slope;
   REQUIRE(std::isfinite(d2_line));
   REQUIRE(std::fabs(d2_line - full) > 0.1);
-  CHECK_THAT(t.size_bootstrap.lo, WithinRel(std::min(d2_line, full), 1e-9));
-  CHECK_THAT(t.size_bootstrap.hi, WithinRel(std::max(d2_line, full), 1e-9));
+  CHECK(!t.size_bootstrap.known());
+  CHECK(fp4::fit::size_bootstrap_text(t, [](double v) { return std::to_string(v); }) ==
+        "withheld (2 sizes; it needs 5 or more)");
   CHECK(t.size_replicates_dropped > 4000 / 4 - 150);
   CHECK(t.size_replicates_dropped < 4000 / 4 + 150);
+
+  // Five sizes: the interval is given, and it spans resamples of whole sizes.
+  std::vector<fp4::fit::TrendPoint> five = two;
+  five.push_back({"d4 25M", 2.0, {1.9, 2.1, 2.0}, "d4"});
+  five.push_back({"d5 25M", 3.0, {2.9, 3.2, 3.0}, "d5"});
+  five.push_back({"d6 25M", 4.0, {4.1, 3.9, 4.0}, "d6"});
+  const fp4::fit::Trend f = fp4::fit::fit_trend(five, 4000, 7);
+  CHECK(f.sizes == 5);
+  REQUIRE(f.size_bootstrap.known());
+  CHECK(f.size_bootstrap.lo < f.size_bootstrap.hi);
+  CHECK(fp4::fit::size_bootstrap_text(f, [](double v) { return std::to_string(v); })[0] == '[');
 
   // Three sizes: without each size in turn, all its points leave together.
   std::vector<fp4::fit::TrendPoint> three = two;
