@@ -34,18 +34,11 @@ void sort_data(FitData& data) {
   std::erase_if(data.baselines, [&](const std::string& b) { return !recipes.contains(b); });
 }
 
-std::string trim(const std::string& s) {
-  const size_t a = s.find_first_not_of(" \t\r");
-  if (a == std::string::npos) return "";
-  const size_t b = s.find_last_not_of(" \t\r");
-  return s.substr(a, b - a + 1);
-}
-
 std::vector<std::string> split_csv_line(const std::string& line) {
   std::vector<std::string> out;
   std::stringstream ss(line);
   std::string cell;
-  while (std::getline(ss, cell, ',')) out.push_back(trim(cell));
+  while (std::getline(ss, cell, ',')) out.push_back(trim_cell(cell));
   if (!line.empty() && line.back() == ',') out.push_back("");
   return out;
 }
@@ -137,6 +130,13 @@ FitData load_grid_data(const store::Store& store, const store::GridRecord& spec,
   return data;
 }
 
+std::string trim_cell(const std::string& s) {
+  const size_t a = s.find_first_not_of(" \t\r");
+  if (a == std::string::npos) return "";
+  const size_t b = s.find_last_not_of(" \t\r");
+  return s.substr(a, b - a + 1);
+}
+
 FitData load_csv_data(const std::filesystem::path& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) throw UserError(path.string() + ": cannot read the points file (check the path)");
@@ -150,7 +150,7 @@ FitData load_csv_data(const std::filesystem::path& path) {
   std::map<std::string, int> seen;       // recipe|n|d → rows so far
   while (std::getline(in, line)) {
     ++line_no;
-    if (trim(line).empty()) continue;
+    if (trim_cell(line).empty()) continue;
     const std::vector<std::string> cells = split_csv_line(line);
     const std::string where = fmt::format("{}:{}", path.string(), line_no);
     if (column.empty()) {

@@ -54,6 +54,9 @@ FitData load_grid_data(const store::Store& store, const store::GridRecord& grid,
 // "nan" excludes the row; a malformed row is a fp4::UserError naming file:line and the column. The
 // baseline is the recipe named "bf16".
 FitData load_csv_data(const std::filesystem::path& path);
+// A CSV cell (or line) without its leading and trailing spaces, tabs and carriage returns: the
+// points file's and the planner's rates file's (planner.h) one rule.
+std::string trim_cell(const std::string& s);
 
 // Keeps only `recipes` (empty: all); a name the data does not have is a fp4::UserError listing the
 // recipes it has.

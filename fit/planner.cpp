@@ -19,6 +19,7 @@
 #include "base/parse_number.h"
 #include "base/user_error.h"
 #include "fit/contrasts.h"
+#include "fit/fit_data.h"  // trim_cell
 #include "fit/paired.h"
 #include "store/grid_record.h"
 #include "store/store.h"
@@ -125,12 +126,6 @@ std::unique_ptr<store::Store> open_if_there(const std::filesystem::path& path) {
 
 constexpr const char* kRateColumns = "size,recipe,tokens_per_s,runs_per_device,device,source";
 const std::string kRateColumnNames[] = {"size", "recipe", "tokens_per_s", "runs_per_device", "device", "source"};
-
-std::string trim_cell(const std::string& s) {
-  const size_t a = s.find_first_not_of(" \t\r");
-  if (a == std::string::npos) return "";
-  return s.substr(a, s.find_last_not_of(" \t\r") - a + 1);
-}
 
 // The cells of one line: separated by commas, each trimmed; a cell that starts with a double quote
 // runs to the closing one ("" inside is one quote), so a source may hold commas.
