@@ -176,7 +176,7 @@ __global__ void recipe_block_kernel(const bf16_t* x, const float* v, int rows, i
 
 struct SpanGeometry {
   int rows, cols;
-  __device__ int64_t count(int L, bool along_row) const {
+  __host__ __device__ int64_t count(int L, bool along_row) const {
     return along_row ? static_cast<int64_t>(rows) * (cols / L) : static_cast<int64_t>(rows / L) * cols;
   }
 };
@@ -423,8 +423,7 @@ template <int L, bool kAlongRow>
 void launch_span(const bf16_t* x, int rows, int cols, const CopyOut& c, bool want_amax, unsigned* amax_bits,
                  TensorScale* ts, const RecipeOut& o, cudaStream_t stream) {
   const SpanGeometry g{rows, cols};
-  const int64_t n = kAlongRow ? static_cast<int64_t>(rows) * (cols / L) : static_cast<int64_t>(rows / L) * cols;
-  const int blocks = std::max(1, ceil_div(n, kRecipeThreads));
+  const int blocks = std::max(1, ceil_div(g.count(L, kAlongRow), kRecipeThreads));
   if (want_amax) {
     span_amax_kernel<L, kAlongRow><<<blocks, kRecipeThreads, 0, stream>>>(x, g, c.spec, amax_bits);
     FP4_CUDA_CHECK(cudaGetLastError());
