@@ -7,11 +7,10 @@
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
-#include <fstream>
 #include <map>
 #include <set>
-#include <sstream>
 
+#include "base/csv_table.h"
 #include "base/user_error.h"
 #include "fit/contrasts.h"
 #include "store/store.h"
@@ -32,15 +31,6 @@ void sort_data(FitData& data) {
   for (const ExcludedRun& e : data.excluded) recipes.insert(e.recipe);
   data.recipes.assign(recipes.begin(), recipes.end());
   std::erase_if(data.baselines, [&](const std::string& b) { return !recipes.contains(b); });
-}
-
-std::vector<std::string> split_csv_line(const std::string& line) {
-  std::vector<std::string> out;
-  std::stringstream ss(line);
-  std::string cell;
-  while (std::getline(ss, cell, ',')) out.push_back(trim_cell(cell));
-  if (!line.empty() && line.back() == ',') out.push_back("");
-  return out;
 }
 
 // A number cell: the whole cell must parse; "nan" (any case) reads as NaN where allowed.
@@ -130,46 +120,21 @@ FitData load_grid_data(const store::Store& store, const store::GridRecord& spec,
   return data;
 }
 
-std::string trim_cell(const std::string& s) {
-  const size_t a = s.find_first_not_of(" \t\r");
-  if (a == std::string::npos) return "";
-  const size_t b = s.find_last_not_of(" \t\r");
-  return s.substr(a, b - a + 1);
-}
-
 FitData load_csv_data(const std::filesystem::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw UserError(path.string() + ": cannot read the points file (check the path)");
   FitData data;
   data.n_kind = "given";
   data.source = "points";
   data.origin = path.string();
-  std::string line;
-  int line_no = 0;
-  std::map<std::string, size_t> column;  // name → index
-  std::map<std::string, int> seen;       // recipe|n|d → rows so far
-  while (std::getline(in, line)) {
-    ++line_no;
-    if (trim_cell(line).empty()) continue;
-    const std::vector<std::string> cells = split_csv_line(line);
-    const std::string where = fmt::format("{}:{}", path.string(), line_no);
-    if (column.empty()) {
-      for (size_t i = 0; i < cells.size(); ++i) {
-        if (cells[i] != "recipe" && cells[i] != "n" && cells[i] != "d" && cells[i] != "loss")
-          throw UserError(where + ": unknown column \"" + cells[i] + "\": the header must name recipe,n,d,loss");
-        if (!column.emplace(cells[i], i).second) throw UserError(where + ": column \"" + cells[i] + "\" appears twice");
-      }
-      if (column.size() != 4) throw UserError(where + ": the header must name the four columns recipe,n,d,loss");
-      continue;
-    }
-    if (cells.size() != 4)
-      throw UserError(fmt::format("{}: {} cells, the header has 4 (recipe,n,d,loss)", where, cells.size()));
-    const std::string recipe = cells[column["recipe"]];
+  std::map<std::string, int> seen;  // recipe|n|d → rows so far
+  for (const CsvRow& row : read_csv_table(path, {"recipe", "n", "d", "loss"}, "points file")) {
+    const std::string where = fmt::format("{}:{}", path.string(), row.line);
+    const std::string& recipe = row.cells[0];
     if (recipe.empty()) throw UserError(where + ": column recipe: empty");
-    const double n = parse_cell(cells[column["n"]], where, "n", false);
-    const double d = parse_cell(cells[column["d"]], where, "d", false);
-    const double loss = parse_cell(cells[column["loss"]], where, "loss", true);
-    const std::string name = fmt::format("row {}", line_no - 1);
+    const double n = parse_cell(row.cells[1], where, "n", false);
+    const double d = parse_cell(row.cells[2], where, "d", false);
+    const double loss = parse_cell(row.cells[3], where, "loss", true);
+    // The row's name counts data rows from 1, whatever comments or blank lines lie between them.
+    const std::string name = fmt::format("row {}", data.points.size() + data.excluded.size() + 1);
     if (std::isnan(loss)) {
       data.excluded.push_back({"", name, recipe, "", "loss is NaN"});
       continue;
@@ -178,8 +143,6 @@ FitData load_csv_data(const std::filesystem::path& path) {
     const int k = seen[recipe + "|" + nd]++;
     data.points.push_back({"", name, recipe, fmt::format("{}|{}", nd, k), n, d, loss});
   }
-  if (column.empty()) throw UserError(path.string() + ": empty: expected the header recipe,n,d,loss and rows");
-  if (data.points.empty() && data.excluded.empty()) throw UserError(path.string() + ": no data rows after the header");
   data.baselines = {"bf16"};
   sort_data(data);
   return data;

@@ -50,13 +50,10 @@ FitData load_store_data(const store::Store& store, const std::string& n_kind);
 // many other grids share the store. A point the store does not hold yet is excluded with the
 // reason "not in the store". An empty store is a fp4::UserError.
 FitData load_grid_data(const store::Store& store, const store::GridRecord& grid, const std::string& n_kind);
-// From a CSV with the header recipe,n,d,loss (any column order; blank lines skipped). A loss of
-// "nan" excludes the row; a malformed row is a fp4::UserError naming file:line and the column. The
-// baseline is the recipe named "bf16".
+// From a CSV with the header recipe,n,d,loss (base/csv_table.h's dialect: any column order, '#'
+// comments). A loss of "nan" excludes the row; a malformed row is a fp4::UserError naming file:line
+// and the column. The baseline is the recipe named "bf16".
 FitData load_csv_data(const std::filesystem::path& path);
-// A CSV cell (or line) without its leading and trailing spaces, tabs and carriage returns: the
-// points file's and the planner's rates file's (planner.h) one rule.
-std::string trim_cell(const std::string& s);
 
 // Keeps only `recipes` (empty: all); a name the data does not have is a fp4::UserError listing the
 // recipes it has.

@@ -9,17 +9,16 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <fstream>
 #include <map>
 #include <memory>
 #include <optional>
 #include <stdexcept>
 
+#include "base/csv_table.h"
 #include "base/format.h"
 #include "base/parse_number.h"
 #include "base/user_error.h"
 #include "fit/contrasts.h"
-#include "fit/fit_data.h"  // trim_cell
 #include "fit/paired.h"
 #include "store/grid_record.h"
 #include "store/store.h"
@@ -122,92 +121,32 @@ std::unique_ptr<store::Store> open_if_there(const std::filesystem::path& path) {
   return store::Store::open(path, store::Store::Mode::read_migrating);
 }
 
-// ---- Rates files (BenchRate) ------------------------------------------------------------------
-
-constexpr const char* kRateColumns = "size,recipe,tokens_per_s,runs_per_device,device,source";
-const std::string kRateColumnNames[] = {"size", "recipe", "tokens_per_s", "runs_per_device", "device", "source"};
-
-// The cells of one line: separated by commas, each trimmed; a cell that starts with a double quote
-// runs to the closing one ("" inside is one quote), so a source may hold commas.
-std::vector<std::string> rate_cells(const std::string& line, const std::string& where) {
-  std::vector<std::string> out;
-  size_t i = 0;
-  while (true) {
-    while (i < line.size() && (line[i] == ' ' || line[i] == '\t')) ++i;
-    std::string cell;
-    if (i < line.size() && line[i] == '"') {
-      for (++i;; ++i) {
-        if (i >= line.size()) throw UserError(where + ": a quoted cell has no closing quote");
-        if (line[i] == '"' && i + 1 < line.size() && line[i + 1] == '"') cell += '"', ++i;
-        else if (line[i] == '"') break;
-        else cell += line[i];
-      }
-      ++i;
-      const size_t next = line.find(',', i);
-      if (!trim_cell(line.substr(i, next == std::string::npos ? std::string::npos : next - i)).empty())
-        throw UserError(where + ": text after a quoted cell's closing quote");
-      i = next;
-    } else {
-      const size_t next = line.find(',', i);
-      cell = trim_cell(line.substr(i, next == std::string::npos ? std::string::npos : next - i));
-      i = next;
-    }
-    out.push_back(cell);
-    if (i == std::string::npos) return out;
-    ++i;  // past the comma
-  }
-}
-
 }  // namespace
 
 std::vector<BenchRate> read_bench_rates(const std::filesystem::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw UserError("--rates " + path.string() + ": cannot read the rates file (check the path)");
   std::vector<BenchRate> rates;
-  std::map<std::string, size_t> column;  // name → index
-  std::string line;
-  int line_no = 0;
-  while (std::getline(in, line)) {
-    ++line_no;
-    const std::string text = trim_cell(line);
-    if (text.empty() || text[0] == '#') continue;
-    const std::string where = fmt::format("{}:{}", path.string(), line_no);
-    const std::vector<std::string> cells = rate_cells(line, where);
-    if (column.empty()) {
-      for (size_t i = 0; i < cells.size(); ++i) {
-        const bool known = std::find(std::begin(kRateColumnNames), std::end(kRateColumnNames), cells[i]) !=
-                           std::end(kRateColumnNames);
-        if (!known)
-          throw UserError(fmt::format("{}: unknown column \"{}\": the header must name {}", where, cells[i], kRateColumns));
-        if (!column.emplace(cells[i], i).second) throw UserError(where + ": column \"" + cells[i] + "\" appears twice");
-      }
-      if (column.size() != 6) throw UserError(fmt::format("{}: the header must name the six columns {}", where, kRateColumns));
-      continue;
-    }
-    if (cells.size() != 6)
-      throw UserError(fmt::format("{}: {} cells, the header has 6 ({})", where, cells.size(), kRateColumns));
+  const std::vector<std::string> columns = {"size", "recipe", "tokens_per_s", "runs_per_device", "device", "source"};
+  for (const CsvRow& row : read_csv_table(path, columns, "rates file")) {
+    const std::string where = fmt::format("{}:{}", path.string(), row.line);
+    for (size_t k = 0; k < columns.size(); ++k)
+      if (row.cells[k].empty()) throw UserError(fmt::format("{}: column {}: empty", where, columns[k]));
     BenchRate r;
-    auto cell = [&](const char* name) -> const std::string& {
-      const std::string& v = cells[column.at(name)];
-      if (v.empty()) throw UserError(fmt::format("{}: column {}: empty", where, name));
-      return v;
-    };
-    r.size = cell("size");
-    r.recipe = cell("recipe");
-    r.device = cell("device");
-    r.source = cell("source");
-    const std::string& tps = cell("tokens_per_s");
+    r.size = row.cells[0];
+    r.recipe = row.cells[1];
+    r.device = row.cells[4];
+    r.source = row.cells[5];
+    const std::string& tps = row.cells[2];
     errno = 0;
     char* end = nullptr;
     r.tokens_per_s = std::strtod(tps.c_str(), &end);
     if (end != tps.c_str() + tps.size() || errno == ERANGE || !std::isfinite(r.tokens_per_s) || !(r.tokens_per_s > 0))
       throw UserError(fmt::format("{}: column tokens_per_s: \"{}\" is not a number > 0", where, tps));
-    const std::string& packing = cell("runs_per_device");
+    const std::string& packing = row.cells[3];
     const std::optional<int64_t> k = parse_integer<int64_t>(packing);
     if (!k || *k < 1)
       throw UserError(fmt::format("{}: column runs_per_device: \"{}\" is not a whole number >= 1", where, packing));
     r.runs_per_device = *k;
-    r.line = line_no;
+    r.line = row.line;
     // One figure per size, recipe and packing: two would leave the plan to pick one silently.
     for (const BenchRate& o : rates)
       if (o.size == r.size && o.recipe == r.recipe && o.runs_per_device == r.runs_per_device)
@@ -215,8 +154,6 @@ std::vector<BenchRate> read_bench_rates(const std::filesystem::path& path) {
                                     r.size, r.recipe, r.runs_per_device, o.line));
     rates.push_back(std::move(r));
   }
-  if (column.empty()) throw UserError(path.string() + ": empty: expected the header " + kRateColumns + " and rows");
-  if (rates.empty()) throw UserError(path.string() + ": no rows after the header");
   return rates;
 }
 
