@@ -67,10 +67,12 @@ if ! "$fp4lab" fit "$work/study.toml" --refit --plain --format table --out "$wor
   exit 1
 fi
 
-# The table without what differs by design: fit ids in headings, where each fit is stored.
+# The table without what differs by design: fit ids in headings, where each fit is stored, and the
+# temporary directory where a message names the study's files (written relative to it).
 normalize_fits() {
   sed -E -e 's/^(chinchilla|precision) fit [0-9]+: /\1 fit: /' \
-         -e '/^  (stored as fit [0-9]+ in |stored fit [0-9]+ \(same data and options|from .* \(not stored\)$)/d' "$1"
+         -e '/^  (stored as fit [0-9]+ in |stored fit [0-9]+ \(same data and options|from .* \(not stored\)$)/d' "$1" |
+    WORK="$work/" awk '{ w = ENVIRON["WORK"]; while ((i = index($0, w)) > 0) $0 = substr($0, 1, i - 1) substr($0, i + length(w)); print }'
 }
 
 if [ $update -eq 1 ]; then
