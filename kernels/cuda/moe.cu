@@ -1,6 +1,8 @@
 // moe.cu — see moe.cuh. The router's per-token math is kernels/cpu/router.cpp's, operation for
-// operation (expf/logf for std::exp/std::log); the dispatch walks the assignments in token order,
-// one thread per expert, as the reference's serial pass does.
+// operation (expf/logf for std::exp/std::log). The dispatch gives each expert one CTA, which walks
+// the assignments in token order a chunk at a time and places each of its own by a block-wide count
+// of those before it: the groups of the reference's serial pass, and the same integers whatever the
+// thread count.
 #include "kernels/cuda/moe.cuh"
 
 #include <algorithm>
@@ -53,40 +55,73 @@ __global__ void router_forward_kernel(const float* logits, int rows, int E, int 
   }
 }
 
-// counts[j] = assignments to routed expert j, one thread per expert.
-__global__ void count_kernel(const int32_t* chosen, int64_t assignments, int E, int64_t* counts) {
-  for (int j = blockIdx.x * blockDim.x + threadIdx.x; j < E; j += gridDim.x * blockDim.x) {
-    int64_t n = 0;
-    for (int64_t i = 0; i < assignments; ++i) n += chosen[i] == j;
-    counts[j] = n;
+// The dispatch kernels' CTA: one per expert. A whole number of warps (the ballots need full warps).
+constexpr int kDispatchThreads = 512;
+constexpr int kDispatchWarps = kDispatchThreads / 32;
+static_assert(kDispatchThreads % 32 == 0, "the dispatch's CTA must be whole warps");
+
+// counts[j] = assignments to routed expert j: CTA j counts them, an integer sum (any order gives
+// the same count).
+__global__ void __launch_bounds__(kDispatchThreads) count_kernel(const int32_t* chosen, int64_t assignments,
+                                                                 int64_t* counts) {
+  const int j = blockIdx.x, lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  __shared__ int64_t warp_count[kDispatchWarps];
+  int64_t n = 0;
+  for (int64_t i = threadIdx.x; i < assignments; i += blockDim.x) n += chosen[i] == j;
+  for (int o = 16; o > 0; o /= 2) n += __shfl_down_sync(0xffffffffu, n, o);
+  if (lane == 0) warp_count[warp] = n;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    int64_t total = 0;
+    for (int w = 0; w < kDispatchWarps; ++w) total += warp_count[w];
+    counts[j] = total;
   }
 }
 
-// One thread per expert: its group's rows in ascending token index, then its padding rows.
-__global__ void fill_kernel(const int32_t* chosen, int rows, int E, int J, int K, const int64_t* offsets,
-                            int32_t* slot, int32_t* tokens, int32_t* choice) {
-  for (int j = blockIdx.x * blockDim.x + threadIdx.x; j < J; j += gridDim.x * blockDim.x) {
-    const int64_t begin = offsets[j], end = offsets[j + 1];
-    int64_t n = 0;
-    if (j < E) {
-      const int64_t assignments = static_cast<int64_t>(rows) * K;
-      for (int64_t i = 0; i < assignments; ++i) {
-        if (chosen[i] != j) continue;
+// CTA j fills expert j's group: a routed expert's rows in ascending assignment (so token) index,
+// a shared expert's every token in order, then the padding rows up to offsets[j + 1]. A routed
+// expert's CTA takes the assignments kDispatchThreads at a time; an assignment of j is placed
+// after the group's rows of earlier chunks, of earlier warps of its chunk (their ballot counts)
+// and of earlier lanes of its warp.
+__global__ void __launch_bounds__(kDispatchThreads) fill_kernel(const int32_t* chosen, int rows, int E, int K,
+                                                                const int64_t* offsets, int32_t* slot,
+                                                                int32_t* tokens, int32_t* choice) {
+  const int j = blockIdx.x, lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  __shared__ int warp_count[kDispatchWarps];
+  const int64_t begin = offsets[j], end = offsets[j + 1];
+  int64_t placed = 0;  // the group's rows written so far: the same in every thread of the CTA
+  if (j < E) {
+    const int64_t assignments = static_cast<int64_t>(rows) * K;
+    for (int64_t first = 0; first < assignments; first += blockDim.x) {
+      const int64_t i = first + threadIdx.x;
+      const bool mine = i < assignments && chosen[i] == j;
+      const unsigned mask = __ballot_sync(0xffffffffu, mine);
+      if (lane == 0) warp_count[warp] = __popc(mask);
+      __syncthreads();
+      int before = 0, in_chunk = 0;
+      for (int w = 0; w < kDispatchWarps; ++w) {
+        before += w < warp ? warp_count[w] : 0;
+        in_chunk += warp_count[w];
+      }
+      if (mine) {
+        const int64_t n = placed + before + __popc(mask & ((1u << lane) - 1u));
         tokens[begin + n] = static_cast<int32_t>(i / K);
         choice[begin + n] = static_cast<int32_t>(i);
         slot[i] = static_cast<int32_t>(n);
-        ++n;
       }
-    } else {
-      for (; n < rows; ++n) {
-        tokens[begin + n] = static_cast<int32_t>(n);
-        choice[begin + n] = -1;
-      }
+      placed += in_chunk;
+      __syncthreads();  // the next chunk writes warp_count again
     }
-    for (int64_t p = 0; begin + n + p < end; ++p) {
-      tokens[begin + n + p] = static_cast<int32_t>(rows + p);
-      choice[begin + n + p] = -1;
+  } else {
+    for (int64_t n = threadIdx.x; n < rows; n += blockDim.x) {
+      tokens[begin + n] = static_cast<int32_t>(n);
+      choice[begin + n] = -1;
     }
+    placed = rows;
+  }
+  for (int64_t p = threadIdx.x; begin + placed + p < end; p += blockDim.x) {
+    tokens[begin + placed + p] = static_cast<int32_t>(rows + p);
+    choice[begin + placed + p] = -1;
   }
 }
 
@@ -247,7 +282,7 @@ MoeDispatch moe_dispatch(const int32_t* chosen, int rows, int n_experts, int n_s
   check_router("moe_dispatch", rows, n_experts, top_k);
   detail::require(pad >= 1 && n_shared >= 0, "moe_dispatch", "needs pad >= 1 and n_shared >= 0");
   const int E = n_experts, J = n_experts + n_shared;
-  count_kernel<<<blocks_for(E), kThreads, 0, stream>>>(chosen, static_cast<int64_t>(rows) * top_k, E, scratch);
+  count_kernel<<<E, kDispatchThreads, 0, stream>>>(chosen, static_cast<int64_t>(rows) * top_k, scratch);
   detail::check_launch();
   MoeDispatch plan;
   plan.counts.assign(J, rows);  // shared experts: every token
@@ -258,7 +293,7 @@ MoeDispatch moe_dispatch(const int32_t* chosen, int rows, int n_experts, int n_s
   FP4_CUDA_CHECK(cudaMemcpyAsync(scratch, plan.counts.data(), sizeof(int64_t) * J, cudaMemcpyHostToDevice, stream));
   FP4_CUDA_CHECK(cudaMemcpyAsync(scratch + J, plan.offsets.data(), sizeof(int64_t) * (J + 1), cudaMemcpyHostToDevice,
                                  stream));
-  fill_kernel<<<blocks_for(J), kThreads, 0, stream>>>(chosen, rows, E, J, top_k, scratch + J, slot, tokens, choice);
+  fill_kernel<<<J, kDispatchThreads, 0, stream>>>(chosen, rows, E, top_k, scratch + J, slot, tokens, choice);
   detail::check_launch();
   // No second wait: the two copies read pageable host memory, which the runtime stages before
   // they return, and the vectors' storage lives on in the returned plan anyway.

@@ -72,8 +72,11 @@ struct Case {
 }  // namespace
 
 TEST_CASE("cuda MoE router, dispatch, combine and their backward match the CPU reference", "[gpu][moe]") {
-  for (const Case& k : {Case{96, 8, 2, 0, 64, 16}, Case{100, 5, 1, 1, 48, 32}, Case{64, 4, 3, 2, 40, 16},
-                        Case{130, 16, 2, 0, 72, 1}}) {
+  // The last case has more assignments than the dispatch's CTA has threads (6000 against 512), so
+  // its groups are placed over several chunks.
+  for (const Case& k : {Case{96, 8, 2, 0, 64, 16, false, false}, Case{100, 5, 1, 1, 48, 32, false, false},
+                        Case{64, 4, 3, 2, 40, 16, false, false}, Case{130, 16, 2, 0, 72, 1, false, false},
+                        Case{3000, 32, 2, 1, 24, 16, false, false}}) {
     for (bool sigmoid : {false, true}) {
       const int R = k.rows, E = k.E, K = k.K, S = k.S, d = k.d, J = E + S;
       const bool renorm = k.renormalize || K > 1;
@@ -96,27 +99,35 @@ TEST_CASE("cuda MoE router, dispatch, combine and their backward match the CPU r
       require_close("lse", d_lse.download(), lse_cpu, 8);
 
       // Dispatch: groups in ascending token index (the reference's serial pass), padded.
-      std::vector<std::vector<int32_t>> groups(J);
+      std::vector<std::vector<int32_t>> groups(J), group_choices(J);  // tokens; assignment indices (-1: shared)
       std::vector<int32_t> slot_ref(R * K);
       for (int t = 0; t < R; ++t)
         for (int c = 0; c < K; ++c) {
           slot_ref[t * K + c] = static_cast<int32_t>(groups[c_cpu[t * K + c]].size());
           groups[c_cpu[t * K + c]].push_back(t);
+          group_choices[c_cpu[t * K + c]].push_back(t * K + c);
         }
       for (int j = E; j < J; ++j)
-        for (int t = 0; t < R; ++t) groups[j].push_back(t);
+        for (int t = 0; t < R; ++t) {
+          groups[j].push_back(t);
+          group_choices[j].push_back(-1);
+        }
       const int64_t capacity = cu::moe_dispatch_capacity(R, E, S, K, k.pad);
       DeviceArray<int32_t> d_slot(R * K), d_tokens(capacity), d_choice(capacity);
       DeviceArray<int64_t> d_scratch(2 * J + 1);
       const cu::MoeDispatch plan = cu::moe_dispatch(d_chosen.get(), R, E, S, K, k.pad, d_slot.get(), d_tokens.get(),
                                                     d_choice.get(), d_scratch.get(), stream);
       REQUIRE(d_slot.download() == slot_ref);
-      std::vector<int32_t> tokens_ref;
+      std::vector<int32_t> tokens_ref, choice_ref;
       for (int j = 0; j < J; ++j) {
         CHECK(plan.counts[j] == static_cast<int64_t>(groups[j].size()));
         CHECK(plan.offsets[j] == static_cast<int64_t>(tokens_ref.size()));
         tokens_ref.insert(tokens_ref.end(), groups[j].begin(), groups[j].end());
-        for (int p = 0; tokens_ref.size() % k.pad != 0; ++p) tokens_ref.push_back(R + p);
+        choice_ref.insert(choice_ref.end(), group_choices[j].begin(), group_choices[j].end());
+        for (int p = 0; tokens_ref.size() % k.pad != 0; ++p) {
+          tokens_ref.push_back(R + p);
+          choice_ref.push_back(-1);
+        }
       }
       const int64_t total = plan.offsets[J];
       REQUIRE(total == static_cast<int64_t>(tokens_ref.size()));
@@ -124,6 +135,9 @@ TEST_CASE("cuda MoE router, dispatch, combine and their backward match the CPU r
       std::vector<int32_t> tokens_gpu = d_tokens.download();
       tokens_gpu.resize(total);
       REQUIRE(tokens_gpu == tokens_ref);
+      std::vector<int32_t> choice_gpu = d_choice.download();
+      choice_gpu.resize(total);
+      REQUIRE(choice_gpu == choice_ref);
 
       // Gather, then "expert outputs" y (any values: the combine is what is tested).
       const std::vector<float> h = normal(static_cast<size_t>(R) * d, 3);
