@@ -16,27 +16,22 @@ const std::vector<std::string> kColumns = {"recipe", "n", "note"};
 
 TEST_CASE("read_csv_table: cells in the caller's column order, trimmed, unquoted, with their lines", "[base]") {
   const fp4::test::ScratchDir dir;
-  fp4::test::spit(dir / "t.csv",
-                  "# a comment before the header\n"
-                  "\n"
-                  " note , recipe,n\r\n"
-                  "\"a, quoted \"\"note\"\"\",bf16 , 1e6\n"
-                  "   # an indented comment\n"
-                  ",ufp4,2e6,\n"  // a trailing comma is a fourth, empty cell
-                  );
+  const std::string text =
+      "# a comment before the header\n"
+      "\n"
+      " note , recipe,n\r\n"
+      "\"a, quoted \"\"note\"\"\",bf16 , 1e6\n"
+      "   # an indented comment\n"
+      ",ufp4,2e6\n";
+  // A trailing comma is one more, empty cell.
+  fp4::test::spit(dir / "t.csv", text + "bf16,3e6,x,\n");
   try {
     fp4::read_csv_table(dir / "t.csv", kColumns, "test file");
     FAIL("a row of four cells was read");
   } catch (const fp4::UserError& e) {
-    CHECK(std::string(e.what()).find("t.csv:6: 4 cells, the header has 3 (recipe,n,note)") != std::string::npos);
+    CHECK(std::string(e.what()).find("t.csv:7: 4 cells, the header has 3 (recipe,n,note)") != std::string::npos);
   }
-  fp4::test::spit(dir / "t.csv",
-                  "# a comment before the header\n"
-                  "\n"
-                  " note , recipe,n\r\n"
-                  "\"a, quoted \"\"note\"\"\",bf16 , 1e6\n"
-                  "   # an indented comment\n"
-                  ",ufp4,2e6\n");
+  fp4::test::spit(dir / "t.csv", text);
   const std::vector<fp4::CsvRow> rows = fp4::read_csv_table(dir / "t.csv", kColumns, "test file");
   REQUIRE(rows.size() == 2);
   CHECK(rows[0].line == 4);
