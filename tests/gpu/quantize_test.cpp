@@ -684,14 +684,16 @@ TEST_CASE("gpu quantizer: an expert group's copies (source_rows) draw as the CPU
   std::vector<bf16_t> x = make_input(rows, cols, Dist::gaussian, 77);
   std::fill(x.begin() + 80 * cols, x.end(), bf16_t(0));
   const Variant variants[] = {{false, Rounding::sr, false}, {true, Rounding::sr, false}, {true, Rounding::rn, false}};
+  // With codes the copies take the tiled kernel; without (as training asks) the strip kernels.
+  for (bool want_codes : {true, false})
   for (const Preset& p : kPresets)
     for (const Variant& v : variants) {
       const QuantSpec rs = make_spec(p, BlockAlong::row, v), cs = make_spec(p, BlockAlong::column, v);
       if (!cpu::shape_error(rows, cols, rs).empty() || !cpu::shape_error(rows, cols, cs).empty()) continue;
-      INFO("preset " << p.name);
+      INFO("preset " << p.name << (want_codes ? ", codes" : ", no codes"));
       INFO(describe(rs));
       INFO(describe(cs));
-      const GpuResult got = run_gpu(x, rows, cols, &rs, &cs, true, true, &src);
+      const GpuResult got = run_gpu(x, rows, cols, &rs, &cs, true, want_codes, &src);
       const cpu::QuantizedTensor ref_row = cpu::quantize(x.data(), rows, cols, rs, false, src.data());
       const cpu::QuantizedTensor ref_col = cpu::quantize(x.data(), rows, cols, cs, false, src.data());
       REQUIRE(got.row.has_value());

@@ -334,8 +334,8 @@ CopyArgs copy_args(const CopyOut* c, const TensorScale* ts) {
 
 bool two_level(const CopyOut* c) { return c != nullptr && c->spec.scale == ScaleMode::e4m3x2; }
 
-Source make_source(const bf16_t* x, int rows, int cols) {
-  return Source{x, rows, cols, (cols + kTileCols - 1) / kTileCols, cols % 8 == 0};
+Source make_source(const bf16_t* x, int rows, int cols, const int32_t* source_rows = nullptr) {
+  return Source{x, rows, cols, (cols + kTileCols - 1) / kTileCols, cols % 8 == 0, source_rows};
 }
 
 // The amax pass: per-CTA maxima, then the last CTA makes amax_t and the tensor scales (ts[0] for the
@@ -382,10 +382,11 @@ void launch_amax(const bf16_t* x, int rows, int cols, const CopyOut* row_copy, c
 
 // One launch of the fused kernel for copies that share the block size b (either may be null).
 void launch_quantize(const bf16_t* x, int rows, int cols, const CopyOut* row_copy, const CopyOut* col_copy,
-                     const TensorScale* ts, unsigned* nonfinite_flag, cudaStream_t stream) {
+                     const TensorScale* ts, unsigned* nonfinite_flag, const int32_t* source_rows,
+                     cudaStream_t stream) {
   const int b = row_copy != nullptr ? row_copy->spec.block : col_copy->spec.block;
   FusedArgs a{};
-  a.src = make_source(x, rows, cols);
+  a.src = make_source(x, rows, cols, source_rows);
   a.row = copy_args(row_copy, ts);
   a.col = copy_args(col_copy, ts + 1);
   a.pair_stores = cols % 2 == 0;
@@ -415,12 +416,9 @@ void quantize_fused(const bf16_t* x, int rows, int cols, const CopyOut* row_copy
     throw std::invalid_argument("quantize_fused: the source must be a 16-byte aligned device pointer");
 
   // Copies with docs/recipes.md's options take quantize_recipes.cu's kernels (both copies then, x
-  // read once or twice per copy); the §5 recipes never do, except a gathered group's copies when one
-  // rounds stochastically (source_rows): the fused kernels draw by x's own element index. With
-  // round-to-nearest the draws are unused and the fused kernels give the same bits.
-  auto sr = [](const CopyOut* c) { return c != nullptr && c->spec.rounding == Rounding::sr; };
-  const bool keyed = source_rows != nullptr && (sr(row_copy) || sr(col_copy));
-  if (keyed || (row_copy != nullptr && uses_recipe_options(row_copy->spec)) ||
+  // read once or twice per copy); the §5 recipes never do. Both kinds of kernel draw a gathered
+  // group's SR uniforms by its source_rows.
+  if ((row_copy != nullptr && uses_recipe_options(row_copy->spec)) ||
       (col_copy != nullptr && uses_recipe_options(col_copy->spec))) {
     quantize_recipe_copies(x, rows, cols, row_copy, col_copy, nonfinite_flag, source_rows, workspace, stream);
     return;
@@ -438,10 +436,10 @@ void quantize_fused(const bf16_t* x, int rows, int cols, const CopyOut* row_copy
 
   if (row_copy != nullptr && col_copy != nullptr && row_copy->spec.block != col_copy->spec.block) {
     // Different block sizes need different tile heights: one launch each (x is read twice).
-    launch_quantize(x, rows, cols, row_copy, nullptr, ts, nonfinite_flag, stream);
-    launch_quantize(x, rows, cols, nullptr, col_copy, ts, nonfinite_flag, stream);
+    launch_quantize(x, rows, cols, row_copy, nullptr, ts, nonfinite_flag, source_rows, stream);
+    launch_quantize(x, rows, cols, nullptr, col_copy, ts, nonfinite_flag, source_rows, stream);
   } else {
-    launch_quantize(x, rows, cols, row_copy, col_copy, ts, nonfinite_flag, stream);
+    launch_quantize(x, rows, cols, row_copy, col_copy, ts, nonfinite_flag, source_rows, stream);
   }
 }
 

@@ -45,7 +45,6 @@ struct CopyOut {
 // MoE expert's group of tokens), the source row of each row of x, as fp4::cpu::quantize's
 // source_rows: the SR draw of element (r, c) is that of index source_rows[r]·cols + c, so the
 // random numbers do not depend on the grouping. Blocks, the RHT and the amax run over x's rows.
-// Copies that round stochastically then take quantize_recipes.cu's kernels.
 void quantize_fused(const bf16_t* x, int rows, int cols, const CopyOut* row_copy,
                     const CopyOut* col_copy, unsigned* nonfinite_flag, Workspace& workspace,
                     cudaStream_t stream, const int32_t* source_rows = nullptr);

@@ -77,7 +77,18 @@ struct Source {
   int rows, cols;
   int col_tiles;  // tiles across the columns
   bool vec_load;  // cols % 8 == 0: a tile row loads as 16-byte chunks
+  // quantize_fused's source_rows (may be null): the SR draws of row r are those of source row
+  // source_rows[r] (draw_row).
+  const int32_t* source_rows;
 };
+
+// The row whose source indices row r of x draws its SR uniforms by: r itself, or with source_rows
+// (an MoE expert's gathered group) the source tensor's row, so the draws do not depend on the
+// grouping (quantize.cuh). The element (r, c) draws by index draw_row(r)·cols + c; cols is a
+// multiple of 4 wherever a Philox call's 4 words are shared, so that index keeps c's place in its call.
+__device__ __forceinline__ uint64_t draw_row(const Source& src, int64_t r) {
+  return src.source_rows != nullptr ? static_cast<uint64_t>(src.source_rows[r]) : static_cast<uint64_t>(r);
+}
 
 struct FusedArgs {
   Source src;
@@ -316,7 +327,7 @@ __device__ void fill_words(const Source& src, const QuantSpec& s, int r0, int c0
   for (int k = threadIdx.x; k < TR * per_row; k += kThreads) {
     const int r = k / per_row, j = k % per_row;
     if (r0 + r >= src.rows) continue;
-    const uint64_t row_start = static_cast<uint64_t>(r0 + r) * src.cols + c0;
+    const uint64_t row_start = draw_row(src, r0 + r) * src.cols + c0;
     const uint64_t first = ((row_start >> 2) + j) << 2;  // the element index of word 0
     const Philox4 w = philox_for_elements(s.seed, s.stream, s.step, first);
     const int lc = static_cast<int>(static_cast<int64_t>(first) - static_cast<int64_t>(row_start));
@@ -492,7 +503,7 @@ __device__ bool row_blocks(const FusedArgs& a, bf16_t* tile, float* rscale, int 
     if constexpr (R == Rounding::sr) {
       // Source indices 4g..4g+3 of the block (a multiple of 16 apart from the row start) are
       // exactly the 4 words of one Philox call.
-      const uint64_t index0 = static_cast<uint64_t>(gr) * cols + gc;
+      const uint64_t index0 = draw_row(a.src, gr) * cols + gc;
 #pragma unroll
       for (int g = 0; g < B / 4; ++g) {
         const Philox4 w = philox_for_elements(s.seed, s.stream, s.step, index0 + 4 * g);

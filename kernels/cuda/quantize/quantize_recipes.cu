@@ -1,7 +1,7 @@
 // quantize_recipes.cu — quantize_fused's path for the copies whose spec uses docs/recipes.md's
 // options (Four Over Six, TetraJet-v2's double-block scales, Quartet II's MS-EDEN, the 128-wide
-// RHT), and for the SR copies of an MoE expert's group (quantize_fused's source_rows), whose draws
-// are keyed by the source tensor's rows. The fused kernels (quantize_kernels.cuh) are not touched.
+// RHT). An MoE expert's group (quantize_fused's source_rows) draws its SR uniforms by the source
+// tensor's rows here as in the fused kernels (quantize_kernels.cuh, draw_row).
 // Every block runs the same numerics.h calls on the same values in the same order as
 // kernels/cpu/quantize.cpp, so the outputs are bit-identical by construction
 // (tests/gpu/quantize_test.cpp checks it). Two shapes of kernel:

@@ -105,7 +105,8 @@ void launch_rows(const FusedArgs& a, cudaStream_t stream) {
 // 2 * (l / 4) + u, block l % 4), u < 2, read back from the buffer as 16-byte chunks (the transpose),
 // and quantizes them as row_rn_kernel does (the same per-block code: bit-identical).
 // SR (the gradient dY's two copies in training): each copy draws the uniform of element (r, c) from
-// word (r·cols + c) mod 4 of the Philox call for the source indices [4k, 4k + 4) that hold it, with
+// word (r'·cols + c) mod 4 of the Philox call for the source indices [4k, 4k + 4) that hold it
+// (r' = draw_row(r): r, or an expert group's source row), with
 // the copy's own seed, stream and step, as the reference and the tiled kernel do. The row copy's
 // blocks are 16 aligned consecutive indices: 4 whole calls per block. In the column copy, lanes 2m
 // and 2m + 1 hold columns 4m..4m+3 of the strip, one call per row: the even lane makes the calls of
@@ -177,7 +178,7 @@ __global__ void __launch_bounds__(kThreads, strip_ctas_per_sm<R>()) fused_strip_
       const uint64_t group_col = static_cast<uint64_t>(gc - 2 * odd);  // 4m: the pair's first column
 #pragma unroll
       for (int i = 0; i < B / 2; ++i) {
-        const uint64_t row = static_cast<uint64_t>(r0 + (odd ? B / 2 : 0) + i);
+        const uint64_t row = draw_row(a.src, r0 + (odd ? B / 2 : 0) + i);
         const Philox4 w = philox_for_elements(s.seed, s.stream, s.step, row * cols + group_col);
         // Kept: this lane's own two words of its own row; given: the partner's two of that row.
         const uint32_t keep0 = odd ? w.w[2] : w.w[0], keep1 = odd ? w.w[3] : w.w[1];
@@ -254,7 +255,8 @@ __global__ void __launch_bounds__(kThreads, strip_ctas_per_sm<R>()) fused_strip_
       if constexpr (R == Rounding::sr) {
 #pragma unroll
         for (int g4 = 0; g4 < B / 4; ++g4) {
-          const Philox4 w = philox_for_elements(s.seed, s.stream, s.step, static_cast<uint64_t>(i) + 4 * g4);
+          const Philox4 w =
+              philox_for_elements(s.seed, s.stream, s.step, draw_row(a.src, r0 + r) * cols + gcb + 4 * g4);
 #pragma unroll
           for (int j = 0; j < 4; ++j) uw[4 * g4 + j] = uniform24(w.w[j]);
         }
