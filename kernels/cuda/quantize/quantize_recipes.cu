@@ -291,6 +291,27 @@ __device__ void ms_eden_span(const Span<kMsEdenGroup, kAlongRow>& s, const float
   }
 }
 
+// Stores n values of 1 or 2 bytes (codes, bf16) to dst with 16-byte stores, little-endian as the
+// array lies in memory: value k of a 16-byte word in its bytes k·size onward.
+template <typename T, int N>
+__device__ __forceinline__ void store_packed(uint4* dst, const T (&values)[N]) {
+  static_assert(sizeof(T) == 1 || sizeof(T) == 2, "store_packed takes 1- or 2-byte values");
+  constexpr int kPerWord = 4 / sizeof(T), kPerStore = 16 / sizeof(T);
+  static_assert(N % kPerStore == 0, "store_packed stores whole 16-byte words");
+#pragma unroll
+  for (int q = 0; q < N / kPerStore; ++q) {
+    uint32_t w[4];
+#pragma unroll
+    for (int h = 0; h < 4; ++h) {
+      w[h] = 0;
+#pragma unroll
+      for (int e = 0; e < kPerWord; ++e)
+        w[h] |= static_cast<uint32_t>(values[kPerStore * q + kPerWord * h + e]) << (8 * sizeof(T) * e);
+    }
+    dst[q] = make_uint4(w[0], w[1], w[2], w[3]);
+  }
+}
+
 template <int L, bool kAlongRow>
 __global__ void __launch_bounds__(kRecipeThreads) span_quantize_kernel(const bf16_t* x, const SpanGeometry g,
                                                                        const QuantSpec spec,
@@ -380,28 +401,8 @@ __global__ void __launch_bounds__(kRecipeThreads) span_quantize_kernel(const bf1
   }
 
   if constexpr (kAlongRow) {
-    uint4* dq = reinterpret_cast<uint4*>(o.dequant + s.first);
-#pragma unroll
-    for (int q = 0; q < L / 8; ++q) {
-      uint32_t w[4];
-#pragma unroll
-      for (int h = 0; h < 4; ++h)
-        w[h] = static_cast<uint32_t>(out[8 * q + 2 * h]) | (static_cast<uint32_t>(out[8 * q + 2 * h + 1]) << 16);
-      dq[q] = make_uint4(w[0], w[1], w[2], w[3]);
-    }
-    if (o.codes != nullptr) {
-      uint4* cd = reinterpret_cast<uint4*>(o.codes + s.first);
-#pragma unroll
-      for (int q = 0; q < L / 16; ++q) {
-        uint32_t w[4];
-#pragma unroll
-        for (int h = 0; h < 4; ++h)
-          w[h] = static_cast<uint32_t>(code[16 * q + 4 * h]) | (static_cast<uint32_t>(code[16 * q + 4 * h + 1]) << 8) |
-                 (static_cast<uint32_t>(code[16 * q + 4 * h + 2]) << 16) |
-                 (static_cast<uint32_t>(code[16 * q + 4 * h + 3]) << 24);
-        cd[q] = make_uint4(w[0], w[1], w[2], w[3]);
-      }
-    }
+    store_packed(reinterpret_cast<uint4*>(o.dequant + s.first), out);
+    if (o.codes != nullptr) store_packed(reinterpret_cast<uint4*>(o.codes + s.first), code);
   } else {
 #pragma unroll
     for (int k = 0; k < L; ++k) {
