@@ -7,7 +7,8 @@
 //
 // For each preset, RN and SR, with and without the RHT, the row copy alone and both copies fused,
 // for the published NVFP4 recipes' quantizers beside nvfp4's alike, and for the SR copies keyed
-// by source rows (an MoE expert's group) beside the same copies unkeyed, it times quantize_fused
+// by source rows (an MoE expert's group) beside the same copies unkeyed, and for the §5 presets
+// through the recipe options' span kernels beside their fused kernels, it times quantize_fused
 // with CUDA events around a batch of 10 back-to-back calls (after a warm-up), takes the median
 // over the batches, and reports the bytes the kernels really move per second: x read once (twice
 // when the amax pass runs, for e4m3x2), each copy's dequantized bf16 and fp32 block scales written
@@ -25,6 +26,7 @@
 
 #include "kernels/cpu/quantize.h"  // scale_grid
 #include "kernels/cuda/quantize/quantize.cuh"
+#include "kernels/cuda/quantize/quantize_recipes.cuh"  // the span path, timed on the §5 presets
 #include "tests/quant_presets.h"  // the presets, shared with the quantizer tests
 
 namespace {
@@ -156,8 +158,10 @@ int main(int argc, char** argv) {
     };
     // The median time of quantize_fused with the row copy (and the column copy when `both`), into
     // out[0] and out[1].
+    // span_path: the same copies by quantize_recipes.cu's kernels (the span kernels for 1D blocks),
+    // which quantize_fused takes only for docs/recipes.md's options.
     const auto time_fused = [&](const QuantSpec& rs, const QuantSpec& cs, bool both, bool codes,
-                                const int32_t* source_rows = nullptr) {
+                                const int32_t* source_rows = nullptr, bool span_path = false) {
       cuda::CopyOut c[2];
       c[0].spec = rs;
       c[1].spec = cs;
@@ -168,7 +172,13 @@ int main(int argc, char** argv) {
         c[i].tensor_scale = out[i].scalars;
       }
       return time_us(
-          [&] { cuda::quantize_fused(x, rows, cols, &c[0], both ? &c[1] : nullptr, flag, ws, stream, source_rows); },
+          [&] {
+            if (span_path)
+              cuda::detail::quantize_recipe_copies(x, rows, cols, &c[0], both ? &c[1] : nullptr, flag, source_rows,
+                                                   ws, stream);
+            else
+              cuda::quantize_fused(x, rows, cols, &c[0], both ? &c[1] : nullptr, flag, ws, stream, source_rows);
+          },
           batches, stream);
     };
     auto run = [&](const Preset& p, bool both, Rounding rounding, bool rht, Extra extra, double base_us) {
@@ -246,6 +256,24 @@ int main(int argc, char** argv) {
                     o.rounding == Rounding::sr ? "SR" : "RN", o.rht ? "on" : "off", us, alike_us, us / alike_us);
         std::fflush(stdout);
       }
+
+    // The span path on the §5 presets, beside their fused kernels on the same specs: how much of a
+    // recipe option's time above is the span kernels' own (reads, stores, the generic per-element
+    // code of numerics.h) rather than the option's arithmetic.
+    std::printf("\n| preset | copies | rounding | RHT | span path (us) | fused (us) | span vs fused |\n");
+    std::printf("|---|---|---|---|---:|---:|---:|\n");
+    for (size_t i = 0; i < std::size(kPresets); ++i)
+      for (bool both : {false, true})
+        for (Rounding rounding : {Rounding::rn, Rounding::sr}) {
+          const Preset& p = kPresets[i];
+          const QuantSpec rs = make_spec(p, BlockAlong::row, true, rounding, false);
+          const QuantSpec cs = make_spec(p, BlockAlong::column, true, rounding, false);
+          const double fused_us = time_fused(rs, cs, both, false);
+          const double span_us = time_fused(rs, cs, both, false, nullptr, true);
+          std::printf("| %s | %s | %s | on | %.1f | %.1f | %.2fx |\n", p.name, both ? "row + column" : "row",
+                      rounding == Rounding::sr ? "SR" : "RN", span_us, fused_us, span_us / fused_us);
+          std::fflush(stdout);
+        }
 
     // The SR copies of an MoE expert's group of tokens, whose draws are keyed by the rows of the
     // source tensor (quantize_fused's source_rows: here the rows in reverse order), beside the same

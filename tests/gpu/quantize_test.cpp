@@ -21,6 +21,7 @@
 #include "kernels/cpu/quantize.h"
 #include "kernels/cuda/cuda_common.cuh"
 #include "kernels/cuda/quantize/quantize.cuh"
+#include "kernels/cuda/quantize/quantize_recipes.cuh"  // the span path on the §5 presets
 #include "tests/quant_presets.h"
 
 namespace {
@@ -222,9 +223,12 @@ cuda::Workspace& workspace() {
 
 // want_codes = false leaves the codes out, as training does (the kernels then skip them entirely);
 // the fetched codes are then empty.
-// source_rows: quantize_fused's (uploaded), or null.
+// source_rows: quantize_fused's (uploaded), or null. span_path: the copies by quantize_recipes.cu's
+// kernels (which quantize_fused takes for docs/recipes.md's options only), with no shape checks:
+// the caller passes specs that fit.
 GpuResult run_gpu(const std::vector<bf16_t>& x, int rows, int cols, const QuantSpec* row, const QuantSpec* col,
-                  bool want_amax, bool want_codes = true, const std::vector<int32_t>* source_rows = nullptr) {
+                  bool want_amax, bool want_codes = true, const std::vector<int32_t>* source_rows = nullptr,
+                  bool span_path = false) {
   DeviceArray<bf16_t> dx(x.size());
   dx.upload(x);
   DeviceArray<int32_t> dsrc(source_rows != nullptr ? source_rows->size() : 1);
@@ -241,8 +245,13 @@ GpuResult run_gpu(const std::vector<bf16_t>& x, int rows, int cols, const QuantS
     dcol = std::make_unique<DeviceCopy>(rows, cols, *col);
     ocol = dcol->out(*col, want_amax, want_codes);
   }
-  cuda::quantize_fused(dx.get(), rows, cols, row != nullptr ? &orow : nullptr, col != nullptr ? &ocol : nullptr,
-                       flag.get(), workspace(), nullptr, source_rows != nullptr ? dsrc.get() : nullptr);
+  const int32_t* src_rows = source_rows != nullptr ? dsrc.get() : nullptr;
+  if (span_path)
+    cuda::detail::quantize_recipe_copies(dx.get(), rows, cols, row != nullptr ? &orow : nullptr,
+                                         col != nullptr ? &ocol : nullptr, flag.get(), src_rows, workspace(), nullptr);
+  else
+    cuda::quantize_fused(dx.get(), rows, cols, row != nullptr ? &orow : nullptr, col != nullptr ? &ocol : nullptr,
+                         flag.get(), workspace(), nullptr, src_rows);
   FP4_CUDA_CHECK(cudaDeviceSynchronize());
   GpuResult r;
   if (drow) r.row = drow->fetch();
@@ -306,8 +315,9 @@ void check_copy(const cpu::QuantizedTensor& ref, const GpuCopy& got, bool want_a
 // Quantizes x into the row and the column copy with one fused call and compares both with the
 // reference. When a spec does not fit the shape, the fused call must be refused with the
 // reference's message, and the copy that fits is checked alone.
+// span_path: run_gpu's (specs that fit only).
 void compare(const std::vector<bf16_t>& x, int rows, int cols, const QuantSpec& rs, const QuantSpec& cs,
-             bool want_amax, const std::string& label, bool want_codes = true) {
+             bool want_amax, const std::string& label, bool want_codes = true, bool span_path = false) {
   INFO(label);
   INFO("codes " << (want_codes ? "asked for" : "not asked for"));
   INFO(describe(rs));
@@ -316,12 +326,13 @@ void compare(const std::vector<bf16_t>& x, int rows, int cols, const QuantSpec& 
   const std::string col_err = cpu::shape_error(rows, cols, cs);
   const QuantSpec* row = row_err.empty() ? &rs : nullptr;
   const QuantSpec* col = col_err.empty() ? &cs : nullptr;
+  REQUIRE((!span_path || (row != nullptr && col != nullptr)));  // the span path checks no shape
   if (row == nullptr || col == nullptr) {
     CHECK_THROWS_AS(run_gpu(x, rows, cols, &rs, &cs, want_amax), std::invalid_argument);
     CHECK_THROWS_WITH(run_gpu(x, rows, cols, &rs, &cs, want_amax), row_err.empty() ? col_err : row_err);
   }
   if (row == nullptr && col == nullptr) return;
-  const GpuResult got = run_gpu(x, rows, cols, row, col, want_amax, want_codes);
+  const GpuResult got = run_gpu(x, rows, cols, row, col, want_amax, want_codes, nullptr, span_path);
   bool ref_nonfinite = false;
   if (row != nullptr) {
     INFO("checking the row copy");
@@ -671,6 +682,32 @@ TEST_CASE("gpu quantizer: docs/recipes.md's options match the CPU reference", "[
                 label, (seed + k) % 3 != 0);
       }
     }
+}
+
+TEST_CASE("gpu quantizer: the recipe options' kernels give the CPU reference's bits on the §5 presets too", "[gpu]") {
+  // quantize_recipe_copies takes only docs/recipes.md's options in training; on the plain presets
+  // (every variant, 2D tiles included) it must still be the reference, so that the benchmark's
+  // span-path table times kernels that are right, and the span code is checked on every grid and
+  // scale mode, not only those the options use.
+  uint64_t seed = 2000;
+  int compared = 0, tiled = 0;
+  for (const Shape& sh : std::vector<Shape>{{128, 256}, {96, 384}})
+    for (Dist d : kAllDists) {
+      const std::vector<bf16_t> x = make_input(sh.rows, sh.cols, d, seed++);
+      for (const Preset& p : kPresets)
+        for (const Variant& v : all_variants()) {
+          const QuantSpec rs = make_spec(p, BlockAlong::row, v), cs = make_spec(p, BlockAlong::column, v);
+          if (!cpu::shape_error(sh.rows, sh.cols, rs).empty() || !cpu::shape_error(sh.rows, sh.cols, cs).empty())
+            continue;  // quantize_fused's refusals are tested above; the span path checks nothing
+          compare(x, sh.rows, sh.cols, rs, cs, compared % 2 == 1, label_of(sh.rows, sh.cols, d, p) + " (span path)",
+                  compared % 3 != 0, true);
+          ++compared;
+          tiled += v.tile_2d ? 1 : 0;
+        }
+    }
+  // Every preset and variant ran on some shape: the 1D spans and the 2D tiles both.
+  CHECK(compared - tiled >= 2 * static_cast<int>(std::size(kAllDists) * std::size(kPresets)) * 4);
+  CHECK(tiled > 0);
 }
 
 TEST_CASE("gpu quantizer: an expert group's copies (source_rows) draw as the CPU reference's", "[gpu]") {

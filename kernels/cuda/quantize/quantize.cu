@@ -15,6 +15,7 @@
 
 #include "kernels/cpu/quantize.h"  // shape_error: the shape rules are the reference's
 #include "kernels/cuda/quantize/quantize_kernels.cuh"
+#include "kernels/cuda/quantize/quantize_recipes.cuh"
 
 namespace fp4::cuda {
 
@@ -24,13 +25,6 @@ namespace detail {
 // nothing, otherwise. (Declared here, not in quantize_kernels.cuh, so that the fused instances do
 // not recompile.)
 bool launch_fused_strips(const FusedArgs& a, int b, cudaStream_t stream);
-// docs/recipes.md's options (quantize_recipes.cu): whether a spec uses one, and the kernels that
-// quantize such copies (and keyed SR copies), one after the other.
-bool uses_recipe_options(const QuantSpec& s);
-// source_rows: quantize_fused's (may be null).
-void quantize_recipe_copies(const bf16_t* x, int rows, int cols, const CopyOut* row_copy, const CopyOut* col_copy,
-                            unsigned* nonfinite_flag, const int32_t* source_rows, Workspace& workspace,
-                            cudaStream_t stream);
 }  // namespace detail
 
 namespace {

@@ -18,7 +18,7 @@
 #include <algorithm>
 #include <cstdint>
 
-#include "kernels/cuda/quantize/quantize.cuh"
+#include "kernels/cuda/quantize/quantize_recipes.cuh"
 #include "kernels/numerics.h"
 
 namespace fp4::cuda::detail {
