@@ -346,20 +346,25 @@ FP4_HD float candidate_squared_error(float v, const QuantizedElement& e, const B
 
 // The choice for one block of n values v (the block's row-major order) with the element uniforms u
 // (read only for SR): true when candidate 4 (s4) has the strictly smaller sum of squared errors.
+// With e6 and e4 (n elements each), also both candidates' elements, so that a caller takes the
+// chosen one's instead of quantizing the block a third time (the same quantize_element calls).
 FP4_HD bool four_over_six_picks_four(const float* v, const float* u, int n, const BlockScale& s6,
-                                     const BlockScale& s4, float dec, Grid g, int max_index, Rounding r) {
+                                     const BlockScale& s4, float dec, Grid g, int max_index, Rounding r,
+                                     QuantizedElement* e6 = nullptr, QuantizedElement* e4 = nullptr) {
   float err6 = 0.0f, err4 = 0.0f;
 #if defined(__CUDA_ARCH__)
 #pragma unroll
 #endif
   for (int i = 0; i < n; ++i) {
     const float ui = r == Rounding::sr ? u[i] : 0.0f;
-    const QuantizedElement e6 = quantize_element(v[i], s6, g, max_index, r, ui);
-    const QuantizedElement e4 = quantize_element(v[i], s4, g, max_index, r, ui);
-    const float d6 = candidate_squared_error(v[i], e6, s6, dec, g);
-    const float d4 = candidate_squared_error(v[i], e4, s4, dec, g);
+    const QuantizedElement q6 = quantize_element(v[i], s6, g, max_index, r, ui);
+    const QuantizedElement q4 = quantize_element(v[i], s4, g, max_index, r, ui);
+    const float d6 = candidate_squared_error(v[i], q6, s6, dec, g);
+    const float d4 = candidate_squared_error(v[i], q4, s4, dec, g);
     err6 = err6 + d6;
     err4 = err4 + d4;
+    if (e6 != nullptr) e6[i] = q6;
+    if (e4 != nullptr) e4[i] = q4;
   }
   return err4 < err6;
 }

@@ -24,12 +24,6 @@ using fp4test::fl;
 
 namespace {
 
-// One row of 16 values, then zeros up to `cols`.
-std::vector<uint16_t> row_of(std::vector<float> head, int cols) {
-  head.resize(cols, 0.0f);
-  return fp4test::to_bf(head);
-}
-
 fp4::QuantSpec four_over_six_spec(ScaleMode mode) {
   fp4::QuantSpec s;
   s.scale = mode;

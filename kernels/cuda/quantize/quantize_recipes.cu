@@ -384,11 +384,19 @@ __global__ void __launch_bounds__(kRecipeThreads) span_quantize_kernel(const bf1
 #pragma unroll
       for (int k = 0; k < b; ++k) us[k] = spec.rounding == Rounding::sr ? uniform(k0 + k) : 0.0f;
       if (spec.four_over_six) {
+        // Both candidates' elements come from the comparison: the chosen candidate's are the outputs.
         const BlockScale s4 = make_block_scale(spec.scale, amax_b, kFourOverSixLowMax, ts);
-        if (four_over_six_picks_four(v + k0, us, b, bs, s4, ts.dec, spec.grid, max_index, spec.rounding)) {
-          bs = s4;
-          stored = s4.stored;
+        QuantizedElement e6[b], e4[b];
+        const bool four =
+            four_over_six_picks_four(v + k0, us, b, bs, s4, ts.dec, spec.grid, max_index, spec.rounding, e6, e4);
+        if (scale_out != nullptr) *scale_out = four ? s4.stored : stored;
+#pragma unroll
+        for (int k = 0; k < b; ++k) {
+          const QuantizedElement e = four ? e4[k] : e6[k];
+          out[k0 + k] = e.out;
+          code[k0 + k] = e.code;
         }
+        continue;
       }
       if (scale_out != nullptr) *scale_out = stored;
 #pragma unroll
