@@ -4,9 +4,11 @@
 // tensor's rows here as in the fused kernels (quantize_kernels.cuh, draw_row).
 // Every block runs the same numerics.h calls on the same values in the same order as
 // kernels/cpu/quantize.cpp, so the outputs are bit-identical by construction
-// (tests/gpu/quantize_test.cpp checks it). Two shapes of kernel:
-//   * 1D blocks (all copies but span_length's exceptions): the span kernels below, one thread per
-//     span of 16, 32 or 128 values along the blocking axis, the RHT recomputed from x in each pass;
+// (tests/gpu/quantize_test.cpp checks it). Three shapes of kernel:
+//   * 1D blocks of 16 or 32 (Four Over Six, keyed or plain): the span kernels, one thread per span
+//     of one block along the blocking axis, the RHT recomputed from x in each pass;
+//   * 128-spans (the 128-wide RHT, double-block scales, MS-EDEN; blocks of 16): the group kernels,
+//     8 lanes per span, the same two passes;
 //   * 2D tiles (and 32-blocks under the 128-wide RHT): the element-and-block kernels, written as
 //     the reference's three passes:
 //     1. the values to round, v = bf16 -> fp32 and the slot's RHT, into the workspace, and the
@@ -163,11 +165,11 @@ __global__ void recipe_block_kernel(const bf16_t* x, const float* v, int rows, i
 }
 
 // ---------------------------------------------------------------------------------------------
-// The span path: every 1D copy (all but 2D tiles). Thread t takes span t, L consecutive values
-// along the blocking axis (L = 128 for the 128-wide RHT, double-block scales and MS-EDEN, else the
-// block), holds them in registers from one read of x, and recomputes the RHT in each of its two
-// passes (amax, then quantize) instead of keeping the rotated tensor in global memory: a span is
-// a whole number of RHT vectors and of blocks, so it has everything a block's decision reads.
+// The span path: 1D blocks of 16 or 32 without a 128-wide option. Thread t takes span t, the L
+// consecutive values of one block along the blocking axis, holds them in registers from one read
+// of x, and recomputes the RHT in each of its two passes (amax, then quantize) instead of keeping
+// the rotated tensor in global memory: a block is a whole number of 16-wide RHT vectors, so it has
+// everything its decision reads.
 // Along a row a thread reads and writes its span with 16-byte accesses (quantize_fused checks that
 // x and the outputs are 16-byte aligned; a span starts at a multiple of 16 values); along a column, thread t
 // takes column t % cols, so a warp's accesses to one row are contiguous. Each block runs the same
@@ -217,12 +219,6 @@ __device__ void load_span(const bf16_t* x, const Span<L, kAlongRow>& s, const Qu
   for (int k = 0; k < L; ++k)
     if (!is_finite(v[k])) bad[k / 32] |= 1u << (k % 32);
   if (!spec.rht) return;
-  if constexpr (L == kRhtWideSize) {
-    if (spec.rht_size == kRhtWideSize) {
-      rht128(v, spec.rht_wide_signs);
-      return;
-    }
-  }
 #pragma unroll
   for (int q = 0; q < L / kRhtSize; ++q) rht16(v + kRhtSize * q, spec.rht_signs);
 }
@@ -254,41 +250,6 @@ __device__ int64_t span_scale_index(const Span<L, kAlongRow>& s, int j, int bloc
   const int64_t i0 = s.at(j * block);
   const int64_t r = i0 / s.cols, c = i0 % s.cols;
   return kAlongRow ? r * (s.cols / block) + c / block : (r / block) * s.cols + c;
-}
-
-// MS-EDEN over one 128-span (= one 128-group), as the reference's quantize_ms_eden: a group with a
-// non-finite source or rotated value is non-finite whole; else numerics.h's ms_eden_group with
-// each block's scale rounded stochastically by the draw of the block's first element.
-template <bool kAlongRow>
-__device__ void ms_eden_span(const Span<kMsEdenGroup, kAlongRow>& s, const float (&v)[kMsEdenGroup],
-                             const uint32_t (&bad)[kMsEdenGroup / 32], const QuantSpec& spec, float s_dec, int cols,
-                             const RecipeOut& o, bf16_t (&out)[kMsEdenGroup], uint8_t (&code)[kMsEdenGroup]) {
-  constexpr int kBlocks = kMsEdenGroup / 16;
-  bool finite = true;
-  for (int k = 0; k < kMsEdenGroup; ++k)
-    if (((bad[k / 32] >> (k % 32)) & 1u) != 0 || !is_finite(v[k])) finite = false;
-  if (!finite) {
-    if (o.nonfinite_flag != nullptr) atomicOr(o.nonfinite_flag, 1u);
-    for (int j = 0; j < kBlocks; ++j)
-      if (o.scales != nullptr) o.scales[span_scale_index(s, j, 16)] = bits_float(kQuietNaNBits);
-    for (int k = 0; k < kMsEdenGroup; ++k) out[k] = kBf16QuietNaN, code[k] = kNonFiniteCode;
-    return;
-  }
-  float us[kBlocks], scales[kBlocks];
-  uint8_t mag[kMsEdenGroup];
-  for (int j = 0; j < kBlocks; ++j)
-    us[j] = uniform_from_word(
-        philox_word_for_element(spec.seed, spec.stream, spec.step, draw_index(s.at(16 * j), cols, o.source_rows)));
-  ms_eden_group(v, s_dec, us, scales, mag);
-  for (int j = 0; j < kBlocks; ++j) {
-    if (o.scales != nullptr) o.scales[span_scale_index(s, j, 16)] = scales[j];
-    for (int k = 16 * j; k < 16 * j + 16; ++k) {
-      const bool neg = sign_bit(v[k]);
-      const float deq = e2m1_magnitude(mag[k]) * scales[j];
-      out[k] = float_to_bf16(neg ? -deq : deq);
-      code[k] = static_cast<uint8_t>((neg ? 8 : 0) | mag[k]);
-    }
-  }
 }
 
 // Stores n values of 1 or 2 bytes (codes, bf16) to dst with 16-byte stores, little-endian as the
@@ -324,87 +285,47 @@ __global__ void __launch_bounds__(kRecipeThreads) span_quantize_kernel(const bf1
   load_span<L, kAlongRow>(x, s, spec, v, bad);
   bf16_t out[L];
   uint8_t code[L];
-  auto is_bad = [&](int k) { return ((bad[k / 32] >> (k % 32)) & 1u) != 0 || !is_finite(v[k]); };
-  auto uniform = [&](int k) { return uniform_for(spec, s.at(k), g.cols, o.source_rows); };
   const TensorScale ts = *ts_ptr;
-  constexpr int b = L == 32 ? 32 : 16;  // the block (span_length's rule), fixed so loops unroll
-  constexpr int kUnroll = L <= 32 ? L / b : 1;
-
-  // MS-EDEN exists only in 128-spans: compiled there alone, its 128-value loops leave the shorter
-  // spans' arrays in registers.
-  bool done = false;
-  if constexpr (L == kMsEdenGroup) {
-    if (spec.ms_eden) {
-      ms_eden_span(s, v, bad, spec, ts.dec, g.cols, o, out, code);
-      done = true;
-    }
+  // The span is one block (span_length): its finiteness and amax, its scale, then its values.
+  bool finite = true;
+  float amax_b = 0.0f;
+#pragma unroll
+  for (int k = 0; k < L; ++k) {
+    if (((bad[k / 32] >> (k % 32)) & 1u) != 0 || !is_finite(v[k])) finite = false;
+    const float a = abs_f(v[k]);
+    if (a > amax_b) amax_b = a;
   }
-  if (!done) {
+  float* scale_out = o.scales != nullptr ? &o.scales[span_scale_index(s, 0, L)] : nullptr;
+  if (!finite) {
+    if (o.nonfinite_flag != nullptr) atomicOr(o.nonfinite_flag, 1u);
+    if (scale_out != nullptr) *scale_out = bits_float(kQuietNaNBits);
+#pragma unroll
+    for (int k = 0; k < L; ++k) out[k] = kBf16QuietNaN, code[k] = kNonFiniteCode;
+  } else {
     const int max_index = spec_max_index(spec);
-    // Double-block scales: the span is the 128-group; its outer scale over its finite values.
-    float outer = 0.0f;
-    if constexpr (L == kOuterBlock) {
-      if (spec.outer_block != 0) {
-        float amax_o = 0.0f;
-        for (int k = 0; k < L; ++k) {
-          const float a = abs_f(v[k]);
-          if (is_finite(a) && a > amax_o) amax_o = a;
-        }
-        outer = double_block_outer_scale(amax_o);
-      }
+    const BlockScale bs = make_block_scale(spec.scale, amax_b, spec.gmax, ts);
+    float stored = bs.stored;
+    float us[L];
+#pragma unroll
+    for (int k = 0; k < L; ++k)
+      us[k] = spec.rounding == Rounding::sr ? uniform_for(spec, s.at(k), g.cols, o.source_rows) : 0.0f;
+    QuantizedElement e6[L], e4[L];
+    bool four = false;
+    if (spec.four_over_six) {
+      // Both candidates' elements come from the comparison: the chosen candidate's are the outputs.
+      const BlockScale s4 = make_block_scale(spec.scale, amax_b, kFourOverSixLowMax, ts);
+      four = four_over_six_picks_four(v, us, L, bs, s4, ts.dec, spec.grid, max_index, spec.rounding, e6, e4);
+      if (four) stored = s4.stored;
+    } else {
+#pragma unroll
+      for (int k = 0; k < L; ++k) e6[k] = quantize_element(v[k], bs, spec.grid, max_index, spec.rounding, us[k]);
     }
-#pragma unroll kUnroll
-    for (int j = 0; j < L / b; ++j) {
-      const int k0 = j * b;
-      bool finite = true;
-      float amax_b = 0.0f;
+    if (scale_out != nullptr) *scale_out = stored;
 #pragma unroll
-      for (int k = k0; k < k0 + b; ++k) {
-        if (is_bad(k)) finite = false;
-        const float a = abs_f(v[k]);
-        if (a > amax_b) amax_b = a;
-      }
-      float* scale_out = o.scales != nullptr ? &o.scales[span_scale_index(s, j, b)] : nullptr;
-      if (!finite) {
-        if (o.nonfinite_flag != nullptr) atomicOr(o.nonfinite_flag, 1u);
-        if (scale_out != nullptr) *scale_out = bits_float(kQuietNaNBits);
-#pragma unroll
-        for (int k = k0; k < k0 + b; ++k) out[k] = kBf16QuietNaN, code[k] = kNonFiniteCode;
-        continue;
-      }
-      BlockScale bs;
-      float stored;
-      if (L == kOuterBlock && spec.outer_block != 0) {
-        bs = make_double_block_scale(amax_b, outer, &stored);
-      } else {
-        bs = make_block_scale(spec.scale, amax_b, spec.gmax, ts);
-        stored = bs.stored;
-      }
-      float us[b];
-#pragma unroll
-      for (int k = 0; k < b; ++k) us[k] = spec.rounding == Rounding::sr ? uniform(k0 + k) : 0.0f;
-      if (spec.four_over_six) {
-        // Both candidates' elements come from the comparison: the chosen candidate's are the outputs.
-        const BlockScale s4 = make_block_scale(spec.scale, amax_b, kFourOverSixLowMax, ts);
-        QuantizedElement e6[b], e4[b];
-        const bool four =
-            four_over_six_picks_four(v + k0, us, b, bs, s4, ts.dec, spec.grid, max_index, spec.rounding, e6, e4);
-        if (scale_out != nullptr) *scale_out = four ? s4.stored : stored;
-#pragma unroll
-        for (int k = 0; k < b; ++k) {
-          const QuantizedElement e = four ? e4[k] : e6[k];
-          out[k0 + k] = e.out;
-          code[k0 + k] = e.code;
-        }
-        continue;
-      }
-      if (scale_out != nullptr) *scale_out = stored;
-#pragma unroll
-      for (int k = k0; k < k0 + b; ++k) {
-        const QuantizedElement e = quantize_element(v[k], bs, spec.grid, max_index, spec.rounding, us[k - k0]);
-        out[k] = e.out;
-        code[k] = e.code;
-      }
+    for (int k = 0; k < L; ++k) {
+      const QuantizedElement e = four ? e4[k] : e6[k];
+      out[k] = e.out;
+      code[k] = e.code;
     }
   }
 
@@ -420,8 +341,323 @@ __global__ void __launch_bounds__(kRecipeThreads) span_quantize_kernel(const bf1
   }
 }
 
-// The span length of a copy, or 0 when it takes the element-and-block kernels (2D tiles, and
-// blocks of 32 under the 128-wide RHT: span_quantize_kernel's 128-spans hold blocks of 16).
+// ---------------------------------------------------------------------------------------------
+// The group path: 128-spans (the 128-wide RHT, TetraJet-v2's double-block scales, MS-EDEN). A
+// 128-span is too long for one thread's registers, so 8 lanes of a warp share it, lane j holding
+// its 16-value block j (a warp holds 4 spans, a CTA 32). What crosses blocks goes through the
+// group's lanes by shuffles, with every floating-point operation of the reference in the
+// reference's order: the 128-wide RHT's stages h = 16, 32, 64 pair lane j with lane j ^ (h / 16)
+// (each butterfly is the reference's a + b or a − b of the same two values); the double-block and
+// the tensor maxima are maxima (exact in any order); MS-EDEN's two sums run through the 8 lanes in
+// block order, each lane adding its 16 terms to the running sums it receives. Along a row a span is
+// 128 contiguous values, which lane j reads and writes as 2 + 2 16-byte accesses; along a column the
+// CTA stages its 32 spans through shared memory, so that global reads and writes run along rows.
+// ---------------------------------------------------------------------------------------------
+
+constexpr int kGroupLanes = kMsEdenGroup / 16;                 // 8: lanes per 128-span
+constexpr int kGroupSpans = kRecipeThreads * 2 / kGroupLanes;  // 32 spans per CTA of 256 threads
+constexpr int kGroupThreads = kGroupSpans * kGroupLanes;
+constexpr int kStagePitch = kMsEdenGroup + 2;  // bf16 per staged span: an odd word pitch, no bank conflicts
+static_assert(kGroupLanes == 8 && kGroupThreads == 256, "the group path's shape");
+
+// Where this thread sits: span t (its CTA's span s) and block j of it.
+struct GroupLane {
+  int s, j;
+  int64_t t;
+  bool valid;  // span t exists; an invalid group runs the shuffles on zeros and stores nothing
+  __device__ GroupLane(int64_t count) {
+    s = static_cast<int>(threadIdx.x) / kGroupLanes;
+    j = static_cast<int>(threadIdx.x) % kGroupLanes;
+    t = static_cast<int64_t>(blockIdx.x) * kGroupSpans + s;
+    valid = t < count;
+  }
+};
+
+// The group's lane holding block b of this lane's span.
+__device__ __forceinline__ int group_lane(int b) { return (static_cast<int>(threadIdx.x) & 31 & ~(kGroupLanes - 1)) + b; }
+
+template <typename T>
+__device__ __forceinline__ T group_max(T v) {
+#pragma unroll
+  for (int o = 1; o < kGroupLanes; o <<= 1) {
+    const T p = __shfl_xor_sync(0xffffffffu, v, o);
+    v = p > v ? p : v;
+  }
+  return v;
+}
+
+__device__ __forceinline__ bool group_all(bool b) {
+  // The 8 lanes of a group are 8 aligned bits of the warp's ballot.
+  const unsigned ballot = __ballot_sync(0xffffffffu, b);
+  const unsigned mine = (ballot >> (static_cast<int>(threadIdx.x) & 31 & ~(kGroupLanes - 1))) & 0xffu;
+  return mine == 0xffu;
+}
+
+// Loads block j of span t into v (fp32), marks the elements whose source is not finite in bad (bit
+// k), then the slot's RHT: 16-wide over the block, or 128-wide over the span with the group. stage:
+// the CTA's shared buffer (kGroupSpans × kStagePitch bf16), used along a column.
+template <bool kAlongRow>
+__device__ void load_group(const bf16_t* x, const SpanGeometry& g, const GroupLane& gl, const QuantSpec& spec,
+                           bf16_t* stage, float (&v)[16], uint32_t& bad) {
+  if constexpr (kAlongRow) {
+    if (gl.valid) {
+      const uint4* src = reinterpret_cast<const uint4*>(x + gl.t * kMsEdenGroup + 16 * gl.j);
+#pragma unroll
+      for (int q = 0; q < 2; ++q) {
+        const uint4 u = src[q];
+        const uint32_t words[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+        for (int h = 0; h < 8; ++h) v[8 * q + h] = bf16_to_float(static_cast<bf16_t>(words[h / 2] >> (16 * (h % 2))));
+      }
+    } else {
+#pragma unroll
+      for (int k = 0; k < 16; ++k) v[k] = 0.0f;
+    }
+  } else {
+    // Element k of the CTA's span s at stage[s * kStagePitch + k]; the threads of a warp read one
+    // row of 32 consecutive spans (columns) at a time.
+    const int64_t t0 = static_cast<int64_t>(blockIdx.x) * kGroupSpans;
+    for (int e = threadIdx.x; e < kGroupSpans * kMsEdenGroup; e += kGroupThreads) {
+      const int s = e % kGroupSpans, k = e / kGroupSpans;
+      bf16_t b = 0;
+      if (t0 + s < g.count(kMsEdenGroup, false)) b = x[Span<kMsEdenGroup, false>(t0 + s, g.cols).at(k)];
+      stage[s * kStagePitch + k] = b;
+    }
+    __syncthreads();
+#pragma unroll
+    for (int k = 0; k < 16; ++k) v[k] = bf16_to_float(stage[gl.s * kStagePitch + 16 * gl.j + k]);
+    __syncthreads();  // the buffer is written again by the stores
+  }
+  bad = 0;
+#pragma unroll
+  for (int k = 0; k < 16; ++k)
+    if (!is_finite(v[k])) bad |= 1u << k;
+  if (!spec.rht) return;
+  if (spec.rht_size != kRhtWideSize) {
+    rht16(v, spec.rht_signs);
+    return;
+  }
+  // rht128 (numerics.h) over the group: the signs, stages h = 1..8 within the lane, h = 16, 32, 64
+  // across lanes (lane j's element k is the span's element 16j + k), then the norm.
+#pragma unroll
+  for (int k = 0; k < 16; ++k) {
+    const int i = 16 * gl.j + k;
+    if ((spec.rht_wide_signs[i >> 5] >> (i & 31)) & 1u) v[k] = -v[k];
+  }
+#pragma unroll
+  for (int h = 1; h < 16; h <<= 1)
+#pragma unroll
+    for (int k = 0; k < 16; ++k) {
+      if (k & h) continue;
+      const float a = v[k], b = v[k + h];
+      v[k] = a + b;
+      v[k + h] = a - b;
+    }
+#pragma unroll
+  for (int hl = 1; hl < kGroupLanes; hl <<= 1) {
+    const bool upper = (gl.j & hl) != 0;  // this lane holds the v[i + h] of each pair
+#pragma unroll
+    for (int k = 0; k < 16; ++k) {
+      const float p = __shfl_xor_sync(0xffffffffu, v[k], hl);
+      v[k] = upper ? p - v[k] : v[k] + p;
+    }
+  }
+#pragma unroll
+  for (int k = 0; k < 16; ++k) v[k] = v[k] * kRhtWideNorm;
+}
+
+template <bool kAlongRow>
+__global__ void __launch_bounds__(kGroupThreads) group_amax_kernel(const bf16_t* x, const SpanGeometry g,
+                                                                   const QuantSpec spec, unsigned* amax_bits) {
+  __shared__ bf16_t stage[kAlongRow ? 1 : kGroupSpans * kStagePitch];
+  const GroupLane gl(g.count(kMsEdenGroup, kAlongRow));
+  float v[16];
+  uint32_t bad;
+  load_group<kAlongRow>(x, g, gl, spec, stage, v, bad);
+  float local = 0.0f;
+#pragma unroll
+  for (int k = 0; k < 16; ++k) {
+    const float a = abs_f(v[k]);
+    if (gl.valid && is_finite(a) && a > local) local = a;
+  }
+  // Non-negative floats order as their bits: the maximum is exact and independent of the order.
+  const unsigned m = __reduce_max_sync(0xffffffffu, float_bits(local));
+  if ((threadIdx.x & 31) == 0 && m != 0) atomicMax(amax_bits, m);
+}
+
+// MS-EDEN over the group's span, as the reference's quantize_ms_eden and ms_eden_group: a span with
+// a non-finite source or rotated value is non-finite whole; else each block's scale, its values'
+// magnitudes and the two sums in block order, the correction, and each block's scale rounded
+// stochastically by the draw of the block's first element.
+template <bool kAlongRow>
+__device__ void ms_eden_block(const Span<kMsEdenGroup, kAlongRow>& s, const GroupLane& gl, const float (&v)[16],
+                              uint32_t bad, const QuantSpec& spec, float s_dec, int cols, const RecipeOut& o,
+                              bf16_t (&out)[16], uint8_t (&code)[16]) {
+  bool finite = bad == 0;
+#pragma unroll
+  for (int k = 0; k < 16; ++k) finite = finite && is_finite(v[k]);
+  finite = group_all(finite);
+  // A non-finite span still runs the sums' shuffles below (every lane of the warp must): its
+  // numbers are discarded at the end.
+  float amax_b = 0.0f;
+#pragma unroll
+  for (int k = 0; k < 16; ++k) {
+    const float a = abs_f(v[k]);
+    if (a > amax_b) amax_b = a;
+  }
+  const float block_scale = ms_eden_block_scale(amax_b, s_dec);
+  const float denom = block_scale * s_dec;
+  uint8_t mag[16];
+  float tt[16], tq[16];
+#pragma unroll
+  for (int k = 0; k < 16; ++k) {
+    const float t = abs_f(v[k]) / denom;
+    const int m = round_nearest_up_index_e2m1(t);
+    mag[k] = static_cast<uint8_t>(m);
+    tt[k] = t * t;
+    tq[k] = t * e2m1_magnitude(m);
+  }
+  // The sums in the reference's order: block 0's 16 terms, then block 1's, ...; lane b adds its
+  // terms to the sums of blocks 0..b-1, and every lane receives the sums after block b.
+  float num = 0.0f, den = 0.0f;
+#pragma unroll
+  for (int b = 0; b < kGroupLanes; ++b) {
+    if (gl.j == b) {
+#pragma unroll
+      for (int k = 0; k < 16; ++k) {
+        num = num + tt[k];
+        den = den + tq[k];
+      }
+    }
+    num = __shfl_sync(0xffffffffu, num, group_lane(b));
+    den = __shfl_sync(0xffffffffu, den, group_lane(b));
+  }
+  const float correction = den == 0.0f ? 1.0f : num / den;
+  const float corrected = block_scale * correction;
+  const float u = uniform_from_word(
+      philox_word_for_element(spec.seed, spec.stream, spec.step, draw_index(s.at(16 * gl.j), cols, o.source_rows)));
+  const float scale = e4m3_stochastic(corrected, u);
+  float* scale_out = o.scales != nullptr && gl.valid ? &o.scales[span_scale_index(s, gl.j, 16)] : nullptr;
+  if (!finite) {
+    if (gl.valid && o.nonfinite_flag != nullptr) atomicOr(o.nonfinite_flag, 1u);
+    if (scale_out != nullptr) *scale_out = bits_float(kQuietNaNBits);
+#pragma unroll
+    for (int k = 0; k < 16; ++k) out[k] = kBf16QuietNaN, code[k] = kNonFiniteCode;
+    return;
+  }
+  if (scale_out != nullptr) *scale_out = scale;
+#pragma unroll
+  for (int k = 0; k < 16; ++k) {
+    const bool neg = sign_bit(v[k]);
+    const float deq = e2m1_magnitude(mag[k]) * scale;
+    out[k] = float_to_bf16(neg ? -deq : deq);
+    code[k] = static_cast<uint8_t>((neg ? 8 : 0) | mag[k]);
+  }
+}
+
+template <bool kAlongRow>
+__global__ void __launch_bounds__(kGroupThreads) group_quantize_kernel(const bf16_t* x, const SpanGeometry g,
+                                                                       const QuantSpec spec,
+                                                                       const TensorScale* ts_ptr, RecipeOut o) {
+  __shared__ bf16_t stage[kAlongRow ? 1 : kGroupSpans * kStagePitch];
+  const GroupLane gl(g.count(kMsEdenGroup, kAlongRow));
+  const Span<kMsEdenGroup, kAlongRow> s(gl.valid ? gl.t : 0, g.cols);
+  float v[16];
+  uint32_t bad;
+  load_group<kAlongRow>(x, g, gl, spec, stage, v, bad);
+  const TensorScale ts = *ts_ptr;
+  bf16_t out[16];
+  uint8_t code[16];
+  if (spec.ms_eden) {
+    ms_eden_block(s, gl, v, bad, spec, ts.dec, g.cols, o, out, code);
+  } else {
+    const int max_index = spec_max_index(spec);
+    // Double-block scales: the span is the 128-group; its outer scale over its finite values.
+    float outer = 0.0f;
+    if (spec.outer_block != 0) {
+      float amax_o = 0.0f;
+#pragma unroll
+      for (int k = 0; k < 16; ++k) {
+        const float a = abs_f(v[k]);
+        if (is_finite(a) && a > amax_o) amax_o = a;
+      }
+      outer = double_block_outer_scale(group_max(amax_o));
+    }
+    bool finite = bad == 0;
+    float amax_b = 0.0f;
+#pragma unroll
+    for (int k = 0; k < 16; ++k) {
+      if (!is_finite(v[k])) finite = false;
+      const float a = abs_f(v[k]);
+      if (a > amax_b) amax_b = a;
+    }
+    float* scale_out = o.scales != nullptr && gl.valid ? &o.scales[span_scale_index(s, gl.j, 16)] : nullptr;
+    if (!finite) {
+      if (gl.valid && o.nonfinite_flag != nullptr) atomicOr(o.nonfinite_flag, 1u);
+      if (scale_out != nullptr) *scale_out = bits_float(kQuietNaNBits);
+#pragma unroll
+      for (int k = 0; k < 16; ++k) out[k] = kBf16QuietNaN, code[k] = kNonFiniteCode;
+    } else {
+      BlockScale bs;
+      float stored;
+      if (spec.outer_block != 0) {
+        bs = make_double_block_scale(amax_b, outer, &stored);
+      } else {
+        bs = make_block_scale(spec.scale, amax_b, spec.gmax, ts);
+        stored = bs.stored;
+      }
+      float us[16];
+#pragma unroll
+      for (int k = 0; k < 16; ++k)
+        us[k] = spec.rounding == Rounding::sr && gl.valid ? uniform_for(spec, s.at(16 * gl.j + k), g.cols, o.source_rows)
+                                                          : 0.0f;
+      QuantizedElement e6[16], e4[16];
+      bool four = false;
+      if (spec.four_over_six) {
+        const BlockScale s4 = make_block_scale(spec.scale, amax_b, kFourOverSixLowMax, ts);
+        four = four_over_six_picks_four(v, us, 16, bs, s4, ts.dec, spec.grid, max_index, spec.rounding, e6, e4);
+        if (four) stored = s4.stored;
+      } else {
+#pragma unroll
+        for (int k = 0; k < 16; ++k) e6[k] = quantize_element(v[k], bs, spec.grid, max_index, spec.rounding, us[k]);
+      }
+      if (scale_out != nullptr) *scale_out = stored;
+#pragma unroll
+      for (int k = 0; k < 16; ++k) {
+        const QuantizedElement e = four ? e4[k] : e6[k];
+        out[k] = e.out;
+        code[k] = e.code;
+      }
+    }
+  }
+
+  if constexpr (kAlongRow) {
+    if (!gl.valid) return;
+    const int64_t first = gl.t * kMsEdenGroup + 16 * gl.j;
+    store_packed(reinterpret_cast<uint4*>(o.dequant + first), out);
+    if (o.codes != nullptr) store_packed(reinterpret_cast<uint4*>(o.codes + first), code);
+  } else {
+    __shared__ uint8_t stage_codes[kGroupSpans * kStagePitch];
+#pragma unroll
+    for (int k = 0; k < 16; ++k) {
+      stage[gl.s * kStagePitch + 16 * gl.j + k] = out[k];
+      stage_codes[gl.s * kStagePitch + 16 * gl.j + k] = code[k];
+    }
+    __syncthreads();
+    const int64_t t0 = static_cast<int64_t>(blockIdx.x) * kGroupSpans;
+    for (int e = threadIdx.x; e < kGroupSpans * kMsEdenGroup; e += kGroupThreads) {
+      const int sp = e % kGroupSpans, k = e / kGroupSpans;
+      if (t0 + sp >= g.count(kMsEdenGroup, false)) continue;
+      const int64_t i = Span<kMsEdenGroup, false>(t0 + sp, g.cols).at(k);
+      o.dequant[i] = stage[sp * kStagePitch + k];
+      if (o.codes != nullptr) o.codes[i] = stage_codes[sp * kStagePitch + k];
+    }
+  }
+}
+
+// The span length of a copy: 16 or 32 (the span kernels), 128 (the group kernels), or 0 for the
+// element-and-block kernels (2D tiles, and blocks of 32 under the 128-wide options: a group's
+// lanes hold blocks of 16).
 int span_length(const QuantSpec& s) {
   if (s.tile_2d) return 0;
   if (s.ms_eden || s.outer_block != 0 || (s.rht && s.rht_size == kRhtWideSize)) return s.block == 16 ? 128 : 0;
@@ -440,6 +676,21 @@ void launch_span(const bf16_t* x, int rows, int cols, const CopyOut& c, bool wan
   recipe_scale_kernel<<<1, 1, 0, stream>>>(c.spec, amax_bits, ts, c.amax, c.tensor_scale);
   FP4_CUDA_CHECK(cudaGetLastError());
   span_quantize_kernel<L, kAlongRow><<<blocks, kRecipeThreads, 0, stream>>>(x, g, c.spec, ts, o);
+  FP4_CUDA_CHECK(cudaGetLastError());
+}
+
+template <bool kAlongRow>
+void launch_group(const bf16_t* x, int rows, int cols, const CopyOut& c, bool want_amax, unsigned* amax_bits,
+                  TensorScale* ts, const RecipeOut& o, cudaStream_t stream) {
+  const SpanGeometry g{rows, cols};
+  const int blocks = std::max(1, ceil_div(g.count(kMsEdenGroup, kAlongRow), kGroupSpans));
+  if (want_amax) {
+    group_amax_kernel<kAlongRow><<<blocks, kGroupThreads, 0, stream>>>(x, g, c.spec, amax_bits);
+    FP4_CUDA_CHECK(cudaGetLastError());
+  }
+  recipe_scale_kernel<<<1, 1, 0, stream>>>(c.spec, amax_bits, ts, c.amax, c.tensor_scale);
+  FP4_CUDA_CHECK(cudaGetLastError());
+  group_quantize_kernel<kAlongRow><<<blocks, kGroupThreads, 0, stream>>>(x, g, c.spec, ts, o);
   FP4_CUDA_CHECK(cudaGetLastError());
 }
 
@@ -465,7 +716,8 @@ void quantize_one(const bf16_t* x, int rows, int cols, const CopyOut& c, unsigne
         s.ms_eden || (s.scale == ScaleMode::e4m3x2 && s.outer_block == 0) || c.amax != nullptr;
     if (span == 16) launch_span_of<16>(x, rows, cols, c, want_amax, amax_bits, ts, o, stream);
     else if (span == 32) launch_span_of<32>(x, rows, cols, c, want_amax, amax_bits, ts, o, stream);
-    else launch_span_of<128>(x, rows, cols, c, want_amax, amax_bits, ts, o, stream);
+    else if (c.spec.along == BlockAlong::row) launch_group<true>(x, rows, cols, c, want_amax, amax_bits, ts, o, stream);
+    else launch_group<false>(x, rows, cols, c, want_amax, amax_bits, ts, o, stream);
     return;
   }
   // The rest: the rotated values through the workspace, then one thread per block or tile.
