@@ -195,6 +195,31 @@ struct Span {
   __device__ int64_t at(int k) const { return kAlongRow ? first + k : first + static_cast<int64_t>(k) * cols; }
 };
 
+// N bf16 values (a multiple of 8, 16-byte aligned) into fp32 with 16-byte loads.
+template <int N>
+__device__ __forceinline__ void load_packed(const bf16_t* src, float (&v)[N]) {
+  static_assert(N % 8 == 0, "load_packed reads whole 16-byte words");
+  const uint4* words16 = reinterpret_cast<const uint4*>(src);
+#pragma unroll
+  for (int q = 0; q < N / 8; ++q) {
+    const uint4 u = words16[q];
+    const uint32_t words[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+    for (int h = 0; h < 8; ++h) v[8 * q + h] = bf16_to_float(static_cast<bf16_t>(words[h / 2] >> (16 * (h % 2))));
+  }
+}
+
+// A non-finite block's outputs, as the reference's: the flag raised (when `raise`), a NaN scale,
+// NaN values and the non-finite code.
+template <int N>
+__device__ void nonfinite_block(const RecipeOut& o, bool raise, float* scale_out, bf16_t (&out)[N],
+                                uint8_t (&code)[N]) {
+  if (raise && o.nonfinite_flag != nullptr) atomicOr(o.nonfinite_flag, 1u);
+  if (scale_out != nullptr) *scale_out = bits_float(kQuietNaNBits);
+#pragma unroll
+  for (int k = 0; k < N; ++k) out[k] = kBf16QuietNaN, code[k] = kNonFiniteCode;
+}
+
 // Loads span s of x into v (fp32) and marks the elements whose source is not finite in bad (bit k
 // of word k / 32); then the slot's RHT over each of the span's vectors.
 template <int L, bool kAlongRow>
@@ -203,14 +228,7 @@ __device__ void load_span(const bf16_t* x, const Span<L, kAlongRow>& s, const Qu
 #pragma unroll
   for (int w = 0; w < (L + 31) / 32; ++w) bad[w] = 0;
   if constexpr (kAlongRow) {
-    const uint4* src = reinterpret_cast<const uint4*>(x + s.first);
-#pragma unroll
-    for (int q = 0; q < L / 8; ++q) {
-      const uint4 u = src[q];
-      const uint32_t words[4] = {u.x, u.y, u.z, u.w};
-#pragma unroll
-      for (int h = 0; h < 8; ++h) v[8 * q + h] = bf16_to_float(static_cast<bf16_t>(words[h / 2] >> (16 * (h % 2))));
-    }
+    load_packed(x + s.first, v);
   } else {
 #pragma unroll
     for (int k = 0; k < L; ++k) v[k] = bf16_to_float(x[s.at(k)]);
@@ -297,10 +315,7 @@ __global__ void __launch_bounds__(kRecipeThreads) span_quantize_kernel(const bf1
   }
   float* scale_out = o.scales != nullptr ? &o.scales[span_scale_index(s, 0, L)] : nullptr;
   if (!finite) {
-    if (o.nonfinite_flag != nullptr) atomicOr(o.nonfinite_flag, 1u);
-    if (scale_out != nullptr) *scale_out = bits_float(kQuietNaNBits);
-#pragma unroll
-    for (int k = 0; k < L; ++k) out[k] = kBf16QuietNaN, code[k] = kNonFiniteCode;
+    nonfinite_block(o, true, scale_out, out, code);
   } else {
     const int max_index = spec_max_index(spec);
     const BlockScale bs = make_block_scale(spec.scale, amax_b, spec.gmax, ts);
@@ -401,14 +416,7 @@ __device__ void load_group(const bf16_t* x, const SpanGeometry& g, const GroupLa
                            bf16_t* stage, float (&v)[16], uint32_t& bad) {
   if constexpr (kAlongRow) {
     if (gl.valid) {
-      const uint4* src = reinterpret_cast<const uint4*>(x + gl.t * kMsEdenGroup + 16 * gl.j);
-#pragma unroll
-      for (int q = 0; q < 2; ++q) {
-        const uint4 u = src[q];
-        const uint32_t words[4] = {u.x, u.y, u.z, u.w};
-#pragma unroll
-        for (int h = 0; h < 8; ++h) v[8 * q + h] = bf16_to_float(static_cast<bf16_t>(words[h / 2] >> (16 * (h % 2))));
-      }
+      load_packed(x + gl.t * kMsEdenGroup + 16 * gl.j, v);
     } else {
 #pragma unroll
       for (int k = 0; k < 16; ++k) v[k] = 0.0f;
@@ -539,10 +547,7 @@ __device__ void ms_eden_block(const Span<kMsEdenGroup, kAlongRow>& s, const Grou
   const float scale = e4m3_stochastic(corrected, u);
   float* scale_out = o.scales != nullptr && gl.valid ? &o.scales[span_scale_index(s, gl.j, 16)] : nullptr;
   if (!finite) {
-    if (gl.valid && o.nonfinite_flag != nullptr) atomicOr(o.nonfinite_flag, 1u);
-    if (scale_out != nullptr) *scale_out = bits_float(kQuietNaNBits);
-#pragma unroll
-    for (int k = 0; k < 16; ++k) out[k] = kBf16QuietNaN, code[k] = kNonFiniteCode;
+    nonfinite_block(o, gl.valid, scale_out, out, code);
     return;
   }
   if (scale_out != nullptr) *scale_out = scale;
@@ -593,10 +598,7 @@ __global__ void __launch_bounds__(kGroupThreads) group_quantize_kernel(const bf1
     }
     float* scale_out = o.scales != nullptr && gl.valid ? &o.scales[span_scale_index(s, gl.j, 16)] : nullptr;
     if (!finite) {
-      if (gl.valid && o.nonfinite_flag != nullptr) atomicOr(o.nonfinite_flag, 1u);
-      if (scale_out != nullptr) *scale_out = bits_float(kQuietNaNBits);
-#pragma unroll
-      for (int k = 0; k < 16; ++k) out[k] = kBf16QuietNaN, code[k] = kNonFiniteCode;
+      nonfinite_block(o, gl.valid, scale_out, out, code);
     } else {
       BlockScale bs;
       float stored;
