@@ -132,14 +132,21 @@ __device__ __forceinline__ float load_value(const bf16_t* p, int64_t i) { return
 __device__ __forceinline__ void store_value(float* p, int64_t i, float v) { p[i] = v; }
 __device__ __forceinline__ void store_value(bf16_t* p, int64_t i, float v) { p[i] = fp4::float_to_bf16(v); }
 
+// The row kernels below (gather, the sums over a token's experts, the experts' dY) take one row per
+// CTA step and its features by the CTA's threads: no division per element, and each row's reads
+// and writes run along it.
+constexpr int kRowThreads = 128;
+
+unsigned row_blocks(int64_t n_rows) { return detail::elementwise_blocks(static_cast<size_t>(n_rows), 1); }
+
 template <typename T>
-__global__ void gather_kernel(const T* x, const int32_t* tokens, int64_t total, int rows, int d, T* out) {
-  const int64_t n = total * d;
-  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const int64_t g = i / d, f = i % d;
+__global__ void __launch_bounds__(kRowThreads) gather_kernel(const T* x, const int32_t* tokens, int64_t total,
+                                                             int rows, int d, T* out) {
+  for (int64_t g = blockIdx.x; g < total; g += gridDim.x) {
     const int32_t t = tokens[g];
-    out[i] = t < rows ? x[static_cast<int64_t>(t) * d + f] : T(0);
+    T* dst = out + g * d;
+    const T* src = x + static_cast<int64_t>(t) * d;
+    for (int f = threadIdx.x; f < d; f += blockDim.x) dst[f] = t < rows ? src[f] : T(0);
   }
 }
 
@@ -153,22 +160,24 @@ __device__ __forceinline__ int64_t assignment_row(const int32_t* chosen, const i
 // assigned, + each shared expert's v, then + extra[t, :] when extra is set: moe_combine (gates, no
 // extra) and moe_sum_dx (no gates, the router's share as extra).
 template <typename T>
-__global__ void sum_over_experts_kernel(const T* v, const int32_t* chosen, const int32_t* slot,
-                                        const int64_t* offsets, const float* gates, const float* extra, int rows,
-                                        int E, int J, int K, int d, float* out) {
-  const int64_t n = static_cast<int64_t>(rows) * d;
-  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const int64_t t = i / d, f = i % d;
-    float o = 0.0f;
-    for (int c = 0; c < K; ++c) {
-      const int64_t a = t * K + c;
-      const float x = load_value(v, assignment_row(chosen, slot, offsets, a) * d + f);
-      const float term = gates != nullptr ? gates[a] * x : x;
-      o = c == 0 ? term : o + term;
+__global__ void __launch_bounds__(kRowThreads) sum_over_experts_kernel(const T* v, const int32_t* chosen,
+                                                                       const int32_t* slot, const int64_t* offsets,
+                                                                       const float* gates, const float* extra,
+                                                                       int rows, int E, int J, int K, int d,
+                                                                       float* out) {
+  for (int64_t t = blockIdx.x; t < rows; t += gridDim.x) {
+    for (int f = threadIdx.x; f < d; f += blockDim.x) {
+      float o = 0.0f;
+      for (int c = 0; c < K; ++c) {
+        const int64_t a = t * K + c;
+        const float x = load_value(v, assignment_row(chosen, slot, offsets, a) * d + f);
+        const float term = gates != nullptr ? gates[a] * x : x;
+        o = c == 0 ? term : o + term;
+      }
+      for (int j = E; j < J; ++j) o += load_value(v, (offsets[j] + t) * d + f);
+      const int64_t i = t * d + f;
+      out[i] = extra != nullptr ? o + extra[i] : o;
     }
-    for (int j = E; j < J; ++j) o += load_value(v, (offsets[j] + t) * d + f);
-    out[i] = extra != nullptr ? o + extra[i] : o;
   }
 }
 
@@ -192,19 +201,16 @@ __global__ void dgates_kernel(const float* dout, const T* y, const int32_t* chos
 }
 
 template <typename T>
-__global__ void expert_dy_kernel(const float* dout, const int32_t* tokens, const int32_t* choice, const float* gates,
-                                 int64_t total, int rows, int d, T* dy) {
-  const int64_t n = total * d;
-  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const int64_t g = i / d, f = i % d;
+__global__ void __launch_bounds__(kRowThreads) expert_dy_kernel(const float* dout, const int32_t* tokens,
+                                                                const int32_t* choice, const float* gates,
+                                                                int64_t total, int rows, int d, T* dy) {
+  for (int64_t g = blockIdx.x; g < total; g += gridDim.x) {
     const int32_t t = tokens[g];
-    if (t >= rows) {
-      store_value(dy, i, 0.0f);
-      continue;
-    }
     const float gate = choice[g] >= 0 ? gates[choice[g]] : 1.0f;
-    store_value(dy, i, gate * dout[static_cast<int64_t>(t) * d + f]);
+    for (int f = threadIdx.x; f < d; f += blockDim.x) {
+      const int64_t i = g * d + f;
+      store_value(dy, i, t < rows ? gate * dout[static_cast<int64_t>(t) * d + f] : 0.0f);
+    }
   }
 }
 
@@ -304,7 +310,7 @@ template <typename T>
 static void launch_gather(const T* x, const int32_t* tokens, int64_t total, int rows, int d, T* x_groups,
                           cudaStream_t stream) {
   if (total == 0) return;
-  gather_kernel<<<blocks_for(total * d), kThreads, 0, stream>>>(x, tokens, total, rows, d, x_groups);
+  gather_kernel<<<row_blocks(total), kRowThreads, 0, stream>>>(x, tokens, total, rows, d, x_groups);
   detail::check_launch();
 }
 
@@ -323,7 +329,7 @@ static void launch_sum_over_experts(const char* op, const T* v, const int32_t* c
                                     const int64_t* offsets, const float* gates, const float* extra, int rows,
                                     int n_experts, int n_shared, int top_k, int d, float* out, cudaStream_t stream) {
   check_router(op, rows, n_experts, top_k);
-  sum_over_experts_kernel<<<blocks_for(static_cast<int64_t>(rows) * d), kThreads, 0, stream>>>(
+  sum_over_experts_kernel<<<row_blocks(rows), kRowThreads, 0, stream>>>(
       v, chosen, slot, offsets, gates, extra, rows, n_experts, n_experts + n_shared, top_k, d, out);
   detail::check_launch();
 }
@@ -365,7 +371,7 @@ template <typename T>
 static void launch_expert_dy(const float* dout, const int32_t* tokens, const int32_t* choice, const float* gates,
                              int64_t total, int rows, int d, T* dy, cudaStream_t stream) {
   if (total == 0) return;
-  expert_dy_kernel<<<blocks_for(total * d), kThreads, 0, stream>>>(dout, tokens, choice, gates, total, rows, d, dy);
+  expert_dy_kernel<<<row_blocks(total), kRowThreads, 0, stream>>>(dout, tokens, choice, gates, total, rows, d, dy);
   detail::check_launch();
 }
 
