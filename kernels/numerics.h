@@ -463,28 +463,45 @@ FP4_HD float e4m3_stochastic(float c, float u) {
   return u < p ? up : down;
 }
 
+// One block of 16 of a finite MS-EDEN group (v its rotated values): returns the block's E4M3 scale
+// before the correction, and leaves each value's magnitude index in mag[k] and the terms of the
+// correction's two sums in tt[k] = t² and tq[k] = t·q, which the group adds in block order.
+FP4_HD float ms_eden_block_terms(const float* v, float s_dec, uint8_t* mag, float* tt, float* tq) {
+  float amax_b = 0.0f;
+#if defined(__CUDA_ARCH__)
+#pragma unroll
+#endif
+  for (int k = 0; k < 16; ++k) {
+    const float a = abs_f(v[k]);
+    if (a > amax_b) amax_b = a;
+  }
+  const float block_scale = ms_eden_block_scale(amax_b, s_dec);
+  const float denom = block_scale * s_dec;
+#if defined(__CUDA_ARCH__)
+#pragma unroll
+#endif
+  for (int k = 0; k < 16; ++k) {
+    const float t = abs_f(v[k]) / denom;
+    const int m = round_nearest_up_index_e2m1(t);
+    mag[k] = static_cast<uint8_t>(m);
+    tt[k] = t * t;
+    tq[k] = t * e2m1_magnitude(m);
+  }
+  return block_scale;
+}
+
 // One finite 128-group of MS-EDEN: v the rotated values in group order (8 blocks of 16), u the 8
 // blocks' uniforms. Leaves each block's final (stochastically rounded) E4M3 scale in scales[b] and
-// each value's magnitude index in mag[k]; the value's output is bf16(±e2m1_magnitude(mag) * scale).
+// each value's magnitude index in mag[k]; the value's output is ms_eden_element's.
 FP4_HD void ms_eden_group(const float* v, float s_dec, const float* u, float* scales, uint8_t* mag) {
   float block_scale[kMsEdenGroup / 16];
   float num = 0.0f, den = 0.0f;
   for (int b = 0; b < kMsEdenGroup / 16; ++b) {
-    float amax_b = 0.0f;
-    for (int k = 16 * b; k < 16 * b + 16; ++k) {
-      const float a = abs_f(v[k]);
-      if (a > amax_b) amax_b = a;
-    }
-    block_scale[b] = ms_eden_block_scale(amax_b, s_dec);
-    const float denom = block_scale[b] * s_dec;
-    for (int k = 16 * b; k < 16 * b + 16; ++k) {
-      const float t = abs_f(v[k]) / denom;
-      const int m = round_nearest_up_index_e2m1(t);
-      mag[k] = static_cast<uint8_t>(m);
-      const float tt = t * t;
-      const float tq = t * e2m1_magnitude(m);
-      num = num + tt;
-      den = den + tq;
+    float tt[16], tq[16];
+    block_scale[b] = ms_eden_block_terms(v + 16 * b, s_dec, mag + 16 * b, tt, tq);
+    for (int k = 0; k < 16; ++k) {
+      num = num + tt[k];
+      den = den + tq[k];
     }
   }
   const float correction = den == 0.0f ? 1.0f : num / den;
@@ -494,6 +511,15 @@ FP4_HD void ms_eden_group(const float* v, float s_dec, const float* u, float* sc
   }
 }
 
+// A value's output under its block's final scale: bf16(±e2m1_magnitude(mag) · scale), and its code.
+FP4_HD QuantizedElement ms_eden_element(float v, uint8_t mag, float scale) {
+  const bool neg = sign_bit(v);
+  const float deq = e2m1_magnitude(mag) * scale;
+  QuantizedElement e;
+  e.out = float_to_bf16(neg ? -deq : deq);
+  e.code = static_cast<uint8_t>((neg ? 8 : 0) | mag);
+  return e;
+}
 
 // ---------------------------------------------------------------------------------------------
 // Random Hadamard transform (NUMERICS.md §4)

@@ -105,10 +105,9 @@ void quantize_ms_eden(const bf16_t* x, const std::vector<float>& v, const int32_
     for (int b = 0; b < kBlocks; ++b) {
       scale_at(b) = scales[b];
       for (int k = 16 * b; k < 16 * b + 16; ++k) {
-        const bool neg = sign_bit(vals[k]);
-        const float deq = e2m1_magnitude(mag[k]) * scales[b];
-        q.dequant[idx[k]] = float_to_bf16(neg ? -deq : deq);
-        q.codes[idx[k]] = static_cast<uint8_t>((neg ? 8 : 0) | mag[k]);
+        const QuantizedElement e = ms_eden_element(vals[k], mag[k], scales[b]);
+        q.dequant[idx[k]] = e.out;
+        q.codes[idx[k]] = e.code;
       }
     }
   }

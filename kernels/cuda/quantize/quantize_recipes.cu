@@ -220,6 +220,59 @@ __device__ void nonfinite_block(const RecipeOut& o, bool raise, float* scale_out
   for (int k = 0; k < N; ++k) out[k] = kBf16QuietNaN, code[k] = kNonFiniteCode;
 }
 
+// One 1D block of N values, as the reference quantizes a block: its finiteness (bad: bit k set
+// where element k's source is not finite) and amax, its scale (§3's, or TetraJet-v2's double-block
+// scale under the span's outer scale `outer`), Four Over Six's choice between two scales, then its
+// values with the uniforms uniform(k) (read for SR only). A non-finite block raises the flag when
+// `raise`, and gets a NaN scale, NaN values and the non-finite code.
+template <int N, typename Uniform>
+__device__ void quantize_block(const float (&v)[N], uint32_t bad, const QuantSpec& spec, const TensorScale& ts,
+                               float outer, Uniform&& uniform, const RecipeOut& o, bool raise, float* scale_out,
+                               bf16_t (&out)[N], uint8_t (&code)[N]) {
+  bool finite = bad == 0;
+  float amax_b = 0.0f;
+#pragma unroll
+  for (int k = 0; k < N; ++k) {
+    if (!is_finite(v[k])) finite = false;
+    const float a = abs_f(v[k]);
+    if (a > amax_b) amax_b = a;
+  }
+  if (!finite) {
+    nonfinite_block(o, raise, scale_out, out, code);
+    return;
+  }
+  const int max_index = spec_max_index(spec);
+  BlockScale bs;
+  float stored;
+  if (spec.outer_block != 0) {
+    bs = make_double_block_scale(amax_b, outer, &stored);
+  } else {
+    bs = make_block_scale(spec.scale, amax_b, spec.gmax, ts);
+    stored = bs.stored;
+  }
+  float us[N];
+#pragma unroll
+  for (int k = 0; k < N; ++k) us[k] = spec.rounding == Rounding::sr ? uniform(k) : 0.0f;
+  QuantizedElement e6[N], e4[N];
+  bool four = false;
+  if (spec.four_over_six) {
+    // Both candidates' elements come from the comparison: the chosen candidate's are the outputs.
+    const BlockScale s4 = make_block_scale(spec.scale, amax_b, kFourOverSixLowMax, ts);
+    four = four_over_six_picks_four(v, us, N, bs, s4, ts.dec, spec.grid, max_index, spec.rounding, e6, e4);
+    if (four) stored = s4.stored;
+  } else {
+#pragma unroll
+    for (int k = 0; k < N; ++k) e6[k] = quantize_element(v[k], bs, spec.grid, max_index, spec.rounding, us[k]);
+  }
+  if (scale_out != nullptr) *scale_out = stored;
+#pragma unroll
+  for (int k = 0; k < N; ++k) {
+    const QuantizedElement e = four ? e4[k] : e6[k];
+    out[k] = e.out;
+    code[k] = e.code;
+  }
+}
+
 // Loads span s of x into v (fp32) and marks the elements whose source is not finite in bad (bit k
 // of word k / 32); then the slot's RHT over each of the span's vectors.
 template <int L, bool kAlongRow>
@@ -304,45 +357,11 @@ __global__ void __launch_bounds__(kRecipeThreads) span_quantize_kernel(const bf1
   bf16_t out[L];
   uint8_t code[L];
   const TensorScale ts = *ts_ptr;
-  // The span is one block (span_length): its finiteness and amax, its scale, then its values.
-  bool finite = true;
-  float amax_b = 0.0f;
-#pragma unroll
-  for (int k = 0; k < L; ++k) {
-    if (((bad[k / 32] >> (k % 32)) & 1u) != 0 || !is_finite(v[k])) finite = false;
-    const float a = abs_f(v[k]);
-    if (a > amax_b) amax_b = a;
-  }
+  // The span is one block (span_length).
   float* scale_out = o.scales != nullptr ? &o.scales[span_scale_index(s, 0, L)] : nullptr;
-  if (!finite) {
-    nonfinite_block(o, true, scale_out, out, code);
-  } else {
-    const int max_index = spec_max_index(spec);
-    const BlockScale bs = make_block_scale(spec.scale, amax_b, spec.gmax, ts);
-    float stored = bs.stored;
-    float us[L];
-#pragma unroll
-    for (int k = 0; k < L; ++k)
-      us[k] = spec.rounding == Rounding::sr ? uniform_for(spec, s.at(k), g.cols, o.source_rows) : 0.0f;
-    QuantizedElement e6[L], e4[L];
-    bool four = false;
-    if (spec.four_over_six) {
-      // Both candidates' elements come from the comparison: the chosen candidate's are the outputs.
-      const BlockScale s4 = make_block_scale(spec.scale, amax_b, kFourOverSixLowMax, ts);
-      four = four_over_six_picks_four(v, us, L, bs, s4, ts.dec, spec.grid, max_index, spec.rounding, e6, e4);
-      if (four) stored = s4.stored;
-    } else {
-#pragma unroll
-      for (int k = 0; k < L; ++k) e6[k] = quantize_element(v[k], bs, spec.grid, max_index, spec.rounding, us[k]);
-    }
-    if (scale_out != nullptr) *scale_out = stored;
-#pragma unroll
-    for (int k = 0; k < L; ++k) {
-      const QuantizedElement e = four ? e4[k] : e6[k];
-      out[k] = e.out;
-      code[k] = e.code;
-    }
-  }
+  quantize_block(
+      v, bad[0], spec, ts, 0.0f, [&](int k) { return uniform_for(spec, s.at(k), g.cols, o.source_rows); }, o, true,
+      scale_out, out, code);
 
   if constexpr (kAlongRow) {
     store_packed(reinterpret_cast<uint4*>(o.dequant + s.first), out);
@@ -369,9 +388,9 @@ __global__ void __launch_bounds__(kRecipeThreads) span_quantize_kernel(const bf1
 // CTA stages its 32 spans through shared memory, so that global reads and writes run along rows.
 // ---------------------------------------------------------------------------------------------
 
-constexpr int kGroupLanes = kMsEdenGroup / 16;                 // 8: lanes per 128-span
-constexpr int kGroupSpans = kRecipeThreads * 2 / kGroupLanes;  // 32 spans per CTA of 256 threads
-constexpr int kGroupThreads = kGroupSpans * kGroupLanes;
+constexpr int kGroupLanes = kMsEdenGroup / 16;              // 8: lanes per 128-span
+constexpr int kGroupThreads = 256;                          // a CTA
+constexpr int kGroupSpans = kGroupThreads / kGroupLanes;    // 32 spans per CTA
 constexpr int kStagePitch = kMsEdenGroup + 2;  // bf16 per staged span: an odd word pitch, no bank conflicts
 static_assert(kGroupLanes == 8 && kGroupThreads == 256, "the group path's shape");
 
@@ -388,8 +407,8 @@ struct GroupLane {
   }
 };
 
-// The group's lane holding block b of this lane's span.
-__device__ __forceinline__ int group_lane(int b) { return (static_cast<int>(threadIdx.x) & 31 & ~(kGroupLanes - 1)) + b; }
+// The warp lane of this span's block 0: its group is that lane and the 7 after it.
+__device__ __forceinline__ int group_first_lane() { return static_cast<int>(threadIdx.x) & 31 & ~(kGroupLanes - 1); }
 
 template <typename T>
 __device__ __forceinline__ T group_max(T v) {
@@ -404,8 +423,7 @@ __device__ __forceinline__ T group_max(T v) {
 __device__ __forceinline__ bool group_all(bool b) {
   // The 8 lanes of a group are 8 aligned bits of the warp's ballot.
   const unsigned ballot = __ballot_sync(0xffffffffu, b);
-  const unsigned mine = (ballot >> (static_cast<int>(threadIdx.x) & 31 & ~(kGroupLanes - 1))) & 0xffu;
-  return mine == 0xffu;
+  return ((ballot >> group_first_lane()) & 0xffu) == 0xffu;
 }
 
 // Loads block j of span t into v (fp32), marks the elements whose source is not finite in bad (bit
@@ -445,22 +463,10 @@ __device__ void load_group(const bf16_t* x, const SpanGeometry& g, const GroupLa
     rht16(v, spec.rht_signs);
     return;
   }
-  // rht128 (numerics.h) over the group: the signs, stages h = 1..8 within the lane, h = 16, 32, 64
-  // across lanes (lane j's element k is the span's element 16j + k), then the norm.
-#pragma unroll
-  for (int k = 0; k < 16; ++k) {
-    const int i = 16 * gl.j + k;
-    if ((spec.rht_wide_signs[i >> 5] >> (i & 31)) & 1u) v[k] = -v[k];
-  }
-#pragma unroll
-  for (int h = 1; h < 16; h <<= 1)
-#pragma unroll
-    for (int k = 0; k < 16; ++k) {
-      if (k & h) continue;
-      const float a = v[k], b = v[k + h];
-      v[k] = a + b;
-      v[k + h] = a - b;
-    }
+  // rht128 (numerics.h) over the group. Lane j's element k is the span's element 16j + k, so its
+  // signs are bits 16j.. of the 128-bit vector and its stages h = 1..8 are fwht16_signed's own;
+  // stages h = 16, 32, 64 pair it with lane j ^ (h / 16); then the norm.
+  fwht16_signed(v, static_cast<uint16_t>(spec.rht_wide_signs[gl.j / 2] >> (16 * (gl.j % 2))));
 #pragma unroll
   for (int hl = 1; hl < kGroupLanes; hl <<= 1) {
     const bool upper = (gl.j & hl) != 0;  // this lane holds the v[i + h] of each pair
@@ -507,24 +513,9 @@ __device__ void ms_eden_block(const Span<kMsEdenGroup, kAlongRow>& s, const Grou
   finite = group_all(finite);
   // A non-finite span still runs the sums' shuffles below (every lane of the warp must): its
   // numbers are discarded at the end.
-  float amax_b = 0.0f;
-#pragma unroll
-  for (int k = 0; k < 16; ++k) {
-    const float a = abs_f(v[k]);
-    if (a > amax_b) amax_b = a;
-  }
-  const float block_scale = ms_eden_block_scale(amax_b, s_dec);
-  const float denom = block_scale * s_dec;
   uint8_t mag[16];
   float tt[16], tq[16];
-#pragma unroll
-  for (int k = 0; k < 16; ++k) {
-    const float t = abs_f(v[k]) / denom;
-    const int m = round_nearest_up_index_e2m1(t);
-    mag[k] = static_cast<uint8_t>(m);
-    tt[k] = t * t;
-    tq[k] = t * e2m1_magnitude(m);
-  }
+  const float block_scale = ms_eden_block_terms(v, s_dec, mag, tt, tq);
   // The sums in the reference's order: block 0's 16 terms, then block 1's, ...; lane b adds its
   // terms to the sums of blocks 0..b-1, and every lane receives the sums after block b.
   float num = 0.0f, den = 0.0f;
@@ -537,8 +528,8 @@ __device__ void ms_eden_block(const Span<kMsEdenGroup, kAlongRow>& s, const Grou
         den = den + tq[k];
       }
     }
-    num = __shfl_sync(0xffffffffu, num, group_lane(b));
-    den = __shfl_sync(0xffffffffu, den, group_lane(b));
+    num = __shfl_sync(0xffffffffu, num, group_first_lane() + b);
+    den = __shfl_sync(0xffffffffu, den, group_first_lane() + b);
   }
   const float correction = den == 0.0f ? 1.0f : num / den;
   const float corrected = block_scale * correction;
@@ -553,10 +544,9 @@ __device__ void ms_eden_block(const Span<kMsEdenGroup, kAlongRow>& s, const Grou
   if (scale_out != nullptr) *scale_out = scale;
 #pragma unroll
   for (int k = 0; k < 16; ++k) {
-    const bool neg = sign_bit(v[k]);
-    const float deq = e2m1_magnitude(mag[k]) * scale;
-    out[k] = float_to_bf16(neg ? -deq : deq);
-    code[k] = static_cast<uint8_t>((neg ? 8 : 0) | mag[k]);
+    const QuantizedElement e = ms_eden_element(v[k], mag[k], scale);
+    out[k] = e.out;
+    code[k] = e.code;
   }
 }
 
@@ -576,7 +566,6 @@ __global__ void __launch_bounds__(kGroupThreads) group_quantize_kernel(const bf1
   if (spec.ms_eden) {
     ms_eden_block(s, gl, v, bad, spec, ts.dec, g.cols, o, out, code);
   } else {
-    const int max_index = spec_max_index(spec);
     // Double-block scales: the span is the 128-group; its outer scale over its finite values.
     float outer = 0.0f;
     if (spec.outer_block != 0) {
@@ -588,49 +577,11 @@ __global__ void __launch_bounds__(kGroupThreads) group_quantize_kernel(const bf1
       }
       outer = double_block_outer_scale(group_max(amax_o));
     }
-    bool finite = bad == 0;
-    float amax_b = 0.0f;
-#pragma unroll
-    for (int k = 0; k < 16; ++k) {
-      if (!is_finite(v[k])) finite = false;
-      const float a = abs_f(v[k]);
-      if (a > amax_b) amax_b = a;
-    }
     float* scale_out = o.scales != nullptr && gl.valid ? &o.scales[span_scale_index(s, gl.j, 16)] : nullptr;
-    if (!finite) {
-      nonfinite_block(o, gl.valid, scale_out, out, code);
-    } else {
-      BlockScale bs;
-      float stored;
-      if (spec.outer_block != 0) {
-        bs = make_double_block_scale(amax_b, outer, &stored);
-      } else {
-        bs = make_block_scale(spec.scale, amax_b, spec.gmax, ts);
-        stored = bs.stored;
-      }
-      float us[16];
-#pragma unroll
-      for (int k = 0; k < 16; ++k)
-        us[k] = spec.rounding == Rounding::sr && gl.valid ? uniform_for(spec, s.at(16 * gl.j + k), g.cols, o.source_rows)
-                                                          : 0.0f;
-      QuantizedElement e6[16], e4[16];
-      bool four = false;
-      if (spec.four_over_six) {
-        const BlockScale s4 = make_block_scale(spec.scale, amax_b, kFourOverSixLowMax, ts);
-        four = four_over_six_picks_four(v, us, 16, bs, s4, ts.dec, spec.grid, max_index, spec.rounding, e6, e4);
-        if (four) stored = s4.stored;
-      } else {
-#pragma unroll
-        for (int k = 0; k < 16; ++k) e6[k] = quantize_element(v[k], bs, spec.grid, max_index, spec.rounding, us[k]);
-      }
-      if (scale_out != nullptr) *scale_out = stored;
-#pragma unroll
-      for (int k = 0; k < 16; ++k) {
-        const QuantizedElement e = four ? e4[k] : e6[k];
-        out[k] = e.out;
-        code[k] = e.code;
-      }
-    }
+    quantize_block(
+        v, bad, spec, ts, outer,
+        [&](int k) { return gl.valid ? uniform_for(spec, s.at(16 * gl.j + k), g.cols, o.source_rows) : 0.0f; }, o,
+        gl.valid, scale_out, out, code);
   }
 
   if constexpr (kAlongRow) {
