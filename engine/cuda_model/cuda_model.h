@@ -123,6 +123,9 @@ class CudaModel {
   std::vector<model::PassResult> finish_forward_backward();
   // How many training passes ran as a CUDA graph launch (tests: the graphs are really used).
   uint64_t graph_launches() const { return graph_launches_; }
+  // How many cuBLASLt plans (GEMM shapes) the model has made so far (tests: an MoE model's shapes
+  // stay few while its routing changes).
+  size_t gemm_plans() const;
   model::EvalResult evaluate(const model::Batch& batch, const model::StepContext& ctx = {});
 
   // Device buffers of n_params() floats, for the optimizer (which runs on stream()). Whoever
@@ -351,6 +354,16 @@ class CudaModel {
     engine::LinearSite in, out;
   };
   ExpertGroup expert_group(const model::StepContext& ctx, int block, int expert);
+  // The multiple to which the dispatch pads each expert's group (zero rows), the rows of its
+  // weight-gradient GEMM: the CPU model's wgrad_row_multiple where that is above 1 (a quantizer's
+  // blocks run along the tokens there). Where it is 1 (a bf16 block) and the block routes to more
+  // than one expert, kBf16GroupRows instead: the group sizes change at every micro-step, and
+  // cuBLASLt's plans are made per GEMM shape (kernels/cuda/gemm.cu), so unpadded groups cost a new
+  // plan, a heuristic query on the host, per group per micro-step. Zero rows add exact zeros to
+  // dW; the GEMM of the padded length may still sum in another order than the unpadded one would.
+  // One routed expert keeps its R rows, so that E = 1, top-1 stays the dense model bit for bit.
+  static constexpr int kBf16GroupRows = 64;
+  int expert_row_multiple(int block) const;
   static int64_t routed_rows(const MoeActs& A);  // the groups' rows before padding
   // One expert linear (pos 2: mlp_in, 3: mlp_out) of every expert of `block` over its group: the
   // grouped Y [total, n] = X · Wᵀ per group; and its backward, dX over each group's rows and

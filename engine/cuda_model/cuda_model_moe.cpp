@@ -41,7 +41,7 @@ void CudaModel::prepare_moe() {
   int64_t cap = 0;
   for (int l = 0; l < L; ++l)
     if (model::is_moe_block(c, l))
-      cap = std::max(cap, cuda::moe_dispatch_capacity(R, E, m.n_shared, K, host_.wgrad_row_multiple(l)));
+      cap = std::max(cap, cuda::moe_dispatch_capacity(R, E, m.n_shared, K, expert_row_multiple(l)));
   const size_t g = static_cast<size_t>(cap);
   if (static_cast<int>(moe_acts_.size()) != L) {
     moe_acts_.clear();
@@ -230,6 +230,13 @@ void CudaModel::experts_backward(const model::StepContext& ctx, int block, int p
 
 // ---- The block ---------------------------------------------------------------------------------
 
+size_t CudaModel::gemm_plans() const { return gemm_->cached_plans(); }
+
+int CudaModel::expert_row_multiple(int block) const {
+  const int host = host_.wgrad_row_multiple(block);
+  return host == 1 && config().moe.n_experts > 1 ? kBf16GroupRows : host;
+}
+
 int64_t CudaModel::routed_rows(const MoeActs& A) {
   int64_t rows = 0;
   for (int64_t c : A.plan.counts) rows += c;
@@ -283,7 +290,7 @@ void CudaModel::moe_forward(const model::StepContext& ctx, int block, const bf16
 
   // Dispatch (the groups in ascending token index; the host learns their sizes: one wait, after
   // which the copies above have landed too).
-  const int pad = host_.wgrad_row_multiple(block);
+  const int pad = expert_row_multiple(block);
   A.plan = cuda::moe_dispatch(A.chosen.get(), R, E, S, K, pad, A.slot.get(), A.tokens.get(), A.choice.get(),
                               A.plan_dev.get(), st);
   const int64_t total = A.plan.offsets[J];

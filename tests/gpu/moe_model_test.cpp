@@ -229,6 +229,44 @@ TEST_CASE("cuda MoE model with one expert at the dense width, top-1, is the dens
   CHECK(g.worst < 10 * grad_tolerance(recipe));
 }
 
+TEST_CASE("cuda MoE model's GEMM shapes stay few while its routing changes (bf16 groups padded)", "[gpu][engine][moe]") {
+  // Eight routed experts, top-2, over R = 256 rows: 512 assignments whose split over the experts
+  // changes with the tokens. bf16's groups are padded to CudaModel::kBf16GroupRows, so a weight
+  // gradient's rows take one of 512 / 64 = 8 values and its two expert shapes at most 16 plans,
+  // however many passes run; unpadded, about every pass would add new ones.
+  const ModelShape mc = with_moe(fp4::model::model_explicit(2, 64, 1, 64, 192, 64), 8, 2, 96, 0, 1);
+  fp4::cuda_model::CudaModel gpu(mc, fp4::engine::recipe_preset("bf16"), {});
+  gpu.init_params(3);
+  const int B = 4, T = 64;
+  auto pass = [&](int p) {
+    Tokens t;
+    for (int i = 0; i < B * T; ++i) {
+      t.inputs.push_back((i * (7 + 2 * p) + 3 * p * p + 1) % 64);
+      t.targets.push_back((i * 11 + p) % 64);
+    }
+    return gpu.forward_backward(t.batch(B, T), fp4::model::StepContext{static_cast<uint64_t>(p), 0, 1});
+  };
+  gpu.zero_grads();
+  const fp4::model::PassResult first = pass(0);
+  REQUIRE_FALSE(first.nonfinite);
+  const size_t plans_first = gpu.gemm_plans();
+  std::vector<std::vector<int64_t>> loads;
+  for (int p = 1; p <= 12; ++p) {
+    const fp4::model::PassResult r = pass(p);
+    REQUIRE_FALSE(r.nonfinite);
+    REQUIRE(r.moe.size() == 2);
+    loads.push_back(r.moe[0].counts);
+  }
+  // The routing did change (otherwise the test shows nothing).
+  std::sort(loads.begin(), loads.end());
+  const size_t distinct_loads = static_cast<size_t>(std::unique(loads.begin(), loads.end()) - loads.begin());
+  const size_t added = gpu.gemm_plans() - plans_first;
+  std::printf("MoE bf16 GEMM plans: %zu after the first pass, %zu added over 12 more (%zu distinct expert loads)\n",
+              plans_first, added, distinct_loads);
+  CHECK(distinct_loads >= 6);
+  CHECK(added <= 16);
+}
+
 TEST_CASE("cuda trains an MoE preset like the CPU does, routing rows included, deterministically and resumably",
           "[gpu][engine][moe][resume]") {
   const std::string recipe_name = GENERATE(as<std::string>{}, "bf16", "e2m1", "ufp4");
