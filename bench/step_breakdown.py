@@ -30,6 +30,7 @@ CATEGORIES = [
     ("GEMM (cuBLASLt and split-K sum)", r"gemm|nvjet|xmma|cutlass|sm90|split_k|splitk|cublas"),
     ("norms (RMSNorm fwd/bwd)", r"rmsnorm"),
     ("cross-entropy", r"cross_entropy"),
+    ("MoE routing, dispatch, gather, combine", r"router|count_kernel|fill_kernel|gather|sum_over_experts|dgates|expert_dy"),
     ("RoPE, SwiGLU, residual, embedding", r"rope|swiglu|residual|embedding"),
     ("conversions (fp32<->bf16, rounding)", r"bf16|round|float_to|to_float"),
 ]
