@@ -105,6 +105,51 @@ __device__ float uniform_for(const QuantSpec& s, int64_t i, int cols, const int3
              : 0.0f;
 }
 
+// The SR uniforms of N values whose draw indices are consecutive from index0, a multiple of 4 (a
+// block along a row: it starts at a multiple of 16 in its row, and cols is a multiple of 16): the
+// words of N / 4 whole Philox calls, each call made once (uniform_for makes one per value and keeps
+// the value's word of it). The same words, so the same uniforms.
+template <int N>
+__device__ void consecutive_uniforms(const QuantSpec& s, uint64_t index0, float (&u)[N]) {
+  static_assert(N % 4 == 0, "whole Philox calls");
+#pragma unroll
+  for (int a = 0; a < N / 4; ++a) {
+    const Philox4 w = philox_for_elements(s.seed, s.stream, s.step, index0 + 4 * static_cast<uint64_t>(a));
+#pragma unroll
+    for (int q = 0; q < 4; ++q) u[4 * a + q] = uniform_from_word(w.w[q]);
+  }
+}
+
+// The SR uniforms of N values down a column, when four lanes of the warp (a quad: member q at
+// lane quad_lane(q)) hold the same N rows of columns 4m .. 4m + 3, this lane being member q
+// (cols a multiple of 4): the four values of a row across the quad are the four words of one
+// Philox call. Member q makes the calls of rows q, q + 4, ... (row_index(k): the draw index of
+// row k's value in column 4m), and the words go round the quad: in round r member q reads from
+// member (q + r) & 3 the word q of that member's call, which it publishes as its word
+// (q' − r) & 3. N / 4 calls a lane instead of N, the same words. Every lane of the warp must call
+// this (the shuffles), whatever its span's validity.
+template <int N, typename QuadLane, typename RowIndex>
+__device__ void quad_column_uniforms(const QuantSpec& s, int q, QuadLane&& quad_lane, RowIndex&& row_index,
+                                     float (&u)[N]) {
+  static_assert(N % 4 == 0, "whole Philox calls");
+  // q is a run-time value: the words and the destinations are chosen by selects over constant
+  // indices, so that w and u stay in registers (an index by q would put them in local memory).
+#pragma unroll
+  for (int a = 0; a < N / 4; ++a) {
+    const Philox4 w = philox_for_elements(s.seed, s.stream, s.step, row_index(4 * a + q));
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const int from = (q + r) & 3, publish = (q - r) & 3;
+      uint32_t mine = w.w[0];
+#pragma unroll
+      for (int m = 1; m < 4; ++m) mine = publish == m ? w.w[m] : mine;
+      const float got = uniform_from_word(__shfl_sync(0xffffffffu, mine, quad_lane(from)));
+#pragma unroll
+      for (int m = 0; m < 4; ++m) u[4 * a + m] = from == m ? got : u[4 * a + m];
+    }
+  }
+}
+
 __device__ void store_nonfinite(const RecipeOut& o, int64_t i) {
   o.dequant[i] = kBf16QuietNaN;
   if (o.codes != nullptr) o.codes[i] = kNonFiniteCode;
@@ -349,19 +394,39 @@ __global__ void __launch_bounds__(kRecipeThreads) span_quantize_kernel(const bf1
                                                                        const QuantSpec spec,
                                                                        const TensorScale* ts_ptr, RecipeOut o) {
   const int64_t t = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (t >= g.count(L, kAlongRow)) return;
-  const Span<L, kAlongRow> s(t, g.cols);
+  const int64_t count = g.count(L, kAlongRow);
+  // A column copy's SR shares Philox calls across a quad of lanes (quad_column_uniforms), so every
+  // lane of a warp stays to the shuffles; a lane past the end takes the values of span t % 4 (a
+  // quad of spans like its own: count is a multiple of 4) and stores nothing. With cols a multiple
+  // of 4 a quad's spans are all valid or all past the end.
+  const bool quad_sr = !kAlongRow && spec.rounding == Rounding::sr && g.cols % 4 == 0;
+  const bool valid = t < count;
+  if (!valid && (!quad_sr || count == 0)) return;
+  const Span<L, kAlongRow> s(valid ? t : (t & 3), g.cols);
   float v[L];
   uint32_t bad[(L + 31) / 32];
   load_span<L, kAlongRow>(x, s, spec, v, bad);
+  float u[L] = {};
+  if (spec.rounding == Rounding::sr) {
+    if constexpr (kAlongRow) {
+      consecutive_uniforms<L>(spec, draw_index(s.first, g.cols, o.source_rows), u);
+    } else if (quad_sr) {
+      const int q = static_cast<int>(threadIdx.x & 3);  // t % 4 = the column % 4 (blockDim.x is a multiple of 4)
+      quad_column_uniforms<L>(
+          spec, q, [](int m) { return static_cast<int>(threadIdx.x & 31 & ~3) + m; },
+          [&](int k) { return draw_index(s.at(k) - q, g.cols, o.source_rows); }, u);
+    } else {
+#pragma unroll
+      for (int k = 0; k < L; ++k) u[k] = uniform_for(spec, s.at(k), g.cols, o.source_rows);
+    }
+  }
+  if (!valid) return;
   bf16_t out[L];
   uint8_t code[L];
   const TensorScale ts = *ts_ptr;
   // The span is one block (span_length).
   float* scale_out = o.scales != nullptr ? &o.scales[span_scale_index(s, 0, L)] : nullptr;
-  quantize_block(
-      v, bad[0], spec, ts, 0.0f, [&](int k) { return uniform_for(spec, s.at(k), g.cols, o.source_rows); }, o, true,
-      scale_out, out, code);
+  quantize_block(v, bad[0], spec, ts, 0.0f, [&](int k) { return u[k]; }, o, true, scale_out, out, code);
 
   if constexpr (kAlongRow) {
     store_packed(reinterpret_cast<uint4*>(o.dequant + s.first), out);
@@ -577,11 +642,26 @@ __global__ void __launch_bounds__(kGroupThreads) group_quantize_kernel(const bf1
       }
       outer = double_block_outer_scale(group_max(amax_o));
     }
+    // The SR uniforms of this lane's block: along a row 16 consecutive draws; along a column the
+    // warp's 4 spans are 4 consecutive columns (a CTA's spans start at a multiple of 32), so lane j
+    // of the 4 groups (lanes j, j + 8, j + 16, j + 24) form a quad (cols a multiple of 4; then a
+    // quad's spans are all valid or all not, and the shuffles run on every lane either way).
+    float u[16] = {};
+    if (spec.rounding == Rounding::sr) {
+      if constexpr (kAlongRow) {
+        consecutive_uniforms<16>(spec, draw_index(s.at(16 * gl.j), g.cols, o.source_rows), u);
+      } else if (g.cols % 4 == 0) {
+        const int q = static_cast<int>((threadIdx.x & 31) / kGroupLanes);  // the span's column % 4
+        quad_column_uniforms<16>(
+            spec, q, [&](int m) { return m * kGroupLanes + gl.j; },
+            [&](int k) { return draw_index(s.at(16 * gl.j + k) - q, g.cols, o.source_rows); }, u);
+      } else {
+#pragma unroll
+        for (int k = 0; k < 16; ++k) u[k] = gl.valid ? uniform_for(spec, s.at(16 * gl.j + k), g.cols, o.source_rows) : 0.0f;
+      }
+    }
     float* scale_out = o.scales != nullptr && gl.valid ? &o.scales[span_scale_index(s, gl.j, 16)] : nullptr;
-    quantize_block(
-        v, bad, spec, ts, outer,
-        [&](int k) { return gl.valid ? uniform_for(spec, s.at(16 * gl.j + k), g.cols, o.source_rows) : 0.0f; }, o,
-        gl.valid, scale_out, out, code);
+    quantize_block(v, bad, spec, ts, outer, [&](int k) { return u[k]; }, o, gl.valid, scale_out, out, code);
   }
 
   if constexpr (kAlongRow) {
