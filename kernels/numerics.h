@@ -348,17 +348,21 @@ FP4_HD float candidate_squared_error(float v, const QuantizedElement& e, const B
 // (read only for SR): true when candidate 4 (s4) has the strictly smaller sum of squared errors.
 // With e6 and e4 (n elements each), also both candidates' elements, so that a caller takes the
 // chosen one's instead of quantizing the block a third time (the same quantize_element calls).
-FP4_HD bool four_over_six_picks_four(const float* v, const float* u, int n, const BlockScale& s6,
-                                     const BlockScale& s4, float dec, Grid g, int max_index, Rounding r,
-                                     QuantizedElement* e6 = nullptr, QuantizedElement* e4 = nullptr) {
+// The choice with the candidates' elements from element6(v, u) and element4(v, u), which must equal
+// quantize_element(v, s6 or s4, g, max_index, r, u) (a CUDA kernel passes a faster quantizer of the
+// same values; four_over_six_picks_four below passes quantize_element itself).
+template <typename Element6, typename Element4>
+FP4_HD bool four_over_six_picks_four_by(const float* v, const float* u, int n, const BlockScale& s6,
+                                        const BlockScale& s4, float dec, Grid g, Rounding r, Element6&& element6,
+                                        Element4&& element4, QuantizedElement* e6, QuantizedElement* e4) {
   float err6 = 0.0f, err4 = 0.0f;
 #if defined(__CUDA_ARCH__)
 #pragma unroll
 #endif
   for (int i = 0; i < n; ++i) {
     const float ui = r == Rounding::sr ? u[i] : 0.0f;
-    const QuantizedElement q6 = quantize_element(v[i], s6, g, max_index, r, ui);
-    const QuantizedElement q4 = quantize_element(v[i], s4, g, max_index, r, ui);
+    const QuantizedElement q6 = element6(v[i], ui);
+    const QuantizedElement q4 = element4(v[i], ui);
     const float d6 = candidate_squared_error(v[i], q6, s6, dec, g);
     const float d4 = candidate_squared_error(v[i], q4, s4, dec, g);
     err6 = err6 + d6;
@@ -367,6 +371,14 @@ FP4_HD bool four_over_six_picks_four(const float* v, const float* u, int n, cons
     if (e4 != nullptr) e4[i] = q4;
   }
   return err4 < err6;
+}
+
+FP4_HD bool four_over_six_picks_four(const float* v, const float* u, int n, const BlockScale& s6,
+                                     const BlockScale& s4, float dec, Grid g, int max_index, Rounding r,
+                                     QuantizedElement* e6 = nullptr, QuantizedElement* e4 = nullptr) {
+  return four_over_six_picks_four_by(
+      v, u, n, s6, s4, dec, g, r, [&](float x, float ux) { return quantize_element(x, s6, g, max_index, r, ux); },
+      [&](float x, float ux) { return quantize_element(x, s4, g, max_index, r, ux); }, e6, e4);
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -20,6 +20,7 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "kernels/cuda/quantize/quantize_element.cuh"  // BlockQuantizer
 #include "kernels/cuda/quantize/quantize_recipes.cuh"
 #include "kernels/numerics.h"
 
@@ -265,12 +266,44 @@ __device__ void nonfinite_block(const RecipeOut& o, bool raise, float* scale_out
   for (int k = 0; k < N; ++k) out[k] = kBf16QuietNaN, code[k] = kNonFiniteCode;
 }
 
+// How quantize_block quantizes a finite block's elements, given the block's scale: both give
+// quantize_element(v, bs, grid, max_index, rounding, u), element for element.
+//   FixedElements<G, R, M>: for one (grid, rounding, scale mode) family, the fused kernels' per-block
+//     quantizer (quantize_element.cuh's BlockQuantizer: no index search, a reciprocal per block
+//     instead of a division per value; tests/gpu/element_test.cu holds it to quantize_element), and
+//     quantize_element itself where that quantizer is not exact (a zero block, an fp32 scale outside
+//     its division's range). A double-block scale multiplies by its reciprocal like e4m3x2's, so
+//     those blocks take the e4m3x2 family.
+//   DynElements: quantize_element with the spec's grid and rounding, for a family no kernel
+//     instance is made for (with_elements).
+template <Grid G, Rounding R, ScaleMode M>
+struct FixedElements {
+  BlockQuantizer<G, R, M> q;
+  bool fast;
+  __device__ FixedElements(const QuantSpec&, const BlockScale& bs, int max_index)
+      : q(bs, max_index), fast(!bs.zero_block && q.fast()) {}
+  __device__ QuantizedElement operator()(float v, float u) const { return fast ? q(v, u) : q.reference(v, u); }
+};
+
+struct DynElements {
+  BlockScale bs;
+  Grid grid;
+  Rounding rounding;
+  int max_index;
+  __device__ DynElements(const QuantSpec& spec, const BlockScale& b, int max_idx)
+      : bs(b), grid(spec.grid), rounding(spec.rounding), max_index(max_idx) {}
+  __device__ QuantizedElement operator()(float v, float u) const {
+    return quantize_element(v, bs, grid, max_index, rounding, u);
+  }
+};
+
 // One 1D block of N values, as the reference quantizes a block: its finiteness (bad: bit k set
 // where element k's source is not finite) and amax, its scale (§3's, or TetraJet-v2's double-block
 // scale under the span's outer scale `outer`), Four Over Six's choice between two scales, then its
 // values with the uniforms uniform(k) (read for SR only). A non-finite block raises the flag when
 // `raise`, and gets a NaN scale, NaN values and the non-finite code.
-template <int N, typename Uniform>
+// Elements: FixedElements or DynElements, for the spec's family.
+template <class Elements, int N, typename Uniform>
 __device__ void quantize_block(const float (&v)[N], uint32_t bad, const QuantSpec& spec, const TensorScale& ts,
                                float outer, Uniform&& uniform, const RecipeOut& o, bool raise, float* scale_out,
                                bf16_t (&out)[N], uint8_t (&code)[N]) {
@@ -300,14 +333,16 @@ __device__ void quantize_block(const float (&v)[N], uint32_t bad, const QuantSpe
   for (int k = 0; k < N; ++k) us[k] = spec.rounding == Rounding::sr ? uniform(k) : 0.0f;
   QuantizedElement e6[N], e4[N];
   bool four = false;
+  const Elements element6(spec, bs, max_index);
   if (spec.four_over_six) {
     // Both candidates' elements come from the comparison: the chosen candidate's are the outputs.
     const BlockScale s4 = make_block_scale(spec.scale, amax_b, kFourOverSixLowMax, ts);
-    four = four_over_six_picks_four(v, us, N, bs, s4, ts.dec, spec.grid, max_index, spec.rounding, e6, e4);
+    const Elements element4(spec, s4, max_index);
+    four = four_over_six_picks_four_by(v, us, N, bs, s4, ts.dec, spec.grid, spec.rounding, element6, element4, e6, e4);
     if (four) stored = s4.stored;
   } else {
 #pragma unroll
-    for (int k = 0; k < N; ++k) e6[k] = quantize_element(v[k], bs, spec.grid, max_index, spec.rounding, us[k]);
+    for (int k = 0; k < N; ++k) e6[k] = element6(v[k], us[k]);
   }
   if (scale_out != nullptr) *scale_out = stored;
 #pragma unroll
@@ -389,7 +424,7 @@ __device__ __forceinline__ void store_packed(uint4* dst, const T (&values)[N]) {
   }
 }
 
-template <int L, bool kAlongRow>
+template <int L, bool kAlongRow, class Elements>
 __global__ void __launch_bounds__(kRecipeThreads) span_quantize_kernel(const bf16_t* x, const SpanGeometry g,
                                                                        const QuantSpec spec,
                                                                        const TensorScale* ts_ptr, RecipeOut o) {
@@ -426,7 +461,7 @@ __global__ void __launch_bounds__(kRecipeThreads) span_quantize_kernel(const bf1
   const TensorScale ts = *ts_ptr;
   // The span is one block (span_length).
   float* scale_out = o.scales != nullptr ? &o.scales[span_scale_index(s, 0, L)] : nullptr;
-  quantize_block(v, bad[0], spec, ts, 0.0f, [&](int k) { return u[k]; }, o, true, scale_out, out, code);
+  quantize_block<Elements>(v, bad[0], spec, ts, 0.0f, [&](int k) { return u[k]; }, o, true, scale_out, out, code);
 
   if constexpr (kAlongRow) {
     store_packed(reinterpret_cast<uint4*>(o.dequant + s.first), out);
@@ -615,7 +650,7 @@ __device__ void ms_eden_block(const Span<kMsEdenGroup, kAlongRow>& s, const Grou
   }
 }
 
-template <bool kAlongRow>
+template <bool kAlongRow, class Elements>
 __global__ void __launch_bounds__(kGroupThreads) group_quantize_kernel(const bf16_t* x, const SpanGeometry g,
                                                                        const QuantSpec spec,
                                                                        const TensorScale* ts_ptr, RecipeOut o) {
@@ -661,7 +696,7 @@ __global__ void __launch_bounds__(kGroupThreads) group_quantize_kernel(const bf1
       }
     }
     float* scale_out = o.scales != nullptr && gl.valid ? &o.scales[span_scale_index(s, gl.j, 16)] : nullptr;
-    quantize_block(v, bad, spec, ts, outer, [&](int k) { return u[k]; }, o, gl.valid, scale_out, out, code);
+    quantize_block<Elements>(v, bad, spec, ts, outer, [&](int k) { return u[k]; }, o, gl.valid, scale_out, out, code);
   }
 
   if constexpr (kAlongRow) {
@@ -697,6 +732,32 @@ int span_length(const QuantSpec& s) {
   return s.block;  // 16 or 32; a 16-wide RHT's vectors fit in it
 }
 
+// Calls f.template operator()<Elements>() with the FixedElements of the spec's family where kernel
+// instances are made for it (the fused kernels' families: blocks of 16 on either grid with fp32 or
+// e4m3x2 scales, blocks of 32 on e2m1 with e8m0 scales; either rounding), else DynElements.
+template <Grid G, ScaleMode M, class F>
+void with_rounding(const QuantSpec& s, F&& f) {
+  if (s.rounding == Rounding::sr) f.template operator()<FixedElements<G, Rounding::sr, M>>();
+  else f.template operator()<FixedElements<G, Rounding::rn, M>>();
+}
+
+template <int B, class F>
+void with_elements(const QuantSpec& s, F&& f) {
+  if constexpr (B == 16) {
+    if (s.scale == ScaleMode::fp32) {
+      if (s.grid == Grid::e2m1) return with_rounding<Grid::e2m1, ScaleMode::fp32>(s, f);
+      return with_rounding<Grid::e1m2, ScaleMode::fp32>(s, f);
+    }
+    if (s.scale == ScaleMode::e4m3x2) {
+      if (s.grid == Grid::e2m1) return with_rounding<Grid::e2m1, ScaleMode::e4m3x2>(s, f);
+      return with_rounding<Grid::e1m2, ScaleMode::e4m3x2>(s, f);
+    }
+  } else {
+    if (s.scale == ScaleMode::e8m0 && s.grid == Grid::e2m1) return with_rounding<Grid::e2m1, ScaleMode::e8m0>(s, f);
+  }
+  f.template operator()<DynElements>();
+}
+
 template <int L, bool kAlongRow>
 void launch_span(const bf16_t* x, int rows, int cols, const CopyOut& c, bool want_amax, unsigned* amax_bits,
                  TensorScale* ts, const RecipeOut& o, cudaStream_t stream) {
@@ -708,7 +769,9 @@ void launch_span(const bf16_t* x, int rows, int cols, const CopyOut& c, bool wan
   }
   recipe_scale_kernel<<<1, 1, 0, stream>>>(c.spec, amax_bits, ts, c.amax, c.tensor_scale);
   FP4_CUDA_CHECK(cudaGetLastError());
-  span_quantize_kernel<L, kAlongRow><<<blocks, kRecipeThreads, 0, stream>>>(x, g, c.spec, ts, o);
+  with_elements<L>(c.spec, [&]<class Elements>() {
+    span_quantize_kernel<L, kAlongRow, Elements><<<blocks, kRecipeThreads, 0, stream>>>(x, g, c.spec, ts, o);
+  });
   FP4_CUDA_CHECK(cudaGetLastError());
 }
 
@@ -723,7 +786,9 @@ void launch_group(const bf16_t* x, int rows, int cols, const CopyOut& c, bool wa
   }
   recipe_scale_kernel<<<1, 1, 0, stream>>>(c.spec, amax_bits, ts, c.amax, c.tensor_scale);
   FP4_CUDA_CHECK(cudaGetLastError());
-  group_quantize_kernel<kAlongRow><<<blocks, kGroupThreads, 0, stream>>>(x, g, c.spec, ts, o);
+  with_elements<16>(c.spec, [&]<class Elements>() {  // a group lane's block: 16 values
+    group_quantize_kernel<kAlongRow, Elements><<<blocks, kGroupThreads, 0, stream>>>(x, g, c.spec, ts, o);
+  });
   FP4_CUDA_CHECK(cudaGetLastError());
 }
 
