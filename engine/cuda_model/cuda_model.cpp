@@ -180,17 +180,18 @@ cuda::CopyOut copy_out(const QuantSpec& spec, bf16_t* dequant, float* tensor_sca
 // Quantizes `src` into one or two copies: a row-blocked and a column-blocked copy share one fused
 // pass; two copies blocked the same way take a pass each.
 void quantize_copies(const bf16_t* src, int rows, int cols, const cuda::CopyOut* a, const cuda::CopyOut* b,
-                     unsigned* flag, cuda::Workspace& ws, cudaStream_t stream, const int32_t* source_rows) {
+                     unsigned* flag, cuda::Workspace& ws, cudaStream_t stream, const int32_t* source_rows,
+                     const cuda::GroupStreams* groups) {
   auto row = [](const cuda::CopyOut* c) { return c != nullptr && c->spec.along == BlockAlong::row ? c : nullptr; };
   auto col = [](const cuda::CopyOut* c) { return c != nullptr && c->spec.along == BlockAlong::column ? c : nullptr; };
   if (b != nullptr && a->spec.along == b->spec.along) {
-    cuda::quantize_fused(src, rows, cols, row(a), col(a), flag, ws, stream, source_rows);
-    cuda::quantize_fused(src, rows, cols, row(b), col(b), flag, ws, stream, source_rows);
+    cuda::quantize_fused(src, rows, cols, row(a), col(a), flag, ws, stream, source_rows, groups);
+    cuda::quantize_fused(src, rows, cols, row(b), col(b), flag, ws, stream, source_rows, groups);
     return;
   }
   const cuda::CopyOut* r = row(a) ? row(a) : row(b);
   const cuda::CopyOut* c = col(a) ? col(a) : col(b);
-  cuda::quantize_fused(src, rows, cols, r, c, flag, ws, stream, source_rows);
+  cuda::quantize_fused(src, rows, cols, r, c, flag, ws, stream, source_rows, groups);
 }
 
 // How many K chunks a block linear's weight gradient is cut into (Gemm::matmul_split_k). Each CTA

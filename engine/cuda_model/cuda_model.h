@@ -389,6 +389,15 @@ class CudaModel {
   // one_copy_for_all_groups gives a spec; false (nothing done) otherwise.
   bool quantize_all_groups(const model::StepContext& ctx, int block, int pos, engine::Slot slot, const bf16_t* x,
                            bf16_t* dest, float* tensor_scale);
+  // dY [all groups' rows, n] of the linear quantized for its dgrad and wgrad slots into moe_q_a_
+  // and moe_q_c_ in one call, each group's SR draws keyed by its own linear's stream and its
+  // tokens (quantize_fused's groups): the bits of the per-group calls. Where every group's spec
+  // allows it (cuda::groups_quantize_in_one_call, the same spec but for the stream's linear id);
+  // false (nothing done) otherwise. Fewer launches: one where an MoE block had one per expert.
+  bool quantize_dy_all_groups(const model::StepContext& ctx, int block, int pos, const bf16_t* dy);
+  // Each MoE block's expert linears' ids (model::expert_linear_site), device memory: block b's
+  // position p (2, 3) at (b · 2 + p − 2) · (experts + shared); what quantize_fused's groups read.
+  DeviceArray<uint32_t> moe_linear_ids_;
   std::unique_ptr<cuda::GroupedGemm> grouped_gemm_;
   std::vector<cuda::GroupedProduct> products_;  // a grouped call's, reused
 

@@ -13,10 +13,11 @@ namespace fp4::cuda_model::detail {
 cuda::CopyOut copy_out(const QuantSpec& spec, bf16_t* dequant, float* tensor_scale);
 
 // Quantizes `src` into one or two copies: a row-blocked and a column-blocked copy share one fused
-// pass; two copies blocked the same way take a pass each. source_rows: quantize_fused's (an
-// expert group's tokens, device memory), or null.
+// pass; two copies blocked the same way take a pass each. source_rows and groups: quantize_fused's
+// (an expert group's tokens, device memory; all of an MoE block's groups at once), or null.
 void quantize_copies(const bf16_t* src, int rows, int cols, const cuda::CopyOut* a, const cuda::CopyOut* b,
-                     unsigned* flag, cuda::Workspace& ws, cudaStream_t stream, const int32_t* source_rows = nullptr);
+                     unsigned* flag, cuda::Workspace& ws, cudaStream_t stream, const int32_t* source_rows = nullptr,
+                     const cuda::GroupStreams* groups = nullptr);
 
 // The specs of a linear's backward slots at a site: dgrad's dY and W, wgrad's dY and X.
 struct BackwardSpecs {

@@ -83,6 +83,15 @@ void CudaModel::prepare_moe() {
   }
   moe_capacity_ = cap;
   if (grouped_gemm_ == nullptr) grouped_gemm_ = std::make_unique<cuda::GroupedGemm>();
+  if (moe_linear_ids_.size() == 0) {
+    std::vector<uint32_t> ids(static_cast<size_t>(L) * 2 * J, 0u);
+    for (int l = 0; l < L; ++l)
+      if (model::is_moe_block(c, l))
+        for (int pos = 2; pos <= 3; ++pos)
+          for (int j = 0; j < J; ++j)
+            ids[(static_cast<size_t>(l) * 2 + (pos - 2)) * J + j] = model::expert_linear_site(c, l, j, pos);
+    moe_linear_ids_ = DeviceArray<uint32_t>(ids);
+  }
 }
 
 // ---- One expert linear of every expert over its group -------------------------------------------
@@ -128,6 +137,38 @@ bool CudaModel::quantize_all_groups(const model::StepContext& ctx, int block, in
   const cuda::CopyOut out = copy_out(*spec, dest, tensor_scale);
   quantize_copies(x, static_cast<int>(moe_acts_[block]->plan.offsets[m.n_experts + m.n_shared]), k, &out, nullptr,
                   nonfinite_.get(), ws_quant_, stream_);
+  return true;
+}
+
+bool CudaModel::quantize_dy_all_groups(const model::StepContext& ctx, int block, int pos, const bf16_t* dy) {
+  const model::MoeShape& m = config().moe;
+  const int J = m.n_experts + m.n_shared;
+  std::optional<detail::BackwardSpecs> all;
+  auto same_but_linear = [](QuantSpec a, QuantSpec b) {
+    a.stream &= 0xffffu;  // philox_stream's low 16 bits: GEMM, operand, micro-step
+    b.stream &= 0xffffu;
+    return a == b;
+  };
+  for (int j = 0; j < J; ++j) {
+    const ExpertGroup g = expert_group(ctx, block, j);
+    if (g.rows == 0) continue;
+    const detail::BackwardSpecs b = backward_specs(pos == 2 ? g.in : g.out);
+    if (!cuda::groups_quantize_in_one_call(b.dy_d) || !cuda::groups_quantize_in_one_call(b.dy_w)) return false;
+    if (all && !(same_but_linear(all->dy_d, b.dy_d) && same_but_linear(all->dy_w, b.dy_w))) return false;
+    if (!all) all = b;
+  }
+  if (!all) return false;
+  const MoeActs& A = *moe_acts_[block];
+  const BlockIndex& bi = block_index_[block];
+  const int n = static_cast<int>(views()[pos == 2 ? bi.expert_in[0] : bi.expert_out[0]].shape[0]);
+  float* ts = moe_ts_.get();
+  const cuda::CopyOut c_dy_d = copy_out(all->dy_d, moe_q_a_.get(), ts + 0), c_dy_w = copy_out(all->dy_w, moe_q_c_.get(), ts + 2);
+  cuda::GroupStreams groups;
+  groups.offsets = A.plan_dev.get() + J;
+  groups.linear_ids = moe_linear_ids_.get() + (static_cast<size_t>(block) * 2 + (pos - 2)) * J;
+  groups.count = J;
+  quantize_copies(dy, static_cast<int>(A.plan.offsets[J]), n, &c_dy_d, &c_dy_w, nonfinite_.get(), ws_quant_, stream_,
+                  A.tokens.get(), &groups);
   return true;
 }
 
@@ -182,6 +223,7 @@ void CudaModel::experts_backward(const model::StepContext& ctx, int block, int p
   // padded to whole blocks along the tokens, so no block straddles two groups.
   const bool all_x =
       quantized && quantize_all_groups(ctx, block, pos, engine::Slot::wgrad_x, x, moe_q_d_.get(), ts + 3);
+  const bool all_dy = quantized && quantize_dy_all_groups(ctx, block, pos, dy);
   for (int j = 0; j < m.n_experts + m.n_shared; ++j) {
     const ExpertGroup g = expert_group(ctx, block, j);
     if (g.rows == 0) continue;
@@ -204,7 +246,7 @@ void CudaModel::experts_backward(const model::StepContext& ctx, int block, int p
       // The CPU's linear_bwd quantizes dgrad's dY over the group's rows and wgrad's over the padded
       // group; here both come from one read of the padded group: dgrad's copy is blocked along each
       // row, so its rows get the same bits, and the zero padding rows change no tensor amax.
-      quantize_copies(dy_d, g.padded, n, &c_dy_d, &c_dy_w, nonfinite_.get(), ws_quant_, stream_, g.tokens);
+      if (!all_dy) quantize_copies(dy_d, g.padded, n, &c_dy_d, &c_dy_w, nonfinite_.get(), ws_quant_, stream_, g.tokens);
       if (!all_x) quantize_copies(x_w, g.padded, k, &c_x_w, nullptr, nonfinite_.get(), ws_quant_, stream_, g.tokens);
       const float* ts_w = nullptr;
       wb = weight_copy(expert_copy_index(block, j, pos, engine::Slot::dgrad_w), w, s_w_d, &ts_w);

@@ -226,13 +226,29 @@ cuda::Workspace& workspace() {
 // source_rows: quantize_fused's (uploaded), or null. span_path: the copies by quantize_recipes.cu's
 // kernels (which quantize_fused takes for docs/recipes.md's options only), with no shape checks:
 // the caller passes specs that fit.
+// groups: quantize_fused's (offsets, linear ids: uploaded), or null.
+struct HostGroups {
+  std::vector<int64_t> offsets;
+  std::vector<uint32_t> linear_ids;
+};
+
 GpuResult run_gpu(const std::vector<bf16_t>& x, int rows, int cols, const QuantSpec* row, const QuantSpec* col,
                   bool want_amax, bool want_codes = true, const std::vector<int32_t>* source_rows = nullptr,
-                  bool span_path = false) {
+                  bool span_path = false, const HostGroups* groups = nullptr) {
   DeviceArray<bf16_t> dx(x.size());
   dx.upload(x);
   DeviceArray<int32_t> dsrc(source_rows != nullptr ? source_rows->size() : 1);
   if (source_rows != nullptr) dsrc.upload(*source_rows);
+  DeviceArray<int64_t> doffsets(groups != nullptr ? groups->offsets.size() : 1);
+  DeviceArray<uint32_t> dids(groups != nullptr ? groups->linear_ids.size() : 1);
+  cuda::GroupStreams gs;
+  if (groups != nullptr) {
+    doffsets.upload(groups->offsets);
+    dids.upload(groups->linear_ids);
+    gs.offsets = doffsets.get();
+    gs.linear_ids = dids.get();
+    gs.count = static_cast<int>(groups->linear_ids.size());
+  }
   DeviceArray<unsigned> flag(1);
   FP4_CUDA_CHECK(cudaMemset(flag.get(), 0, sizeof(unsigned)));
   std::unique_ptr<DeviceCopy> drow, dcol;
@@ -251,7 +267,7 @@ GpuResult run_gpu(const std::vector<bf16_t>& x, int rows, int cols, const QuantS
                                          col != nullptr ? &ocol : nullptr, flag.get(), src_rows, workspace(), nullptr);
   else
     cuda::quantize_fused(dx.get(), rows, cols, row != nullptr ? &orow : nullptr, col != nullptr ? &ocol : nullptr,
-                         flag.get(), workspace(), nullptr, src_rows);
+                         flag.get(), workspace(), nullptr, src_rows, groups != nullptr ? &gs : nullptr);
   FP4_CUDA_CHECK(cudaDeviceSynchronize());
   GpuResult r;
   if (drow) r.row = drow->fetch();
@@ -748,4 +764,68 @@ TEST_CASE("gpu quantizer: an expert group's copies (source_rows) draw as the CPU
         CHECK(plain.dequant != ref_row.dequant);
       }
     }
+}
+
+TEST_CASE("gpu quantizer: several expert groups in one call (groups) give each group's own call's bits", "[gpu]") {
+  // An MoE block's dY: three experts' padded groups stacked (the middle one empty), each its own
+  // linear's copy: its SR draws keyed by its linear's stream and its tokens. One quantize_fused
+  // call with groups must give every group's rows the CPU reference's bits for that group alone.
+  const int rows = 96, cols = 128;
+  // Groups padded to multiples of 32 rows: whole column blocks for every preset (mxfp4's are 32).
+  const HostGroups groups{{0, 64, 64, 96}, {7, 300, 1234}};
+  std::vector<int32_t> src(rows);
+  for (int r = 0; r < 56; ++r) src[r] = 2 + 5 * r;          // group 0: 56 tokens, 8 padding rows
+  for (int r = 56; r < 64; ++r) src[r] = 1000 + (r - 56);
+  for (int r = 64; r < 93; ++r) src[r] = 1 + 3 * (r - 64);  // group 2: 29 tokens, 3 padding rows
+  for (int r = 93; r < 96; ++r) src[r] = 1000 + (r - 93);
+  std::vector<bf16_t> x = make_input(rows, cols, Dist::gaussian, 91);
+  std::fill(x.begin() + 56 * cols, x.begin() + 64 * cols, bf16_t(0));
+  std::fill(x.begin() + 93 * cols, x.end(), bf16_t(0));
+  // The reference: each group quantized alone with its own linear's stream, the results stacked.
+  auto stacked = [&](const QuantSpec& spec) {
+    cpu::QuantizedTensor all;
+    all.rows = rows;
+    all.cols = cols;
+    all.spec = spec;
+    for (size_t g = 0; g < groups.linear_ids.size(); ++g) {
+      const int r0 = static_cast<int>(groups.offsets[g]), n = static_cast<int>(groups.offsets[g + 1]) - r0;
+      if (n == 0) continue;
+      QuantSpec sg = spec;
+      sg.stream = (groups.linear_ids[g] << 16) | (spec.stream & 0xffffu);
+      const cpu::QuantizedTensor q =
+          cpu::quantize(x.data() + static_cast<size_t>(r0) * cols, n, cols, sg, false, src.data() + r0);
+      all.dequant.insert(all.dequant.end(), q.dequant.begin(), q.dequant.end());
+      all.codes.insert(all.codes.end(), q.codes.begin(), q.codes.end());
+      all.scales.insert(all.scales.end(), q.scales.begin(), q.scales.end());
+      all.tensor_scale = q.tensor_scale;
+      all.nonfinite = all.nonfinite || q.nonfinite;
+    }
+    return all;
+  };
+  const Variant variants[] = {{false, Rounding::sr, false}, {true, Rounding::sr, false}, {true, Rounding::rn, false}};
+  int compared = 0, refused = 0;
+  for (bool want_codes : {true, false})
+    for (const Preset& p : kPresets)
+      for (const Variant& v : variants) {
+        const QuantSpec rs = make_spec(p, BlockAlong::row, v), cs = make_spec(p, BlockAlong::column, v);
+        if (!cpu::shape_error(rows, cols, rs).empty() || !cpu::shape_error(rows, cols, cs).empty()) continue;
+        INFO("preset " << p.name << (want_codes ? ", codes" : ", no codes"));
+        INFO(describe(rs));
+        INFO(describe(cs));
+        if (!cuda::groups_quantize_in_one_call(rs) || !cuda::groups_quantize_in_one_call(cs)) {
+          // e4m3x2's tensor scale spans the groups: refused, never quantized across them.
+          CHECK_THROWS_AS(run_gpu(x, rows, cols, &rs, &cs, false, want_codes, &src, false, &groups),
+                          std::invalid_argument);
+          ++refused;
+          continue;
+        }
+        const GpuResult got = run_gpu(x, rows, cols, &rs, &cs, false, want_codes, &src, false, &groups);
+        REQUIRE(got.row.has_value());
+        REQUIRE(got.col.has_value());
+        check_copy(stacked(rs), *got.row, false);  // codes compared where they were asked for
+        check_copy(stacked(cs), *got.col, false);
+        ++compared;
+      }
+  CHECK(compared >= 12);  // the presets without a tensor scale, 3 variants, with and without codes
+  CHECK(refused > 0);     // and the e4m3x2 ones refused
 }

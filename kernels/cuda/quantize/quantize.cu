@@ -328,8 +328,10 @@ CopyArgs copy_args(const CopyOut* c, const TensorScale* ts) {
 
 bool two_level(const CopyOut* c) { return c != nullptr && c->spec.scale == ScaleMode::e4m3x2; }
 
-Source make_source(const bf16_t* x, int rows, int cols, const int32_t* source_rows = nullptr) {
-  return Source{x, rows, cols, (cols + kTileCols - 1) / kTileCols, cols % 8 == 0, source_rows};
+Source make_source(const bf16_t* x, int rows, int cols, const int32_t* source_rows = nullptr,
+                   const GroupStreams* groups = nullptr) {
+  return Source{x, rows, cols, (cols + kTileCols - 1) / kTileCols, cols % 8 == 0, source_rows,
+                groups != nullptr ? *groups : GroupStreams{}};
 }
 
 // The amax pass: per-CTA maxima, then the last CTA makes amax_t and the tensor scales (ts[0] for the
@@ -377,10 +379,10 @@ void launch_amax(const bf16_t* x, int rows, int cols, const CopyOut* row_copy, c
 // One launch of the fused kernel for copies that share the block size b (either may be null).
 void launch_quantize(const bf16_t* x, int rows, int cols, const CopyOut* row_copy, const CopyOut* col_copy,
                      const TensorScale* ts, unsigned* nonfinite_flag, const int32_t* source_rows,
-                     cudaStream_t stream) {
+                     const GroupStreams* groups, cudaStream_t stream) {
   const int b = row_copy != nullptr ? row_copy->spec.block : col_copy->spec.block;
   FusedArgs a{};
-  a.src = make_source(x, rows, cols, source_rows);
+  a.src = make_source(x, rows, cols, source_rows, groups);
   a.row = copy_args(row_copy, ts);
   a.col = copy_args(col_copy, ts + 1);
   a.pair_stores = cols % 2 == 0;
@@ -401,13 +403,27 @@ void launch_quantize(const bf16_t* x, int rows, int cols, const CopyOut* row_cop
 
 }  // namespace
 
+bool groups_quantize_in_one_call(const QuantSpec& spec) {
+  return !uses_recipe_options(spec) && spec.scale != ScaleMode::e4m3x2 && !spec.ms_eden;
+}
+
 void quantize_fused(const bf16_t* x, int rows, int cols, const CopyOut* row_copy, const CopyOut* col_copy,
-                    unsigned* nonfinite_flag, Workspace& workspace, cudaStream_t stream, const int32_t* source_rows) {
+                    unsigned* nonfinite_flag, Workspace& workspace, cudaStream_t stream, const int32_t* source_rows,
+                    const GroupStreams* groups) {
   check_copy(row_copy, BlockAlong::row, rows, cols);
   check_copy(col_copy, BlockAlong::column, rows, cols);
   if (row_copy == nullptr && col_copy == nullptr) return;
   if (x == nullptr || !aligned16(x))
     throw std::invalid_argument("quantize_fused: the source must be a 16-byte aligned device pointer");
+  if (groups != nullptr && groups->count > 0) {
+    if (groups->offsets == nullptr || groups->linear_ids == nullptr)
+      throw std::invalid_argument("quantize_fused: groups need their offsets and linear ids");
+    for (const CopyOut* c : {row_copy, col_copy})
+      if (c != nullptr && !groups_quantize_in_one_call(c->spec))
+        throw std::invalid_argument("quantize_fused: several groups in one call are for copies without a tensor "
+                                    "scale or docs/recipes.md's options");
+  }
+  const GroupStreams* keyed = groups != nullptr && groups->count > 0 ? groups : nullptr;
 
   // Copies with docs/recipes.md's options take quantize_recipes.cu's kernels (both copies then, x
   // read once or twice per copy); the §5 recipes never do. Both kinds of kernel draw a gathered
@@ -430,10 +446,10 @@ void quantize_fused(const bf16_t* x, int rows, int cols, const CopyOut* row_copy
 
   if (row_copy != nullptr && col_copy != nullptr && row_copy->spec.block != col_copy->spec.block) {
     // Different block sizes need different tile heights: one launch each (x is read twice).
-    launch_quantize(x, rows, cols, row_copy, nullptr, ts, nonfinite_flag, source_rows, stream);
-    launch_quantize(x, rows, cols, nullptr, col_copy, ts, nonfinite_flag, source_rows, stream);
+    launch_quantize(x, rows, cols, row_copy, nullptr, ts, nonfinite_flag, source_rows, keyed, stream);
+    launch_quantize(x, rows, cols, nullptr, col_copy, ts, nonfinite_flag, source_rows, keyed, stream);
   } else {
-    launch_quantize(x, rows, cols, row_copy, col_copy, ts, nonfinite_flag, source_rows, stream);
+    launch_quantize(x, rows, cols, row_copy, col_copy, ts, nonfinite_flag, source_rows, keyed, stream);
   }
 }
 

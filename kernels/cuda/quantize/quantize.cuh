@@ -45,8 +45,30 @@ struct CopyOut {
 // MoE expert's group of tokens), the source row of each row of x, as fp4::cpu::quantize's
 // source_rows: the SR draw of element (r, c) is that of index source_rows[r]·cols + c, so the
 // random numbers do not depend on the grouping. Blocks, the RHT and the amax run over x's rows.
+// groups (may be null): x's rows are several groups' copies at once (an MoE block's expert groups,
+// each its own linear's), see GroupStreams; only for copies without docs/recipes.md's options.
+struct GroupStreams;
 void quantize_fused(const bf16_t* x, int rows, int cols, const CopyOut* row_copy,
                     const CopyOut* col_copy, unsigned* nonfinite_flag, Workspace& workspace,
-                    cudaStream_t stream, const int32_t* source_rows = nullptr);
+                    cudaStream_t stream, const int32_t* source_rows = nullptr,
+                    const GroupStreams* groups = nullptr);
+
+// Rows of x that belong to different linears' copies: group g holds rows offsets[g] ..
+// offsets[g + 1] − 1 and draws its SR uniforms with the Philox stream of its own linear,
+// philox_stream(linear_ids[g], ...) with the spec's GEMM, operand and micro-step (numerics.h packs
+// the linear id in the stream's top 16 bits: the spec's stream with those bits replaced). Then one
+// call gives each group's rows the bits of the group's own call, where the copy's blocks never
+// straddle two groups (groups padded to whole blocks along a column-blocked axis) and nothing in
+// the copy spans the tensor (no e4m3x2 tensor scale). offsets and linear_ids are device arrays of
+// count + 1 and count values; offsets[0] = 0 and offsets[count] = rows.
+struct GroupStreams {
+  const int64_t* offsets = nullptr;
+  const uint32_t* linear_ids = nullptr;
+  int count = 0;
+};
+
+// Whether quantize_fused takes a copy of this spec with groups: the §5 quantizers without a tensor
+// scale (no e4m3x2, none of docs/recipes.md's options).
+bool groups_quantize_in_one_call(const QuantSpec& spec);
 
 }  // namespace fp4::cuda

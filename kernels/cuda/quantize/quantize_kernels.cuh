@@ -80,6 +80,8 @@ struct Source {
   // quantize_fused's source_rows (may be null): the SR draws of row r are those of source row
   // source_rows[r] (draw_row).
   const int32_t* source_rows;
+  // quantize_fused's groups (count 0: none): row r draws with its group's stream (draw_stream).
+  GroupStreams groups;
 };
 
 // The row whose source indices row r of x draws its SR uniforms by: r itself, or with source_rows
@@ -88,6 +90,20 @@ struct Source {
 // multiple of 4 wherever a Philox call's 4 words are shared, so that index keeps c's place in its call.
 __device__ __forceinline__ uint64_t draw_row(const Source& src, int64_t r) {
   return src.source_rows != nullptr ? static_cast<uint64_t>(src.source_rows[r]) : static_cast<uint64_t>(r);
+}
+
+// The Philox stream row r of x draws its SR uniforms with: the copy's own, or with groups the
+// stream of the linear whose group holds row r (quantize.cuh's GroupStreams): the last group g with
+// offsets[g] <= r, by bisection (an empty group shares its offset with the next one).
+__device__ __forceinline__ uint32_t draw_stream(const Source& src, uint32_t stream, int64_t r) {
+  if (src.groups.count == 0) return stream;
+  int lo = 0, hi = src.groups.count - 1;
+  while (lo < hi) {
+    const int mid = (lo + hi + 1) / 2;
+    if (src.groups.offsets[mid] <= r) lo = mid;
+    else hi = mid - 1;
+  }
+  return (src.groups.linear_ids[lo] << 16) | (stream & 0xffffu);
 }
 
 struct FusedArgs {
@@ -329,7 +345,7 @@ __device__ void fill_words(const Source& src, const QuantSpec& s, int r0, int c0
     if (r0 + r >= src.rows) continue;
     const uint64_t row_start = draw_row(src, r0 + r) * src.cols + c0;
     const uint64_t first = ((row_start >> 2) + j) << 2;  // the element index of word 0
-    const Philox4 w = philox_for_elements(s.seed, s.stream, s.step, first);
+    const Philox4 w = philox_for_elements(s.seed, draw_stream(src, s.stream, r0 + r), s.step, first);
     const int lc = static_cast<int>(static_cast<int64_t>(first) - static_cast<int64_t>(row_start));
     uint32_t* dst = words + r * kTileCols;
     if (aligned) {
@@ -504,9 +520,10 @@ __device__ bool row_blocks(const FusedArgs& a, bf16_t* tile, float* rscale, int 
       // Source indices 4g..4g+3 of the block (a multiple of 16 apart from the row start) are
       // exactly the 4 words of one Philox call.
       const uint64_t index0 = draw_row(a.src, gr) * cols + gc;
+      const uint32_t stream = draw_stream(a.src, s.stream, gr);
 #pragma unroll
       for (int g = 0; g < B / 4; ++g) {
-        const Philox4 w = philox_for_elements(s.seed, s.stream, s.step, index0 + 4 * g);
+        const Philox4 w = philox_for_elements(s.seed, stream, s.step, index0 + 4 * g);
 #pragma unroll
         for (int j = 0; j < 4; ++j) u[4 * g + j] = uniform24(w.w[j]);
       }

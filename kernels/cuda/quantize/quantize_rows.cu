@@ -178,8 +178,9 @@ __global__ void __launch_bounds__(kThreads, strip_ctas_per_sm<R>()) fused_strip_
       const uint64_t group_col = static_cast<uint64_t>(gc - 2 * odd);  // 4m: the pair's first column
 #pragma unroll
       for (int i = 0; i < B / 2; ++i) {
-        const uint64_t row = draw_row(a.src, r0 + (odd ? B / 2 : 0) + i);
-        const Philox4 w = philox_for_elements(s.seed, s.stream, s.step, row * cols + group_col);
+        const int64_t xrow = r0 + (odd ? B / 2 : 0) + i;
+        const uint64_t row = draw_row(a.src, xrow);
+        const Philox4 w = philox_for_elements(s.seed, draw_stream(a.src, s.stream, xrow), s.step, row * cols + group_col);
         // Kept: this lane's own two words of its own row; given: the partner's two of that row.
         const uint32_t keep0 = odd ? w.w[2] : w.w[0], keep1 = odd ? w.w[3] : w.w[1];
         const uint32_t give0 = odd ? w.w[0] : w.w[2], give1 = odd ? w.w[1] : w.w[3];
@@ -255,8 +256,8 @@ __global__ void __launch_bounds__(kThreads, strip_ctas_per_sm<R>()) fused_strip_
       if constexpr (R == Rounding::sr) {
 #pragma unroll
         for (int g4 = 0; g4 < B / 4; ++g4) {
-          const Philox4 w =
-              philox_for_elements(s.seed, s.stream, s.step, draw_row(a.src, r0 + r) * cols + gcb + 4 * g4);
+          const Philox4 w = philox_for_elements(s.seed, draw_stream(a.src, s.stream, r0 + r), s.step,
+                                                draw_row(a.src, r0 + r) * cols + gcb + 4 * g4);
 #pragma unroll
           for (int j = 0; j < 4; ++j) uw[4 * g4 + j] = uniform24(w.w[j]);
         }
