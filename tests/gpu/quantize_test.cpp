@@ -732,6 +732,24 @@ TEST_CASE("gpu quantizer: the recipe options' kernels give the CPU reference's b
   CHECK(tiled > 0);
 }
 
+// The cases of the expert-group tests: every preset, SR with and without the RHT and RN with it,
+// with codes (the tiled kernel) and without (as training asks: the strip kernels), where both
+// copies fit rows x cols; f(row spec, column spec, want_codes) under INFOs naming the case.
+template <typename F>
+void for_each_group_case(int rows, int cols, F&& f) {
+  const Variant variants[] = {{false, Rounding::sr, false}, {true, Rounding::sr, false}, {true, Rounding::rn, false}};
+  for (bool want_codes : {true, false})
+    for (const Preset& p : kPresets)
+      for (const Variant& v : variants) {
+        const QuantSpec rs = make_spec(p, BlockAlong::row, v), cs = make_spec(p, BlockAlong::column, v);
+        if (!cpu::shape_error(rows, cols, rs).empty() || !cpu::shape_error(rows, cols, cs).empty()) continue;
+        INFO("preset " << p.name << (want_codes ? ", codes" : ", no codes"));
+        INFO(describe(rs));
+        INFO(describe(cs));
+        f(rs, cs, want_codes);
+      }
+}
+
 TEST_CASE("gpu quantizer: an expert group's copies (source_rows) draw as the CPU reference's", "[gpu]") {
   // An MoE expert's group: rows gathered from a larger micro-batch in ascending token order, then
   // zero padding rows numbered R + i (docs/model.md, "The SR key of a group"). The SR copies must
@@ -742,28 +760,19 @@ TEST_CASE("gpu quantizer: an expert group's copies (source_rows) draw as the CPU
   for (int r = 80; r < rows; ++r) src[r] = R + (r - 80);   // its padding
   std::vector<bf16_t> x = make_input(rows, cols, Dist::gaussian, 77);
   std::fill(x.begin() + 80 * cols, x.end(), bf16_t(0));
-  const Variant variants[] = {{false, Rounding::sr, false}, {true, Rounding::sr, false}, {true, Rounding::rn, false}};
-  // With codes the copies take the tiled kernel; without (as training asks) the strip kernels.
-  for (bool want_codes : {true, false})
-  for (const Preset& p : kPresets)
-    for (const Variant& v : variants) {
-      const QuantSpec rs = make_spec(p, BlockAlong::row, v), cs = make_spec(p, BlockAlong::column, v);
-      if (!cpu::shape_error(rows, cols, rs).empty() || !cpu::shape_error(rows, cols, cs).empty()) continue;
-      INFO("preset " << p.name << (want_codes ? ", codes" : ", no codes"));
-      INFO(describe(rs));
-      INFO(describe(cs));
-      const GpuResult got = run_gpu(x, rows, cols, &rs, &cs, true, want_codes, &src);
-      const cpu::QuantizedTensor ref_row = cpu::quantize(x.data(), rows, cols, rs, false, src.data());
-      const cpu::QuantizedTensor ref_col = cpu::quantize(x.data(), rows, cols, cs, false, src.data());
-      REQUIRE(got.row.has_value());
-      REQUIRE(got.col.has_value());
-      check_copy(ref_row, *got.row, true);
-      check_copy(ref_col, *got.col, true);
-      if (v.rounding == Rounding::sr) {  // the keyed draws are really in use
-        const cpu::QuantizedTensor plain = cpu::quantize(x.data(), rows, cols, rs);
-        CHECK(plain.dequant != ref_row.dequant);
-      }
+  for_each_group_case(rows, cols, [&](const QuantSpec& rs, const QuantSpec& cs, bool want_codes) {
+    const GpuResult got = run_gpu(x, rows, cols, &rs, &cs, true, want_codes, &src);
+    const cpu::QuantizedTensor ref_row = cpu::quantize(x.data(), rows, cols, rs, false, src.data());
+    const cpu::QuantizedTensor ref_col = cpu::quantize(x.data(), rows, cols, cs, false, src.data());
+    REQUIRE(got.row.has_value());
+    REQUIRE(got.col.has_value());
+    check_copy(ref_row, *got.row, true);
+    check_copy(ref_col, *got.col, true);
+    if (rs.rounding == Rounding::sr) {  // the keyed draws are really in use
+      const cpu::QuantizedTensor plain = cpu::quantize(x.data(), rows, cols, rs);
+      CHECK(plain.dequant != ref_row.dequant);
     }
+  });
 }
 
 TEST_CASE("gpu quantizer: several expert groups in one call (groups) give each group's own call's bits", "[gpu]") {
@@ -802,30 +811,21 @@ TEST_CASE("gpu quantizer: several expert groups in one call (groups) give each g
     }
     return all;
   };
-  const Variant variants[] = {{false, Rounding::sr, false}, {true, Rounding::sr, false}, {true, Rounding::rn, false}};
   int compared = 0, refused = 0;
-  for (bool want_codes : {true, false})
-    for (const Preset& p : kPresets)
-      for (const Variant& v : variants) {
-        const QuantSpec rs = make_spec(p, BlockAlong::row, v), cs = make_spec(p, BlockAlong::column, v);
-        if (!cpu::shape_error(rows, cols, rs).empty() || !cpu::shape_error(rows, cols, cs).empty()) continue;
-        INFO("preset " << p.name << (want_codes ? ", codes" : ", no codes"));
-        INFO(describe(rs));
-        INFO(describe(cs));
-        if (!cuda::groups_quantize_in_one_call(rs) || !cuda::groups_quantize_in_one_call(cs)) {
-          // e4m3x2's tensor scale spans the groups: refused, never quantized across them.
-          CHECK_THROWS_AS(run_gpu(x, rows, cols, &rs, &cs, false, want_codes, &src, false, &groups),
-                          std::invalid_argument);
-          ++refused;
-          continue;
-        }
-        const GpuResult got = run_gpu(x, rows, cols, &rs, &cs, false, want_codes, &src, false, &groups);
-        REQUIRE(got.row.has_value());
-        REQUIRE(got.col.has_value());
-        check_copy(stacked(rs), *got.row, false);  // codes compared where they were asked for
-        check_copy(stacked(cs), *got.col, false);
-        ++compared;
-      }
+  for_each_group_case(rows, cols, [&](const QuantSpec& rs, const QuantSpec& cs, bool want_codes) {
+    if (!cuda::groups_quantize_in_one_call(rs) || !cuda::groups_quantize_in_one_call(cs)) {
+      // e4m3x2's tensor scale spans the groups: refused, never quantized across them.
+      CHECK_THROWS_AS(run_gpu(x, rows, cols, &rs, &cs, false, want_codes, &src, false, &groups), std::invalid_argument);
+      ++refused;
+      return;
+    }
+    const GpuResult got = run_gpu(x, rows, cols, &rs, &cs, false, want_codes, &src, false, &groups);
+    REQUIRE(got.row.has_value());
+    REQUIRE(got.col.has_value());
+    check_copy(stacked(rs), *got.row, false);  // codes compared where they were asked for
+    check_copy(stacked(cs), *got.col, false);
+    ++compared;
+  });
   CHECK(compared >= 12);  // the presets without a tensor scale, 3 variants, with and without codes
   CHECK(refused > 0);     // and the e4m3x2 ones refused
 }
