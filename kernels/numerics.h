@@ -348,9 +348,9 @@ FP4_HD float candidate_squared_error(float v, const QuantizedElement& e, const B
 // (read only for SR): true when candidate 4 (s4) has the strictly smaller sum of squared errors.
 // With e6 and e4 (n elements each), also both candidates' elements, so that a caller takes the
 // chosen one's instead of quantizing the block a third time (the same quantize_element calls).
-// The choice with the candidates' elements from element6(v, u) and element4(v, u), which must equal
-// quantize_element(v, s6 or s4, g, max_index, r, u) (a CUDA kernel passes a faster quantizer of the
-// same values; four_over_six_picks_four below passes quantize_element itself).
+// The candidates' elements come from element6(v, u) and element4(v, u), which must equal
+// quantize_element(v, s6 or s4, g, max_index, r, u): four_over_six_picks_four below passes
+// quantize_element itself, a CUDA kernel a faster quantizer of the same values.
 template <typename Element6, typename Element4>
 FP4_HD bool four_over_six_picks_four_by(const float* v, const float* u, int n, const BlockScale& s6,
                                         const BlockScale& s4, float dec, Grid g, Rounding r, Element6&& element6,
@@ -680,6 +680,12 @@ constexpr uint32_t kMaxMicroStep = 0xfffu;
 FP4_HD uint32_t philox_stream(uint32_t linear_id, Gemm gemm, Operand operand, uint32_t micro_step) {
   return (linear_id << 16) | (static_cast<uint32_t>(gemm) << 14) |
          (static_cast<uint32_t>(operand) << 12) | (micro_step & kMaxMicroStep);
+}
+
+// A stream with its linear id replaced: the same GEMM, operand and micro-step of another linear
+// (an MoE block's experts, each drawing with its own id).
+FP4_HD uint32_t philox_stream_of_linear(uint32_t stream, uint32_t linear_id) {
+  return (linear_id << 16) | (stream & 0xffffu);
 }
 
 // RHT sign policies (NUMERICS.md §4). The mask is the low 16 bits of word 0 of

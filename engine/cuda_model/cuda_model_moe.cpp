@@ -145,8 +145,8 @@ bool CudaModel::quantize_dy_all_groups(const model::StepContext& ctx, int block,
   const int J = m.n_experts + m.n_shared;
   std::optional<detail::BackwardSpecs> all;
   auto same_but_linear = [](QuantSpec a, QuantSpec b) {
-    a.stream &= 0xffffu;  // philox_stream's low 16 bits: GEMM, operand, micro-step
-    b.stream &= 0xffffu;
+    a.stream = philox_stream_of_linear(a.stream, 0);
+    b.stream = philox_stream_of_linear(b.stream, 0);
     return a == b;
   };
   for (int j = 0; j < J; ++j) {

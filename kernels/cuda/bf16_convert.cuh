@@ -1,5 +1,5 @@
-// bf16_convert.cuh — the hardware's fp32 -> bf16 conversions, one and two at a time (internal to
-// kernels/cuda; nvcc only). For every float that is not a NaN they round exactly as numerics.h's
+// bf16_convert.cuh — the hardware's fp32 -> bf16 conversions, one and two at a time, and the exact
+// bf16 -> fp32 unpacking of a 16-byte chunk (internal to kernels/cuda; nvcc only). For every float that is not a NaN they round exactly as numerics.h's
 // float_to_bf16 (checked on every float by tests/gpu/element_test.cu); on a NaN the hardware gives
 // 0x7fff where float_to_bf16 keeps the payload's top bits, quieted, so callers that may meet NaNs
 // handle them first (ops_common.cuh's to_bf16 and pack_bf16x4; the quantizers write NaN blocks
@@ -24,6 +24,16 @@ __device__ __forceinline__ uint32_t hw_pack_bf16x2(float lo, float hi) {
   uint32_t d;
   asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(d) : "f"(hi), "f"(lo));
   return d;
+}
+
+// 8 bf16 (one 16-byte chunk) to fp32: one shift or mask per value (bf16_to_float of each half).
+__device__ __forceinline__ void unpack8(uint4 q, float* v) {
+  const uint32_t w[4] = {q.x, q.y, q.z, q.w};
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    v[2 * j] = bits_float(w[j] << 16);
+    v[2 * j + 1] = bits_float(w[j] & 0xffff0000u);
+  }
 }
 
 }  // namespace fp4::cuda::detail

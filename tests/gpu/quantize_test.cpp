@@ -800,7 +800,7 @@ TEST_CASE("gpu quantizer: several expert groups in one call (groups) give each g
       const int r0 = static_cast<int>(groups.offsets[g]), n = static_cast<int>(groups.offsets[g + 1]) - r0;
       if (n == 0) continue;
       QuantSpec sg = spec;
-      sg.stream = (groups.linear_ids[g] << 16) | (spec.stream & 0xffffu);
+      sg.stream = philox_stream_of_linear(spec.stream, groups.linear_ids[g]);
       const cpu::QuantizedTensor q =
           cpu::quantize(x.data() + static_cast<size_t>(r0) * cols, n, cols, sg, false, src.data() + r0);
       all.dequant.insert(all.dequant.end(), q.dequant.begin(), q.dequant.end());

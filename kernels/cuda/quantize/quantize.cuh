@@ -55,8 +55,8 @@ void quantize_fused(const bf16_t* x, int rows, int cols, const CopyOut* row_copy
 
 // Rows of x that belong to different linears' copies: group g holds rows offsets[g] ..
 // offsets[g + 1] − 1 and draws its SR uniforms with the Philox stream of its own linear,
-// philox_stream(linear_ids[g], ...) with the spec's GEMM, operand and micro-step (numerics.h packs
-// the linear id in the stream's top 16 bits: the spec's stream with those bits replaced). Then one
+// philox_stream_of_linear(the spec's stream, linear_ids[g]): the spec's GEMM, operand and
+// micro-step, the group's linear (numerics.h). Then one
 // call gives each group's rows the bits of the group's own call, where the copy's blocks never
 // straddle two groups (groups padded to whole blocks along a column-blocked axis) and nothing in
 // the copy spans the tensor (no e4m3x2 tensor scale). offsets and linear_ids are device arrays of

@@ -103,7 +103,7 @@ __device__ __forceinline__ uint32_t draw_stream(const Source& src, uint32_t stre
     if (src.groups.offsets[mid] <= r) lo = mid;
     else hi = mid - 1;
   }
-  return (src.groups.linear_ids[lo] << 16) | (stream & 0xffffu);
+  return philox_stream_of_linear(stream, src.groups.linear_ids[lo]);
 }
 
 struct FusedArgs {
@@ -156,16 +156,6 @@ __device__ __forceinline__ void write_unit_tensor_scales(const FusedArgs& a) {
 __device__ __forceinline__ float max_abs_finite(float m, float v) {
   const float a = abs_f(v);
   return fmaxf(m, is_finite(a) ? a : 0.0f);
-}
-
-// 8 bf16 (one 16-byte chunk) to fp32: one shift or mask per value (bf16_to_float of each half).
-__device__ __forceinline__ void unpack8(uint4 q, float* v) {
-  const uint32_t w[4] = {q.x, q.y, q.z, q.w};
-#pragma unroll
-  for (int j = 0; j < 4; ++j) {
-    v[2 * j] = bits_float(w[j] << 16);
-    v[2 * j + 1] = bits_float(w[j] & 0xffff0000u);
-  }
 }
 
 // The block's amax and finiteness in one pass: the bits of the NaN-propagating maximum of |v| over

@@ -247,12 +247,7 @@ __device__ __forceinline__ void load_packed(const bf16_t* src, float (&v)[N]) {
   static_assert(N % 8 == 0, "load_packed reads whole 16-byte words");
   const uint4* words16 = reinterpret_cast<const uint4*>(src);
 #pragma unroll
-  for (int q = 0; q < N / 8; ++q) {
-    const uint4 u = words16[q];
-    const uint32_t words[4] = {u.x, u.y, u.z, u.w};
-#pragma unroll
-    for (int h = 0; h < 8; ++h) v[8 * q + h] = bf16_to_float(static_cast<bf16_t>(words[h / 2] >> (16 * (h % 2))));
-  }
+  for (int q = 0; q < N / 8; ++q) unpack8(words16[q], v + 8 * q);
 }
 
 // A non-finite block's outputs, as the reference's: the flag raised (when `raise`), a NaN scale,
@@ -300,12 +295,12 @@ struct DynElements {
 // One 1D block of N values, as the reference quantizes a block: its finiteness (bad: bit k set
 // where element k's source is not finite) and amax, its scale (§3's, or TetraJet-v2's double-block
 // scale under the span's outer scale `outer`), Four Over Six's choice between two scales, then its
-// values with the uniforms uniform(k) (read for SR only). A non-finite block raises the flag when
+// values with the uniforms u (SR; zeros under RN). A non-finite block raises the flag when
 // `raise`, and gets a NaN scale, NaN values and the non-finite code.
 // Elements: FixedElements or DynElements, for the spec's family.
-template <class Elements, int N, typename Uniform>
+template <class Elements, int N>
 __device__ void quantize_block(const float (&v)[N], uint32_t bad, const QuantSpec& spec, const TensorScale& ts,
-                               float outer, Uniform&& uniform, const RecipeOut& o, bool raise, float* scale_out,
+                               float outer, const float (&u)[N], const RecipeOut& o, bool raise, float* scale_out,
                                bf16_t (&out)[N], uint8_t (&code)[N]) {
   bool finite = bad == 0;
   float amax_b = 0.0f;
@@ -328,9 +323,6 @@ __device__ void quantize_block(const float (&v)[N], uint32_t bad, const QuantSpe
     bs = make_block_scale(spec.scale, amax_b, spec.gmax, ts);
     stored = bs.stored;
   }
-  float us[N];
-#pragma unroll
-  for (int k = 0; k < N; ++k) us[k] = spec.rounding == Rounding::sr ? uniform(k) : 0.0f;
   QuantizedElement e6[N], e4[N];
   bool four = false;
   const Elements element6(spec, bs, max_index);
@@ -338,11 +330,11 @@ __device__ void quantize_block(const float (&v)[N], uint32_t bad, const QuantSpe
     // Both candidates' elements come from the comparison: the chosen candidate's are the outputs.
     const BlockScale s4 = make_block_scale(spec.scale, amax_b, kFourOverSixLowMax, ts);
     const Elements element4(spec, s4, max_index);
-    four = four_over_six_picks_four_by(v, us, N, bs, s4, ts.dec, spec.grid, spec.rounding, element6, element4, e6, e4);
+    four = four_over_six_picks_four_by(v, u, N, bs, s4, ts.dec, spec.grid, spec.rounding, element6, element4, e6, e4);
     if (four) stored = s4.stored;
   } else {
 #pragma unroll
-    for (int k = 0; k < N; ++k) e6[k] = element6(v[k], us[k]);
+    for (int k = 0; k < N; ++k) e6[k] = element6(v[k], u[k]);
   }
   if (scale_out != nullptr) *scale_out = stored;
 #pragma unroll
@@ -461,7 +453,7 @@ __global__ void __launch_bounds__(kRecipeThreads) span_quantize_kernel(const bf1
   const TensorScale ts = *ts_ptr;
   // The span is one block (span_length).
   float* scale_out = o.scales != nullptr ? &o.scales[span_scale_index(s, 0, L)] : nullptr;
-  quantize_block<Elements>(v, bad[0], spec, ts, 0.0f, [&](int k) { return u[k]; }, o, true, scale_out, out, code);
+  quantize_block<Elements>(v, bad[0], spec, ts, 0.0f, u, o, true, scale_out, out, code);
 
   if constexpr (kAlongRow) {
     store_packed(reinterpret_cast<uint4*>(o.dequant + s.first), out);
@@ -696,7 +688,7 @@ __global__ void __launch_bounds__(kGroupThreads) group_quantize_kernel(const bf1
       }
     }
     float* scale_out = o.scales != nullptr && gl.valid ? &o.scales[span_scale_index(s, gl.j, 16)] : nullptr;
-    quantize_block<Elements>(v, bad, spec, ts, outer, [&](int k) { return u[k]; }, o, gl.valid, scale_out, out, code);
+    quantize_block<Elements>(v, bad, spec, ts, outer, u, o, gl.valid, scale_out, out, code);
   }
 
   if constexpr (kAlongRow) {
