@@ -267,8 +267,10 @@ __device__ void nonfinite_block(const RecipeOut& o, bool raise, float* scale_out
 //     quantizer (quantize_element.cuh's BlockQuantizer: no index search, a reciprocal per block
 //     instead of a division per value; tests/gpu/element_test.cu holds it to quantize_element), and
 //     quantize_element itself where that quantizer is not exact (a zero block, an fp32 scale outside
-//     its division's range). A double-block scale multiplies by its reciprocal like e4m3x2's, so
-//     those blocks take the e4m3x2 family.
+//     its division's range, a multiplier that is not finite). A double-block scale multiplies by
+//     its reciprocal like e4m3x2's, so those blocks take the e4m3x2 family; unlike e4m3x2's, that
+//     reciprocal is not capped at FLT_MAX, and a subnormal scale (a block of tiny values) makes it
+//     +Inf, where 0 · Inf is NaN and the reference's NaN-to-zero rule decides the element.
 //   DynElements: quantize_element with the spec's grid and rounding, for a family no kernel
 //     instance is made for (with_elements).
 template <Grid G, Rounding R, ScaleMode M>
@@ -276,7 +278,7 @@ struct FixedElements {
   BlockQuantizer<G, R, M> q;
   bool fast;
   __device__ FixedElements(const QuantSpec&, const BlockScale& bs, int max_index)
-      : q(bs, max_index), fast(!bs.zero_block && q.fast()) {}
+      : q(bs, max_index), fast(!bs.zero_block && q.fast() && bs.mul <= FLT_MAX) {}
   __device__ QuantizedElement operator()(float v, float u) const { return fast ? q(v, u) : q.reference(v, u); }
 };
 
