@@ -19,7 +19,11 @@ namespace fp4 {
 //    fp32 sums; bench/RESULTS.md names it), up to the commit before 3.
 // 3: the CUDA MoE blocks' expert forward and dgrad GEMMs as grouped cuBLAS calls (another kernel, so
 //    another order of their fp32 sums; dense models and the CPU engine keep identity 2's bits).
-inline constexpr int kNumericsIdentity = 3;
+// 4: the CUDA MoE blocks' router weight gradient as a deterministic split-K (the order of its fp32
+//    sums), with 887bbca's padding of bf16 expert groups to 64 rows on the GPU (another GEMM shape),
+//    which should have bumped the identity itself (docs/train.md says what that means for the
+//    commits between); dense models and the CPU engine keep identity 2's bits.
+inline constexpr int kNumericsIdentity = 4;
 
 // The identity of a run recorded before runs recorded one, from the git commit its binary was
 // built from (the store's provenance.git_commit; 40 hex digits, or a prefix of at least 7): 1 or 2

@@ -42,8 +42,16 @@ def function_name(kernel):
     if name.startswith("void "):
         name = name[5:]
     name = name.split("(", 1)[0]
+    template = re.search(r"<(.*)>$", name)
     name = re.sub(r"<.*>$", "", name)
-    return name.rsplit("::", 1)[-1].strip()
+    bare = name.rsplit("::", 1)[-1].strip()
+    # cuBLAS's CUTLASS kernels are all cutlass::Kernel or cutlass::Kernel2 <the GEMM's name>: the
+    # template argument says what runs (e.g. cutlass_80_simt_sgemm_..., an fp32 SIMT GEMM).
+    if re.fullmatch(r"Kernel\d*", bare) and template:
+        arg = re.match(r"[\w]+", template.group(1).strip())
+        if arg:
+            return arg.group(0)
+    return bare
 
 
 def category(name):

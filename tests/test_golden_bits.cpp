@@ -36,7 +36,8 @@ std::vector<std::string> git_lines(const std::string& args) {
 }
 
 // The identity these bits belong to: when kNumericsIdentity is bumped, the bits are pinned again.
-constexpr int kPinnedIdentity = 3;
+// Identities 3 and 4 moved CUDA MoE bits only, so the CPU's dense bits below are identity 2's.
+constexpr int kPinnedIdentity = 4;
 
 const std::vector<fp4::test::GoldenBits> kPinned = {
     {"bf16", 0x400142a31a200000, 0x400012a780b00000, "c4f5b7b25316cde5"},

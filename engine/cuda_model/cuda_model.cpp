@@ -214,6 +214,12 @@ int wgrad_chunks(int m, int n, int k) {
   return chunks;
 }
 
+int row_sum_chunks(int rows) {
+  int chunks = 32;
+  while (chunks > 1 && (rows % chunks != 0 || rows / chunks < 256)) chunks /= 2;
+  return chunks;
+}
+
 // A pass's non-finite flag: its quantizers' `flag`, or'ed with the flags of the weight copies it
 // used (`used[i]`: copy i; a kept copy's flag counts in every pass that uses it).
 unsigned pass_flag(unsigned flag, const unsigned* weight_flags, const std::vector<unsigned char>& used) {

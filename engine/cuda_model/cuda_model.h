@@ -332,6 +332,10 @@ class CudaModel {
   // their quantized copies (X or dY, wgrad dY, wgrad X) and those copies' tensor scales (the
   // weights' copies are in weight_copies_).
   DeviceArray<float> moe_h_, moe_out_, moe_dout_, moe_dgates_, moe_dlogits_, moe_router_dh_;
+  // The router's weight gradient sums over all R rows into E·d outputs (a few tiles): a split-K
+  // as the LM head's (row_sum_chunks), with its partials [chunks, E, d].
+  int router_chunks_ = 1;
+  DeviceArray<float> moe_router_partials_;
   DeviceArray<bf16_t> moe_dy_, moe_da_, moe_du_, moe_dx_;
   DeviceArray<bf16_t> moe_q_a_, moe_q_c_, moe_q_d_;
   DeviceArray<float> moe_ts_;

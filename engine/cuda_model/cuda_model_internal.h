@@ -27,6 +27,10 @@ BackwardSpecs backward_specs(const engine::LinearSite& s);
 
 // How many K chunks a block linear's weight gradient dW [m, n] over k rows is cut into.
 int wgrad_chunks(int m, int n, int k);
+// How many K chunks an fp32 product that sums over the micro-batch's rows into a small output
+// (the LM head's and the router's weight gradients) is cut into: up to 32 chunks of at least 256
+// rows, a count fixed by the row count alone, so the order of the fp32 sums is too.
+int row_sum_chunks(int rows);
 
 // A pass's non-finite flag: its quantizers' `flag`, or'ed with the flags of the weight copies it
 // used (`used[i]`: copy i).

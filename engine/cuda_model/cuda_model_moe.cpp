@@ -70,6 +70,8 @@ void CudaModel::prepare_moe() {
   moe_dgates_.reserve(r * K);
   moe_dlogits_.reserve(r * E);
   moe_router_dh_.reserve(r * d);
+  router_chunks_ = detail::row_sum_chunks(R);
+  if (router_chunks_ > 1) moe_router_partials_.reserve(static_cast<size_t>(router_chunks_) * E * d);
   moe_dy_.reserve(g * d);
   moe_da_.reserve(g * fe);
   moe_du_.reserve(g * 2 * fe);
@@ -406,7 +408,14 @@ void CudaModel::moe_backward(const model::StepContext& ctx, int block, const bf1
   wg.m = E;
   wg.n = d;
   wg.k = R;
-  gemm_->matmul(wg, 1.0f, moe_dlogits_.get(), moe_h_.get(), 1.0f, grad(bi.router), st);
+  // One GEMM would give its few output tiles (12 CTAs at d6-e8k2) all R rows each: most of an MoE
+  // step's GPU time went there. Split K as the LM head's weight gradient (deterministic: the
+  // partials are added in chunk order).
+  if (router_chunks_ > 1)
+    gemm_->matmul_split_k(wg, router_chunks_, 1.0f, moe_dlogits_.get(), moe_h_.get(), 1.0f, grad(bi.router),
+                          moe_router_partials_.get(), st);
+  else
+    gemm_->matmul(wg, 1.0f, moe_dlogits_.get(), moe_h_.get(), 1.0f, grad(bi.router), st);
   cuda::GemmShape dg;  // router_dh [R, d] = dlogits [R, E] · W_router [E, d]
   dg.m = R;
   dg.n = d;

@@ -128,9 +128,9 @@ void CudaModel::prepare(const model::Batch& batch) {
   if (wgrad_floats > 0) wgrad_partials_.reserve(wgrad_floats);
   // The LM head's weight gradient sums over all R rows into only V·d outputs: one GEMM gets a
   // handful of output tiles (a few CTAs on a GPU with over a hundred SMs). Split K = R into up to
-  // 32 chunks of at least 256 rows (a count fixed by R alone, so the summation order is too).
-  head_chunks_ = 32;
-  while (head_chunks_ > 1 && (R % head_chunks_ != 0 || R / head_chunks_ < 256)) head_chunks_ /= 2;
+  // 32 chunks of at least 256 rows (row_sum_chunks: a count fixed by R alone, so the summation
+  // order is too).
+  head_chunks_ = detail::row_sum_chunks(R);
   if (head_chunks_ > 1) head_partials_.reserve(static_cast<size_t>(head_chunks_) * V * d);
 
   // The weights as the GEMMs see them: bf16 copies of the fp32 masters, remade after each change

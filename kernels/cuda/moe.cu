@@ -181,22 +181,33 @@ __global__ void __launch_bounds__(kRowThreads) sum_over_experts_kernel(const T* 
   }
 }
 
+// dgates[a] = dout[t] · y[a]'s row: kernels/cpu/ops.h's dot, eight lanes combined pairwise. Eight
+// threads take one assignment, thread l of them the dot's lane l (elements l, l + 8, ...), so the
+// eight read consecutive values; the shuffles then add the lanes as the dot does,
+// ((0 + 1) + (2 + 3)) + ((4 + 5) + (6 + 7)). The same sums in the same order: the same bits.
+// A warp's four assignments share the loop's bounds (the shuffles need every lane).
 template <typename T>
 __global__ void dgates_kernel(const float* dout, const T* y, const int32_t* chosen, const int32_t* slot,
                               const int64_t* offsets, int rows, int K, int d, float* dgates) {
   const int64_t n = static_cast<int64_t>(rows) * K;
-  for (int64_t a = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; a < n;
-       a += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const float* p = dout + (a / K) * d;
-    const T* q = y + assignment_row(chosen, slot, offsets, a) * d;
-    // kernels/cpu/ops.h's dot: eight lanes, combined pairwise.
-    float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-    int i = 0;
-    for (; i + 8 <= d; i += 8)
-      for (int l = 0; l < 8; ++l) acc[l] += p[i + l] * load_value(q, i + l);
-    for (int l = 0; i < d; ++i, ++l) acc[l] += p[i] * load_value(q, i);
-    const float s01 = acc[0] + acc[1], s23 = acc[2] + acc[3], s45 = acc[4] + acc[5], s67 = acc[6] + acc[7];
-    dgates[a] = (s01 + s23) + (s45 + s67);
+  const int l = threadIdx.x & 7;
+  const int64_t stride = (static_cast<int64_t>(gridDim.x) * blockDim.x) >> 3;
+  for (int64_t warp_first = (blockIdx.x * static_cast<int64_t>(blockDim.x) + (threadIdx.x & ~31)) >> 3;
+       warp_first < n; warp_first += stride) {
+    const int64_t a = warp_first + ((threadIdx.x & 31) >> 3);
+    const bool valid = a < n;
+    float acc = 0.0f;
+    if (valid) {
+      const float* p = dout + (a / K) * d;
+      const T* q = y + assignment_row(chosen, slot, offsets, a) * d;
+      int i = 0;
+      for (; i + 8 <= d; i += 8) acc += p[i + l] * load_value(q, i + l);
+      if (i + l < d) acc += p[i + l] * load_value(q, i + l);  // the tail: lane l takes element i + l
+    }
+    acc += __shfl_down_sync(0xffffffffu, acc, 1);
+    acc += __shfl_down_sync(0xffffffffu, acc, 2);
+    acc += __shfl_down_sync(0xffffffffu, acc, 4);
+    if (valid && l == 0) dgates[a] = acc;
   }
 }
 
@@ -351,9 +362,9 @@ void moe_combine(const bf16_t* y, const int32_t* chosen, const int32_t* slot, co
 template <typename T>
 static void launch_dgates(const float* dout, const T* y, const int32_t* chosen, const int32_t* slot,
                           const int64_t* offsets, int rows, int top_k, int d, float* dgates, cudaStream_t stream) {
-  dgates_kernel<<<blocks_for(static_cast<int64_t>(rows) * top_k), kThreads, 0, stream>>>(dout, y, chosen, slot,
-                                                                                          offsets, rows, top_k, d,
-                                                                                          dgates);
+  dgates_kernel<<<blocks_for(static_cast<int64_t>(rows) * top_k * 8), kThreads, 0, stream>>>(dout, y, chosen, slot,
+                                                                                              offsets, rows, top_k, d,
+                                                                                              dgates);
   detail::check_launch();
 }
 
