@@ -13,8 +13,8 @@ passes of the step the table describes. So with 2 profiled passes the table is e
 older profiles) every pass is weighed --micro-steps times, which over-weighs the weights' copies,
 whose kernels share names with the activations' copies.
 
-Prints a Markdown table: category, ms per step, share, launches per step; then the twelve kernels
-that take the most time.
+Prints a Markdown table: category, ms per step, share, launches per step; then the twenty kernels
+that take the most time, each with its launches per step and mean time per launch.
 """
 import argparse
 import csv
@@ -106,6 +106,7 @@ def main():
     ms = defaultdict(float)
     count = defaultdict(int)
     per_kernel = defaultdict(float)
+    per_kernel_count = defaultdict(int)
     for i, (name, t) in enumerate(step):
         label = category(name)
         if label.startswith("optimizer"):
@@ -119,16 +120,18 @@ def main():
         ms[label] += weight * t
         count[label] += weight
         per_kernel[name] += weight * t
+        per_kernel_count[name] += weight
     total = sum(ms.values())
     print(f"### {args.title}: GPU time of one step of {args.micro_steps} micro-steps, {total:.1f} ms of kernels\n")
     print("| category | ms per step | share | launches per step |")
     print("|---|---:|---:|---:|")
     for label, t in sorted(ms.items(), key=lambda kv: -kv[1]):
         print(f"| {label} | {t:.2f} | {100 * t / total:.1f}% | {count[label]} |")
-    print("\n| kernel | ms per step | share |")
-    print("|---|---:|---:|")
-    for name, t in sorted(per_kernel.items(), key=lambda kv: -kv[1])[:12]:
-        print(f"| `{name[:70]}` | {t:.2f} | {100 * t / total:.1f}% |")
+    print("\n| kernel | ms per step | share | launches per step | µs per launch |")
+    print("|---|---:|---:|---:|---:|")
+    for name, t in sorted(per_kernel.items(), key=lambda kv: -kv[1])[:20]:
+        n = per_kernel_count[name]
+        print(f"| `{name[:70]}` | {t:.2f} | {100 * t / total:.1f}% | {n} | {1000 * t / n:.1f} |")
     print()
 
 
