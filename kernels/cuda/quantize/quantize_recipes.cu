@@ -488,6 +488,23 @@ constexpr int kGroupSpans = kGroupThreads / kGroupLanes;    // 32 spans per CTA
 constexpr int kStagePitch = kMsEdenGroup + 2;  // bf16 per staged span: an odd word pitch, no bank conflicts
 static_assert(kGroupLanes == 8 && kGroupThreads == 256, "the group path's shape");
 
+// The column path's staging: thread i of the CTA moves span i % kGroupSpans (of the CTA's
+// kGroupSpans), elements i / kGroupSpans + kStageRows · r, between global memory and the stage.
+constexpr int kStageRows = kGroupThreads / kGroupSpans;  // 8 rows of the spans a pass of the CTA
+static_assert(kGroupThreads % kGroupSpans == 0 && kMsEdenGroup % kStageRows == 0, "the staging's shape");
+struct StagedColumn {
+  int s, k0;
+  bool valid;
+  int64_t first;  // element 0 of the span in x's layout
+  __device__ explicit StagedColumn(const SpanGeometry& g) {
+    s = static_cast<int>(threadIdx.x) % kGroupSpans;
+    k0 = static_cast<int>(threadIdx.x) / kGroupSpans;
+    const int64_t t = static_cast<int64_t>(blockIdx.x) * kGroupSpans + s;
+    valid = t < g.count(kMsEdenGroup, false);
+    first = valid ? Span<kMsEdenGroup, false>(t, g.cols).first : 0;
+  }
+};
+
 // Where this thread sits: span t (its CTA's span s) and block j of it.
 struct GroupLane {
   int s, j;
@@ -535,13 +552,14 @@ __device__ void load_group(const bf16_t* x, const SpanGeometry& g, const GroupLa
     }
   } else {
     // Element k of the CTA's span s at stage[s * kStagePitch + k]; the threads of a warp read one
-    // row of 32 consecutive spans (columns) at a time.
-    const int64_t t0 = static_cast<int64_t>(blockIdx.x) * kGroupSpans;
-    for (int e = threadIdx.x; e < kGroupSpans * kMsEdenGroup; e += kGroupThreads) {
-      const int s = e % kGroupSpans, k = e / kGroupSpans;
-      bf16_t b = 0;
-      if (t0 + s < g.count(kMsEdenGroup, false)) b = x[Span<kMsEdenGroup, false>(t0 + s, g.cols).at(k)];
-      stage[s * kStagePitch + k] = b;
+    // row of 32 consecutive spans (columns) at a time. Thread i stages span i % kGroupSpans, rows
+    // i / kGroupSpans + kStageRows · r: its span's place is worked out once, and its 16 loads are
+    // independent (unrolled), so they are in flight together.
+    const StagedColumn c(g);
+#pragma unroll
+    for (int r = 0; r < kMsEdenGroup / kStageRows; ++r) {
+      const int k = c.k0 + kStageRows * r;
+      stage[c.s * kStagePitch + k] = c.valid ? x[c.first + k * static_cast<int64_t>(g.cols)] : bf16_t{0};
     }
     __syncthreads();
 #pragma unroll
@@ -706,13 +724,14 @@ __global__ void __launch_bounds__(kGroupThreads) group_quantize_kernel(const bf1
       stage_codes[gl.s * kStagePitch + 16 * gl.j + k] = code[k];
     }
     __syncthreads();
-    const int64_t t0 = static_cast<int64_t>(blockIdx.x) * kGroupSpans;
-    for (int e = threadIdx.x; e < kGroupSpans * kMsEdenGroup; e += kGroupThreads) {
-      const int sp = e % kGroupSpans, k = e / kGroupSpans;
-      if (t0 + sp >= g.count(kMsEdenGroup, false)) continue;
-      const int64_t i = Span<kMsEdenGroup, false>(t0 + sp, g.cols).at(k);
-      o.dequant[i] = stage[sp * kStagePitch + k];
-      if (o.codes != nullptr) o.codes[i] = stage_codes[sp * kStagePitch + k];
+    const StagedColumn c(g);
+    if (!c.valid) return;
+#pragma unroll
+    for (int r = 0; r < kMsEdenGroup / kStageRows; ++r) {
+      const int k = c.k0 + kStageRows * r;
+      const int64_t i = c.first + k * static_cast<int64_t>(g.cols);
+      o.dequant[i] = stage[c.s * kStagePitch + k];
+      if (o.codes != nullptr) o.codes[i] = stage_codes[c.s * kStagePitch + k];
     }
   }
 }
