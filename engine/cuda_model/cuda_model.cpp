@@ -101,6 +101,12 @@ CudaModel::CudaModel(const model::ModelShape& config, const engine::Recipe& reci
 CudaModel::~CudaModel() {
   for (PassGraph& g : pass_graphs_)
     if (g.exec != nullptr) cudaGraphExecDestroy(g.exec);  // best effort, as below
+  for (cudaStream_t s : wgrad_streams_) {
+    cudaStreamSynchronize(s);
+    cudaStreamDestroy(s);
+  }
+  for (cudaEvent_t e : wgrad_joins_) cudaEventDestroy(e);
+  if (wgrad_fork_ != nullptr) cudaEventDestroy(wgrad_fork_);
   if (stream_) {
     cudaStreamSynchronize(stream_);  // destructors must not throw: best effort
     cudaStreamDestroy(stream_);

@@ -123,9 +123,11 @@ class CudaModel {
   std::vector<model::PassResult> finish_forward_backward();
   // How many training passes ran as a CUDA graph launch (tests: the graphs are really used).
   uint64_t graph_launches() const { return graph_launches_; }
-  // How many cuBLASLt plans (GEMM shapes) the model has made so far (tests: an MoE model's shapes
-  // stay few while its routing changes).
+  // How many cuBLASLt plans (GEMM shapes) the model has made so far, over all its cuBLASLt
+  // wrappers (tests: an MoE model's shapes stay few while its routing changes).
   size_t gemm_plans() const;
+  // The side streams an MoE model's expert weight gradients run on (0: none, all on stream()).
+  int expert_wgrad_streams() const { return static_cast<int>(wgrad_streams_.size()); }
   model::EvalResult evaluate(const model::Batch& batch, const model::StepContext& ctx = {});
 
   // Device buffers of n_params() floats, for the optimizer (which runs on stream()). Whoever
@@ -336,6 +338,19 @@ class CudaModel {
   // as the LM head's (row_sum_chunks), with its partials [chunks, E, d].
   int router_chunks_ = 1;
   DeviceArray<float> moe_router_partials_;
+  // The experts' weight gradients dW_j += dY_jᵀ · X_j are independent GEMMs of a few output tiles
+  // each (about 5 µs at d6): one after another on one stream they leave most of the GPU idle. So
+  // they run on side streams, expert j on wgrad_streams_[j % n] with its own cuBLASLt wrapper
+  // (the same workspace size as gemm_'s, so the same algorithms and bits), forked from stream_
+  // once their operands exist and joined back before experts_backward returns. Only where each
+  // GEMM needs nothing made per expert in between (bf16, or 4-bit copies made for all groups in
+  // one call, with no device-side alpha): else they stay on stream_. FP4LAB_MOE_WGRAD_STREAMS=n in
+  // the environment sets n (default 4; 1 or 0: none), read when the first MoE pass is prepared.
+  std::vector<cudaStream_t> wgrad_streams_;
+  std::vector<std::unique_ptr<cuda::Gemm>> wgrad_gemms_;
+  cudaEvent_t wgrad_fork_ = nullptr;
+  std::vector<cudaEvent_t> wgrad_joins_;
+  bool wgrad_streams_made_ = false;
   DeviceArray<bf16_t> moe_dy_, moe_da_, moe_du_, moe_dx_;
   DeviceArray<bf16_t> moe_q_a_, moe_q_c_, moe_q_d_;
   DeviceArray<float> moe_ts_;

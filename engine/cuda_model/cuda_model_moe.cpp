@@ -13,6 +13,7 @@
 // bf16 outputs, rounded once: LinearOut) and converts to fp32 (exactly) where moe.cuh's kernels
 // read fp32; an fp32 result the CPU stores is rounded by float_to_bf16 into its bf16 buffer.
 #include <algorithm>
+#include <cstdlib>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -85,6 +86,32 @@ void CudaModel::prepare_moe() {
   }
   moe_capacity_ = cap;
   if (grouped_gemm_ == nullptr) grouped_gemm_ = std::make_unique<cuda::GroupedGemm>();
+  if (!wgrad_streams_made_) {
+    wgrad_streams_made_ = true;
+    int n = 4;
+    if (const char* env = std::getenv("FP4LAB_MOE_WGRAD_STREAMS")) {
+      char* end = nullptr;
+      const long v = std::strtol(env, &end, 10);
+      if (end == env || *end != '\0' || v < 0 || v > 64)
+        throw std::invalid_argument("FP4LAB_MOE_WGRAD_STREAMS = \"" + std::string(env) +
+                                    "\" is not a whole number from 0 to 64: unset it, or set 1 to run every expert "
+                                    "weight gradient on the model's stream");
+      n = static_cast<int>(v);
+    }
+    n = std::min(n, E + m.n_shared);
+    if (n > 1) {
+      FP4_CUDA_CHECK(cudaEventCreateWithFlags(&wgrad_fork_, cudaEventDisableTiming));
+      for (int i = 0; i < n; ++i) {
+        cudaStream_t s = nullptr;
+        FP4_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+        wgrad_streams_.push_back(s);
+        cudaEvent_t e = nullptr;
+        FP4_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+        wgrad_joins_.push_back(e);
+        wgrad_gemms_.push_back(std::make_unique<cuda::Gemm>());
+      }
+    }
+  }
   if (moe_linear_ids_.size() == 0) {
     std::vector<uint32_t> ids(static_cast<size_t>(L) * 2 * J, 0u);
     for (int l = 0; l < L; ++l)
@@ -226,6 +253,13 @@ void CudaModel::experts_backward(const model::StepContext& ctx, int block, int p
   const bool all_x =
       quantized && quantize_all_groups(ctx, block, pos, engine::Slot::wgrad_x, x, moe_q_d_.get(), ts + 3);
   const bool all_dy = quantized && quantize_dy_all_groups(ctx, block, pos, dy);
+  // The weight gradients on the side streams (wgrad_streams_ says when), after everything enqueued
+  // so far: the operands above, and the previous pass's gradients they add to.
+  const bool side = !wgrad_streams_.empty() && (!quantized || (all_x && all_dy));
+  if (side) {
+    FP4_CUDA_CHECK(cudaEventRecord(wgrad_fork_, stream_));
+    for (cudaStream_t s : wgrad_streams_) FP4_CUDA_CHECK(cudaStreamWaitEvent(s, wgrad_fork_, 0));
+  }
   for (int j = 0; j < m.n_experts + m.n_shared; ++j) {
     const ExpertGroup g = expert_group(ctx, block, j);
     if (g.rows == 0) continue;
@@ -266,15 +300,30 @@ void CudaModel::experts_backward(const model::StepContext& ctx, int block, int p
       quantized_gemm(false, false, g.rows, k, n, alpha_d, dy_d, wb, LinearOut{nullptr, dxa});
     // dW += alpha·(dYᵀ·X) over the padded group, per group (fp32, accumulated: not the grouped
     // call's form): one GEMM (no split-K), beta = 1 from device memory where alpha is a device value
-    // (linear_backward says why that is deterministic).
-    weight_gradient_one_gemm(n, k, g.padded, alpha_w, dy_w, x_w, dw);
+    // (linear_backward says why that is deterministic). On a side stream the same call, alpha 1.
+    const size_t lane = static_cast<size_t>(j) % std::max<size_t>(wgrad_streams_.size(), 1);
+    if (side && alpha_w == nullptr)
+      wgrad_gemms_[lane]->gemm(true, false, n, k, g.padded, 1.0f, dy_w, x_w, 1.0f, dw, wgrad_streams_[lane]);
+    else
+      weight_gradient_one_gemm(n, k, g.padded, alpha_w, dy_w, x_w, dw);
   }
   if (grouped) grouped_gemm_->run(false, false, products_, stream_);
+  if (side) {
+    // Joined before anything later on stream_ can touch the operands or the gradients.
+    for (size_t i = 0; i < wgrad_streams_.size(); ++i) {
+      FP4_CUDA_CHECK(cudaEventRecord(wgrad_joins_[i], wgrad_streams_[i]));
+      FP4_CUDA_CHECK(cudaStreamWaitEvent(stream_, wgrad_joins_[i], 0));
+    }
+  }
 }
 
 // ---- The block ---------------------------------------------------------------------------------
 
-size_t CudaModel::gemm_plans() const { return gemm_->cached_plans(); }
+size_t CudaModel::gemm_plans() const {
+  size_t plans = gemm_->cached_plans();
+  for (const auto& g : wgrad_gemms_) plans += g->cached_plans();
+  return plans;
+}
 
 int CudaModel::expert_row_multiple(int block) const {
   const int host = host_.wgrad_row_multiple(block);
