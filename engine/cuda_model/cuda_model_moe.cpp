@@ -66,7 +66,6 @@ void CudaModel::prepare_moe() {
     a->y.reserve(g * d);
   }
   moe_h_.reserve(r * d);
-  moe_out_.reserve(r * d);
   moe_dout_.reserve(r * d);
   moe_dgates_.reserve(r * K);
   moe_dlogits_.reserve(r * E);
@@ -405,11 +404,10 @@ void CudaModel::moe_forward(const model::StepContext& ctx, int block, const bf16
   cuda::swiglu_forward(A.u.get(), static_cast<int>(total), fe, nullptr, st, store_out(A.a.get()));
   experts_forward(ctx, block, 3, A.a.get(), A.y.get());
 
-  // Combine (fp32 from y's bf16 values, each token's experts in ascending index), then store(out)
-  // into the block's bf16 output tmpb_.
+  // Combine (fp32 from y's bf16 values, each token's experts in ascending index), stored (rounded
+  // to bf16 by the same kernel) into the block's bf16 output tmpb_.
   cuda::moe_combine(A.y.get(), A.chosen.get(), A.slot.get(), A.plan_dev.get() + J, A.gates.get(), R, E, S, K, d,
-                    moe_out_.get(), st);
-  cuda::float_to_bf16(moe_out_.get(), tmpb_.get(), rd, st);
+                    tmpb_.get(), st);
 
   // The auxiliary losses and the expert load, on the host from the router's outputs, by the CPU
   // reference's own function (the same sums in the same order), while the GPU runs the experts.
@@ -471,11 +469,10 @@ void CudaModel::moe_backward(const model::StepContext& ctx, int block, const bf1
   dg.k = E;
   gemm_->matmul(dg, 1.0f, moe_dlogits_.get(), param(bi.router), 0.0f, moe_router_dh_.get(), st);
 
-  // dh: each token's experts' dX in ascending index, plus the router's share; store(dh) into the
-  // bf16 dhb_ that mlp_norm's backward reads.
+  // dh: each token's experts' dX in ascending index, plus the router's share; stored (rounded to
+  // bf16 by the same kernel) into the bf16 dhb_ that mlp_norm's backward reads.
   cuda::moe_sum_dx(moe_dx_.get(), A.chosen.get(), A.slot.get(), A.plan_dev.get() + J, moe_router_dh_.get(), R, E, S,
-                   K, d, moe_out_.get(), st);
-  cuda::float_to_bf16(moe_out_.get(), dhb_.get(), rd, st);
+                   K, d, dhb_.get(), st);
 }
 
 }  // namespace fp4::cuda_model

@@ -158,13 +158,14 @@ __device__ __forceinline__ int64_t assignment_row(const int32_t* chosen, const i
 
 // out[t, :] = Σ over t's experts in ascending index of (gates ? gate · v : v), the first term
 // assigned, + each shared expert's v, then + extra[t, :] when extra is set: moe_combine (gates, no
-// extra) and moe_sum_dx (no gates, the router's share as extra).
-template <typename T>
+// extra) and moe_sum_dx (no gates, the router's share as extra). A bf16 out gets the fp32 sum
+// rounded by float_to_bf16 (store_value).
+template <typename T, typename U>
 __global__ void __launch_bounds__(kRowThreads) sum_over_experts_kernel(const T* v, const int32_t* chosen,
                                                                        const int32_t* slot, const int64_t* offsets,
                                                                        const float* gates, const float* extra,
                                                                        int rows, int E, int J, int K, int d,
-                                                                       float* out) {
+                                                                       U* out) {
   for (int64_t t = blockIdx.x; t < rows; t += gridDim.x) {
     for (int f = threadIdx.x; f < d; f += blockDim.x) {
       float o = 0.0f;
@@ -176,7 +177,7 @@ __global__ void __launch_bounds__(kRowThreads) sum_over_experts_kernel(const T* 
       }
       for (int j = E; j < J; ++j) o += load_value(v, (offsets[j] + t) * d + f);
       const int64_t i = t * d + f;
-      out[i] = extra != nullptr ? o + extra[i] : o;
+      store_value(out, i, extra != nullptr ? o + extra[i] : o);
     }
   }
 }
@@ -335,10 +336,10 @@ void moe_gather(const bf16_t* x, const int32_t* tokens, int64_t total, int rows,
   launch_gather(x, tokens, total, rows, d, x_groups, stream);
 }
 
-template <typename T>
+template <typename T, typename U>
 static void launch_sum_over_experts(const char* op, const T* v, const int32_t* chosen, const int32_t* slot,
                                     const int64_t* offsets, const float* gates, const float* extra, int rows,
-                                    int n_experts, int n_shared, int top_k, int d, float* out, cudaStream_t stream) {
+                                    int n_experts, int n_shared, int top_k, int d, U* out, cudaStream_t stream) {
   check_router(op, rows, n_experts, top_k);
   sum_over_experts_kernel<<<row_blocks(rows), kRowThreads, 0, stream>>>(
       v, chosen, slot, offsets, gates, extra, rows, n_experts, n_experts + n_shared, top_k, d, out);
@@ -354,6 +355,13 @@ void moe_combine(const float* y, const int32_t* chosen, const int32_t* slot, con
 
 void moe_combine(const bf16_t* y, const int32_t* chosen, const int32_t* slot, const int64_t* offsets,
                  const float* gates, int rows, int n_experts, int n_shared, int top_k, int d, float* out,
+                 cudaStream_t stream) {
+  launch_sum_over_experts("moe_combine", y, chosen, slot, offsets, gates, nullptr, rows, n_experts, n_shared, top_k, d,
+                          out, stream);
+}
+
+void moe_combine(const bf16_t* y, const int32_t* chosen, const int32_t* slot, const int64_t* offsets,
+                 const float* gates, int rows, int n_experts, int n_shared, int top_k, int d, bf16_t* out,
                  cudaStream_t stream) {
   launch_sum_over_experts("moe_combine", y, chosen, slot, offsets, gates, nullptr, rows, n_experts, n_shared, top_k, d,
                           out, stream);
@@ -405,6 +413,13 @@ void moe_sum_dx(const float* dx, const int32_t* chosen, const int32_t* slot, con
 
 void moe_sum_dx(const bf16_t* dx, const int32_t* chosen, const int32_t* slot, const int64_t* offsets,
                 const float* router_dh, int rows, int n_experts, int n_shared, int top_k, int d, float* dh,
+                cudaStream_t stream) {
+  launch_sum_over_experts("moe_sum_dx", dx, chosen, slot, offsets, nullptr, router_dh, rows, n_experts, n_shared,
+                          top_k, d, dh, stream);
+}
+
+void moe_sum_dx(const bf16_t* dx, const int32_t* chosen, const int32_t* slot, const int64_t* offsets,
+                const float* router_dh, int rows, int n_experts, int n_shared, int top_k, int d, bf16_t* dh,
                 cudaStream_t stream) {
   launch_sum_over_experts("moe_sum_dx", dx, chosen, slot, offsets, nullptr, router_dh, rows, n_experts, n_shared,
                           top_k, d, dh, stream);

@@ -57,7 +57,9 @@ void moe_gather(const bf16_t* x, const int32_t* tokens, int64_t total, int rows,
 
 // Each of the next four also takes the grouped buffer (y, dy, dx) in bf16: read widened exactly or
 // written rounded by float_to_bf16, the same bits as the fp32 form with a conversion beside it
-// (tests/gpu/moe_test.cpp), one pass fewer over the grouped rows.
+// (tests/gpu/moe_test.cpp), one pass fewer over the grouped rows. moe_combine and moe_sum_dx of a
+// bf16 grouped buffer also write their [rows, d] result in bf16 if asked: the fp32 sum rounded by
+// float_to_bf16, the bits of the fp32 form followed by cuda::float_to_bf16, one pass fewer again.
 
 // out[t, :] = Σ over t's experts in ascending index of gate · y (routed; the first term assigned),
 // then + y of each shared expert; y [total, d] grouped. `offsets` on the device (J + 1).
@@ -66,6 +68,9 @@ void moe_combine(const float* y, const int32_t* chosen, const int32_t* slot, con
                  cudaStream_t stream);
 void moe_combine(const bf16_t* y, const int32_t* chosen, const int32_t* slot, const int64_t* offsets,
                  const float* gates, int rows, int n_experts, int n_shared, int top_k, int d, float* out,
+                 cudaStream_t stream);
+void moe_combine(const bf16_t* y, const int32_t* chosen, const int32_t* slot, const int64_t* offsets,
+                 const float* gates, int rows, int n_experts, int n_shared, int top_k, int d, bf16_t* out,
                  cudaStream_t stream);
 
 // dgates[t, c] = dout[t, :] · y[row of (t, c), :], ops.h's dot order.
@@ -87,6 +92,9 @@ void moe_sum_dx(const float* dx, const int32_t* chosen, const int32_t* slot, con
                 cudaStream_t stream);
 void moe_sum_dx(const bf16_t* dx, const int32_t* chosen, const int32_t* slot, const int64_t* offsets,
                 const float* router_dh, int rows, int n_experts, int n_shared, int top_k, int d, float* dh,
+                cudaStream_t stream);
+void moe_sum_dx(const bf16_t* dx, const int32_t* chosen, const int32_t* slot, const int64_t* offsets,
+                const float* router_dh, int rows, int n_experts, int n_shared, int top_k, int d, bf16_t* dh,
                 cudaStream_t stream);
 
 // kernels/cpu/router.h's router_backward, one thread per token; counts [E] on the device (int64).

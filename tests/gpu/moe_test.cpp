@@ -230,6 +230,16 @@ TEST_CASE("cuda MoE router, dispatch, combine and their backward match the CPU r
         cu::moe_combine(d_yr.get(), d_chosen.get(), d_slot.get(), d_offsets.get(), d_gates_used.get(), R, E, S, K, d,
                         d_o32.get(), stream);
         require_bits("combine, bf16 y", d_o16.download(), d_o32.download());
+        // The bf16 output: the fp32 sum rounded as float_to_bf16 (the engine's store into tmpb_).
+        auto rounded = [](std::vector<float> v) {
+          for (float& x : v) x = fp4::round_to_bf16(x);
+          return v;
+        };
+        cu::moe_combine(d_yb.get(), d_chosen.get(), d_slot.get(), d_offsets.get(), d_gates_used.get(), R, E, S, K, d,
+                        d_xb.get(), stream);  // d_xb: R·d ≤ total·d bf16, free again after the gather check
+        std::vector<float> out16 = widen(d_xb.download());
+        out16.resize(static_cast<size_t>(R) * d);
+        require_bits("combine, bf16 y and out", out16, rounded(d_o32.download()));
         cu::moe_dgates(d_dout.get(), d_yb.get(), d_chosen.get(), d_slot.get(), d_offsets.get(), R, K, d, d_g16.get(),
                        stream);
         cu::moe_dgates(d_dout.get(), d_yr.get(), d_chosen.get(), d_slot.get(), d_offsets.get(), R, K, d, d_g32.get(),
@@ -245,6 +255,11 @@ TEST_CASE("cuda MoE router, dispatch, combine and their backward match the CPU r
         cu::moe_sum_dx(d_yr.get(), d_chosen.get(), d_slot.get(), d_offsets.get(), d_rdh.get(), R, E, S, K, d,
                        d_o32.get(), stream);
         require_bits("dx sum, bf16 dx", d_o16.download(), d_o32.download());
+        cu::moe_sum_dx(d_yb.get(), d_chosen.get(), d_slot.get(), d_offsets.get(), d_rdh.get(), R, E, S, K, d,
+                       d_xb.get(), stream);
+        std::vector<float> dh16 = widen(d_xb.download());
+        dh16.resize(static_cast<size_t>(R) * d);
+        require_bits("dx sum, bf16 dx and dh", dh16, rounded(d_o32.download()));
       }
 
       // Router backward, from the same forward values (the GPU's scores, gates and lse).
