@@ -328,12 +328,12 @@ class CudaModel {
     cuda::PinnedArray<int32_t> host_chosen;
   };
   std::vector<std::unique_ptr<MoeActs>> moe_acts_;  // per block (null for a dense block)
-  // Shared scratch of the MoE blocks: h in fp32 [R, d] (the router's input), dout in fp32 [R, d],
-  // the router's dgates [R, k], dlogits [R, E] and share of dh [R, d], the experts' grouped bf16
+  // Shared scratch of the MoE blocks: h in fp32 [R, d] (the router's input), the router's dgates
+  // [R, k], dlogits [R, E] and share of dh [R, d], the experts' grouped bf16
   // dY, da, du and dX, their quantized copies (X or dY, wgrad dY, wgrad X) and those copies'
   // tensor scales (the weights' copies are in weight_copies_). The combined output and dh go
   // straight into the bf16 tmpb_ and dhb_ (moe_combine's and moe_sum_dx's bf16 outputs).
-  DeviceArray<float> moe_h_, moe_dout_, moe_dgates_, moe_dlogits_, moe_router_dh_;
+  DeviceArray<float> moe_h_, moe_dgates_, moe_dlogits_, moe_router_dh_;
   // The router's weight gradient sums over all R rows into E·d outputs (a few tiles): a split-K
   // as the LM head's (row_sum_chunks), with its partials [chunks, E, d].
   int router_chunks_ = 1;

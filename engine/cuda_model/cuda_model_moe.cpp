@@ -66,7 +66,6 @@ void CudaModel::prepare_moe() {
     a->y.reserve(g * d);
   }
   moe_h_.reserve(r * d);
-  moe_dout_.reserve(r * d);
   moe_dgates_.reserve(r * K);
   moe_dlogits_.reserve(r * E);
   moe_router_dh_.reserve(r * d);
@@ -427,12 +426,11 @@ void CudaModel::moe_backward(const model::StepContext& ctx, int block, const bf1
   const int64_t total = A.plan.offsets[J];
   cudaStream_t st = stream_;
 
-  // dgates = dout[t] · y_j[t] (dout: dresb_, the block output's gradient), then each group's
-  // dy = gate · dout, stored.
-  cuda::bf16_to_float(dresb_.get(), moe_dout_.get(), rd, st);
-  cuda::moe_dgates(moe_dout_.get(), A.y.get(), A.chosen.get(), A.slot.get(), A.plan_dev.get() + J, R, K, d,
+  // dgates = dout[t] · y_j[t] (dout: dresb_, the block output's gradient, read from its bf16
+  // values, widened exactly), then each group's dy = gate · dout, stored.
+  cuda::moe_dgates(dresb_.get(), A.y.get(), A.chosen.get(), A.slot.get(), A.plan_dev.get() + J, R, K, d,
                    moe_dgates_.get(), st);
-  cuda::moe_expert_dy(moe_dout_.get(), A.tokens.get(), A.choice.get(), A.gates.get(), total, R, d, moe_dy_.get(), st);
+  cuda::moe_expert_dy(dresb_.get(), A.tokens.get(), A.choice.get(), A.gates.get(), total, R, d, moe_dy_.get(), st);
 
   // The experts, as the dense MLP's backward over each group: da (stored by its GEMMs), du
   // (rounded by swiglu_backward, bf16 only), dx (by its GEMMs). SwiGLU's backward runs once over

@@ -186,9 +186,10 @@ __global__ void __launch_bounds__(kRowThreads) sum_over_experts_kernel(const T* 
 // threads take one assignment, thread l of them the dot's lane l (elements l, l + 8, ...), so the
 // eight read consecutive values; the shuffles then add the lanes as the dot does,
 // ((0 + 1) + (2 + 3)) + ((4 + 5) + (6 + 7)). The same sums in the same order: the same bits.
-// A warp's four assignments share the loop's bounds (the shuffles need every lane).
-template <typename T>
-__global__ void dgates_kernel(const float* dout, const T* y, const int32_t* chosen, const int32_t* slot,
+// A warp's four assignments share the loop's bounds (the shuffles need every lane). dout in fp32 or
+// bf16 (widened exactly: the products of the fp32 form on a converted copy).
+template <typename D, typename T>
+__global__ void dgates_kernel(const D* dout, const T* y, const int32_t* chosen, const int32_t* slot,
                               const int64_t* offsets, int rows, int K, int d, float* dgates) {
   const int64_t n = static_cast<int64_t>(rows) * K;
   const int l = threadIdx.x & 7;
@@ -199,11 +200,11 @@ __global__ void dgates_kernel(const float* dout, const T* y, const int32_t* chos
     const bool valid = a < n;
     float acc = 0.0f;
     if (valid) {
-      const float* p = dout + (a / K) * d;
+      const D* p = dout + (a / K) * d;
       const T* q = y + assignment_row(chosen, slot, offsets, a) * d;
       int i = 0;
-      for (; i + 8 <= d; i += 8) acc += p[i + l] * load_value(q, i + l);
-      if (i + l < d) acc += p[i + l] * load_value(q, i + l);  // the tail: lane l takes element i + l
+      for (; i + 8 <= d; i += 8) acc += load_value(p, i + l) * load_value(q, i + l);
+      if (i + l < d) acc += load_value(p, i + l) * load_value(q, i + l);  // the tail: lane l takes element i + l
     }
     acc += __shfl_down_sync(0xffffffffu, acc, 1);
     acc += __shfl_down_sync(0xffffffffu, acc, 2);
@@ -212,8 +213,8 @@ __global__ void dgates_kernel(const float* dout, const T* y, const int32_t* chos
   }
 }
 
-template <typename T>
-__global__ void __launch_bounds__(kRowThreads) expert_dy_kernel(const float* dout, const int32_t* tokens,
+template <typename D, typename T>
+__global__ void __launch_bounds__(kRowThreads) expert_dy_kernel(const D* dout, const int32_t* tokens,
                                                                 const int32_t* choice, const float* gates,
                                                                 int64_t total, int rows, int d, T* dy) {
   for (int64_t g = blockIdx.x; g < total; g += gridDim.x) {
@@ -221,7 +222,7 @@ __global__ void __launch_bounds__(kRowThreads) expert_dy_kernel(const float* dou
     const float gate = choice[g] >= 0 ? gates[choice[g]] : 1.0f;
     for (int f = threadIdx.x; f < d; f += blockDim.x) {
       const int64_t i = g * d + f;
-      store_value(dy, i, t < rows ? gate * dout[static_cast<int64_t>(t) * d + f] : 0.0f);
+      store_value(dy, i, t < rows ? gate * load_value(dout, static_cast<int64_t>(t) * d + f) : 0.0f);
     }
   }
 }
@@ -367,8 +368,8 @@ void moe_combine(const bf16_t* y, const int32_t* chosen, const int32_t* slot, co
                           out, stream);
 }
 
-template <typename T>
-static void launch_dgates(const float* dout, const T* y, const int32_t* chosen, const int32_t* slot,
+template <typename D, typename T>
+static void launch_dgates(const D* dout, const T* y, const int32_t* chosen, const int32_t* slot,
                           const int64_t* offsets, int rows, int top_k, int d, float* dgates, cudaStream_t stream) {
   dgates_kernel<<<blocks_for(static_cast<int64_t>(rows) * top_k * 8), kThreads, 0, stream>>>(dout, y, chosen, slot,
                                                                                               offsets, rows, top_k, d,
@@ -386,8 +387,13 @@ void moe_dgates(const float* dout, const bf16_t* y, const int32_t* chosen, const
   launch_dgates(dout, y, chosen, slot, offsets, rows, top_k, d, dgates, stream);
 }
 
-template <typename T>
-static void launch_expert_dy(const float* dout, const int32_t* tokens, const int32_t* choice, const float* gates,
+void moe_dgates(const bf16_t* dout, const bf16_t* y, const int32_t* chosen, const int32_t* slot,
+                const int64_t* offsets, int rows, int top_k, int d, float* dgates, cudaStream_t stream) {
+  launch_dgates(dout, y, chosen, slot, offsets, rows, top_k, d, dgates, stream);
+}
+
+template <typename D, typename T>
+static void launch_expert_dy(const D* dout, const int32_t* tokens, const int32_t* choice, const float* gates,
                              int64_t total, int rows, int d, T* dy, cudaStream_t stream) {
   if (total == 0) return;
   expert_dy_kernel<<<row_blocks(total), kRowThreads, 0, stream>>>(dout, tokens, choice, gates, total, rows, d, dy);
@@ -400,6 +406,11 @@ void moe_expert_dy(const float* dout, const int32_t* tokens, const int32_t* choi
 }
 
 void moe_expert_dy(const float* dout, const int32_t* tokens, const int32_t* choice, const float* gates,
+                   int64_t total, int rows, int d, bf16_t* dy, cudaStream_t stream) {
+  launch_expert_dy(dout, tokens, choice, gates, total, rows, d, dy, stream);
+}
+
+void moe_expert_dy(const bf16_t* dout, const int32_t* tokens, const int32_t* choice, const float* gates,
                    int64_t total, int rows, int d, bf16_t* dy, cudaStream_t stream) {
   launch_expert_dy(dout, tokens, choice, gates, total, rows, d, dy, stream);
 }

@@ -78,11 +78,17 @@ void moe_dgates(const float* dout, const float* y, const int32_t* chosen, const 
                 const int64_t* offsets, int rows, int top_k, int d, float* dgates, cudaStream_t stream);
 void moe_dgates(const float* dout, const bf16_t* y, const int32_t* chosen, const int32_t* slot,
                 const int64_t* offsets, int rows, int top_k, int d, float* dgates, cudaStream_t stream);
+// The same with dout in bf16 (the model's stored gradient), widened exactly: the same bits.
+void moe_dgates(const bf16_t* dout, const bf16_t* y, const int32_t* chosen, const int32_t* slot,
+                const int64_t* offsets, int rows, int top_k, int d, float* dgates, cudaStream_t stream);
 
 // dy[g, :] = gate · dout[tokens[g], :] (gate 1 for a shared expert's row), 0 for a padding row.
 void moe_expert_dy(const float* dout, const int32_t* tokens, const int32_t* choice, const float* gates,
                    int64_t total, int rows, int d, float* dy, cudaStream_t stream);
 void moe_expert_dy(const float* dout, const int32_t* tokens, const int32_t* choice, const float* gates,
+                   int64_t total, int rows, int d, bf16_t* dy, cudaStream_t stream);
+// The same with dout in bf16, widened exactly: the same bits.
+void moe_expert_dy(const bf16_t* dout, const int32_t* tokens, const int32_t* choice, const float* gates,
                    int64_t total, int rows, int d, bf16_t* dy, cudaStream_t stream);
 
 // dh[t, :] = Σ over t's experts in ascending index of dx (routed, the first assigned; then

@@ -245,6 +245,23 @@ TEST_CASE("cuda MoE router, dispatch, combine and their backward match the CPU r
         cu::moe_dgates(d_dout.get(), d_yr.get(), d_chosen.get(), d_slot.get(), d_offsets.get(), R, K, d, d_g32.get(),
                        stream);
         require_bits("dgates, bf16 y", d_g16.download(), d_g32.download());
+        // dout in bf16 (the model's dresb_) against its widened values in fp32: the same bits, for
+        // dgates and the experts' dy.
+        std::vector<fp4::bf16_t> doutb(dout.size());
+        std::vector<float> doutr(dout.size());
+        for (size_t i = 0; i < dout.size(); ++i) doutr[i] = fp4::bf16_to_float(doutb[i] = fp4::float_to_bf16(dout[i]));
+        DeviceArray<fp4::bf16_t> d_doutb(doutb), d_dyb2(total * d), d_dyr2(total * d);
+        DeviceArray<float> d_doutr(doutr);
+        cu::moe_dgates(d_doutb.get(), d_yb.get(), d_chosen.get(), d_slot.get(), d_offsets.get(), R, K, d, d_g16.get(),
+                       stream);
+        cu::moe_dgates(d_doutr.get(), d_yb.get(), d_chosen.get(), d_slot.get(), d_offsets.get(), R, K, d, d_g32.get(),
+                       stream);
+        require_bits("dgates, bf16 dout and y", d_g16.download(), d_g32.download());
+        cu::moe_expert_dy(d_doutb.get(), d_tokens.get(), d_choice.get(), d_gates_used.get(), total, R, d,
+                          d_dyb2.get(), stream);
+        cu::moe_expert_dy(d_doutr.get(), d_tokens.get(), d_choice.get(), d_gates_used.get(), total, R, d,
+                          d_dyr2.get(), stream);
+        require_bits("expert dy, bf16 dout", widen(d_dyb2.download()), widen(d_dyr2.download()));
         cu::moe_expert_dy(d_dout.get(), d_tokens.get(), d_choice.get(), d_gates_used.get(), total, R, d, d_dyb.get(),
                           stream);
         std::vector<float> dy_rounded = d_dy.download();
