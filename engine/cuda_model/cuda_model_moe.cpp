@@ -299,11 +299,12 @@ void CudaModel::experts_backward(const model::StepContext& ctx, int block, int p
     // dW += alpha·(dYᵀ·X) over the padded group, per group (fp32, accumulated: not the grouped
     // call's form): one GEMM (no split-K), beta = 1 from device memory where alpha is a device value
     // (linear_backward says why that is deterministic). On a side stream the same call, alpha 1.
-    const size_t lane = static_cast<size_t>(j) % std::max<size_t>(wgrad_streams_.size(), 1);
-    if (side && alpha_w == nullptr)
+    if (side && alpha_w == nullptr) {
+      const size_t lane = static_cast<size_t>(j) % wgrad_streams_.size();
       wgrad_gemms_[lane]->gemm(true, false, n, k, g.padded, 1.0f, dy_w, x_w, 1.0f, dw, wgrad_streams_[lane]);
-    else
+    } else {
       weight_gradient_one_gemm(n, k, g.padded, alpha_w, dy_w, x_w, dw);
+    }
   }
   if (grouped) grouped_gemm_->run(false, false, products_, stream_);
   if (side) {

@@ -355,13 +355,6 @@ void moe_combine(const float* y, const int32_t* chosen, const int32_t* slot, con
 }
 
 void moe_combine(const bf16_t* y, const int32_t* chosen, const int32_t* slot, const int64_t* offsets,
-                 const float* gates, int rows, int n_experts, int n_shared, int top_k, int d, float* out,
-                 cudaStream_t stream) {
-  launch_sum_over_experts("moe_combine", y, chosen, slot, offsets, gates, nullptr, rows, n_experts, n_shared, top_k, d,
-                          out, stream);
-}
-
-void moe_combine(const bf16_t* y, const int32_t* chosen, const int32_t* slot, const int64_t* offsets,
                  const float* gates, int rows, int n_experts, int n_shared, int top_k, int d, bf16_t* out,
                  cudaStream_t stream) {
   launch_sum_over_experts("moe_combine", y, chosen, slot, offsets, gates, nullptr, rows, n_experts, n_shared, top_k, d,
@@ -378,11 +371,6 @@ static void launch_dgates(const D* dout, const T* y, const int32_t* chosen, cons
 }
 
 void moe_dgates(const float* dout, const float* y, const int32_t* chosen, const int32_t* slot,
-                const int64_t* offsets, int rows, int top_k, int d, float* dgates, cudaStream_t stream) {
-  launch_dgates(dout, y, chosen, slot, offsets, rows, top_k, d, dgates, stream);
-}
-
-void moe_dgates(const float* dout, const bf16_t* y, const int32_t* chosen, const int32_t* slot,
                 const int64_t* offsets, int rows, int top_k, int d, float* dgates, cudaStream_t stream) {
   launch_dgates(dout, y, chosen, slot, offsets, rows, top_k, d, dgates, stream);
 }
@@ -405,24 +393,12 @@ void moe_expert_dy(const float* dout, const int32_t* tokens, const int32_t* choi
   launch_expert_dy(dout, tokens, choice, gates, total, rows, d, dy, stream);
 }
 
-void moe_expert_dy(const float* dout, const int32_t* tokens, const int32_t* choice, const float* gates,
-                   int64_t total, int rows, int d, bf16_t* dy, cudaStream_t stream) {
-  launch_expert_dy(dout, tokens, choice, gates, total, rows, d, dy, stream);
-}
-
 void moe_expert_dy(const bf16_t* dout, const int32_t* tokens, const int32_t* choice, const float* gates,
                    int64_t total, int rows, int d, bf16_t* dy, cudaStream_t stream) {
   launch_expert_dy(dout, tokens, choice, gates, total, rows, d, dy, stream);
 }
 
 void moe_sum_dx(const float* dx, const int32_t* chosen, const int32_t* slot, const int64_t* offsets,
-                const float* router_dh, int rows, int n_experts, int n_shared, int top_k, int d, float* dh,
-                cudaStream_t stream) {
-  launch_sum_over_experts("moe_sum_dx", dx, chosen, slot, offsets, nullptr, router_dh, rows, n_experts, n_shared,
-                          top_k, d, dh, stream);
-}
-
-void moe_sum_dx(const bf16_t* dx, const int32_t* chosen, const int32_t* slot, const int64_t* offsets,
                 const float* router_dh, int rows, int n_experts, int n_shared, int top_k, int d, float* dh,
                 cudaStream_t stream) {
   launch_sum_over_experts("moe_sum_dx", dx, chosen, slot, offsets, nullptr, router_dh, rows, n_experts, n_shared,

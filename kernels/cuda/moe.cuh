@@ -55,18 +55,14 @@ void moe_gather(const float* x, const int32_t* tokens, int64_t total, int rows, 
 void moe_gather(const bf16_t* x, const int32_t* tokens, int64_t total, int rows, int d, bf16_t* x_groups,
                 cudaStream_t stream);
 
-// Each of the next four also takes the grouped buffer (y, dy, dx) in bf16: read widened exactly or
-// written rounded by float_to_bf16, the same bits as the fp32 form with a conversion beside it
-// (tests/gpu/moe_test.cpp), one pass fewer over the grouped rows. moe_combine and moe_sum_dx of a
-// bf16 grouped buffer also write their [rows, d] result in bf16 if asked: the fp32 sum rounded by
-// float_to_bf16, the bits of the fp32 form followed by cuda::float_to_bf16, one pass fewer again.
+// Each of the next four has an fp32 form and the model's bf16 form, whose bf16 operands (the grouped
+// y, dx, and dout) are read widened exactly and whose bf16 results (out, dy, dh) are the fp32 sums
+// rounded by float_to_bf16: the bits of the fp32 form on the widened values followed by
+// cuda::float_to_bf16 (tests/gpu/moe_test.cpp), without the conversion passes.
 
 // out[t, :] = Σ over t's experts in ascending index of gate · y (routed; the first term assigned),
 // then + y of each shared expert; y [total, d] grouped. `offsets` on the device (J + 1).
 void moe_combine(const float* y, const int32_t* chosen, const int32_t* slot, const int64_t* offsets,
-                 const float* gates, int rows, int n_experts, int n_shared, int top_k, int d, float* out,
-                 cudaStream_t stream);
-void moe_combine(const bf16_t* y, const int32_t* chosen, const int32_t* slot, const int64_t* offsets,
                  const float* gates, int rows, int n_experts, int n_shared, int top_k, int d, float* out,
                  cudaStream_t stream);
 void moe_combine(const bf16_t* y, const int32_t* chosen, const int32_t* slot, const int64_t* offsets,
@@ -76,27 +72,18 @@ void moe_combine(const bf16_t* y, const int32_t* chosen, const int32_t* slot, co
 // dgates[t, c] = dout[t, :] · y[row of (t, c), :], ops.h's dot order.
 void moe_dgates(const float* dout, const float* y, const int32_t* chosen, const int32_t* slot,
                 const int64_t* offsets, int rows, int top_k, int d, float* dgates, cudaStream_t stream);
-void moe_dgates(const float* dout, const bf16_t* y, const int32_t* chosen, const int32_t* slot,
-                const int64_t* offsets, int rows, int top_k, int d, float* dgates, cudaStream_t stream);
-// The same with dout in bf16 (the model's stored gradient), widened exactly: the same bits.
 void moe_dgates(const bf16_t* dout, const bf16_t* y, const int32_t* chosen, const int32_t* slot,
                 const int64_t* offsets, int rows, int top_k, int d, float* dgates, cudaStream_t stream);
 
 // dy[g, :] = gate · dout[tokens[g], :] (gate 1 for a shared expert's row), 0 for a padding row.
 void moe_expert_dy(const float* dout, const int32_t* tokens, const int32_t* choice, const float* gates,
                    int64_t total, int rows, int d, float* dy, cudaStream_t stream);
-void moe_expert_dy(const float* dout, const int32_t* tokens, const int32_t* choice, const float* gates,
-                   int64_t total, int rows, int d, bf16_t* dy, cudaStream_t stream);
-// The same with dout in bf16, widened exactly: the same bits.
 void moe_expert_dy(const bf16_t* dout, const int32_t* tokens, const int32_t* choice, const float* gates,
                    int64_t total, int rows, int d, bf16_t* dy, cudaStream_t stream);
 
 // dh[t, :] = Σ over t's experts in ascending index of dx (routed, the first assigned; then
 // shared) + router_dh[t, :]; dx [total, d] grouped (its padding rows are never read).
 void moe_sum_dx(const float* dx, const int32_t* chosen, const int32_t* slot, const int64_t* offsets,
-                const float* router_dh, int rows, int n_experts, int n_shared, int top_k, int d, float* dh,
-                cudaStream_t stream);
-void moe_sum_dx(const bf16_t* dx, const int32_t* chosen, const int32_t* slot, const int64_t* offsets,
                 const float* router_dh, int rows, int n_experts, int n_shared, int top_k, int d, float* dh,
                 cudaStream_t stream);
 void moe_sum_dx(const bf16_t* dx, const int32_t* chosen, const int32_t* slot, const int64_t* offsets,

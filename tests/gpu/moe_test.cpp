@@ -208,20 +208,30 @@ TEST_CASE("cuda MoE router, dispatch, combine and their backward match the CPU r
         }
       require_bits("dx sum", d_dh.download(), dh_ref);
 
-      // The bf16 forms (the model's: its grouped buffers hold bf16) against the fp32 forms on the
-      // same values with the conversion beside them: the same bits.
+      // The bf16 forms (the model's: its grouped buffers, its block output and its gradients hold
+      // bf16) against the fp32 forms on the same values widened, a bf16 result against the fp32
+      // result rounded by float_to_bf16: the same bits.
       {
-        std::vector<fp4::bf16_t> hb(h.size()), yb(y.size());
-        std::vector<float> hr(h.size()), yr(y.size());
-        for (size_t i = 0; i < h.size(); ++i) hr[i] = fp4::bf16_to_float(hb[i] = fp4::float_to_bf16(h[i]));
-        for (size_t i = 0; i < y.size(); ++i) yr[i] = fp4::bf16_to_float(yb[i] = fp4::float_to_bf16(y[i]));
-        DeviceArray<fp4::bf16_t> d_hb(hb), d_yb(yb), d_xb(total * d), d_dyb(total * d);
-        DeviceArray<float> d_hr(hr), d_yr(yr), d_xr(total * d), d_o32(R * d), d_o16(R * d), d_g32(R * K), d_g16(R * K);
+        auto to_bf16 = [](const std::vector<float>& v, std::vector<fp4::bf16_t>* b) {
+          std::vector<float> widened(v.size());
+          b->resize(v.size());
+          for (size_t i = 0; i < v.size(); ++i) widened[i] = fp4::bf16_to_float((*b)[i] = fp4::float_to_bf16(v[i]));
+          return widened;
+        };
         auto widen = [](const std::vector<fp4::bf16_t>& v) {
           std::vector<float> f(v.size());
           for (size_t i = 0; i < v.size(); ++i) f[i] = fp4::bf16_to_float(v[i]);
           return f;
         };
+        auto rounded = [](std::vector<float> v) {
+          for (float& x : v) x = fp4::round_to_bf16(x);
+          return v;
+        };
+        std::vector<fp4::bf16_t> hb, yb, doutb;
+        const std::vector<float> hr = to_bf16(h, &hb), yr = to_bf16(y, &yb), doutr = to_bf16(dout, &doutb);
+        DeviceArray<fp4::bf16_t> d_hb(hb), d_yb(yb), d_doutb(doutb), d_xb(total * d), d_dyb(total * d), d_o16(R * d);
+        DeviceArray<float> d_hr(hr), d_yr(yr), d_doutr(doutr), d_xr(total * d), d_dyr(total * d), d_o32(R * d),
+            d_g32(R * K), d_g16(R * K);
         cu::moe_gather(d_hb.get(), d_tokens.get(), total, R, d, d_xb.get(), stream);
         cu::moe_gather(d_hr.get(), d_tokens.get(), total, R, d, d_xr.get(), stream);
         require_bits("gather, bf16", widen(d_xb.download()), d_xr.download());
@@ -229,54 +239,22 @@ TEST_CASE("cuda MoE router, dispatch, combine and their backward match the CPU r
                         d_o16.get(), stream);
         cu::moe_combine(d_yr.get(), d_chosen.get(), d_slot.get(), d_offsets.get(), d_gates_used.get(), R, E, S, K, d,
                         d_o32.get(), stream);
-        require_bits("combine, bf16 y", d_o16.download(), d_o32.download());
-        // The bf16 output: the fp32 sum rounded as float_to_bf16 (the engine's store into tmpb_).
-        auto rounded = [](std::vector<float> v) {
-          for (float& x : v) x = fp4::round_to_bf16(x);
-          return v;
-        };
-        cu::moe_combine(d_yb.get(), d_chosen.get(), d_slot.get(), d_offsets.get(), d_gates_used.get(), R, E, S, K, d,
-                        d_xb.get(), stream);  // d_xb: R·d ≤ total·d bf16, free again after the gather check
-        std::vector<float> out16 = widen(d_xb.download());
-        out16.resize(static_cast<size_t>(R) * d);
-        require_bits("combine, bf16 y and out", out16, rounded(d_o32.download()));
-        cu::moe_dgates(d_dout.get(), d_yb.get(), d_chosen.get(), d_slot.get(), d_offsets.get(), R, K, d, d_g16.get(),
-                       stream);
-        cu::moe_dgates(d_dout.get(), d_yr.get(), d_chosen.get(), d_slot.get(), d_offsets.get(), R, K, d, d_g32.get(),
-                       stream);
-        require_bits("dgates, bf16 y", d_g16.download(), d_g32.download());
-        // dout in bf16 (the model's dresb_) against its widened values in fp32: the same bits, for
-        // dgates and the experts' dy.
-        std::vector<fp4::bf16_t> doutb(dout.size());
-        std::vector<float> doutr(dout.size());
-        for (size_t i = 0; i < dout.size(); ++i) doutr[i] = fp4::bf16_to_float(doutb[i] = fp4::float_to_bf16(dout[i]));
-        DeviceArray<fp4::bf16_t> d_doutb(doutb), d_dyb2(total * d), d_dyr2(total * d);
-        DeviceArray<float> d_doutr(doutr);
+        require_bits("combine, bf16 y and out", widen(d_o16.download()), rounded(d_o32.download()));
         cu::moe_dgates(d_doutb.get(), d_yb.get(), d_chosen.get(), d_slot.get(), d_offsets.get(), R, K, d, d_g16.get(),
                        stream);
-        cu::moe_dgates(d_doutr.get(), d_yb.get(), d_chosen.get(), d_slot.get(), d_offsets.get(), R, K, d, d_g32.get(),
+        cu::moe_dgates(d_doutr.get(), d_yr.get(), d_chosen.get(), d_slot.get(), d_offsets.get(), R, K, d, d_g32.get(),
                        stream);
         require_bits("dgates, bf16 dout and y", d_g16.download(), d_g32.download());
-        cu::moe_expert_dy(d_doutb.get(), d_tokens.get(), d_choice.get(), d_gates_used.get(), total, R, d,
-                          d_dyb2.get(), stream);
-        cu::moe_expert_dy(d_doutr.get(), d_tokens.get(), d_choice.get(), d_gates_used.get(), total, R, d,
-                          d_dyr2.get(), stream);
-        require_bits("expert dy, bf16 dout", widen(d_dyb2.download()), widen(d_dyr2.download()));
-        cu::moe_expert_dy(d_dout.get(), d_tokens.get(), d_choice.get(), d_gates_used.get(), total, R, d, d_dyb.get(),
+        cu::moe_expert_dy(d_doutb.get(), d_tokens.get(), d_choice.get(), d_gates_used.get(), total, R, d, d_dyb.get(),
                           stream);
-        std::vector<float> dy_rounded = d_dy.download();
-        for (float& v : dy_rounded) v = fp4::round_to_bf16(v);
-        require_bits("expert dy, bf16", widen(d_dyb.download()), dy_rounded);
+        cu::moe_expert_dy(d_doutr.get(), d_tokens.get(), d_choice.get(), d_gates_used.get(), total, R, d, d_dyr.get(),
+                          stream);
+        require_bits("expert dy, bf16 dout and dy", widen(d_dyb.download()), rounded(d_dyr.download()));
         cu::moe_sum_dx(d_yb.get(), d_chosen.get(), d_slot.get(), d_offsets.get(), d_rdh.get(), R, E, S, K, d,
                        d_o16.get(), stream);
         cu::moe_sum_dx(d_yr.get(), d_chosen.get(), d_slot.get(), d_offsets.get(), d_rdh.get(), R, E, S, K, d,
                        d_o32.get(), stream);
-        require_bits("dx sum, bf16 dx", d_o16.download(), d_o32.download());
-        cu::moe_sum_dx(d_yb.get(), d_chosen.get(), d_slot.get(), d_offsets.get(), d_rdh.get(), R, E, S, K, d,
-                       d_xb.get(), stream);
-        std::vector<float> dh16 = widen(d_xb.download());
-        dh16.resize(static_cast<size_t>(R) * d);
-        require_bits("dx sum, bf16 dx and dh", dh16, rounded(d_o32.download()));
+        require_bits("dx sum, bf16 dx and dh", widen(d_o16.download()), rounded(d_o32.download()));
       }
 
       // Router backward, from the same forward values (the GPU's scores, gates and lse).
