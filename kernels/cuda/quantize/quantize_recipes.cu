@@ -280,6 +280,22 @@ struct FixedElements {
   __device__ FixedElements(const QuantSpec&, const BlockScale& bs, int max_index)
       : q(bs, max_index), fast(!bs.zero_block && q.fast() && bs.mul <= FLT_MAX) {}
   __device__ QuantizedElement operator()(float v, float u) const { return fast ? q(v, u) : q.reference(v, u); }
+
+  // The element's signed dequantized value in fp32, before its bf16 rounding: code_value(e.code) ·
+  // bs.stored for e = (*this)(v, u) (quantize_element's deq with the sign; (−m) · s = −(m · s)
+  // exactly), what Four Over Six's error reads; e.out is its bf16 rounding. Only where
+  // values_exact(u): the fast path's result, which needs a fast block (and, for SR with fp32
+  // scales, u24 >= 1, as operator() checks).
+  // Round to nearest only: under SR the fast Four Over Six path's kernels took about 45 registers
+  // more (ptxas), which costs more occupancy than the path saves.
+  static constexpr bool kHasValues = R == Rounding::rn;
+  __device__ bool values_exact(float u) const {
+    return fast && !(BlockQuantizer<G, R, M>::kNeedsNonzeroUniform && u * 16777216.0f < 1.0f);
+  }
+  __device__ float value(float v, float u) const {
+    uint32_t unused = 0;
+    return q.template quantize<false>(v, u * 16777216.0f, unused);
+  }
 };
 
 struct DynElements {
@@ -292,7 +308,51 @@ struct DynElements {
   __device__ QuantizedElement operator()(float v, float u) const {
     return quantize_element(v, bs, grid, max_index, rounding, u);
   }
+  static constexpr bool kHasValues = false;  // four_over_six_by_values is for FixedElements only
 };
+
+// Four Over Six's choice and outputs for one block whose candidates both take the fast path on
+// every element (values_exact): each candidate's signed fp32 values, the squared errors summed as
+// four_over_six_picks_four_by sums them (candidate_squared_error's steps: the value times the tensor
+// scale's dec, minus v, squared, added in element order, one rounding each), the chosen candidate's
+// values rounded to bf16 (quantize_element's out), and its codes only when the caller stores codes
+// (its elements quantized again). The same bits as the general path, without each candidate's
+// code, the lookup from the code back to its magnitude and the other candidate's bf16 rounding.
+// Returns false, touching nothing, when some element would leave the fast path.
+template <class Elements, int N>
+__device__ bool four_over_six_by_values(const float (&v)[N], const float (&u)[N], float dec, const Elements& element6,
+                                        const Elements& element4, bool codes, bool& four, bf16_t (&out)[N],
+                                        uint8_t (&code)[N]) {
+  bool exact = true;
+#pragma unroll
+  for (int k = 0; k < N; ++k) exact = exact && element6.values_exact(u[k]) && element4.values_exact(u[k]);
+  if (!exact) return false;
+  float err6 = 0.0f, err4 = 0.0f;
+#pragma unroll
+  for (int k = 0; k < N; ++k) {
+    const float d6 = __fsub_rn(__fmul_rn(element6.value(v[k], u[k]), dec), v[k]);
+    const float d4 = __fsub_rn(__fmul_rn(element4.value(v[k], u[k]), dec), v[k]);
+    err6 = __fadd_rn(err6, __fmul_rn(d6, d6));
+    err4 = __fadd_rn(err4, __fmul_rn(d4, d4));
+  }
+  four = err4 < err6;
+  // The chosen candidate's values again (holding both candidates' 2N values across the sums would
+  // cost registers, and occupancy, more than the N recomputed values).
+  if (four) {
+#pragma unroll
+    for (int k = 0; k < N; ++k) out[k] = hw_float_to_bf16(element4.value(v[k], u[k]));
+  } else {
+#pragma unroll
+    for (int k = 0; k < N; ++k) out[k] = hw_float_to_bf16(element6.value(v[k], u[k]));
+  }
+#pragma unroll
+  for (int k = 0; k < N; ++k) code[k] = 0;
+  if (codes) {
+#pragma unroll
+    for (int k = 0; k < N; ++k) code[k] = four ? element4(v[k], u[k]).code : element6(v[k], u[k]).code;
+  }
+  return true;
+}
 
 // One 1D block of N values, as the reference quantizes a block: its finiteness (bad: bit k set
 // where element k's source is not finite) and amax, its scale (§3's, or TetraJet-v2's double-block
@@ -329,9 +389,15 @@ __device__ void quantize_block(const float (&v)[N], uint32_t bad, const QuantSpe
   bool four = false;
   const Elements element6(spec, bs, max_index);
   if (spec.four_over_six) {
-    // Both candidates' elements come from the comparison: the chosen candidate's are the outputs.
     const BlockScale s4 = make_block_scale(spec.scale, amax_b, kFourOverSixLowMax, ts);
     const Elements element4(spec, s4, max_index);
+    if constexpr (Elements::kHasValues) {
+      if (four_over_six_by_values(v, u, ts.dec, element6, element4, o.codes != nullptr, four, out, code)) {
+        if (scale_out != nullptr) *scale_out = four ? s4.stored : stored;
+        return;
+      }
+    }
+    // Both candidates' elements come from the comparison: the chosen candidate's are the outputs.
     four = four_over_six_picks_four_by(v, u, N, bs, s4, ts.dec, spec.grid, spec.rounding, element6, element4, e6, e4);
     if (four) stored = s4.stored;
   } else {
