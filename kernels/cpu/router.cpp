@@ -56,7 +56,11 @@ RouterLosses router_losses(const T* scores, const int32_t* chosen, const T* lse,
       for (int j = 0; j < E; ++j) total += s[j];
       norm = static_cast<double>(total);
     }
-    for (int j = 0; j < E; ++j) p_sum[j] += static_cast<double>(s[j]) / norm;
+    if (sigmoid) {
+      for (int j = 0; j < E; ++j) p_sum[j] += static_cast<double>(s[j]) / norm;
+    } else {  // norm is 1: the division is exact and left out (the CUDA engine calls this every MoE pass)
+      for (int j = 0; j < E; ++j) p_sum[j] += static_cast<double>(s[j]);
+    }
     for (int c = 0; c < top_k; ++c) ++out.counts[chosen[static_cast<size_t>(t) * top_k + c]];
     z_sum += static_cast<double>(lse[t]) * static_cast<double>(lse[t]);
   }
