@@ -6,8 +6,12 @@
 #include "kernels/cuda/moe.cuh"
 
 #include <algorithm>
+#include <cstdint>
+#include <initializer_list>
 #include <string>
+#include <type_traits>
 
+#include "kernels/cuda/bf16_convert.cuh"  // unpack8
 #include "kernels/cuda/ops_common.cuh"
 
 namespace fp4::cuda {
@@ -227,6 +231,98 @@ __global__ void __launch_bounds__(kRowThreads) expert_dy_kernel(const D* dout, c
   }
 }
 
+// The bf16 forms of the row kernels above when d is a multiple of 8 and every row pointer is
+// 16-byte aligned (row_vectors): a thread takes 8 consecutive values of a row with one 16-byte load
+// or store, where the scalar kernels move 2 bytes a thread; the CTA is dv threads (d / 8, at most
+// kVecThreads) by as many rows as fill it. Each value goes through the same operations in the same
+// order as in the scalar kernels (and is rounded by the same float_to_bf16): the same bits, which
+// tests/gpu/moe_test.cpp checks against the fp32 forms.
+constexpr int kVecThreads = 256;
+
+__device__ __forceinline__ uint4 pack8_bf16(const float (&o)[8]) {
+  uint32_t w[4];
+#pragma unroll
+  for (int j = 0; j < 4; ++j)
+    w[j] = static_cast<uint32_t>(fp4::float_to_bf16(o[2 * j])) |
+           (static_cast<uint32_t>(fp4::float_to_bf16(o[2 * j + 1])) << 16);
+  return make_uint4(w[0], w[1], w[2], w[3]);
+}
+
+// The rows this thread takes: row r0, r0 + step, ... below n.
+struct RowWalk {
+  int64_t r0, step;
+  __device__ RowWalk()
+      : r0(static_cast<int64_t>(blockIdx.x) * blockDim.y + threadIdx.y),
+        step(static_cast<int64_t>(gridDim.x) * blockDim.y) {}
+};
+
+__global__ void __launch_bounds__(kVecThreads) gather_vec_kernel(const uint4* x, const int32_t* tokens, int64_t total,
+                                                                 int rows, int dv, uint4* out) {
+  const RowWalk w;
+  for (int64_t g = w.r0; g < total; g += w.step) {
+    const int32_t t = tokens[g];
+    for (int f = threadIdx.x; f < dv; f += blockDim.x)
+      out[g * dv + f] = t < rows ? x[static_cast<int64_t>(t) * dv + f] : make_uint4(0, 0, 0, 0);
+  }
+}
+
+__global__ void __launch_bounds__(kVecThreads) sum_over_experts_vec_kernel(const uint4* v, const int32_t* chosen,
+                                                                           const int32_t* slot, const int64_t* offsets,
+                                                                           const float* gates, const float* extra,
+                                                                           int rows, int E, int J, int K, int dv,
+                                                                           uint4* out) {
+  const RowWalk w;
+  for (int64_t t = w.r0; t < rows; t += w.step) {
+    for (int f = threadIdx.x; f < dv; f += blockDim.x) {
+      float o[8], x[8];
+      for (int c = 0; c < K; ++c) {
+        const int64_t a = t * K + c;
+        detail::unpack8(v[assignment_row(chosen, slot, offsets, a) * dv + f], x);
+#pragma unroll
+        for (int e = 0; e < 8; ++e) {
+          const float term = gates != nullptr ? gates[a] * x[e] : x[e];
+          o[e] = c == 0 ? term : o[e] + term;
+        }
+      }
+      for (int j = E; j < J; ++j) {
+        detail::unpack8(v[(offsets[j] + t) * dv + f], x);
+#pragma unroll
+        for (int e = 0; e < 8; ++e) o[e] += x[e];
+      }
+      const int64_t i = t * dv + f;
+      if (extra != nullptr) {
+        const float4 lo = reinterpret_cast<const float4*>(extra)[2 * i], hi = reinterpret_cast<const float4*>(extra)[2 * i + 1];
+        const float ex[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
+#pragma unroll
+        for (int e = 0; e < 8; ++e) o[e] = o[e] + ex[e];
+      }
+      out[i] = pack8_bf16(o);
+    }
+  }
+}
+
+__global__ void __launch_bounds__(kVecThreads) expert_dy_vec_kernel(const uint4* dout, const int32_t* tokens,
+                                                                    const int32_t* choice, const float* gates,
+                                                                    int64_t total, int rows, int dv, uint4* dy) {
+  const RowWalk w;
+  for (int64_t g = w.r0; g < total; g += w.step) {
+    const int32_t t = tokens[g];
+    const float gate = choice[g] >= 0 ? gates[choice[g]] : 1.0f;
+    for (int f = threadIdx.x; f < dv; f += blockDim.x) {
+      float o[8];
+      if (t < rows) {
+        detail::unpack8(dout[static_cast<int64_t>(t) * dv + f], o);
+#pragma unroll
+        for (int e = 0; e < 8; ++e) o[e] = gate * o[e];
+      } else {
+#pragma unroll
+        for (int e = 0; e < 8; ++e) o[e] = 0.0f;
+      }
+      dy[g * dv + f] = pack8_bf16(o);
+    }
+  }
+}
+
 __global__ void router_backward_kernel(const float* logits, const float* scores, const int32_t* chosen,
                                        const float* lse, const float* dgates, const int64_t* counts, int rows, int E,
                                        int K, bool sigmoid, bool renormalize, float balance_scale, float z_scale,
@@ -319,10 +415,38 @@ MoeDispatch moe_dispatch(const int32_t* chosen, int rows, int n_experts, int n_s
   return plan;
 }
 
+// Whether the bf16 row kernels can take 8 values a thread (the *_vec kernels): d a multiple of 8 and
+// every pointer given (null ones are absent operands) 16-byte aligned; and their launch shape.
+static bool row_vectors(int d, std::initializer_list<const void*> pointers) {
+  if (d % 8 != 0) return false;
+  for (const void* p : pointers)
+    if (reinterpret_cast<uintptr_t>(p) % 16 != 0) return false;
+  return true;
+}
+
+struct VecLaunch {
+  dim3 block;
+  unsigned grid;
+};
+
+static VecLaunch vec_launch(int64_t n_rows, int dv) {
+  const int tx = std::min(dv, kVecThreads), ty = std::max(1, kVecThreads / tx);
+  return {dim3(tx, ty), detail::elementwise_blocks(static_cast<size_t>(n_rows), ty)};
+}
+
 template <typename T>
 static void launch_gather(const T* x, const int32_t* tokens, int64_t total, int rows, int d, T* x_groups,
                           cudaStream_t stream) {
   if (total == 0) return;
+  if constexpr (std::is_same_v<T, bf16_t>) {
+    if (row_vectors(d, {x, x_groups})) {
+      const VecLaunch l = vec_launch(total, d / 8);
+      gather_vec_kernel<<<l.grid, l.block, 0, stream>>>(reinterpret_cast<const uint4*>(x), tokens, total, rows, d / 8,
+                                                        reinterpret_cast<uint4*>(x_groups));
+      detail::check_launch();
+      return;
+    }
+  }
   gather_kernel<<<row_blocks(total), kRowThreads, 0, stream>>>(x, tokens, total, rows, d, x_groups);
   detail::check_launch();
 }
@@ -342,6 +466,16 @@ static void launch_sum_over_experts(const char* op, const T* v, const int32_t* c
                                     const int64_t* offsets, const float* gates, const float* extra, int rows,
                                     int n_experts, int n_shared, int top_k, int d, U* out, cudaStream_t stream) {
   check_router(op, rows, n_experts, top_k);
+  if constexpr (std::is_same_v<T, bf16_t> && std::is_same_v<U, bf16_t>) {
+    if (row_vectors(d, {v, out, extra})) {
+      const VecLaunch l = vec_launch(rows, d / 8);
+      sum_over_experts_vec_kernel<<<l.grid, l.block, 0, stream>>>(
+          reinterpret_cast<const uint4*>(v), chosen, slot, offsets, gates, extra, rows, n_experts, n_experts + n_shared,
+          top_k, d / 8, reinterpret_cast<uint4*>(out));
+      detail::check_launch();
+      return;
+    }
+  }
   sum_over_experts_kernel<<<row_blocks(rows), kRowThreads, 0, stream>>>(
       v, chosen, slot, offsets, gates, extra, rows, n_experts, n_experts + n_shared, top_k, d, out);
   detail::check_launch();
@@ -384,6 +518,15 @@ template <typename D, typename T>
 static void launch_expert_dy(const D* dout, const int32_t* tokens, const int32_t* choice, const float* gates,
                              int64_t total, int rows, int d, T* dy, cudaStream_t stream) {
   if (total == 0) return;
+  if constexpr (std::is_same_v<D, bf16_t> && std::is_same_v<T, bf16_t>) {
+    if (row_vectors(d, {dout, dy})) {
+      const VecLaunch l = vec_launch(total, d / 8);
+      expert_dy_vec_kernel<<<l.grid, l.block, 0, stream>>>(reinterpret_cast<const uint4*>(dout), tokens, choice, gates,
+                                                           total, rows, d / 8, reinterpret_cast<uint4*>(dy));
+      detail::check_launch();
+      return;
+    }
+  }
   expert_dy_kernel<<<row_blocks(total), kRowThreads, 0, stream>>>(dout, tokens, choice, gates, total, rows, d, dy);
   detail::check_launch();
 }
