@@ -346,6 +346,13 @@ class CudaModel {
   // GEMM needs nothing made per expert in between (bf16, or 4-bit copies made for all groups in
   // one call, with no device-side alpha): else they stay on stream_. FP4LAB_MOE_WGRAD_STREAMS=n in
   // the environment sets n (default 4; 1 or 0: none), read when the first MoE pass is prepared.
+  // FP4LAB_MOE_GROUPED_WGRAD=1 (read with the streams; default 0): where the experts' weight
+  // gradients need no device-side alpha, all of a linear's go in one grouped call
+  // (cuda::GroupedGemm::accumulate) on stream_ instead of one cuBLASLt call each. Other kernels,
+  // so other bits than the default's: an opt-in for measuring it (bench/RESULTS.md, session 43),
+  // not yet a numerics identity of its own.
+  bool grouped_wgrad_ = false;
+  std::vector<cuda::GroupedAccumulation> wgrad_products_;
   std::vector<cudaStream_t> wgrad_streams_;
   std::vector<std::unique_ptr<cuda::Gemm>> wgrad_gemms_;
   cudaEvent_t wgrad_fork_ = nullptr;

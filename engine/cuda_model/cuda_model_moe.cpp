@@ -97,7 +97,15 @@ void CudaModel::prepare_moe() {
       n = static_cast<int>(v);
     }
     n = std::min(n, E + m.n_shared);
-    if (n > 1) {
+    if (const char* env = std::getenv("FP4LAB_MOE_GROUPED_WGRAD")) {
+      const std::string v(env);
+      if (v != "0" && v != "1")
+        throw std::invalid_argument("FP4LAB_MOE_GROUPED_WGRAD = \"" + v +
+                                    "\" is neither 0 nor 1: unset it (the default, 0), or set 1 to give each MoE "
+                                    "linear's expert weight gradients one grouped call");
+      grouped_wgrad_ = v == "1";
+    }
+    if (n > 1 && !grouped_wgrad_) {
       FP4_CUDA_CHECK(cudaEventCreateWithFlags(&wgrad_fork_, cudaEventDisableTiming));
       for (int i = 0; i < n; ++i) {
         cudaStream_t s = nullptr;
@@ -254,6 +262,7 @@ void CudaModel::experts_backward(const model::StepContext& ctx, int block, int p
   // The weight gradients on the side streams (wgrad_streams_ says when), after everything enqueued
   // so far: the operands above, and the previous pass's gradients they add to.
   const bool side = !wgrad_streams_.empty() && (!quantized || (all_x && all_dy));
+  wgrad_products_.clear();
   if (side) {
     FP4_CUDA_CHECK(cudaEventRecord(wgrad_fork_, stream_));
     for (cudaStream_t s : wgrad_streams_) FP4_CUDA_CHECK(cudaStreamWaitEvent(s, wgrad_fork_, 0));
@@ -299,7 +308,9 @@ void CudaModel::experts_backward(const model::StepContext& ctx, int block, int p
     // dW += alpha·(dYᵀ·X) over the padded group, per group (fp32, accumulated: not the grouped
     // call's form): one GEMM (no split-K), beta = 1 from device memory where alpha is a device value
     // (linear_backward says why that is deterministic). On a side stream the same call, alpha 1.
-    if (side && alpha_w == nullptr) {
+    if (grouped_wgrad_ && alpha_w == nullptr) {
+      wgrad_products_.push_back({dy_w, x_w, dw, n, k, g.padded});  // dW [n, k] += dY_wᵀ · X_w, after the loop
+    } else if (side && alpha_w == nullptr) {
       const size_t lane = static_cast<size_t>(j) % wgrad_streams_.size();
       wgrad_gemms_[lane]->gemm(true, false, n, k, g.padded, 1.0f, dy_w, x_w, 1.0f, dw, wgrad_streams_[lane]);
     } else {
@@ -307,6 +318,7 @@ void CudaModel::experts_backward(const model::StepContext& ctx, int block, int p
     }
   }
   if (grouped) grouped_gemm_->run(false, false, products_, stream_);
+  if (!wgrad_products_.empty()) grouped_gemm_->accumulate(true, false, wgrad_products_, stream_);
   if (side) {
     // Joined before anything later on stream_ can touch the operands or the gradients.
     for (size_t i = 0; i < wgrad_streams_.size(); ++i) {

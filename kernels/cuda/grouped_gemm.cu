@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 
 #include "kernels/cuda/cuda_common.cuh"  // FP4_CUDA_CHECK, DeviceArray, PinnedArray
 
@@ -73,6 +74,17 @@ GroupedGemm::~GroupedGemm() {  // a destructor must not throw: nothing to do on 
 }
 
 void GroupedGemm::run(bool trans_a, bool trans_b, const std::vector<GroupedProduct>& products, cudaStream_t stream) {
+  call(trans_a, trans_b, products, stream);
+}
+
+void GroupedGemm::accumulate(bool trans_a, bool trans_b, const std::vector<GroupedAccumulation>& products,
+                             cudaStream_t stream) {
+  call(trans_a, trans_b, products, stream);
+}
+
+template <class Product>
+void GroupedGemm::call(bool trans_a, bool trans_b, const std::vector<Product>& products, cudaStream_t stream) {
+  constexpr bool kAccumulate = std::is_same_v<Product, GroupedAccumulation>;
   Impl& s = *impl_;
   s.firsts.clear();
   s.seconds.clear();
@@ -86,7 +98,7 @@ void GroupedGemm::run(bool trans_a, bool trans_b, const std::vector<GroupedProdu
   s.ld_second.clear();
   s.ld_out.clear();
   for (size_t i = 0; i < products.size(); ++i) {
-    const GroupedProduct& p = products[i];
+    const Product& p = products[i];
     if (p.m < 0 || p.n < 0 || p.k < 0)
       throw std::invalid_argument("grouped gemm: product " + std::to_string(i) + " has a negative size");
     if (p.m == 0 || p.n == 0) continue;  // no output
@@ -116,7 +128,7 @@ void GroupedGemm::run(bool trans_a, bool trans_b, const std::vector<GroupedProdu
   if (groups == 0) return;
   s.group_size.assign(groups, 1);
   s.alpha.assign(groups, 1.0f);
-  s.beta.assign(groups, 0.0f);
+  s.beta.assign(groups, kAccumulate ? 1.0f : 0.0f);
   const size_t count = 3 * static_cast<size_t>(groups);
   if (s.pointers.size() < count) s.pointers.reserve(count);
   if (s.slot_size < count) {  // grow every slot: first wait for the copies that read them
@@ -142,8 +154,8 @@ void GroupedGemm::run(bool trans_a, bool trans_b, const std::vector<GroupedProdu
   FP4_CUBLAS_CHECK(cublasSetStream(s.handle, stream));
   FP4_CUBLAS_CHECK(cublasGemmGroupedBatchedEx(s.handle, s.op_first.data(), s.op_second.data(), s.m.data(), s.n.data(),
                                               s.k.data(), s.alpha.data(), first, CUDA_R_16BF, s.ld_first.data(), second,
-                                              CUDA_R_16BF, s.ld_second.data(), s.beta.data(), out, CUDA_R_16BF,
-                                              s.ld_out.data(), groups,
+                                              CUDA_R_16BF, s.ld_second.data(), s.beta.data(), out,
+                                              kAccumulate ? CUDA_R_32F : CUDA_R_16BF, s.ld_out.data(), groups,
                                               s.group_size.data(), CUBLAS_COMPUTE_32F));
 }
 

@@ -40,6 +40,15 @@ struct GroupedProduct {
   int64_t lda = 0, ldb = 0, ldc = 0;
 };
 
+// One product of an accumulating call (GroupedGemm::accumulate): C_i (fp32) += op(A_i) · op(B_i).
+struct GroupedAccumulation {
+  const bf16_t* a = nullptr;
+  const bf16_t* b = nullptr;
+  float* c = nullptr;
+  int m = 0, n = 0, k = 0;
+  int64_t lda = 0, ldb = 0, ldc = 0;
+};
+
 class GroupedGemm {
  public:
   // Creates the cuBLAS handle (synchronous).
@@ -55,9 +64,20 @@ class GroupedGemm {
   // a bad product, std::runtime_error when cuBLAS fails.
   void run(bool trans_a, bool trans_b, const std::vector<GroupedProduct>& products, cudaStream_t stream);
 
+  // Every product's fp32 C += op(A) · op(B) (beta 1: C is read), one library call: the MoE
+  // experts' weight gradients, accumulated over micro-steps. cuBLAS's documentation does not list
+  // bf16 operands into an fp32 C for the grouped call; where the library refuses it, the
+  // std::runtime_error says so (bench/grouped_wgrad_bench.cu asks the library on a GPU). The same
+  // rules as run otherwise.
+  void accumulate(bool trans_a, bool trans_b, const std::vector<GroupedAccumulation>& products, cudaStream_t stream);
+
  private:
   struct Impl;
   std::unique_ptr<Impl> impl_;
+  // run's and accumulate's one body: Product is GroupedProduct (bf16 C, beta 0) or
+  // GroupedAccumulation (fp32 C, beta 1).
+  template <class Product>
+  void call(bool trans_a, bool trans_b, const std::vector<Product>& products, cudaStream_t stream);
 };
 
 }  // namespace fp4::cuda

@@ -276,24 +276,25 @@ TEST_CASE("cuda MoE model's GEMM shapes stay few while its routing changes (bf16
 
 namespace {
 
-// FP4LAB_MOE_WGRAD_STREAMS set for the lifetime of the object, restored after. The CUDA model reads
-// it when it prepares its first MoE pass.
-class WgradStreamsSetting {
+// An environment variable set (or unset, for a null value) for the lifetime of the object, restored
+// after: FP4LAB_MOE_WGRAD_STREAMS and FP4LAB_MOE_GROUPED_WGRAD, which the CUDA model reads when it
+// prepares its first MoE pass.
+class EnvSetting {
  public:
-  explicit WgradStreamsSetting(const char* value) {
-    if (const char* old = std::getenv("FP4LAB_MOE_WGRAD_STREAMS")) old_ = old, had_ = true;
-    if (value != nullptr) setenv("FP4LAB_MOE_WGRAD_STREAMS", value, 1);
-    else unsetenv("FP4LAB_MOE_WGRAD_STREAMS");
+  EnvSetting(const char* name, const char* value) : name_(name) {
+    if (const char* old = std::getenv(name)) old_ = old, had_ = true;
+    if (value != nullptr) setenv(name, value, 1);
+    else unsetenv(name);
   }
-  ~WgradStreamsSetting() {
-    if (had_) setenv("FP4LAB_MOE_WGRAD_STREAMS", old_.c_str(), 1);
-    else unsetenv("FP4LAB_MOE_WGRAD_STREAMS");
+  ~EnvSetting() {
+    if (had_) setenv(name_.c_str(), old_.c_str(), 1);
+    else unsetenv(name_.c_str());
   }
-  WgradStreamsSetting(const WgradStreamsSetting&) = delete;
-  WgradStreamsSetting& operator=(const WgradStreamsSetting&) = delete;
+  EnvSetting(const EnvSetting&) = delete;
+  EnvSetting& operator=(const EnvSetting&) = delete;
 
  private:
-  std::string old_;
+  std::string name_, old_;
   bool had_ = false;
 };
 
@@ -309,7 +310,7 @@ TEST_CASE("cuda MoE experts' weight gradients on side streams give the bits of o
   const int B = 4, T = 64;
   const Tokens tok = tokens(B * T, 64);
   auto train = [&](const char* streams, int* used) {
-    const WgradStreamsSetting setting(streams);
+    const EnvSetting setting("FP4LAB_MOE_WGRAD_STREAMS", streams);
     fp4::cuda_model::CudaModel gpu(mc, recipe, {});
     gpu.init_params(7);
     gpu.zero_grads();
@@ -330,6 +331,49 @@ TEST_CASE("cuda MoE experts' weight gradients on side streams give the bits of o
   CHECK(three == 3);
   CHECK(losses_three == losses_one);
   CHECK(same_bits(grads_three, grads_one));
+}
+
+TEST_CASE("cuda MoE experts' weight gradients in one grouped call (the opt-in) repeat and match the per-expert calls",
+          "[gpu][engine][moe]") {
+  // FP4LAB_MOE_GROUPED_WGRAD=1 sums each expert's gradient in another kernel: not the default's
+  // bits, but the same products to fp32 rounding, and the same bits from run to run. The forward
+  // and every other gradient do not involve it: the losses stay equal.
+  const std::string recipe_name = GENERATE(as<std::string>{}, "bf16", "ufp4");
+  INFO("recipe " << recipe_name);
+  const ModelShape mc = with_moe(fp4::model::model_explicit(2, 64, 1, 64, 192, 64), 8, 2, 96, 0, 1);
+  const fp4::engine::Recipe recipe = fp4::engine::recipe_preset(recipe_name);
+  const int B = 4, T = 64;
+  const Tokens tok = tokens(B * T, 64);
+  auto train = [&](const char* grouped) {
+    const EnvSetting setting("FP4LAB_MOE_GROUPED_WGRAD", grouped);
+    fp4::cuda_model::CudaModel gpu(mc, recipe, {});
+    gpu.init_params(7);
+    gpu.zero_grads();
+    std::vector<double> losses;
+    for (int pass = 0; pass < 3; ++pass) {
+      const fp4::model::PassResult r =
+          gpu.forward_backward(tok.batch(B, T), fp4::model::StepContext{2, 3, static_cast<uint32_t>(pass)}, 0.5f);
+      REQUIRE_FALSE(r.nonfinite);
+      losses.push_back(r.loss);
+    }
+    return std::make_pair(losses, gpu.grads_to_host());
+  };
+  const auto [losses_each, grads_each] = train(nullptr);
+  const auto [losses_grouped, grads_grouped] = train("1");
+  const auto [losses_again, grads_again] = train("1");
+  CHECK(losses_grouped == losses_each);
+  CHECK(losses_again == losses_grouped);
+  CHECK(same_bits(grads_again, grads_grouped));
+  REQUIRE(grads_grouped.size() == grads_each.size());
+  double scale = 0.0, worst = 0.0;
+  for (size_t i = 0; i < grads_each.size(); ++i) {
+    scale = std::max(scale, std::fabs(static_cast<double>(grads_each[i])));
+    worst = std::max(worst, std::fabs(static_cast<double>(grads_grouped[i]) - grads_each[i]));
+  }
+  std::printf("MoE grouped weight gradients (%s): worst difference %.3g of the largest gradient %.3g\n",
+              recipe_name.c_str(), worst, scale);
+  CHECK(scale > 0.0);
+  CHECK(worst <= 1e-5 * scale);
 }
 
 TEST_CASE("cuda trains an MoE preset like the CPU does, routing rows included, deterministically and resumably",
