@@ -25,6 +25,12 @@ namespace fp4 {
 //    commits between); dense models and the CPU engine keep identity 2's bits.
 inline constexpr int kNumericsIdentity = 4;
 
+// A run of an MoE model on the GPU with FP4LAB_MOE_GROUPED_WGRAD=1 (docs/train.md: the experts'
+// weight gradients in one grouped cuBLAS call, an opt-in for measuring it) has other bits from the
+// same source: it records kMoeGroupedWgradIdentityOffset + kNumericsIdentity (1004 at identity 4),
+// so that no resume and no sweep puts its steps beside the default's.
+inline constexpr int kMoeGroupedWgradIdentityOffset = 1000;
+
 // The identity of a run recorded before runs recorded one, from the git commit its binary was
 // built from (the store's provenance.git_commit; 40 hex digits, or a prefix of at least 7): 1 or 2
 // for a commit of main's history up to the one that began recording identities (the table in

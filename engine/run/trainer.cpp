@@ -7,6 +7,7 @@
 #include <cmath>
 #include <csignal>
 #include <cstdlib>
+#include <string_view>
 #include <memory>
 #include <numbers>
 #include <optional>
@@ -258,6 +259,16 @@ struct Setup {
   bool writer() const { return !rank || rank->writer(); }
 };
 
+// The numerics identity of this run's bits (base/numerics_identity.h): the build's, or the
+// grouped-weight-gradient opt-in's for an MoE model on the GPU (the CUDA model refuses any value of
+// FP4LAB_MOE_GROUPED_WGRAD but 0 and 1).
+int run_numerics(const Setup& s) {
+  const char* env = std::getenv("FP4LAB_MOE_GROUPED_WGRAD");
+  const bool grouped = env != nullptr && std::string_view(env) == "1" && s.config.device == "cuda" &&
+                       s.config.model.shape(static_cast<int>(s.data->vocab_size())).moe.enabled();
+  return grouped ? kMoeGroupedWgradIdentityOffset + kNumericsIdentity : kNumericsIdentity;
+}
+
 TrainResult result_from_status(const json& status, const RunConfig& c) {
   TrainResult r;
   r.outcome = status.at("state") == "succeeded" ? Outcome::succeeded : Outcome::diverged;
@@ -274,7 +285,7 @@ void write_checkpoint_now(const Setup& s, const RunPaths& paths, TrainBackend& m
   st.tokens_seen = tokens;
   st.config_hash = s.hash;
   st.data_position = stream.position().to_json();
-  st.extra = {{"data_fingerprint", s.data->fingerprint()}, {"gpus", s.config.gpus}, {"numerics", kNumericsIdentity}};
+  st.extra = {{"data_fingerprint", s.data->fingerprint()}, {"gpus", s.config.gpus}, {"numerics", run_numerics(s)}};
   TrainState state = m.save_state();
   st.params = std::move(state.params);
   st.adam_m = std::move(state.adam_m);
@@ -325,7 +336,7 @@ TrainResult run_loop(Setup& s, const TrainOptions& o, const RunPaths& paths, Tra
                  {"device", m.device()},
                  {"config_hash", s.hash},
                  {"data_fingerprint", s.data->fingerprint()},
-                 {"numerics", kNumericsIdentity},
+                 {"numerics", run_numerics(s)},
                  {"vocab_size", mc.vocab_size},
                  {"n_params", model::total_params(mc)},
                  {"n_params_nonembedding", n_nonemb},
@@ -770,11 +781,12 @@ TrainResult train(const TrainOptions& o) {
       refuse_other_gpus(their_gpus, s.config.gpus, name);
       // A run continued under other numerics would hold two identities' bits in one curve.
       // Checkpoints written before runs recorded an identity carry none and resume as before.
-      if (st.extra.is_object() && st.extra.contains("numerics") && st.extra["numerics"] != kNumericsIdentity)
-        throw UserError(fmt::format("cannot resume: {} was written under numerics identity {}, this fp4lab's is {} "
-                                    "(docs/train.md \"Numerics identity\"): resume with a build of identity {}, or "
-                                    "remove {} to start over",
-                                    name, st.extra["numerics"].dump(), kNumericsIdentity, st.extra["numerics"].dump(),
+      const int numerics = run_numerics(s);
+      if (st.extra.is_object() && st.extra.contains("numerics") && st.extra["numerics"] != numerics)
+        throw UserError(fmt::format("cannot resume: {} was written under numerics identity {}, this run's is {} "
+                                    "(docs/train.md \"Numerics identity\"): resume with a build of identity {} (and "
+                                    "FP4LAB_MOE_GROUPED_WGRAD as it was), or remove {} to start over",
+                                    name, st.extra["numerics"].dump(), numerics, st.extra["numerics"].dump(),
                                     paths.checkpoints.string()));
       if (st.params.size() != s.backend->n_params())
         throw UserError(fmt::format("cannot resume: {} holds {} parameters, the model has {}", name,
