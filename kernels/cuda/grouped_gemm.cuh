@@ -31,23 +31,19 @@
 
 namespace fp4::cuda {
 
-// One product of a grouped call: device pointers, its sizes and row strides (0: dense).
-struct GroupedProduct {
+// One product of a grouped call: device pointers, its sizes and row strides (0: dense); C bf16
+// (GroupedProduct: run, C = op(A) · op(B)) or fp32 (GroupedAccumulation: accumulate,
+// C += op(A) · op(B)).
+template <typename C>
+struct GroupedProductInto {
   const bf16_t* a = nullptr;
   const bf16_t* b = nullptr;
-  bf16_t* c = nullptr;
+  C* c = nullptr;
   int m = 0, n = 0, k = 0;
   int64_t lda = 0, ldb = 0, ldc = 0;
 };
-
-// One product of an accumulating call (GroupedGemm::accumulate): C_i (fp32) += op(A_i) · op(B_i).
-struct GroupedAccumulation {
-  const bf16_t* a = nullptr;
-  const bf16_t* b = nullptr;
-  float* c = nullptr;
-  int m = 0, n = 0, k = 0;
-  int64_t lda = 0, ldb = 0, ldc = 0;
-};
+using GroupedProduct = GroupedProductInto<bf16_t>;
+using GroupedAccumulation = GroupedProductInto<float>;
 
 class GroupedGemm {
  public:

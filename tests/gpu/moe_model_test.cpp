@@ -298,6 +298,35 @@ class EnvSetting {
   bool had_ = false;
 };
 
+// Three forward-backward passes (no optimizer step) of a two-block model with eight experts of
+// which each token takes two, under `recipe_name`, with the environment variable `env` set to
+// `value` (null: unset): the losses, the accumulated gradients and the side streams it used.
+struct ThreePasses {
+  std::vector<double> losses;
+  std::vector<float> grads;
+  int wgrad_streams = -1;
+};
+
+ThreePasses three_moe_passes(const std::string& recipe_name, const char* env, const char* value) {
+  const EnvSetting setting(env, value);
+  const ModelShape mc = with_moe(fp4::model::model_explicit(2, 64, 1, 64, 192, 64), 8, 2, 96, 0, 1);
+  const int B = 4, T = 64;
+  const Tokens tok = tokens(B * T, 64);
+  fp4::cuda_model::CudaModel gpu(mc, fp4::engine::recipe_preset(recipe_name), {});
+  gpu.init_params(7);
+  gpu.zero_grads();
+  ThreePasses out;
+  for (int pass = 0; pass < 3; ++pass) {
+    const fp4::model::PassResult r =
+        gpu.forward_backward(tok.batch(B, T), fp4::model::StepContext{2, 3, static_cast<uint32_t>(pass)}, 0.5f);
+    REQUIRE_FALSE(r.nonfinite);
+    out.losses.push_back(r.loss);
+  }
+  out.grads = gpu.grads_to_host();
+  out.wgrad_streams = gpu.expert_wgrad_streams();
+  return out;
+}
+
 }  // namespace
 
 TEST_CASE("cuda MoE experts' weight gradients on side streams give the bits of one stream", "[gpu][engine][moe]") {
@@ -305,32 +334,12 @@ TEST_CASE("cuda MoE experts' weight gradients on side streams give the bits of o
   // 4-bit case); eight experts over three side streams, so a stream runs several experts' GEMMs.
   const std::string recipe_name = GENERATE(as<std::string>{}, "bf16", "ufp4");
   INFO("recipe " << recipe_name);
-  const ModelShape mc = with_moe(fp4::model::model_explicit(2, 64, 1, 64, 192, 64), 8, 2, 96, 0, 1);
-  const fp4::engine::Recipe recipe = fp4::engine::recipe_preset(recipe_name);
-  const int B = 4, T = 64;
-  const Tokens tok = tokens(B * T, 64);
-  auto train = [&](const char* streams, int* used) {
-    const EnvSetting setting("FP4LAB_MOE_WGRAD_STREAMS", streams);
-    fp4::cuda_model::CudaModel gpu(mc, recipe, {});
-    gpu.init_params(7);
-    gpu.zero_grads();
-    std::vector<double> losses;
-    for (int pass = 0; pass < 3; ++pass) {
-      const fp4::model::PassResult r =
-          gpu.forward_backward(tok.batch(B, T), fp4::model::StepContext{2, 3, static_cast<uint32_t>(pass)}, 0.5f);
-      REQUIRE_FALSE(r.nonfinite);
-      losses.push_back(r.loss);
-    }
-    *used = gpu.expert_wgrad_streams();
-    return std::make_pair(losses, gpu.grads_to_host());
-  };
-  int one = -1, three = -1;
-  const auto [losses_one, grads_one] = train("1", &one);
-  const auto [losses_three, grads_three] = train("3", &three);
-  CHECK(one == 0);
-  CHECK(three == 3);
-  CHECK(losses_three == losses_one);
-  CHECK(same_bits(grads_three, grads_one));
+  const ThreePasses one = three_moe_passes(recipe_name, "FP4LAB_MOE_WGRAD_STREAMS", "1");
+  const ThreePasses three = three_moe_passes(recipe_name, "FP4LAB_MOE_WGRAD_STREAMS", "3");
+  CHECK(one.wgrad_streams == 0);
+  CHECK(three.wgrad_streams == 3);
+  CHECK(three.losses == one.losses);
+  CHECK(same_bits(three.grads, one.grads));
 }
 
 TEST_CASE("cuda MoE experts' weight gradients in one grouped call (the opt-in) repeat and match the per-expert calls",
@@ -340,35 +349,17 @@ TEST_CASE("cuda MoE experts' weight gradients in one grouped call (the opt-in) r
   // and every other gradient do not involve it: the losses stay equal.
   const std::string recipe_name = GENERATE(as<std::string>{}, "bf16", "ufp4");
   INFO("recipe " << recipe_name);
-  const ModelShape mc = with_moe(fp4::model::model_explicit(2, 64, 1, 64, 192, 64), 8, 2, 96, 0, 1);
-  const fp4::engine::Recipe recipe = fp4::engine::recipe_preset(recipe_name);
-  const int B = 4, T = 64;
-  const Tokens tok = tokens(B * T, 64);
-  auto train = [&](const char* grouped) {
-    const EnvSetting setting("FP4LAB_MOE_GROUPED_WGRAD", grouped);
-    fp4::cuda_model::CudaModel gpu(mc, recipe, {});
-    gpu.init_params(7);
-    gpu.zero_grads();
-    std::vector<double> losses;
-    for (int pass = 0; pass < 3; ++pass) {
-      const fp4::model::PassResult r =
-          gpu.forward_backward(tok.batch(B, T), fp4::model::StepContext{2, 3, static_cast<uint32_t>(pass)}, 0.5f);
-      REQUIRE_FALSE(r.nonfinite);
-      losses.push_back(r.loss);
-    }
-    return std::make_pair(losses, gpu.grads_to_host());
-  };
-  const auto [losses_each, grads_each] = train(nullptr);
-  const auto [losses_grouped, grads_grouped] = train("1");
-  const auto [losses_again, grads_again] = train("1");
-  CHECK(losses_grouped == losses_each);
-  CHECK(losses_again == losses_grouped);
-  CHECK(same_bits(grads_again, grads_grouped));
-  REQUIRE(grads_grouped.size() == grads_each.size());
+  const ThreePasses each = three_moe_passes(recipe_name, "FP4LAB_MOE_GROUPED_WGRAD", nullptr);
+  const ThreePasses grouped = three_moe_passes(recipe_name, "FP4LAB_MOE_GROUPED_WGRAD", "1");
+  const ThreePasses again = three_moe_passes(recipe_name, "FP4LAB_MOE_GROUPED_WGRAD", "1");
+  CHECK(grouped.losses == each.losses);
+  CHECK(again.losses == grouped.losses);
+  CHECK(same_bits(again.grads, grouped.grads));
+  REQUIRE(grouped.grads.size() == each.grads.size());
   double scale = 0.0, worst = 0.0;
-  for (size_t i = 0; i < grads_each.size(); ++i) {
-    scale = std::max(scale, std::fabs(static_cast<double>(grads_each[i])));
-    worst = std::max(worst, std::fabs(static_cast<double>(grads_grouped[i]) - grads_each[i]));
+  for (size_t i = 0; i < each.grads.size(); ++i) {
+    scale = std::max(scale, std::fabs(static_cast<double>(each.grads[i])));
+    worst = std::max(worst, std::fabs(static_cast<double>(grouped.grads[i]) - each.grads[i]));
   }
   std::printf("MoE grouped weight gradients (%s): worst difference %.3g of the largest gradient %.3g\n",
               recipe_name.c_str(), worst, scale);
