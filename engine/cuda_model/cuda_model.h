@@ -350,7 +350,7 @@ class CudaModel {
   // gradients need no device-side alpha, all of a linear's go in one grouped call
   // (cuda::GroupedGemm::accumulate) on stream_ instead of one cuBLASLt call each. Other kernels,
   // so other bits than the default's: an opt-in for measuring it (bench/RESULTS.md, session 43),
-  // not yet a numerics identity of its own.
+  // whose runs record identity kMoeGroupedWgradIdentityOffset + kNumericsIdentity (the trainer).
   bool grouped_wgrad_ = false;
   std::vector<cuda::GroupedAccumulation> wgrad_products_;
   std::vector<cudaStream_t> wgrad_streams_;
