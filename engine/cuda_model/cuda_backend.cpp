@@ -40,6 +40,7 @@ class CudaBackend final : public run::TrainBackend {
   }
 
   const char* device() const override { return "cuda"; }
+  int numerics() const override { return model_.numerics_identity(); }
   const model::ModelShape& config() const override { return model_.config(); }
   const std::vector<model::ParamView>& views() const override { return model_.views(); }
   size_t n_params() const override { return model_.n_params(); }

@@ -14,6 +14,7 @@
 #include <utility>
 
 #include "base/linear_sites.h"
+#include "base/numerics_identity.h"
 #include "base/user_error.h"
 #include "engine/quantized_linear.h"
 
@@ -96,6 +97,19 @@ CudaModel::CudaModel(const model::ModelShape& config, const engine::Recipe& reci
   FP4_CUDA_CHECK(cudaStreamSynchronize(stream_));
   const char* graphs = std::getenv("FP4LAB_CUDA_GRAPHS");
   graphs_on_ = (graphs == nullptr || std::strcmp(graphs, "0") != 0) && !config.moe.enabled();
+  const char* grouped_env = config.moe.enabled() ? std::getenv("FP4LAB_MOE_GROUPED_WGRAD") : nullptr;
+  if (grouped_env != nullptr) {
+    const std::string v(grouped_env);
+    if (v != "0" && v != "1")
+      throw std::invalid_argument("FP4LAB_MOE_GROUPED_WGRAD = \"" + v +
+                                  "\" is neither 0 nor 1: unset it (the default, 0), or set 1 to give each MoE "
+                                  "linear's expert weight gradients one grouped call");
+    grouped_wgrad_ = v == "1";
+  }
+}
+
+int CudaModel::numerics_identity() const {
+  return grouped_wgrad_ ? kMoeGroupedWgradIdentityOffset + kNumericsIdentity : kNumericsIdentity;
 }
 
 CudaModel::~CudaModel() {

@@ -128,6 +128,9 @@ class CudaModel {
   size_t gemm_plans() const;
   // The side streams an MoE model's expert weight gradients run on (0: none, all on stream()).
   int expert_wgrad_streams() const { return static_cast<int>(wgrad_streams_.size()); }
+  // The numerics identity of the bits this model trains in (base/numerics_identity.h):
+  // kNumericsIdentity, or the grouped-weight-gradient opt-in's for an MoE model.
+  int numerics_identity() const;
   model::EvalResult evaluate(const model::Batch& batch, const model::StepContext& ctx = {});
 
   // Device buffers of n_params() floats, for the optimizer (which runs on stream()). Whoever
@@ -346,11 +349,12 @@ class CudaModel {
   // GEMM needs nothing made per expert in between (bf16, or 4-bit copies made for all groups in
   // one call, with no device-side alpha): else they stay on stream_. FP4LAB_MOE_WGRAD_STREAMS=n in
   // the environment sets n (default 4; 1 or 0: none), read when the first MoE pass is prepared.
-  // FP4LAB_MOE_GROUPED_WGRAD=1 (read with the streams; default 0): where the experts' weight
+  // FP4LAB_MOE_GROUPED_WGRAD=1 (read by the constructor; default 0): where the experts' weight
   // gradients need no device-side alpha, all of a linear's go in one grouped call
   // (cuda::GroupedGemm::accumulate) on stream_ instead of one cuBLASLt call each. Other kernels,
   // so other bits than the default's: an opt-in for measuring it (bench/RESULTS.md, session 43),
-  // whose runs record identity kMoeGroupedWgradIdentityOffset + kNumericsIdentity (the trainer).
+  // whose runs record identity kMoeGroupedWgradIdentityOffset + kNumericsIdentity
+  // (numerics_identity()).
   bool grouped_wgrad_ = false;
   std::vector<cuda::GroupedAccumulation> wgrad_products_;
   std::vector<cudaStream_t> wgrad_streams_;

@@ -97,14 +97,6 @@ void CudaModel::prepare_moe() {
       n = static_cast<int>(v);
     }
     n = std::min(n, E + m.n_shared);
-    if (const char* env = std::getenv("FP4LAB_MOE_GROUPED_WGRAD")) {
-      const std::string v(env);
-      if (v != "0" && v != "1")
-        throw std::invalid_argument("FP4LAB_MOE_GROUPED_WGRAD = \"" + v +
-                                    "\" is neither 0 nor 1: unset it (the default, 0), or set 1 to give each MoE "
-                                    "linear's expert weight gradients one grouped call");
-      grouped_wgrad_ = v == "1";
-    }
     if (n > 1 && !grouped_wgrad_) {
       FP4_CUDA_CHECK(cudaEventCreateWithFlags(&wgrad_fork_, cudaEventDisableTiming));
       for (int i = 0; i < n; ++i) {

@@ -15,6 +15,7 @@
 #include <utility>
 #include <vector>
 
+#include "base/numerics_identity.h"
 #include "engine/model/transformer.h"
 #include "engine/quantized_linear.h"
 #include "engine/recipe.h"
@@ -32,6 +33,9 @@ class TrainBackend {
   virtual ~TrainBackend() = default;
 
   virtual const char* device() const = 0;  // "cpu", "cuda"
+  // The numerics identity of the bits this backend trains in, which the run records
+  // (base/numerics_identity.h): the build's, unless an opt-in of the backend changes them.
+  virtual int numerics() const { return kNumericsIdentity; }
   virtual const model::ModelShape& config() const = 0;
   virtual const std::vector<model::ParamView>& views() const = 0;
   virtual size_t n_params() const = 0;

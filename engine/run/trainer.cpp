@@ -7,7 +7,6 @@
 #include <cmath>
 #include <csignal>
 #include <cstdlib>
-#include <string_view>
 #include <memory>
 #include <numbers>
 #include <optional>
@@ -21,7 +20,6 @@
 #include "base/clock.h"
 #include "base/directory_lock.h"
 #include "base/linear_sites.h"
-#include "base/numerics_identity.h"
 #include "base/files.h"
 #include "base/format.h"
 #include "base/stop_signals.h"
@@ -259,16 +257,6 @@ struct Setup {
   bool writer() const { return !rank || rank->writer(); }
 };
 
-// The numerics identity of this run's bits (base/numerics_identity.h): the build's, or the
-// grouped-weight-gradient opt-in's for an MoE model on the GPU (the CUDA model refuses any value of
-// FP4LAB_MOE_GROUPED_WGRAD but 0 and 1).
-int run_numerics(const Setup& s) {
-  const char* env = std::getenv("FP4LAB_MOE_GROUPED_WGRAD");
-  const bool grouped = env != nullptr && std::string_view(env) == "1" && s.config.device == "cuda" &&
-                       s.config.model.shape(static_cast<int>(s.data->vocab_size())).moe.enabled();
-  return grouped ? kMoeGroupedWgradIdentityOffset + kNumericsIdentity : kNumericsIdentity;
-}
-
 TrainResult result_from_status(const json& status, const RunConfig& c) {
   TrainResult r;
   r.outcome = status.at("state") == "succeeded" ? Outcome::succeeded : Outcome::diverged;
@@ -285,7 +273,7 @@ void write_checkpoint_now(const Setup& s, const RunPaths& paths, TrainBackend& m
   st.tokens_seen = tokens;
   st.config_hash = s.hash;
   st.data_position = stream.position().to_json();
-  st.extra = {{"data_fingerprint", s.data->fingerprint()}, {"gpus", s.config.gpus}, {"numerics", run_numerics(s)}};
+  st.extra = {{"data_fingerprint", s.data->fingerprint()}, {"gpus", s.config.gpus}, {"numerics", m.numerics()}};
   TrainState state = m.save_state();
   st.params = std::move(state.params);
   st.adam_m = std::move(state.adam_m);
@@ -336,7 +324,7 @@ TrainResult run_loop(Setup& s, const TrainOptions& o, const RunPaths& paths, Tra
                  {"device", m.device()},
                  {"config_hash", s.hash},
                  {"data_fingerprint", s.data->fingerprint()},
-                 {"numerics", run_numerics(s)},
+                 {"numerics", m.numerics()},
                  {"vocab_size", mc.vocab_size},
                  {"n_params", model::total_params(mc)},
                  {"n_params_nonembedding", n_nonemb},
@@ -781,7 +769,7 @@ TrainResult train(const TrainOptions& o) {
       refuse_other_gpus(their_gpus, s.config.gpus, name);
       // A run continued under other numerics would hold two identities' bits in one curve.
       // Checkpoints written before runs recorded an identity carry none and resume as before.
-      const int numerics = run_numerics(s);
+      const int numerics = s.backend->numerics();
       if (st.extra.is_object() && st.extra.contains("numerics") && st.extra["numerics"] != numerics)
         throw UserError(fmt::format("cannot resume: {} was written under numerics identity {}, this run's is {} "
                                     "(docs/train.md \"Numerics identity\"): resume with a build of identity {} (and "
