@@ -12,7 +12,7 @@
 #include <type_traits>
 
 #include "kernels/cuda/bf16_convert.cuh"  // unpack8
-#include "kernels/cuda/ops_common.cuh"
+#include "kernels/cuda/ops_common.cuh"    // bf16x2_bits, aligned
 
 namespace fp4::cuda {
 
@@ -235,17 +235,14 @@ __global__ void __launch_bounds__(kRowThreads) expert_dy_kernel(const D* dout, c
 // 16-byte aligned (row_vectors): a thread takes 8 consecutive values of a row with one 16-byte load
 // or store, where the scalar kernels move 2 bytes a thread; the CTA is dv threads (d / 8, at most
 // kVecThreads) by as many rows as fill it. Each value goes through the same operations in the same
-// order as in the scalar kernels (and is rounded by the same float_to_bf16): the same bits, which
+// order as in the scalar kernels (and rounded to float_to_bf16's bits): the same bits, which
 // tests/gpu/moe_test.cpp checks against the fp32 forms.
 constexpr int kVecThreads = 256;
 
+// float_to_bf16 of 8 values in one 16-byte word (ops_common.cuh's bf16x2_bits, pair by pair).
 __device__ __forceinline__ uint4 pack8_bf16(const float (&o)[8]) {
-  uint32_t w[4];
-#pragma unroll
-  for (int j = 0; j < 4; ++j)
-    w[j] = static_cast<uint32_t>(fp4::float_to_bf16(o[2 * j])) |
-           (static_cast<uint32_t>(fp4::float_to_bf16(o[2 * j + 1])) << 16);
-  return make_uint4(w[0], w[1], w[2], w[3]);
+  return make_uint4(detail::bf16x2_bits(o[0], o[1]), detail::bf16x2_bits(o[2], o[3]), detail::bf16x2_bits(o[4], o[5]),
+                    detail::bf16x2_bits(o[6], o[7]));
 }
 
 // The rows this thread takes: row r0, r0 + step, ... below n.
@@ -420,7 +417,7 @@ MoeDispatch moe_dispatch(const int32_t* chosen, int rows, int n_experts, int n_s
 static bool row_vectors(int d, std::initializer_list<const void*> pointers) {
   if (d % 8 != 0) return false;
   for (const void* p : pointers)
-    if (reinterpret_cast<uintptr_t>(p) % 16 != 0) return false;
+    if (!detail::aligned(p, 16)) return false;
   return true;
 }
 
