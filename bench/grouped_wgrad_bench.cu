@@ -26,28 +26,19 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
-#include <memory>
 #include <random>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
-#include "kernels/cuda/cuda_common.cuh"  // FP4_CUDA_CHECK
+#include "kernels/cuda/cuda_common.cuh"  // FP4_CUDA_CHECK, DeviceArray
 #include "kernels/cuda/gemm.cuh"
 #include "kernels/numerics.h"  // bf16_t, float_to_bf16, bf16_to_float
 
 namespace {
 
 using fp4::bf16_t;
-
-template <typename T>
-struct DeviceBuffer {
-  T* p = nullptr;
-  explicit DeviceBuffer(size_t n) { FP4_CUDA_CHECK(cudaMalloc(&p, n * sizeof(T))); }
-  ~DeviceBuffer() { cudaFree(p); }
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-};
+using fp4::cuda::DeviceArray;
 
 struct Group {
   int rows;
@@ -78,18 +69,13 @@ int main(int argc, char** argv) {
       for (bf16_t& v : g.x) v = fp4::float_to_bf16(normal(rng));
     }
     const size_t w = static_cast<size_t>(n) * k;
-    std::vector<std::unique_ptr<DeviceBuffer<bf16_t>>> dy, x;
-    DeviceBuffer<float> dw_grouped(w * E), dw_each(w * E);
+    std::vector<DeviceArray<bf16_t>> dy, x;
     for (const Group& g : groups) {
-      dy.push_back(std::make_unique<DeviceBuffer<bf16_t>>(g.dy.size()));
-      x.push_back(std::make_unique<DeviceBuffer<bf16_t>>(g.x.size()));
-      FP4_CUDA_CHECK(cudaMemcpy(dy.back()->p, g.dy.data(), g.dy.size() * 2, cudaMemcpyHostToDevice));
-      FP4_CUDA_CHECK(cudaMemcpy(x.back()->p, g.x.data(), g.x.size() * 2, cudaMemcpyHostToDevice));
+      dy.emplace_back(g.dy);
+      x.emplace_back(g.x);
     }
     const std::vector<float> start(w * E, 0.25f);  // beta = 1 adds to what is there
-    auto reset = [&](float* dw) {
-      FP4_CUDA_CHECK(cudaMemcpy(dw, start.data(), start.size() * 4, cudaMemcpyHostToDevice));
-    };
+    DeviceArray<float> dw_grouped(start), dw_each(start);
 
     // The grouped call in cuBLAS's column-major terms: our row-major dW [n, k] is column-major
     // [k, n], = X_jᵀ [k, rows] · dY_j [rows, n]: first operand X_j (column-major [k, rows], op N,
@@ -104,43 +90,36 @@ int main(int argc, char** argv) {
     std::vector<void*> outs(E);
     for (int j = 0; j < E; ++j) {
       k_arr[j] = groups[j].rows;
-      firsts[j] = x[j]->p;
-      seconds[j] = dy[j]->p;
-      outs[j] = dw_grouped.p + w * j;
+      firsts[j] = x[j].get();
+      seconds[j] = dy[j].get();
+      outs[j] = dw_grouped.get() + w * j;
     }
-    DeviceBuffer<const void*> d_firsts(E), d_seconds(E);
-    DeviceBuffer<void*> d_outs(E);
-    FP4_CUDA_CHECK(cudaMemcpy(d_firsts.p, firsts.data(), E * sizeof(void*), cudaMemcpyHostToDevice));
-    FP4_CUDA_CHECK(cudaMemcpy(d_seconds.p, seconds.data(), E * sizeof(void*), cudaMemcpyHostToDevice));
-    FP4_CUDA_CHECK(cudaMemcpy(d_outs.p, outs.data(), E * sizeof(void*), cudaMemcpyHostToDevice));
+    const DeviceArray<const void*> d_firsts(firsts), d_seconds(seconds);
+    const DeviceArray<void*> d_outs(outs);
     auto grouped = [&]() {
       return cublasGemmGroupedBatchedEx(handle, op_first.data(), op_second.data(), m_arr.data(), n_arr.data(),
-                                        k_arr.data(), alpha.data(), d_firsts.p, CUDA_R_16BF, ld_first.data(),
-                                        d_seconds.p, CUDA_R_16BF, ld_second.data(), beta.data(), d_outs.p, CUDA_R_32F,
+                                        k_arr.data(), alpha.data(), d_firsts.get(), CUDA_R_16BF, ld_first.data(),
+                                        d_seconds.get(), CUDA_R_16BF, ld_second.data(), beta.data(), d_outs.get(), CUDA_R_32F,
                                         ld_out.data(), E, sizes.data(), CUBLAS_COMPUTE_32F);
     };
     fp4::cuda::Gemm gemm;
     auto each = [&]() {
       for (int j = 0; j < E; ++j)
-        gemm.gemm(true, false, n, k, groups[j].rows, 1.0f, dy[j]->p, x[j]->p, 1.0f, dw_each.p + w * j, nullptr);
+        gemm.gemm(true, false, n, k, groups[j].rows, 1.0f, dy[j].get(), x[j].get(), 1.0f, dw_each.get() + w * j, nullptr);
     };
 
     std::printf("| question | answer |\n|---|---|\n");
-    reset(dw_grouped.p);
     const cublasStatus_t status = grouped();
     FP4_CUDA_CHECK(cudaDeviceSynchronize());
     std::printf("| grouped call, bf16 A and B into an fp32 C, beta 1 | status %d (%s) |\n", static_cast<int>(status),
                 status == CUBLAS_STATUS_SUCCESS ? "accepted" : "refused");
-    reset(dw_each.p);
     each();
     FP4_CUDA_CHECK(cudaDeviceSynchronize());
     if (status == CUBLAS_STATUS_SUCCESS) {
-      std::vector<float> got(w * E), again(w * E), per_call(w * E);
-      FP4_CUDA_CHECK(cudaMemcpy(got.data(), dw_grouped.p, got.size() * 4, cudaMemcpyDeviceToHost));
-      reset(dw_grouped.p);
+      const std::vector<float> got = dw_grouped.download(), per_call = dw_each.download();
+      dw_grouped.upload(start);
       if (grouped() != CUBLAS_STATUS_SUCCESS) throw std::runtime_error("the second grouped call failed");
-      FP4_CUDA_CHECK(cudaMemcpy(again.data(), dw_grouped.p, again.size() * 4, cudaMemcpyDeviceToHost));
-      FP4_CUDA_CHECK(cudaMemcpy(per_call.data(), dw_each.p, per_call.size() * 4, cudaMemcpyDeviceToHost));
+      const std::vector<float> again = dw_grouped.download();
       // A sample of every expert's outputs against fp64 sums of the same products.
       size_t checked = 0, bad = 0, differs_from_each = 0;
       for (int j = 0; j < E; ++j)
