@@ -1,5 +1,6 @@
 // test_support.h — helpers the tests share: scratch directories, file bytes, running the fp4lab
-// binary, a committed study's copy, hand-built .npy files, bitwise comparison of float vectors.
+// binary, a committed study's copy, hand-built .npy files, bitwise comparison of float vectors, an
+// environment variable set for a scope.
 // Header-only, so each test file just includes it.
 #pragma once
 
@@ -21,6 +22,28 @@ namespace fp4::test {
 // The data source of the tiny runs that tests train, alone or in a sweep: a first-order Markov
 // chain over 64 symbols.
 inline constexpr const char* kTinyRunData = "synthetic:markov?order=1&vocab=64&branch=4&seed=1";
+
+// An environment variable set (or unset, for a null value) for the lifetime of the object, then
+// restored as it was: for settings a component reads from the environment (FP4LAB_TRAINER,
+// FP4LAB_CUDA_GRAPHS, the MoE ones).
+class EnvSetting {
+ public:
+  EnvSetting(const char* name, const char* value) : name_(name) {
+    if (const char* old = std::getenv(name)) old_ = old, had_ = true;
+    if (value != nullptr) ::setenv(name, value, 1);
+    else ::unsetenv(name);
+  }
+  ~EnvSetting() {
+    if (had_) ::setenv(name_.c_str(), old_.c_str(), 1);
+    else ::unsetenv(name_.c_str());
+  }
+  EnvSetting(const EnvSetting&) = delete;
+  EnvSetting& operator=(const EnvSetting&) = delete;
+
+ private:
+  std::string name_, old_;
+  bool had_ = false;
+};
 
 // A fresh directory under the system temp dir, removed (with everything in it) on destruction.
 // mkdtemp gives every test process its own directory, so ctest -j runs cannot collide.

@@ -323,10 +323,7 @@ TEST_CASE("failed runs are retried only with --retry-failed, up to the cap", "[s
   const fs::path toml = fp4::test::write_tiny_grid(dir.path(), "broken", g);
   const fs::path trainer = dir / "failing-trainer.sh";
   fp4::test::write_script(trainer, "#!/bin/sh\necho 'fp4lab: error: no-such-shards: not a directory' >&2\nexit 2\n");
-  const struct TrainerOverride {
-    explicit TrainerOverride(const fs::path& p) { ::setenv("FP4LAB_TRAINER", p.c_str(), 1); }
-    ~TrainerOverride() { ::unsetenv("FP4LAB_TRAINER"); }
-  } override_trainer(trainer);
+  const fp4::test::EnvSetting override_trainer("FP4LAB_TRAINER", trainer.c_str());
   auto r = fp4::test::run_fp4lab("sweep run --plain '" + toml.string() + "'", dir);
   CHECK(r.exit_code == 1);
   auto status = fp4::test::run_fp4lab("sweep status '" + toml.string() + "'", dir);

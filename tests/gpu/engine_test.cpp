@@ -36,6 +36,7 @@
 #include "tests/gpu/grad_compare.h"
 #include "tests/gpu/model_pair.h"
 #include "tests/run_test_helpers.h"
+#include "tests/test_support.h"  // EnvSetting
 
 using fp4::bf16_t;
 using fp4::test::final_state;
@@ -316,30 +317,6 @@ TEST_CASE("cuda training is deterministic and resumes bit for bit", "[gpu][engin
   std::printf("determinism %-5s: two runs and 20 + resume + 20 identical to 40 straight\n", recipe.c_str());
 }
 
-namespace {
-
-// FP4LAB_CUDA_GRAPHS set for the lifetime of the object ("0": every pass launched kernel by
-// kernel), restored after. The CUDA model reads it when it is constructed.
-class GraphsSetting {
- public:
-  explicit GraphsSetting(const char* value) {
-    if (const char* old = std::getenv("FP4LAB_CUDA_GRAPHS")) old_ = old;
-    if (value != nullptr) setenv("FP4LAB_CUDA_GRAPHS", value, 1);
-    else unsetenv("FP4LAB_CUDA_GRAPHS");
-  }
-  ~GraphsSetting() {
-    if (old_.empty()) unsetenv("FP4LAB_CUDA_GRAPHS");
-    else setenv("FP4LAB_CUDA_GRAPHS", old_.c_str(), 1);
-  }
-  GraphsSetting(const GraphsSetting&) = delete;
-  GraphsSetting& operator=(const GraphsSetting&) = delete;
-
- private:
-  std::string old_;
-};
-
-}  // namespace
-
 TEST_CASE("cuda graphs and enqueued passes give the bits of passes launched one by one", "[gpu][engine][graphs]") {
   const std::string recipe_name = GENERATE(as<std::string>{}, "bf16", "ufp4", "nvfp4", "e2m1");
   INFO("recipe " << recipe_name);
@@ -348,11 +325,11 @@ TEST_CASE("cuda graphs and enqueued passes give the bits of passes launched one 
   const std::vector<int> bf16_layers = fp4::engine::resolve_bf16_layers(recipe.bf16_layers, mc.n_layers);
   std::unique_ptr<fp4::cuda_model::CudaModel> direct, graphed;
   {
-    GraphsSetting off("0");
+    const fp4::test::EnvSetting off("FP4LAB_CUDA_GRAPHS", "0");
     direct = std::make_unique<fp4::cuda_model::CudaModel>(mc, recipe, bf16_layers);
   }
   {
-    GraphsSetting on(nullptr);
+    const fp4::test::EnvSetting on("FP4LAB_CUDA_GRAPHS", nullptr);
     graphed = std::make_unique<fp4::cuda_model::CudaModel>(mc, recipe, bf16_layers);
   }
   direct->init_params(3);
@@ -408,11 +385,11 @@ TEST_CASE("cuda training with and without CUDA graphs writes identical runs", "[
   const auto config = write_config(tmp, d1_cuda_run(recipe, 20, 256, 5, 5, 256, 10), "run.json");
   using fp4::run::Outcome;
   {
-    GraphsSetting off("0");
+    const fp4::test::EnvSetting off("FP4LAB_CUDA_GRAPHS", "0");
     REQUIRE(train_run(config, tmp / "direct", "").outcome == Outcome::succeeded);
   }
   {
-    GraphsSetting on(nullptr);
+    const fp4::test::EnvSetting on("FP4LAB_CUDA_GRAPHS", nullptr);
     REQUIRE(train_run(config, tmp / "graphs", "").outcome == Outcome::succeeded);
   }
   require_identical_runs(tmp / "direct", tmp / "graphs");

@@ -32,6 +32,7 @@
 #include "tests/gpu/grad_compare.h"
 #include "tests/gpu/model_pair.h"
 #include "tests/run_test_helpers.h"
+#include "tests/test_support.h"  // EnvSetting, same_bits
 
 using fp4::test::read_rows;
 using fp4::test::rel_diff_norm;
@@ -276,28 +277,6 @@ TEST_CASE("cuda MoE model's GEMM shapes stay few while its routing changes (bf16
 
 namespace {
 
-// An environment variable set (or unset, for a null value) for the lifetime of the object, restored
-// after: FP4LAB_MOE_WGRAD_STREAMS and FP4LAB_MOE_GROUPED_WGRAD, which the CUDA model reads when it
-// prepares its first MoE pass.
-class EnvSetting {
- public:
-  EnvSetting(const char* name, const char* value) : name_(name) {
-    if (const char* old = std::getenv(name)) old_ = old, had_ = true;
-    if (value != nullptr) setenv(name, value, 1);
-    else unsetenv(name);
-  }
-  ~EnvSetting() {
-    if (had_) setenv(name_.c_str(), old_.c_str(), 1);
-    else unsetenv(name_.c_str());
-  }
-  EnvSetting(const EnvSetting&) = delete;
-  EnvSetting& operator=(const EnvSetting&) = delete;
-
- private:
-  std::string name_, old_;
-  bool had_ = false;
-};
-
 // Three forward-backward passes (no optimizer step) of a two-block model with eight experts of
 // which each token takes two, under `recipe_name`, with the environment variable `env` set to
 // `value` (null: unset): the losses, the accumulated gradients and the side streams it used.
@@ -308,7 +287,7 @@ struct ThreePasses {
 };
 
 ThreePasses three_moe_passes(const std::string& recipe_name, const char* env, const char* value) {
-  const EnvSetting setting(env, value);
+  const fp4::test::EnvSetting setting(env, value);
   const ModelShape mc = with_moe(fp4::model::model_explicit(2, 64, 1, 64, 192, 64), 8, 2, 96, 0, 1);
   const int B = 4, T = 64;
   const Tokens tok = tokens(B * T, 64);
